@@ -1,0 +1,33 @@
+"""mm: bf16 matrix product, autotuned over several configs.  Switch: DISABLE_MMA_V3=1 (wgmma off on Hopper)."""
+
+from __future__ import annotations
+
+from pytest_abbench import Case, Op, Shape, Switch
+
+
+def build_mm(shape: Shape, device: str) -> Case:
+    import torch
+
+    from _kernels.gemm import mm
+
+    dtype = getattr(torch, shape.params.get("dtype", "bfloat16"))
+    gen = torch.Generator().manual_seed(3)
+    a = torch.randn(shape["M"], shape["K"], generator=gen).to(dtype).to(device)
+    b = torch.randn(shape["K"], shape["N"], generator=gen).to(dtype).to(device)
+    return Case(run=lambda: mm(a, b), expected=lambda: (a.float() @ b.float()).to(dtype),
+                atol=0.5, rtol=2e-2)
+
+
+OPS = [
+    Op("mm", build=build_mm, shapes={
+        # Triton 3.6's interpreter misreads bf16 CPU tensors, so the smoke
+        # level (run in the interpreter in CI) uses fp16: same kernel, same code paths.
+        "smoke": [{"M": 32, "N": 32, "K": 64, "dtype": "float16"}],
+        "core": [{"M": m, "N": n, "K": k} for (m, n, k) in [
+            (256, 256, 4096), (1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 1024, 4096)]],
+        "comprehensive": [{"M": m, "N": n, "K": k} for m in (128, 1024, 4096, 8192) for n in (256, 2048, 8192)
+                          for k in (512, 4096)],
+    }),
+]
+
+SWITCH = Switch(env_b={"DISABLE_MMA_V3": "1"})

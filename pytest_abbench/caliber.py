@@ -1,0 +1,141 @@
+"""Caliber: refuse to compare two sides whose numbers mean different things.
+
+Each cell's ``run_identity.json`` is compared with the other side's before a
+single latency is read.  A mismatch is a ``!!! [caliber]`` line and exit 4;
+recording into a shared tuner cache is a warning; differing versions or
+hosts are notes.  A missing or unreadable identity is a mismatch, never a pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytest_abbench.fileio import CorruptFileError, read_json
+from pytest_abbench.identity import CALIBER_AXES, IDENTITY_FILE, INFO_FIELDS
+
+
+@dataclass
+class CaliberFinding:
+    """One line of the caliber check."""
+
+    level: str  # mismatch | warning | note
+    op: str
+    axis: str
+    value_a: Any
+    value_b: Any
+    detail: str = ""
+    files: tuple[str, str] = ("", "")
+
+    def line(self) -> str:
+        files = f" ({self.files[0]} vs {self.files[1]})" if any(self.files) else ""
+        if self.level == "mismatch":
+            return (f"!!! [caliber] op={self.op} axis={self.axis}: A={self.value_a!r} B={self.value_b!r}"
+                    f"{' - ' + self.detail if self.detail else ''}{files}")
+        if self.level == "warning":
+            return f"[caliber warning] op={self.op} axis={self.axis}: {self.detail}"
+        return f"[caliber note] op={self.op} {self.axis} differs: A={self.value_a!r} B={self.value_b!r}"
+
+
+@dataclass
+class CaliberResult:
+    findings: list[CaliberFinding] = field(default_factory=list)
+
+    @property
+    def mismatches(self) -> list[CaliberFinding]:
+        return [f for f in self.findings if f.level == "mismatch"]
+
+    def extend(self, other: "CaliberResult") -> None:
+        seen = {f.line() for f in self.findings}
+        for f in other.findings:
+            if f.line() not in seen:
+                self.findings.append(f)
+                seen.add(f.line())
+
+
+def load_identity(cell_dir: Path) -> tuple[dict[str, Any] | None, str]:
+    """The identity of a cell folder, or None and why it cannot be used."""
+    path = cell_dir / IDENTITY_FILE
+    if not path.exists():
+        return None, f"{path} is missing"
+    try:
+        data = read_json(path)
+    except CorruptFileError as exc:
+        return None, str(exc)
+    except OSError as exc:
+        return None, f"{path}: {exc}"
+    if not isinstance(data, dict):
+        return None, f"{path}: expected a JSON object"
+    missing = [axis for axis in CALIBER_AXES + ("autotune_mode",) if axis not in data]
+    if missing:
+        return None, f"{path}: missing field(s) {', '.join(missing)}"
+    return data, ""
+
+
+def judge_autotune(a: dict[str, Any], b: dict[str, Any]) -> str | None:
+    """None when the two autotune modes may be compared, else why not."""
+    ma, mb = a.get("autotune_mode"), b.get("autotune_mode")
+    if ma == "record" and mb == "record":
+        return "both sides recorded their own autotune choice: each side timed its own tuner's pick, so the delta mixes the switch with autotune noise"
+    if {ma, mb} == {"record", "replay"}:
+        replayer, recorder = (b, a) if ma == "record" else (a, b)
+        # The replaying side must replay the very record the other side wrote.
+        if recorder.get("autotune_record") and replayer.get("autotune_record") != recorder.get("autotune_record"):
+            return (f"replay side reads {replayer.get('autotune_record')!r}, "
+                    f"not the record side's {recorder.get('autotune_record')!r}")
+        return None
+    if ma == "replay" and mb == "replay":
+        if a.get("autotune_record") != b.get("autotune_record"):
+            return "both sides replay, but from different records"
+        if a.get("autotune_record_hash") != b.get("autotune_record_hash"):
+            return "both sides replay the same record path, but its content changed between them"
+        return None
+    if ma == "off" and mb == "off":
+        return None
+    return f"autotune modes {ma!r} and {mb!r} cannot be compared"
+
+
+def compare_identities(op: str, dir_a: Path, dir_b: Path) -> CaliberResult:
+    """Compare side A's and side B's cell folders of one op (same round)."""
+    result = CaliberResult()
+    a, why_a = load_identity(dir_a)
+    b, why_b = load_identity(dir_b)
+    files = (str(dir_a / IDENTITY_FILE), str(dir_b / IDENTITY_FILE))
+    if a is None or b is None:
+        for side, why in (("A", why_a), ("B", why_b)):
+            if why:
+                result.findings.append(CaliberFinding("mismatch", op, "identity", "missing" if side == "A" else "",
+                                                      "missing" if side == "B" else "",
+                                                      f"side {side}: {why}", files))
+        return result
+    for axis in CALIBER_AXES:
+        if a.get(axis) != b.get(axis):
+            result.findings.append(CaliberFinding("mismatch", op, axis, a.get(axis), b.get(axis), "", files))
+    problem = judge_autotune(a, b)
+    if problem:
+        result.findings.append(CaliberFinding("mismatch", op, "autotune_mode", a.get("autotune_mode"),
+                                              b.get("autotune_mode"), problem, files))
+    for side_id in (a, b):
+        cache = str(side_id.get("tuner_cache", ""))
+        if cache.startswith("shared:") and side_id.get("autotune_mode") in ("record", "off"):
+            result.findings.append(CaliberFinding(
+                "warning", op, "tuner_cache", a.get("tuner_cache"), b.get("tuner_cache"),
+                f"side {side_id.get('side')} tuned into a shared cache ({cache}): the pinned configs depend on what "
+                "else ran on this machine; relative conclusions hold, absolute latencies are not quotable"))
+            break
+    for info in INFO_FIELDS:
+        if a.get(info) != b.get(info):
+            result.findings.append(CaliberFinding("note", op, info, a.get(info), b.get(info)))
+    return result
+
+
+def compare_shape_timers(op: str, results_a: dict[str, dict[str, Any]],
+                         results_b: dict[str, dict[str, Any]]) -> list[str]:
+    """Shapes timed with a different timer on the two sides: they get no verdict."""
+    mixed = []
+    for shape in sorted(set(results_a) & set(results_b)):
+        ta, tb = results_a[shape].get("timer"), results_b[shape].get("timer")
+        if ta and tb and ta != tb:
+            mixed.append(f"{shape} (A {ta}, B {tb})")
+    return mixed

@@ -1,0 +1,116 @@
+"""Run one cell child: its own process group, output streamed to run.log, a hard timeout.
+
+This is the parent side of a cell.  Nothing here reads the child's output into
+memory: stdout and stderr go straight to the log file descriptor, so a child
+that prints hundreds of MB costs the parent nothing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from pytest_abbench.exitcodes import TIMEOUT, shell_rc
+
+# After SIGTERM the group gets this long to exit before SIGKILL.
+_TERM_GRACE_S = 2.0
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass
+class ChildResult:
+    rc: int
+    elapsed_s: float
+    timed_out: bool
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
+    """Ask Linux to SIGKILL the child when its parent dies (pytest SIGKILLed).
+
+    Runs between fork and exec.  Where prctl is unavailable the process group
+    kill on timeout still holds; only the killed-parent case is weaker.
+    """
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run_child(
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    log_path: Path,
+    timeout_s: float,
+    cwd: Path | None = None,
+) -> ChildResult:
+    """Start ``argv`` in a new session, wait at most ``timeout_s``, return its shell-style rc.
+
+    On timeout the whole group gets SIGTERM, then SIGKILL, and rc is 124.
+    Whatever the outcome, the group is killed at the end, so no grandchild the
+    cell started (a compile worker, a stray ``sleep``) outlives its cell.
+    """
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    with open(log_path, "ab", buffering=0) as log:
+        proc = subprocess.Popen(
+            list(argv),
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+        pgid = proc.pid  # start_new_session makes the child its group's leader
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            kill_group(pgid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=_TERM_GRACE_S)
+            except subprocess.TimeoutExpired:
+                pass
+            kill_group(pgid, signal.SIGKILL)
+            proc.wait()
+            log.write(f"\n[abbench] cell timeout after {timeout_s:g}s: process group {pgid} killed\n".encode())
+        except BaseException:
+            # KeyboardInterrupt or a pytest-timeout in the parent: never leave the child behind.
+            kill_group(pgid, signal.SIGKILL)
+            proc.wait()
+            raise
+        finally:
+            kill_group(pgid, signal.SIGKILL)
+    elapsed = time.monotonic() - start
+    rc = TIMEOUT if timed_out else shell_rc(proc.returncode)
+    return ChildResult(rc=rc, elapsed_s=elapsed, timed_out=timed_out)
+
+
+def log_tail(log_path: Path, max_bytes: int = 4000) -> str:
+    """The end of a log as text, whatever its size or encoding."""
+    try:
+        with open(log_path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - max_bytes))
+            data = handle.read()
+    except FileNotFoundError:
+        return f"(no log at {log_path})"
+    text = data.decode("utf-8", errors="replace")
+    return ("..." if size > max_bytes else "") + text

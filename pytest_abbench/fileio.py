@@ -1,0 +1,68 @@
+"""Small file helpers shared by the parent and the cell child: atomic JSON, JSON-lines."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON so that a reader sees the old file or the new one, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(data, handle, indent=1, sort_keys=True, default=str)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+class CorruptFileError(ValueError):
+    """A JSON or JSON-lines file that cannot be parsed; the message names file and line."""
+
+
+def read_json(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise CorruptFileError(f"{path}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise CorruptFileError(f"{path}: not valid JSON ({exc})") from None
+
+
+def iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    """Records of a JSON-lines file; a torn or corrupt line raises naming file and line."""
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            if not raw.strip():
+                continue
+            try:
+                record = json.loads(raw)
+            except ValueError as exc:
+                raise CorruptFileError(f"{path}:{number}: truncated or corrupt record ({exc})") from None
+            if not isinstance(record, dict):
+                raise CorruptFileError(f"{path}:{number}: expected an object, got {type(record).__name__}")
+            yield record
+
+
+def append_jsonl(path: Path, record: dict[str, Any]) -> None:
+    """Append one record as one write, flushed: a crash loses at most the shape in flight."""
+    line = (json.dumps(record, sort_keys=True, default=str) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)

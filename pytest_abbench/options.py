@@ -1,0 +1,183 @@
+"""Command-line options, their validation, and one resolution order.
+
+Every option is declared once here.  ``register`` feeds pytest's parser and
+``abbench summary`` reuses the report/caliber subset through the same
+``add_report_options`` so the two front ends cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+DEFAULT_CELL_TIMEOUT_S = 2400.0  # matches the NV campaigns: one hung cell must not hold a batch
+DEFAULT_ROUNDS = 2
+DEFAULT_MARGIN_PCT = 2.0
+TIMERS = ("auto", "cudagraph", "direct", "wall")
+BACKENDS = ("auto", "cuda", "interpreter")
+LEVELS = ("auto", "smoke", "core", "comprehensive")
+
+CELL_TIMEOUT_HELP = "seconds before a cell's process group is killed (rc 124 TIMEOUT); env CELL_TIMEOUT, ini cell_timeout"
+
+
+def positive_seconds(text: str) -> float:
+    """argparse type for a timeout: a positive number of seconds, the bad value named."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0 seconds, got {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text!r}")
+    return value
+
+
+def percent(text: str) -> float:
+    try:
+        value = float(text.rstrip("%"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a percentage like 2 or 2.5%, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text!r}")
+    return value
+
+
+def env_assignment(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key or not key.replace("_", "").isalnum():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE with KEY a variable name, got {text!r}")
+    return key, value
+
+
+def choice(options: tuple[str, ...]) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text not in options:
+            raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(options)}")
+        return text
+
+    parse.__name__ = "choice"
+    return parse
+
+
+def add_report_options(add: Callable[..., Any]) -> None:
+    """Options shared by the pytest plugin and ``abbench summary``."""
+    add("--allow-caliber-mismatch", action="store_true", default=False,
+        help="print caliber mismatches but do not exit 4 for them")
+    add("--ab-margin", type=percent, default=None, metavar="PCT",
+        help=f"equivalence margin for a 'same' verdict (default: the A/A floor when measured, else {DEFAULT_MARGIN_PCT}%%)")
+    add("--ab-fail-if-slower", type=percent, default=None, metavar="PCT",
+        help="exit 7 when an op is 'slower' with its whole geomean interval beyond PCT")
+
+
+def register(parser: pytest.Parser) -> None:
+    group = parser.getgroup("abbench", "A/B benchmark campaigns (pytest-abbench)")
+    add = group.addoption
+    add("--ab-rounds", type=positive_int, default=None, metavar="N", help=f"rounds per op (default {DEFAULT_ROUNDS})")
+    add("--ab-root", default=None, metavar="DIR", help="output folder (default: a new timestamped folder under .abbench/)")
+    add("--cell-timeout", type=positive_seconds, default=None, metavar="SECONDS", help=CELL_TIMEOUT_HELP)
+    add("--ab-switch-env", type=env_assignment, action="append", default=[], metavar="KEY=VALUE",
+        help="side B's environment replacing the campaign's switch (repeatable)")
+    add("--ab-level", type=choice(LEVELS), default="auto", help="shape set: smoke|core|comprehensive (auto: core on CUDA, smoke in the interpreter)")
+    add("--ab-timer", type=choice(TIMERS), default="auto", help="cudagraph|direct (CUDA) or wall (interpreter); auto picks cudagraph / wall")
+    add("--ab-backend", type=choice(BACKENDS), default="auto", help="cuda|interpreter (auto: cuda when a GPU device node exists)")
+    add("--ab-samples", type=positive_int, default=None, metavar="N", help="timed samples per shape (default 10 on CUDA, 3 in the interpreter)")
+    add("--ab-direct-rep", type=positive_int, default=100, metavar="MS", help="direct timer: do_bench rep in ms (identity axis direct_repeat)")
+    add("--ab-direct-warmup", type=positive_int, default=25, metavar="MS", help="direct timer: do_bench warmup in ms (identity axis direct_repeat)")
+    add("--ab-allow-no-ir-diff", action="store_true", default=False,
+        help="run every round even when round 1 shows the switch changed no TTGIR (env SWITCH_ALLOW_NO_IR_DIFF=1)")
+    add("--ab-ir-target", default="cuda:90", metavar="BACKEND:ARCH",
+        help="without a GPU, compile round 1's kernels for this target to capture TTGIR ('none' to skip)")
+    add_report_options(add)
+    parser.addini("cell_timeout", CELL_TIMEOUT_HELP, default=None)
+    parser.addini("ab_rounds", "rounds per op", default=None)
+
+
+@dataclass
+class Settings:
+    """Every option after command line > environment > ini > default resolution."""
+
+    rounds: int
+    root: Path | None
+    cell_timeout_s: float
+    switch_env: dict[str, str] | None
+    level: str
+    timer: str
+    backend: str
+    samples: int | None
+    direct_rep_ms: int
+    direct_warmup_ms: int
+    allow_no_ir_diff: bool
+    ir_target: str | None
+    allow_caliber_mismatch: bool
+    margin_pct: float | None
+    fail_if_slower_pct: float | None
+    sources: dict[str, str] = field(default_factory=dict)
+
+
+def _from_env_or_ini(config: pytest.Config, cli: Any, env_name: str | None, ini_name: str,
+                     parse: Callable[[str], Any], default: Any) -> tuple[Any, str]:
+    if cli is not None:
+        return cli, "command line"
+    candidates: list[tuple[str | None, str]] = []
+    if env_name:
+        candidates.append((os.environ.get(env_name), f"environment variable {env_name}"))
+    candidates.append((config.getini(ini_name), f"ini option {ini_name}"))
+    for raw, source in candidates:
+        if raw in (None, ""):
+            continue
+        try:
+            return parse(str(raw)), source
+        except argparse.ArgumentTypeError as exc:
+            raise pytest.UsageError(f"{source}={raw!r}: {exc}") from None
+    return default, "default"
+
+
+def resolve(config: pytest.Config) -> Settings:
+    """Resolve every option once; a bad value's error says which source it came from."""
+    opt = config.option
+    timeout, timeout_src = _from_env_or_ini(config, opt.cell_timeout, "CELL_TIMEOUT", "cell_timeout",
+                                            positive_seconds, DEFAULT_CELL_TIMEOUT_S)
+    rounds, rounds_src = _from_env_or_ini(config, opt.ab_rounds, None, "ab_rounds", positive_int, DEFAULT_ROUNDS)
+    allow_no_ir = bool(opt.ab_allow_no_ir_diff) or os.environ.get("SWITCH_ALLOW_NO_IR_DIFF", "") == "1"
+    return Settings(
+        rounds=rounds,
+        root=Path(opt.ab_root) if opt.ab_root else None,
+        cell_timeout_s=timeout,
+        switch_env=dict(opt.ab_switch_env) if opt.ab_switch_env else None,
+        level=opt.ab_level,
+        timer=opt.ab_timer,
+        backend=opt.ab_backend,
+        samples=opt.ab_samples,
+        direct_rep_ms=opt.ab_direct_rep,
+        direct_warmup_ms=opt.ab_direct_warmup,
+        allow_no_ir_diff=allow_no_ir,
+        ir_target=None if opt.ab_ir_target in ("", "none") else opt.ab_ir_target,
+        allow_caliber_mismatch=opt.allow_caliber_mismatch,
+        margin_pct=opt.ab_margin,
+        fail_if_slower_pct=opt.ab_fail_if_slower,
+        sources={"cell_timeout": timeout_src, "rounds": rounds_src},
+    )
+
+
+def detect_backend(requested: str) -> str:
+    """``cuda`` when an NVIDIA device node is present, else the interpreter.
+
+    Decided without importing torch so that collection stays cheap.
+    """
+    if requested != "auto":
+        return requested
+    return "cuda" if os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/nvidia0") else "interpreter"

@@ -1,0 +1,414 @@
+"""The pytest hooks: campaign files become A/B cell items; each cell runs one child process.
+
+This module is imported at pytest start-up, so it imports neither torch nor
+triton (the cell child does).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from pytest_abbench import caliber, irgate, report
+from pytest_abbench.campaign import SIDES, Campaign, CampaignError, load_campaign, looks_like_campaign
+from pytest_abbench.cellrun import log_tail, run_child
+from pytest_abbench.exitcodes import EXIT_CALIBER, EXIT_ROOT, EXIT_SLOWER, describe, status_word
+from pytest_abbench.fileio import CorruptFileError, iter_jsonl
+from pytest_abbench.markers import MARKERS, count_markers
+from pytest_abbench.options import Settings, detect_backend, register, resolve
+from pytest_abbench.status import StatusRow, append_status_row
+
+PLUGIN_KEY = pytest.StashKey["AbbenchPlugin"]()
+CELL_PROPERTY = "abbench_cell"
+LOCK_FILE = ".lock"
+PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
+# pytest-timeout guards the parent side of a cell: above the cell's own
+# timeout (which kills the child) plus time for the bookkeeping.
+PARENT_TIMEOUT_SLACK_S = 300
+
+
+def side_order(round_no: int) -> tuple[str, ...]:
+    """r1: A then B, r2: B then A, ...: alternation cancels one-directional drift."""
+    return SIDES if round_no % 2 == 1 else SIDES[::-1]
+
+
+@dataclass(frozen=True)
+class CellSpec:
+    campaign: Path
+    op: str
+    round: int
+    side: str
+    op_index: int
+
+    @property
+    def cell_id(self) -> str:
+        return f"r{self.round}-{self.side}"
+
+    def folder(self, root: Path) -> Path:
+        return root / f"r{self.round}_{self.side}" / self.op
+
+
+class CellFailed(Exception):
+    """A cell whose child failed; the message is the whole failure report."""
+
+
+class CellItem(pytest.Item):
+    """One (round, op, side): runs one ``python -m pytest_abbench.cell`` child."""
+
+    def __init__(self, *, spec: CellSpec, campaign: Campaign, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.spec = spec
+        self.campaign = campaign
+
+    def runtest(self) -> None:
+        self.config.stash[PLUGIN_KEY].run_cell(self)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+        if isinstance(excinfo.value, CellFailed):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, None, f"{self.spec.op}[{self.spec.cell_id}]"
+
+
+class CampaignFile(pytest.File):
+    """A campaign file: yields every op's cells round by round."""
+
+    def collect(self) -> Iterator[CellItem]:
+        plugin: AbbenchPlugin = self.config.stash[PLUGIN_KEY]
+        try:
+            campaign = load_campaign(self.path)
+        except CampaignError as exc:
+            raise self.CollectError(f"campaign error: {exc}") from None
+        if plugin.settings.switch_env is not None:
+            campaign.switch = campaign.switch.with_env_b(plugin.settings.switch_env)
+        plugin.campaigns[self.path] = campaign
+        for round_no in range(1, plugin.settings.rounds + 1):
+            for op_index, op in enumerate(campaign.ops):
+                for side in side_order(round_no):
+                    spec = CellSpec(self.path, op.name, round_no, side, op_index)
+                    item = CellItem.from_parent(self, name=f"{op.name}[{spec.cell_id}]", spec=spec, campaign=campaign)
+                    # --dist loadgroup: every cell of an op on one worker (one GPU), in order.
+                    item.add_marker(pytest.mark.xdist_group(name=op.name))
+                    yield item
+
+
+class AbbenchPlugin:
+    """Session state: settings, the root, round-1 gate decisions, cell records for the report."""
+
+    def __init__(self, config: pytest.Config, settings: Settings) -> None:
+        self.config = config
+        self.settings = settings
+        self.backend = detect_backend(settings.backend)
+        self.campaigns: dict[Path, Campaign] = {}
+        self.records: list[dict[str, Any]] = []
+        self.caliber = caliber.CaliberResult()
+        self.gates: dict[str, irgate.GateDecision] = {}
+        self._lock_fd: int | None = None
+        workerinput = getattr(config, "workerinput", None)
+        if workerinput is not None and "abbench_root" in workerinput:
+            self.root = Path(workerinput["abbench_root"])
+        elif settings.root is not None:
+            self.root = settings.root.resolve()
+        else:
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            self.root = (config.rootpath / ".abbench" / f"{stamp}-{os.getpid()}").resolve()
+        self.root_ready = False
+
+    # -- the root --------------------------------------------------------------
+    def claim_root(self) -> None:
+        """Create the root and hold its lock for the session (controller / serial run only)."""
+        if self.root_ready:
+            return
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.root / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            pytest.exit(f"abbench: cannot write the root {self.root}: {exc.strerror}", returncode=EXIT_ROOT)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            pytest.exit(f"abbench: root {self.root} is in use by another pytest session (pid {holder}); "
+                        "use another --ab-root", returncode=EXIT_ROOT)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self._lock_fd = fd
+        self.root_ready = True
+        self.write_line(f"abbench root: {self.root}")
+
+    def release_root(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def write_line(self, line: str) -> None:
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(line)
+
+    # -- running a cell --------------------------------------------------------
+    def cell_env(self, campaign: Campaign, side: str) -> dict[str, str]:
+        """The child's environment, as an explicit merge (README "Cell environment").
+
+        Start from this process's environment; drop every variable either
+        side's switch sets (so a variable exported in the shell cannot leak
+        one side's switch into the other); apply this side's switch; then the
+        plugin's own: a per-side TRITON_CACHE_DIR (many switches are not in
+        Triton's cache key), the interpreter flag, and the package path.
+        """
+        switch = campaign.switch
+        env = dict(os.environ)
+        for key in set(switch.env_a) | set(switch.env_b):
+            env.pop(key, None)
+        env.update(switch.env(side))
+        env["TRITON_CACHE_DIR"] = str(self.root / "cache" / f"triton_{side}")
+        if self.backend == "interpreter":
+            env["TRITON_INTERPRET"] = "1"
+        else:
+            env.pop("TRITON_INTERPRET", None)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_PARENT, env.get("PYTHONPATH", "")) if p)
+        env["PYTHONUNBUFFERED"] = "1"
+        env["ABBENCH_SPAWN_TIME"] = repr(time.time())
+        return env
+
+    def cell_argv(self, spec: CellSpec, campaign: Campaign, cell_dir: Path) -> list[str]:
+        s = self.settings
+        side_opts = campaign.switch.options(spec.side)
+        cuda = self.backend == "cuda"
+        level = side_opts.get("level") or (s.level if s.level != "auto" else ("core" if cuda else "smoke"))
+        timer = side_opts.get("timer") or (s.timer if s.timer != "auto" else ("cudagraph" if cuda else "wall"))
+        samples = side_opts.get("samples") or s.samples or (10 if cuda else 3)
+        record = self.root / "autotune" / f"{spec.op}.json"
+        mode = "record" if (spec.round == 1 and spec.side == "A") else "replay"
+        argv = [
+            campaign.switch.python(spec.side) or sys.executable, "-m", "pytest_abbench.cell",
+            "--campaign", str(spec.campaign), "--op", spec.op, "--round", str(spec.round), "--side", spec.side,
+            "--out", str(cell_dir), "--backend", self.backend, "--timer", timer, "--level", level,
+            "--samples", str(samples),
+            "--direct-rep", str(side_opts.get("direct_rep") or s.direct_rep_ms),
+            "--direct-warmup", str(side_opts.get("direct_warmup") or s.direct_warmup_ms),
+            "--autotune-mode", mode, "--autotune-file", str(record), "--switch", campaign.switch.describe(),
+        ]
+        # Without a GPU, round 1 compiles its kernels for the IR target so the gate has TTGIR to compare.
+        if not cuda and spec.round == 1 and s.ir_target:
+            argv += ["--ir-target", s.ir_target]
+        return argv
+
+    def gate_for(self, op: str) -> irgate.GateDecision | None:
+        if op not in self.gates:
+            decision = irgate.load_decision(self.root, op)
+            if decision is not None:
+                self.gates[op] = decision
+        return self.gates.get(op)
+
+    def run_cell(self, item: CellItem) -> None:
+        spec = item.spec
+        cell_dir = spec.folder(self.root)
+        switch_text = item.campaign.switch.describe()
+        gate = self.gate_for(spec.op) if spec.round > 1 else None
+        if gate is not None and gate.state == "no_diff" and not self.settings.allow_no_ir_diff:
+            row = StatusRow(spec.round, spec.op, spec.side, switch_text, 0, irgate.NO_IR_DIFF, 0.0, 0, 0)
+            append_status_row(self.root, row)
+            self.attach(item, row, cell_dir)
+            pytest.skip(f"{irgate.NO_IR_DIFF}: round 1 TTGIR of {spec.op} is identical on both sides "
+                        "(SWITCH_ALLOW_NO_IR_DIFF=1 or --ab-allow-no-ir-diff runs it anyway)")
+
+        log_path = cell_dir / "run.log"
+        if self.config.option.verbose > 0:
+            self.write_line(f"\n  running {spec.op}[{spec.cell_id}]: tail -f {log_path}")
+        cell_dir.mkdir(parents=True, exist_ok=True)
+        result = run_child(self.cell_argv(spec, item.campaign, cell_dir), self.cell_env(item.campaign, spec.side),
+                           log_path, self.settings.cell_timeout_s)
+        success, failed, problems = count_shapes(cell_dir)
+        markers = count_markers(log_path)
+        status = status_word(result.rc)
+        if result.rc == 0 and failed:
+            status = "FAILED_SHAPES"
+        elif result.rc == 0 and not success:
+            status = "NO_SHAPES"
+        row = StatusRow(spec.round, spec.op, spec.side, switch_text, result.rc, status, result.elapsed_s,
+                        success, failed, *(markers[m] for m in MARKERS))
+        append_status_row(self.root, row)
+        self.attach(item, row, cell_dir)
+
+        if spec.round == 1:
+            self.maybe_decide_gate(item)
+        self.check_caliber(item)
+
+        if status != "ok":
+            header = f"cell {spec.op}[{spec.cell_id}] failed: {describe(result.rc)}"
+            if result.rc == 0:
+                header = f"cell {spec.op}[{spec.cell_id}] failed: {status} ({failed} failed, {success} ok shapes)"
+            detail = "\n".join(problems[:20])
+            raise CellFailed(f"{header} after {result.elapsed_s:.1f}s\n{detail}\n"
+                             f"--- tail of {log_path} ---\n{log_tail(log_path)}")
+
+    def attach(self, item: CellItem, row: StatusRow, cell_dir: Path) -> None:
+        """Carry the cell's outcome on its report: junitxml gets it, xdist carries it to the controller."""
+        for key in ("rc", "status", "elapsed_s", "success", "failed", *MARKERS):
+            item.user_properties.append((f"abbench_{key}" if key not in MARKERS else key, getattr(row, key)))
+        item.user_properties.append(("abbench_cell_dir", str(cell_dir)))
+        record = {"round": row.round, "op": row.op, "side": row.side, "rc": row.rc, "status": row.status,
+                  "cell_dir": str(cell_dir), "campaign": str(item.spec.campaign)}
+        item.user_properties.append((CELL_PROPERTY, json.dumps(record)))
+
+    def maybe_decide_gate(self, item: CellItem) -> None:
+        spec = item.spec
+        dirs = {side: CellSpec(spec.campaign, spec.op, 1, side, spec.op_index).folder(self.root) for side in SIDES}
+        if not all((d / "run_identity.json").exists() for d in dirs.values()) or spec.op in self.gates:
+            return  # the other side has not run yet (or was deselected)
+        decision = irgate.decide(spec.op, dirs["A"] / "ir", dirs["B"] / "ir")
+        irgate.save_decision(self.root, decision)
+        self.gates[spec.op] = decision
+        item.user_properties.append(("abbench_irgate", json.dumps(decision.to_json())))
+
+    def check_caliber(self, item: CellItem) -> None:
+        spec = item.spec
+        other = "B" if spec.side == "A" else "A"
+        mine = spec.folder(self.root)
+        theirs = CellSpec(spec.campaign, spec.op, spec.round, other, spec.op_index).folder(self.root)
+        if not (theirs / "run.log").exists():
+            return  # the other side of this round has not run: it will compare when it does
+        dirs = {spec.side: mine, other: theirs}
+        found = caliber.compare_identities(spec.op, dirs["A"], dirs["B"])
+        if found.findings:
+            item.user_properties.append(("abbench_caliber", json.dumps([f.line() for f in found.findings])))
+            self.caliber.extend(found)
+
+    # -- hooks -----------------------------------------------------------------
+    def pytest_collect_file(self, file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+        if file_path.suffix == ".py" and not file_path.name.startswith(("test_", "conftest")) \
+                and looks_like_campaign(file_path):
+            return CampaignFile.from_parent(parent, path=file_path)
+        return None
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config,
+                                      items: list[pytest.Item]) -> None:
+        cells = [i for i in items if isinstance(i, CellItem)]
+        if not cells:
+            return
+        owner: dict[str, Path] = {}
+        for cell in cells:
+            first = owner.setdefault(cell.spec.op, cell.spec.campaign)
+            if first != cell.spec.campaign:
+                raise pytest.UsageError(f"op name {cell.spec.op!r} is declared by both {first} and "
+                                        f"{cell.spec.campaign}: op names share one root and must be unique")
+        files = {path: n for n, path in enumerate(dict.fromkeys(c.spec.campaign for c in cells))}
+        # Round-major across all collected campaigns, so each op's rounds spread over the session.
+        cells.sort(key=lambda c: (c.spec.round, files[c.spec.campaign], c.spec.op_index,
+                                  side_order(c.spec.round).index(c.spec.side)))
+        others = [i for i in items if not isinstance(i, CellItem)]
+        items[:] = others + cells  # type: ignore[operator]
+        if config.pluginmanager.hasplugin("timeout"):
+            for cell in cells:
+                cell.add_marker(pytest.mark.timeout(self.settings.cell_timeout_s + PARENT_TIMEOUT_SLACK_S))
+        if not hasattr(config, "workerinput") and not config.option.collectonly:
+            self.claim_root()
+
+    def pytest_report_collectionfinish(self, config: pytest.Config, items: list[pytest.Item]) -> list[str]:
+        cells = [i for i in items if isinstance(i, CellItem)]
+        if not cells:
+            return []
+        ops = {c.spec.op for c in cells}
+        return [f"abbench: {len(cells)} cells, {len(ops)} ops, {self.settings.rounds} rounds, backend {self.backend}, "
+                f"cell timeout {self.settings.cell_timeout_s:g}s ({self.settings.sources['cell_timeout']})"]
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when != "call":
+            return
+        props = dict(report.user_properties)
+        if CELL_PROPERTY not in props:
+            return
+        self.records.append(json.loads(props[CELL_PROPERTY]))
+
+    def pytest_report_teststatus(self, report: pytest.TestReport, config: pytest.Config) -> Any:
+        if report.when == "call" and report.skipped and irgate.NO_IR_DIFF in str(report.longrepr):
+            return "skipped", "n", ("NO_IR_DIFF", {"yellow": True})
+        return None
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if hasattr(self.config, "workerinput") or not self.records:
+            self.release_root()
+            return
+        self.final = report.build_report(self.root, self.settings, expected=self.records)
+        report.write_report(self.root, self.final)
+        if self.final.caliber_mismatch and not self.settings.allow_caliber_mismatch:
+            session.exitstatus = EXIT_CALIBER
+        elif self.final.slower_ops and session.exitstatus == 0:
+            session.exitstatus = EXIT_SLOWER
+        self.release_root()
+
+    def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+        final = getattr(self, "final", None)
+        if final is None:
+            return
+        terminalreporter.section("abbench report")
+        for line in report.render_text(final).splitlines():
+            terminalreporter.write_line(line)
+        terminalreporter.write_line(f"abbench root: {self.root}")
+
+
+class XdistHooks:
+    """Hooks that exist only when pytest-xdist is loaded."""
+
+    def __init__(self, plugin: AbbenchPlugin) -> None:
+        self.plugin = plugin
+
+    def pytest_configure_node(self, node: Any) -> None:
+        # Workers write into the controller's root; they never choose their own.
+        node.workerinput["abbench_root"] = str(self.plugin.root)
+
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        if any("[r" in nodeid for nodeid in ids):
+            self.plugin.claim_root()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    register(parser)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    plugin = AbbenchPlugin(config, resolve(config))
+    config.stash[PLUGIN_KEY] = plugin
+    config.pluginmanager.register(plugin, "abbench-session")
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(XdistHooks(plugin), "abbench-xdist")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    plugin = config.stash.get(PLUGIN_KEY, None)
+    if plugin is not None:
+        plugin.release_root()
+
+
+def count_shapes(cell_dir: Path) -> tuple[int, int, list[str]]:
+    """(measured, failed, problem lines) from a cell's results.jsonl; a corrupt file counts as a failure."""
+    path = cell_dir / "results.jsonl"
+    success = failed = 0
+    problems: list[str] = []
+    if not path.exists():
+        return 0, 0, [f"{path}: missing (the child wrote no result)"]
+    try:
+        for rec in iter_jsonl(path):
+            if rec.get("status") == "ok":
+                success += 1
+            else:
+                failed += 1
+                problems.append(f"shape {rec.get('shape')}: {rec.get('status')}: {rec.get('error', '')}")
+    except CorruptFileError as exc:
+        failed += 1
+        problems.append(str(exc))
+    return success, failed, problems

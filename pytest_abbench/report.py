@@ -1,0 +1,359 @@
+"""The round-delta report: machine noise vs verdict stability, per shape and per op.
+
+The experimental unit is the round: one log ratio ``ln(B/A)`` per round per
+shape, summarised across rounds.  Samples inside a cell say how noisy the
+machine was; the spread of per-round deltas says whether the verdict holds.
+Caliber is checked for every round before a latency is read.  The same code
+serves the pytest session and ``abbench summary``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from pytest_abbench import caliber, irgate
+from pytest_abbench.campaign import SIDES
+from pytest_abbench.fileio import CorruptFileError, iter_jsonl, write_json_atomic
+from pytest_abbench.markers import MARKERS, count_markers
+from pytest_abbench.status import StatusFormatError, read_status
+
+SCHEMA_VERSION = 1
+DEFAULT_MARGIN_PCT = 2.0
+REPORT_MD = "report.md"
+REPORT_JSON = "report.json"
+_CELL_DIR = re.compile(r"^r(\d+)_(A|B)$")
+# Two-sided 95% Student t quantiles by degrees of freedom (no scipy needed).
+_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+        11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093,
+        20: 2.086, 25: 2.060, 30: 2.042, 40: 2.021, 60: 2.000, 120: 1.980}
+
+
+def t95(df: int) -> float:
+    if df in _T95:
+        return _T95[df]
+    above = [d for d in _T95 if d > df]
+    return _T95[min(above)] if above else 1.96
+
+
+def pct(log_ratio: float) -> float:
+    return (math.exp(log_ratio) - 1.0) * 100.0
+
+
+def interval(values: list[float]) -> tuple[float, float] | None:
+    """95% t-interval of the mean of ``values``; None with fewer than 2 values."""
+    if len(values) < 2:
+        return None
+    mean = statistics.fmean(values)
+    half = t95(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+    return mean - half, mean + half
+
+
+def verdict(ci: tuple[float, float] | None, deltas: list[float], margin_pct: float) -> str:
+    """faster/slower only if the interval excludes 0 and every round agrees; same inside +-margin."""
+    if ci is None:
+        return "inconclusive"
+    lo, hi = pct(ci[0]), pct(ci[1])
+    one_sign = all(d > 0 for d in deltas) or all(d < 0 for d in deltas)
+    if lo > 0 and one_sign:
+        return "slower"
+    if hi < 0 and one_sign:
+        return "faster"
+    if -margin_pct < lo and hi < margin_pct:
+        return "same"
+    return "inconclusive"
+
+
+def robust_cv(samples: list[float]) -> float | None:
+    """Half the interquartile range over the median, in percent: within-cell noise."""
+    if len(samples) < 3:
+        return None
+    q = statistics.quantiles(samples, n=4)
+    med = statistics.median(samples)
+    return 50.0 * (q[2] - q[0]) / med if med > 0 else None
+
+
+@dataclass
+class ShapeReport:
+    shape: str
+    rounds: int
+    a_ms: float
+    b_ms: float
+    delta_pct: float  # median over rounds of B/A-1
+    delta_min_pct: float
+    delta_max_pct: float
+    ci_pct: tuple[float, float] | None
+    delta_spread_pct: float  # stdev of per-round deltas: does the verdict hold?
+    noise_within_a_pct: float | None  # median within-cell robust CV: how noisy was the machine?
+    noise_within_b_pct: float | None
+    noise_across_a_pct: float | None  # CV of side medians across rounds
+    noise_across_b_pct: float | None
+    sign_flip: bool
+    verdict: str
+    per_round_pct: list[float]
+
+
+@dataclass
+class OpReport:
+    op: str
+    campaign: str
+    rounds_completed: int
+    rounds_expected: int
+    state: str  # verdict | no_verdict | no_ir_diff
+    reason: str = ""
+    gate: dict[str, Any] | None = None
+    gate_lines: list[str] = field(default_factory=list)
+    caliber: list[str] = field(default_factory=list)
+    markers: dict[str, int] = field(default_factory=dict)
+    shapes: list[ShapeReport] = field(default_factory=list)
+    geomean_pct: float | None = None
+    geomean_ci_pct: tuple[float, float] | None = None
+    verdicts: dict[str, int] = field(default_factory=dict)
+    sign_flips: int = 0
+    mixed_timer_shapes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Report:
+    schema_version: int
+    root: str
+    margin_pct: float
+    ops: list[OpReport]
+    caliber_lines: list[str]
+    caliber_mismatch: bool
+    slower_ops: list[str]
+    problems: list[str]
+
+
+@dataclass
+class _Cell:
+    round: int
+    op: str
+    side: str
+    folder: Path
+    status: str | None  # from status.tsv / the session; None when no row exists
+
+
+def _discover(root: Path, expected: Iterable[dict[str, Any]] | None, problems: list[str]) -> list[_Cell]:
+    """The cells to report on: those the session ran, or every row/folder of an offline root."""
+    cells: dict[tuple[int, str, str], _Cell] = {}
+    if expected is not None:
+        for rec in expected:
+            key = (int(rec["round"]), rec["op"], rec["side"])
+            cells[key] = _Cell(key[0], key[1], key[2], Path(rec["cell_dir"]), rec["status"])
+        return sorted(cells.values(), key=lambda c: (c.op, c.round, c.side))
+    try:
+        rows = read_status(root)
+    except StatusFormatError as exc:
+        problems.append(str(exc))
+        rows = []
+    for row in rows:
+        cells[(row.round, row.op, row.side)] = _Cell(row.round, row.op, row.side,
+                                                     root / f"r{row.round}_{row.side}" / row.op, row.status)
+    for sub in sorted(root.iterdir()) if root.is_dir() else []:
+        m = _CELL_DIR.match(sub.name)
+        if not m or not sub.is_dir():
+            continue
+        for op_dir in sorted(p for p in sub.iterdir() if p.is_dir()):
+            key = (int(m.group(1)), op_dir.name, m.group(2))
+            if key not in cells:
+                problems.append(f"{op_dir}: cell folder without a status.tsv row (crashed or still running)")
+                cells[key] = _Cell(key[0], key[1], key[2], op_dir, None)
+    return sorted(cells.values(), key=lambda c: (c.op, c.round, c.side))
+
+
+def read_results(folder: Path) -> dict[str, dict[str, Any]]:
+    """shape -> {median_ms, timer, cv}; samples are reduced here so memory stays flat in rounds."""
+    out: dict[str, dict[str, Any]] = {}
+    for rec in iter_jsonl(folder / "results.jsonl"):
+        if rec.get("status") != "ok" or not rec.get("median_ms"):
+            continue
+        out[rec["shape"]] = {"median_ms": float(rec["median_ms"]), "timer": rec.get("timer"),
+                             "cv": robust_cv([float(x) for x in rec.get("samples_ms") or []])}
+    return out
+
+
+def _median_or_none(values: list[float | None]) -> float | None:
+    kept = [v for v in values if v is not None]
+    return statistics.median(kept) if kept else None
+
+
+def _cv_pct(values: list[float]) -> float | None:
+    return 100.0 * statistics.stdev(values) / statistics.fmean(values) if len(values) >= 2 else None
+
+
+def build_op(op: str, cells: list[_Cell], root: Path, margin_pct: float, result: caliber.CaliberResult) -> OpReport:
+    by_round: dict[int, dict[str, _Cell]] = {}
+    for c in cells:
+        by_round.setdefault(c.round, {})[c.side] = c
+    rounds_expected = max(by_round)
+    rep = OpReport(op, "", 0, rounds_expected, "no_verdict")
+    for c in cells:
+        for marker, n in count_markers(c.folder / "run.log").items():
+            rep.markers[marker] = rep.markers.get(marker, 0) + n
+    gate = irgate.load_decision(root, op)
+    if gate is not None:
+        rep.gate = {"state": gate.state, "reason": gate.reason}
+        rep.gate_lines = gate.headline()
+
+    # Caliber first: every round's identities, before a single latency is parsed.
+    for rnd, sides in sorted(by_round.items()):
+        if all(s in sides for s in SIDES) and all(sides[s].status != irgate.NO_IR_DIFF for s in SIDES):
+            found = caliber.compare_identities(op, sides["A"].folder, sides["B"].folder)
+            rep.caliber += [f.line() for f in found.findings if f.line() not in rep.caliber]
+            result.extend(found)
+
+    round1 = by_round.get(1, {})
+    round1_bad = [f"r1-{s} {round1[s].status}" for s in SIDES if s in round1 and round1[s].status != "ok"]
+    if gate is not None and gate.state == "no_diff" and not round1_bad:
+        skipped = sum(1 for c in cells if c.status == irgate.NO_IR_DIFF)
+        rep.state = "no_ir_diff"
+        rep.rounds_completed = 1
+        rep.reason = f"switch changed no generated code; {rounds_expected - 1} rounds skipped ({skipped} cells)"
+        return rep
+
+    bad = []
+    for rnd in range(1, rounds_expected + 1):
+        sides = by_round.get(rnd, {})
+        for s in SIDES:
+            if s not in sides:
+                bad.append(f"r{rnd}-{s} missing")
+            elif sides[s].status != "ok":
+                bad.append(f"r{rnd}-{s} {sides[s].status or 'has no status row'}")
+    if bad:
+        rep.reason = "no verdict: a report missing rounds reads exactly like a complete one (" + ", ".join(bad) + ")"
+        return rep
+
+    per_shape: dict[str, dict[str, list[Any]]] = {}
+    for rnd in range(1, rounds_expected + 1):
+        try:
+            ra = read_results(by_round[rnd]["A"].folder)
+            rb = read_results(by_round[rnd]["B"].folder)
+        except (CorruptFileError, OSError) as exc:
+            rep.reason = f"no verdict: {exc}"
+            return rep
+        mixed = caliber.compare_shape_timers(op, ra, rb)
+        rep.mixed_timer_shapes += [f"r{rnd}: {m}" for m in mixed]
+        mixed_ids = {m.split(" (")[0] for m in mixed}
+        for shape in ra.keys() & rb.keys():
+            if shape in mixed_ids:
+                continue
+            d = per_shape.setdefault(shape, {"a": [], "b": [], "lr": [], "cva": [], "cvb": []})
+            d["a"].append(ra[shape]["median_ms"])
+            d["b"].append(rb[shape]["median_ms"])
+            d["lr"].append(math.log(rb[shape]["median_ms"] / ra[shape]["median_ms"]))
+            d["cva"].append(ra[shape]["cv"])
+            d["cvb"].append(rb[shape]["cv"])
+    rep.rounds_completed = rounds_expected
+    rep.state = "verdict"
+    per_round_geo: list[list[float]] = [[] for _ in range(rounds_expected)]
+    for shape in sorted(per_shape):
+        d = per_shape[shape]
+        if len(d["lr"]) != rounds_expected:
+            rep.mixed_timer_shapes.append(f"{shape}: measured in {len(d['lr'])} of {rounds_expected} rounds")
+            continue
+        deltas = [pct(x) for x in d["lr"]]
+        ci = interval(d["lr"])
+        sr = ShapeReport(
+            shape=shape, rounds=len(deltas), a_ms=statistics.median(d["a"]), b_ms=statistics.median(d["b"]),
+            delta_pct=statistics.median(deltas), delta_min_pct=min(deltas), delta_max_pct=max(deltas),
+            ci_pct=(pct(ci[0]), pct(ci[1])) if ci else None,
+            delta_spread_pct=statistics.stdev(deltas) if len(deltas) > 1 else 0.0,
+            noise_within_a_pct=_median_or_none(d["cva"]), noise_within_b_pct=_median_or_none(d["cvb"]),
+            noise_across_a_pct=_cv_pct(d["a"]), noise_across_b_pct=_cv_pct(d["b"]),
+            sign_flip=not (all(x > 0 for x in deltas) or all(x < 0 for x in deltas)),
+            verdict=verdict(ci, deltas, margin_pct), per_round_pct=deltas,
+        )
+        rep.shapes.append(sr)
+        for i, lr in enumerate(d["lr"]):
+            per_round_geo[i].append(lr)
+    if rep.shapes:
+        geo_rounds = [statistics.fmean(r) for r in per_round_geo if r]
+        rep.geomean_pct = pct(statistics.fmean(geo_rounds))
+        ci = interval(geo_rounds)
+        rep.geomean_ci_pct = (pct(ci[0]), pct(ci[1])) if ci else None
+    for s in rep.shapes:
+        rep.verdicts[s.verdict] = rep.verdicts.get(s.verdict, 0) + 1
+    rep.sign_flips = sum(1 for s in rep.shapes if s.sign_flip)
+    return rep
+
+
+def build_report(root: Path, settings: Any = None, expected: Iterable[dict[str, Any]] | None = None,
+                 margin_pct: float | None = None, fail_if_slower_pct: float | None = None) -> Report:
+    if settings is not None:
+        margin_pct = settings.margin_pct if margin_pct is None else margin_pct
+        fail_if_slower_pct = settings.fail_if_slower_pct if fail_if_slower_pct is None else fail_if_slower_pct
+    margin = DEFAULT_MARGIN_PCT if margin_pct is None else margin_pct
+    problems: list[str] = []
+    cells = _discover(root, expected, problems)
+    by_op: dict[str, list[_Cell]] = {}
+    for c in cells:
+        by_op.setdefault(c.op, []).append(c)
+    result = caliber.CaliberResult()
+    ops = [build_op(op, op_cells, root, margin, result) for op, op_cells in sorted(by_op.items())]
+    slower = []
+    if fail_if_slower_pct is not None:
+        for o in ops:
+            if o.state == "verdict" and o.geomean_ci_pct and o.geomean_ci_pct[0] > fail_if_slower_pct \
+                    and o.verdicts.get("slower"):
+                slower.append(o.op)
+    return Report(SCHEMA_VERSION, str(root), margin, ops, [f.line() for f in result.findings],
+                  bool(result.mismatches), slower, problems)
+
+
+def _fmt(v: float | None, unit: str = "%") -> str:
+    return "-" if v is None else f"{v:+.1f}{unit}" if unit == "%" else f"{v:.4g}{unit}"
+
+
+def render_text(report: Report) -> str:
+    lines: list[str] = []
+    lines += report.caliber_lines
+    lines += [f"problem: {p}" for p in report.problems]
+    for o in report.ops:
+        marker_text = " ".join(f"{k}={v}" for k, v in o.markers.items() if v) or "markers clean"
+        lines.append(f"== {o.op}: rounds {o.rounds_completed}/{o.rounds_expected}, {marker_text}, "
+                     f"caliber {'MISMATCH' if any(x.startswith('!!!') for x in o.caliber) else 'ok'}, "
+                     f"IR gate {o.gate['state'] if o.gate else 'not decided'}")
+        lines += [f"   IR: {g}" for g in o.gate_lines]
+        if o.state != "verdict":
+            lines.append(f"   {o.reason}")
+            continue
+        ci = f" [{o.geomean_ci_pct[0]:+.1f}% ~ {o.geomean_ci_pct[1]:+.1f}%]" if o.geomean_ci_pct else ""
+        counts = ", ".join(f"{k} {v}" for k, v in sorted(o.verdicts.items()))
+        lines.append(f"   geomean delta {_fmt(o.geomean_pct)}{ci}; verdicts: {counts}; margin +-{report.margin_pct:g}%")
+        if o.sign_flips:
+            lines.append(f"   {o.sign_flips} of {len(o.shapes)} shapes changed sign: their direction is not a conclusion")
+        for m in o.mixed_timer_shapes:
+            lines.append(f"   no verdict for {m} (timer differs between sides or shape missing)")
+        lines.append(f"   {'shape':<28} {'A ms':>10} {'B ms':>10} {'delta med [min ~ max]':>26} "
+                     f"{'95% CI':>18} {'noise A/B':>11} {'flip':>4}  verdict")
+        for s in o.shapes:
+            rng = f"{s.delta_pct:+.1f}% [{s.delta_min_pct:+.1f} ~ {s.delta_max_pct:+.1f}]"
+            ci_text = f"{s.ci_pct[0]:+.1f} ~ {s.ci_pct[1]:+.1f}%" if s.ci_pct else "-"
+            noise = f"{_fmt(s.noise_within_a_pct, '')}/{_fmt(s.noise_within_b_pct, '')}"
+            lines.append(f"   {s.shape[:28]:<28} {s.a_ms:>10.4g} {s.b_ms:>10.4g} {rng:>26} {ci_text:>18} "
+                         f"{noise:>11} {'yes' if s.sign_flip else 'no':>4}  {s.verdict}")
+    if report.slower_ops:
+        lines.append(f"REGRESSION GATE: slower beyond the threshold: {', '.join(report.slower_ops)}")
+    return "\n".join(lines)
+
+
+def write_report(root: Path, report: Report) -> None:
+    write_json_atomic(root / REPORT_JSON, asdict(report))
+    (root / REPORT_MD).write_text("# abbench report\n\n```\n" + render_text(report) + "\n```\n")
+
+
+def report_from_json(data: dict[str, Any]) -> Report:
+    ops = []
+    for o in data["ops"]:
+        shapes = [ShapeReport(**{**s, "ci_pct": tuple(s["ci_pct"]) if s["ci_pct"] else None}) for s in o["shapes"]]
+        ops.append(OpReport(**{**o, "shapes": shapes,
+                               "geomean_ci_pct": tuple(o["geomean_ci_pct"]) if o["geomean_ci_pct"] else None}))
+    return Report(**{**data, "ops": ops})
+
+
+__all__ = ["build_report", "render_text", "write_report", "report_from_json", "MARKERS"]
