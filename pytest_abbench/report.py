@@ -334,7 +334,7 @@ def render_text(report: Report) -> str:
         for s in o.shapes:
             rng = f"{s.delta_pct:+.1f}% [{s.delta_min_pct:+.1f} ~ {s.delta_max_pct:+.1f}]"
             ci_text = f"{s.ci_pct[0]:+.1f} ~ {s.ci_pct[1]:+.1f}%" if s.ci_pct else "-"
-            noise = f"{_fmt(s.noise_within_a_pct, '')}/{_fmt(s.noise_within_b_pct, '')}"
+            noise = "/".join("-" if v is None else f"{v:.1f}%" for v in (s.noise_within_a_pct, s.noise_within_b_pct))
             lines.append(f"   {s.shape[:28]:<28} {s.a_ms:>10.4g} {s.b_ms:>10.4g} {rng:>26} {ci_text:>18} "
                          f"{noise:>11} {'yes' if s.sign_flip else 'no':>4}  {s.verdict}")
     if report.slower_ops:
