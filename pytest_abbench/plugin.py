@@ -113,6 +113,7 @@ class AbbenchPlugin:
         self.records: list[dict[str, Any]] = []
         self.caliber = caliber.CaliberResult()
         self.gates: dict[str, irgate.GateDecision] = {}
+        self.cell_folders: dict[str, Path] = {}
         self._lock_fd: int | None = None
         workerinput = getattr(config, "workerinput", None)
         if workerinput is not None and "abbench_root" in workerinput:
@@ -225,8 +226,6 @@ class AbbenchPlugin:
                         "(SWITCH_ALLOW_NO_IR_DIFF=1 or --ab-allow-no-ir-diff runs it anyway)")
 
         log_path = cell_dir / "run.log"
-        if self.config.option.verbose > 0:
-            self.write_line(f"\n  running {spec.op}[{spec.cell_id}]: tail -f {log_path}")
         cell_dir.mkdir(parents=True, exist_ok=True)
         result = run_child(self.cell_argv(spec, item.campaign, cell_dir), self.cell_env(item.campaign, spec.side),
                            log_path, self.settings.cell_timeout_s)
@@ -311,11 +310,18 @@ class AbbenchPlugin:
                                   side_order(c.spec.round).index(c.spec.side)))
         others = [i for i in items if not isinstance(i, CellItem)]
         items[:] = others + cells  # type: ignore[operator]
+        self.cell_folders = {c.nodeid: c.spec.folder(self.root) for c in cells}
         if config.pluginmanager.hasplugin("timeout"):
             for cell in cells:
                 cell.add_marker(pytest.mark.timeout(self.settings.cell_timeout_s + PARENT_TIMEOUT_SLACK_S))
         if not hasattr(config, "workerinput") and not config.option.collectonly:
             self.claim_root()
+
+    def pytest_runtest_logstart(self, nodeid: str, location: tuple[str, int | None, str]) -> None:
+        # Outside the test's output capture: -v users see where to follow a long cell.
+        folder = self.cell_folders.get(nodeid)
+        if folder is not None and self.config.option.verbose > 0:
+            self.write_line(f"running {location[2]}: tail -f {folder / 'run.log'}")
 
     def pytest_report_collectionfinish(self, config: pytest.Config, items: list[pytest.Item]) -> list[str]:
         cells = [i for i in items if isinstance(i, CellItem)]

@@ -1,0 +1,107 @@
+"""Cells end to end: real child processes that pass, exit, hang, get killed, segfault, print markers."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import FAULT_CAMPAIGN, simple_campaign
+from pytest_abbench.status import COLUMNS, read_status
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie awaiting its reaper is dead for our purpose.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def fault_run(campaign_dir: pytest.Pytester, tmp_path: Path) -> tuple[pytest.RunResult, Path, Path]:
+    """Side A of round 1 of every fault op; the hanging op in a second session with a 2 s cell timeout.
+
+    (A cell that imports torch needs more than 2 s on a loaded 2-core machine,
+    so only the hang gets the short timeout.)  Both sessions share one root.
+    """
+    campaign_dir.makepyfile(faults=FAULT_CAMPAIGN)
+    root = tmp_path / "root"
+    pidfile = tmp_path / "hang.pid"
+    common = ("faults.py", "--ab-rounds", "1", "--ab-root", str(root), "--ab-ir-target", "none",
+              "-p", "no:cacheprovider")
+    result = campaign_dir.runpytest_subprocess(*common, "-k", "r1-A and not hang", "--cell-timeout", "120")
+    os.environ["HANG_PIDFILE"] = str(pidfile)
+    try:
+        hang = campaign_dir.runpytest_subprocess(*common, "-k", "r1-A and hang", "--cell-timeout", "2")
+    finally:
+        del os.environ["HANG_PIDFILE"]
+    hang.assert_outcomes(failed=1)
+    hang.stdout.fnmatch_lines(["*cell hang[[]r1-A[]] failed: rc 124 TIMEOUT (cell timeout expired; process group killed)*"])
+    return result, root, pidfile
+
+
+def test_fault_cells_are_named_and_recorded(fault_run: tuple[pytest.RunResult, Path, Path]) -> None:
+    result, root, pidfile = fault_run
+    result.assert_outcomes(passed=2, failed=4)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([
+        "*cell exit3[[]r1-A[]] failed: rc 3 EXIT_3*",
+        "*cell killself[[]r1-A[]] failed: rc 137 KILLED (SIGKILL, often out of memory)*",
+        "*cell segv[[]r1-A[]] failed: rc 139 SEGFAULT*",
+        "*cell wrong[[]r1-A[]] failed: FAILED_SHAPES (1 failed, 0 ok shapes)*",
+    ], consecutive=False)
+
+    text = (root / "status.tsv").read_text()
+    assert text.count("round\top\tside") == 1, "header written exactly once"
+    assert text.splitlines()[0].split("\t") == list(COLUMNS)
+    rows = {r.op: r for r in read_status(root)}
+    assert set(rows) == {"ok", "exit3", "hang", "killself", "segv", "markers", "wrong"}
+    assert (rows["ok"].rc, rows["ok"].status, rows["ok"].success, rows["ok"].failed) == (0, "ok", 1, 0)
+    assert (rows["exit3"].rc, rows["exit3"].status) == (3, "EXIT_3")
+    assert (rows["hang"].rc, rows["hang"].status) == (124, "TIMEOUT")
+    assert 2.0 <= rows["hang"].elapsed_s < 10
+    assert (rows["killself"].rc, rows["killself"].status) == (137, "KILLED")
+    assert (rows["segv"].rc, rows["segv"].status) == (139, "SEGFAULT")
+    assert (rows["wrong"].success, rows["wrong"].failed) == (0, 1)
+    m = rows["markers"]
+    assert (m.AUTOTUNE_REPLAY_FALLBACK, m.BENCHMARK_DIRECT_NO_CUDAGRAPH, m.BENCHMARK_CAPTURE_POISONED) == (2, 1, 0)
+    assert m.status == "ok", "markers degrade a measurement, they do not fail a cell"
+    assert all(r.switch == "ABBENCH_TEST_SWITCH=1" for r in rows.values())
+
+
+def test_timeout_kills_the_whole_process_group(fault_run: tuple[pytest.RunResult, Path, Path]) -> None:
+    _, _, pidfile = fault_run
+    child, grandchild = (int(p) for p in pidfile.read_text().split())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and (_alive(child) or _alive(grandchild)):
+        time.sleep(0.1)
+    assert not _alive(child) and not _alive(grandchild)
+
+
+def test_passing_cells_write_results_identity_and_junit_properties(campaign_dir: pytest.Pytester,
+                                                                   tmp_path: Path) -> None:
+    campaign_dir.makepyfile(c=simple_campaign('"one"'))
+    root = tmp_path / "root"
+    junit = tmp_path / "junit.xml"
+    result = campaign_dir.runpytest_subprocess("c.py", "--ab-rounds", "2", "--ab-root", str(root), "-v",
+                                               "--ab-ir-target", "none", f"--junitxml={junit}")
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines([f"running one[[]r1-A[]]: tail -f {root}/r1_A/one/run.log*",
+                                 f"abbench root: {root}"])
+    cell = root / "r1_A" / "one"
+    assert (cell / "results.jsonl").read_text().count('"status": "ok"') == 2
+    import json
+    identity = json.loads((cell / "run_identity.json").read_text())
+    assert identity["backend"] == "interpreter" and identity["timer"] == "wall"
+    assert identity["autotune_mode"] == "record"
+    assert json.loads((root / "r2_A" / "one" / "run_identity.json").read_text())["autotune_mode"] == "replay"
+    xml = junit.read_text()
+    assert 'name="abbench_rc" value="0"' in xml and 'name="AUTOTUNE_REPLAY_FALLBACK" value="0"' in xml
+    assert len(read_status(root)) == 4

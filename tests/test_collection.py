@@ -1,0 +1,78 @@
+"""Collection: ids, side alternation, round-major order, -k, name validation, option errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import simple_campaign
+
+
+def test_ids_alternate_sides_by_round(campaign_dir: pytest.Pytester) -> None:
+    campaign_dir.makepyfile(topk=simple_campaign('"topk"'))
+    result = campaign_dir.runpytest("topk.py", "--ab-rounds", "6", "--collect-only", "-q")
+    result.stdout.fnmatch_lines([
+        "topk.py::topk[[]r1-A[]]", "topk.py::topk[[]r1-B[]]", "topk.py::topk[[]r2-B[]]", "topk.py::topk[[]r2-A[]]",
+        "topk.py::topk[[]r3-A[]]", "topk.py::topk[[]r3-B[]]", "topk.py::topk[[]r4-B[]]", "topk.py::topk[[]r4-A[]]",
+        "topk.py::topk[[]r5-A[]]", "topk.py::topk[[]r5-B[]]", "topk.py::topk[[]r6-B[]]", "topk.py::topk[[]r6-A[]]",
+        "12 tests collected*",
+    ])
+    assert not (campaign_dir.path / ".abbench").exists(), "--collect-only must not create a root"
+
+
+def test_rounds_interleave_across_ops(campaign_dir: pytest.Pytester) -> None:
+    campaign_dir.makepyfile(two=simple_campaign('"one", "two"'))
+    result = campaign_dir.runpytest("two.py", "--ab-rounds", "2", "--collect-only", "-q")
+    result.stdout.fnmatch_lines([
+        "two.py::one[[]r1-A[]]", "two.py::one[[]r1-B[]]", "two.py::two[[]r1-A[]]", "two.py::two[[]r1-B[]]",
+        "two.py::one[[]r2-B[]]", "two.py::one[[]r2-A[]]", "two.py::two[[]r2-B[]]", "two.py::two[[]r2-A[]]",
+    ])
+
+
+def test_k_selects_op_round_and_side(campaign_dir: pytest.Pytester) -> None:
+    campaign_dir.makepyfile(ops=simple_campaign('"one", "two"'))
+    result = campaign_dir.runpytest(".", "--ab-rounds", "3", "--collect-only", "-q", "-k", "two and r2")
+    result.stdout.fnmatch_lines(["ops.py::two[[]r2-B[]]", "ops.py::two[[]r2-A[]]", "2/12 tests collected*"])
+    result = campaign_dir.runpytest(".", "--ab-rounds", "3", "--collect-only", "-q", "-k", "A and not r1")
+    result.stdout.fnmatch_lines(["ops.py::one[[]r2-A[]]", "ops.py::two[[]r2-A[]]", "ops.py::one[[]r3-A[]]",
+                                 "ops.py::two[[]r3-A[]]", "4/12 tests collected*"])
+
+
+def test_test_files_are_not_campaigns(campaign_dir: pytest.Pytester) -> None:
+    campaign_dir.makepyfile(helper="import pytest_abbench\nX = 1\n")
+    campaign_dir.makepyfile(c=simple_campaign('"only"'))
+    result = campaign_dir.runpytest(".", "--collect-only", "-q", "--ab-rounds", "1")
+    result.stdout.fnmatch_lines(["c.py::only[[]r1-A[]]", "c.py::only[[]r1-B[]]", "2 tests collected*"])
+
+
+@pytest.mark.parametrize("name", ["../escape", "a/b", ".."])
+def test_bad_op_name_is_a_collection_error_naming_file_and_op(campaign_dir: pytest.Pytester, name: str) -> None:
+    campaign_dir.makepyfile(bad=simple_campaign(repr(name)))
+    result = campaign_dir.runpytest("bad.py", "--collect-only")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines([f"*bad.py: op name {name!r} is not allowed*"])
+
+
+@pytest.mark.parametrize("value, message", [("abc", "expected a number of seconds, got 'abc'"),
+                                            ("-1", "must be > 0 seconds, got '-1'")])
+def test_bad_cell_timeout_is_a_usage_error_naming_the_value(campaign_dir: pytest.Pytester, value: str,
+                                                            message: str) -> None:
+    campaign_dir.makepyfile(c=simple_campaign('"only"'))
+    result = campaign_dir.runpytest("c.py", f"--cell-timeout={value}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*--cell-timeout*{message}*"])
+
+
+def test_bad_cell_timeout_from_environment_names_the_variable(campaign_dir: pytest.Pytester,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    campaign_dir.makepyfile(c=simple_campaign('"only"'))
+    monkeypatch.setenv("CELL_TIMEOUT", "soon")
+    result = campaign_dir.runpytest("c.py", "--collect-only")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*environment variable CELL_TIMEOUT='soon'*expected a number of seconds*"])
+
+
+def test_duplicate_op_across_campaigns_is_refused(campaign_dir: pytest.Pytester) -> None:
+    campaign_dir.makepyfile(a=simple_campaign('"same"'), b=simple_campaign('"same"'))
+    result = campaign_dir.runpytest(".", "--ab-rounds", "1")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*op name 'same' is declared by both*"])
