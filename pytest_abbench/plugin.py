@@ -9,6 +9,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from pytest_abbench.options import Settings, detect_backend, register, resolve
 from pytest_abbench.status import StatusRow, append_status_row
 
 PLUGIN_KEY = pytest.StashKey["AbbenchPlugin"]()
+CELL_ID = re.compile(r"\[r\d+-[AB]\d?\](@\S+)?$")
 CELL_PROPERTY = "abbench_cell"
 LOCK_FILE = ".lock"
 PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
@@ -378,7 +380,7 @@ class XdistHooks:
         node.workerinput["abbench_root"] = str(self.plugin.root)
 
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
-        if any("[r" in nodeid for nodeid in ids):
+        if any(CELL_ID.search(nodeid) for nodeid in ids):
             self.plugin.claim_root()
 
 

@@ -1,0 +1,163 @@
+"""The cell harness without a GPU: pinned autotune, identity, IR capture on a cache hit, capture fallback."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_abbench.markers import BENCHMARK_CAPTURE_POISONED, BENCHMARK_DIRECT_NO_CUDAGRAPH
+from pytest_abbench.timers import CapturePoisoned, Timing, time_with_fallback
+
+REPO = Path(__file__).resolve().parent.parent
+
+# A real autotuned Triton kernel with a counting benchmark function: in the
+# interpreter Triton's own benchmarker has no driver, but a custom do_bench runs.
+AUTOTUNE_CAMPAIGN = '''
+import os
+from pytest_abbench import Case, Op, Switch
+
+CALLS = {"n": 0}
+
+def counting_bench(fn, quantiles):
+    CALLS["n"] += 1
+    print("BENCH_CALL", flush=True)
+    fn()
+    return [float(CALLS["n"])] * 3
+
+def build(shape, device):
+    import torch, triton, triton.language as tl
+
+    @triton.autotune(configs=[triton.Config({"BLOCK": 16}), triton.Config({"BLOCK": 32})],
+                     key=["n"], do_bench=counting_bench)
+    @triton.jit
+    def add_one(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1, mask=offs < n)
+
+    n = shape["n"] + (int(os.environ.get("EXTRA_KEY", "0")) if os.environ.get("SIDE_IS_B") else 0)
+    x = torch.arange(n, dtype=torch.float32)
+    out = torch.empty_like(x)
+    def run():
+        add_one[lambda m: (triton.cdiv(n, m["BLOCK"]),)](x, out, n)
+        return out
+    return Case(run=run, expected=lambda: x + 1)
+
+OPS = [Op("addone", build=build, shapes={"smoke": [{"n": 40}]})]
+SWITCH = Switch(env_b={"SIDE_IS_B": "1"})
+'''
+
+
+def _run_cells(pytester: pytest.Pytester, root: Path, *args: str) -> pytest.RunResult:
+    pytester.makeini("[pytest]\n")
+    pytester.makepyfile(tuned=AUTOTUNE_CAMPAIGN)
+    return pytester.runpytest_subprocess("tuned.py", "--ab-root", str(root), "--ab-ir-target", "none",
+                                         "-p", "no:cacheprovider", *args)
+
+
+def test_record_then_replay_never_benchmarks_and_a_miss_is_marked_once(pytester: pytest.Pytester,
+                                                                      tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "root"
+    # Side B sees a different n, i.e. an autotune key the record lacks.
+    monkeypatch.setenv("EXTRA_KEY", "3")
+    result = _run_cells(pytester, root, "--ab-rounds", "2")
+    result.assert_outcomes(passed=4)
+    record = json.loads((root / "autotune" / "addone.json").read_text())
+    assert [e["key"] for e in record["entries"]] == [["40", "torch.float32", "torch.float32"]]
+    assert record["entries"][0]["kernel"].endswith(":build.<locals>.add_one")
+    logs = {cell: (root / cell / "addone" / "run.log").read_text() for cell in ("r1_A", "r1_B", "r2_A", "r2_B")}
+    assert logs["r1_A"].count("BENCH_CALL") == 2, "record mode benchmarks each config once"
+    assert logs["r2_A"].count("BENCH_CALL") == 0, "replay of a recorded key runs no benchmark"
+    for cell in ("r1_B", "r2_B"):
+        assert logs[cell].count("AUTOTUNE_REPLAY_FALLBACK kernel=") == 1, "one marker per missing key"
+        assert "key=['43', 'torch.float32', 'torch.float32']" in logs[cell]
+        assert logs[cell].count("BENCH_CALL") == 2, "a missing key is tuned normally"
+    timing = json.loads((root / "r2_A" / "addone" / "cell_timing.json").read_text())
+    assert timing["autotune_bench_calls"] == 0
+
+
+def test_identity_file_contents(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    _run_cells(pytester, root, "--ab-rounds", "1").assert_outcomes(passed=2)
+    a = json.loads((root / "r1_A" / "addone" / "run_identity.json").read_text())
+    b = json.loads((root / "r1_B" / "addone" / "run_identity.json").read_text())
+    for key in ("backend", "device", "timer", "bench_level", "shape_mode", "tuner_cache", "direct_repeat",
+                "autotune_mode", "torch", "triton", "driver", "python", "host", "gpu_uuid", "campaign_hash",
+                "switch", "side"):
+        assert key in a, key
+    assert (a["backend"], a["timer"], a["bench_level"], a["direct_repeat"]) == \
+        ("interpreter", "wall", "smoke", "rep=100ms,warmup=25ms")
+    assert (a["autotune_mode"], b["autotune_mode"]) == ("record", "replay")
+    assert a["autotune_record"] == b["autotune_record"] == str(root / "autotune" / "addone.json")
+    assert (a["side"], b["side"], a["switch"]) == ("A", "B", "SIDE_IS_B=1")
+    assert a["shape_mode"] == b["shape_mode"]
+
+
+@pytest.mark.slow
+def test_ir_capture_writes_ttgir_on_a_triton_cache_hit(tmp_path: Path) -> None:
+    """Two compile-only runs of one side share a TRITON_CACHE_DIR; the second loads from it and still writes IR."""
+    cache = tmp_path / "cache"
+    env = {**os.environ, "TRITON_CACHE_DIR": str(cache), "PYTHONPATH": str(REPO)}
+    env.pop("TRITON_INTERPRET", None)
+    outs = []
+    for n in (1, 2):
+        out = tmp_path / f"cell{n}"
+        subprocess.run([sys.executable, "-m", "pytest_abbench.cell", "--campaign", str(REPO / "campaigns/mm.py"),
+                        "--op", "mm", "--round", "1", "--side", "A", "--out", str(out), "--backend", "interpreter",
+                        "--timer", "wall", "--level", "smoke", "--ir-target", "cuda:90", "--ir-only"],
+                       env=env, check=True, capture_output=True, timeout=300)
+        outs.append(sorted(p.relative_to(out).as_posix() for p in (out / "ir").rglob("*.ttgir")))
+    cached = [p for p in cache.rglob("*.ttgir")]
+    assert cached, "the first run filled Triton's cache"
+    assert outs[0] and outs[0] == outs[1], "a cache hit captures the same files under the same stable names"
+
+
+def _fail_capture(fn: object, rep: int) -> Timing:
+    raise RuntimeError("operation not permitted when stream is capturing")
+
+
+def test_capture_failure_with_healthy_context_falls_back_to_direct() -> None:
+    # The fake timers stand for do_bench_cudagraph (capture fails) and do_bench (works) on a GPU.
+    lines: list[str] = []
+    timing = time_with_fallback(lambda: None, "cudagraph", 100, 25, 3, "op1", "s1", lines.append,
+                                graph_timer=_fail_capture, direct_timer=lambda f, r, w: Timing("direct", [1.0]),
+                                probe=lambda: None)
+    assert timing.timer == "direct" and timing.marker == BENCHMARK_DIRECT_NO_CUDAGRAPH
+    assert lines == [f"{BENCHMARK_DIRECT_NO_CUDAGRAPH} op=op1 shape=s1 reason=RuntimeError: operation not "
+                     "permitted when stream is capturing"]
+
+
+def test_capture_failure_that_breaks_the_context_is_poisoned() -> None:
+    def broken_probe() -> None:
+        raise RuntimeError("CUDA error: operation failed due to a previous error during capture")
+
+    lines: list[str] = []
+    with pytest.raises(CapturePoisoned):
+        time_with_fallback(lambda: None, "cudagraph", 100, 25, 3, "op1", "s1", lines.append,
+                           graph_timer=_fail_capture, direct_timer=lambda f, r, w: Timing("direct", [1.0]),
+                           probe=broken_probe)
+    assert len(lines) == 1 and lines[0].startswith(f"{BENCHMARK_CAPTURE_POISONED} op=op1 shape=s1 reason=")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("campaign", ["topk", "router_gemm", "mm", "replication_pad3d"])
+def test_every_campaign_smoke_level_is_correct_in_the_interpreter(campaign: str, tmp_path: Path) -> None:
+    from pytest_abbench.campaign import load_campaign
+
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO), "TRITON_CACHE_DIR": str(tmp_path / "c")}
+    for op in load_campaign(REPO / "campaigns" / f"{campaign}.py").ops:
+        out = tmp_path / op.name
+        proc = subprocess.run([sys.executable, "-m", "pytest_abbench.cell", "--campaign",
+                               str(REPO / "campaigns" / f"{campaign}.py"), "--op", op.name, "--round", "1",
+                               "--side", "A", "--out", str(out), "--backend", "interpreter", "--timer", "wall",
+                               "--level", "smoke", "--samples", "1", "--autotune-mode", "record",
+                               "--autotune-file", str(tmp_path / "at.json")],
+                              env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+        assert records and all(r["status"] == "ok" for r in records), records
