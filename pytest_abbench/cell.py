@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from pytest_abbench.autotune_pin import AutotunePin, AutotuneRecordError, install
-from pytest_abbench.campaign import Case, Shape, load_campaign, shape_set_hash
+from pytest_abbench.campaign import Case, load_campaign, shape_set_hash
 from pytest_abbench.fileio import append_jsonl, iter_jsonl, write_json_atomic
 from pytest_abbench.identity import build_identity, file_hash, write_identity
 from pytest_abbench.ircapture import IR_DIR, enter_compile_only, install_capture

@@ -15,12 +15,14 @@ from typing import Any, Callable
 
 import pytest
 
+from pytest_abbench import campaign
+
 DEFAULT_CELL_TIMEOUT_S = 2400.0  # matches the NV campaigns: one hung cell must not hold a batch
 DEFAULT_ROUNDS = 2
 DEFAULT_MARGIN_PCT = 2.0
 TIMERS = ("auto", "cudagraph", "direct", "wall")
 BACKENDS = ("auto", "cuda", "interpreter")
-LEVELS = ("auto", "smoke", "core", "comprehensive")
+LEVELS = ("auto", *campaign.LEVELS)
 
 CELL_TIMEOUT_HELP = "seconds before a cell's process group is killed (rc 124 TIMEOUT); env CELL_TIMEOUT, ini cell_timeout"
 

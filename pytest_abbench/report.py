@@ -19,11 +19,11 @@ from typing import Any, Iterable
 from pytest_abbench import caliber, irgate
 from pytest_abbench.campaign import SIDES
 from pytest_abbench.fileio import CorruptFileError, iter_jsonl, write_json_atomic
-from pytest_abbench.markers import MARKERS, count_markers
+from pytest_abbench.markers import count_markers
+from pytest_abbench.options import DEFAULT_MARGIN_PCT
 from pytest_abbench.status import StatusFormatError, read_status
 
 SCHEMA_VERSION = 1
-DEFAULT_MARGIN_PCT = 2.0
 REPORT_MD = "report.md"
 REPORT_JSON = "report.json"
 _CELL_DIR = re.compile(r"^r(\d+)_(A|B)$")
@@ -355,5 +355,3 @@ def report_from_json(data: dict[str, Any]) -> Report:
                                "geomean_ci_pct": tuple(o["geomean_ci_pct"]) if o["geomean_ci_pct"] else None}))
     return Report(**{**data, "ops": ops})
 
-
-__all__ = ["build_report", "render_text", "write_report", "report_from_json", "MARKERS"]
