@@ -121,3 +121,11 @@ def test_summary_refuses_record_record_by_name_and_missing_identity(tmp_path: Pa
     assert main(["summary", str(tmp_path / "gone")]) == 4
     assert "not valid JSON" in capsys.readouterr().out  # type: ignore[attr-defined]
     assert main(["summary", str(tmp_path / "nowhere")]) == 2
+
+
+def test_one_round_against_the_others_blocks_a_direction_verdict(tmp_path: Path) -> None:
+    # The interval of these deltas excludes zero, but round 8 disagrees on the sign.
+    _synthetic_root(tmp_path, {"s": [0.1] * 7 + [-0.001]})
+    shape = build_report(tmp_path).ops[0].shapes[0]
+    assert shape.ci_pct is not None and shape.ci_pct[0] > 0
+    assert shape.sign_flip and shape.verdict == "inconclusive"
