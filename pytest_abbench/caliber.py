@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from pytest_abbench.fileio import CorruptFileError, read_json
 from pytest_abbench.identity import CALIBER_AXES, IDENTITY_FILE, INFO_FIELDS
@@ -27,6 +27,9 @@ class CaliberFinding:
     value_b: Any
     detail: str = ""
     files: tuple[str, str] = ("", "")
+
+    def key(self) -> tuple[str, str, str, str, str, str]:
+        return self.level, self.op, self.axis, repr(self.value_a), repr(self.value_b), self.detail
 
     def line(self) -> str:
         files = f" ({self.files[0]} vs {self.files[1]})" if any(self.files) else ""
@@ -47,11 +50,12 @@ class CaliberResult:
         return [f for f in self.findings if f.level == "mismatch"]
 
     def extend(self, other: "CaliberResult") -> None:
-        seen = {f.line() for f in self.findings}
+        """Add findings not already present; one line per (level, op, axis, values), not per file pair."""
+        seen = {f.key() for f in self.findings}
         for f in other.findings:
-            if f.line() not in seen:
+            if f.key() not in seen:
                 self.findings.append(f)
-                seen.add(f.line())
+                seen.add(f.key())
 
 
 def load_identity(cell_dir: Path) -> tuple[dict[str, Any] | None, str]:
@@ -128,6 +132,19 @@ def compare_identities(op: str, dir_a: Path, dir_b: Path) -> CaliberResult:
         if a.get(info) != b.get(info):
             result.findings.append(CaliberFinding("note", op, info, a.get(info), b.get(info)))
     return result
+
+
+def cell_pairs(round_no: int, folder: "Callable[[int, str], Path]") -> list[tuple[Path, Path]]:
+    """The (A, B) folders a round's cells are checked against: the same round, and round 1 of the other side.
+
+    Round 1 is where side A recorded the autotune choices every later cell
+    replays, so a later cell that drifted from it is as wrong as one that
+    drifted from its own round's partner.
+    """
+    pairs = [(folder(round_no, "A"), folder(round_no, "B"))]
+    if round_no != 1:
+        pairs += [(folder(round_no, "A"), folder(1, "B")), (folder(1, "A"), folder(round_no, "B"))]
+    return pairs
 
 
 def compare_shape_timers(op: str, results_a: dict[str, dict[str, Any]],

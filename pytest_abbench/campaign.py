@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping, Sequence, Union
 
 LEVELS = ("smoke", "core", "comprehensive")
 SIDES = ("A", "B")
-SIDE_OPTIONS = ("timer", "level", "direct_rep", "direct_warmup", "samples")
+SIDE_OPTIONS = ("timer", "level", "direct_rep", "direct_warmup", "samples", "tuner_cache")
 # Op and shape names become folder names under the root: nothing that can
 # climb out of it ("/", "..") or confuse a shell or a pytest id.
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
@@ -103,7 +103,7 @@ class Switch:
     setup_a: Callable[[], None] | None = None
     setup_b: Callable[[], None] | None = None
     # Measurement options overridden for one side (timer, level, direct_rep,
-    # direct_warmup, samples).  Each is a caliber axis: a campaign that sets
+    # direct_warmup, samples, tuner_cache).  Each is a caliber axis: a campaign that sets
     # one is refused by the caliber check, which is the point of allowing it
     # (it reproduces the mixed-caliber trap on purpose).
     options_a: Mapping[str, str] = field(default_factory=dict)

@@ -53,6 +53,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--autotune-file", default=None)
     p.add_argument("--ir-target", default=None, help="interpreter only: compile kernels for this target to capture TTGIR")
     p.add_argument("--switch", default="none")
+    p.add_argument("--tuner-cache", default="per-cell", help="identity axis tuner_cache: per-cell or shared:DIR")
     p.add_argument("--ir-only", action="store_true", help="compile every shape's kernels for --ir-target; time nothing")
     return p.parse_args(list(argv))
 
@@ -150,7 +151,7 @@ def measure(args: argparse.Namespace) -> int:
     direct_repeat = f"rep={args.direct_rep}ms,warmup={args.direct_warmup}ms"
     identity = build_identity(
         backend=args.backend, timer=args.timer, bench_level=args.level, shape_mode=shape_set_hash(shapes),
-        tuner_cache="none", direct_repeat=direct_repeat, autotune_mode=args.autotune_mode,
+        tuner_cache=args.tuner_cache, direct_repeat=direct_repeat, autotune_mode=args.autotune_mode,
         autotune_record=str(record) if record else None, campaign=Path(args.campaign), switch=args.switch,
         side=args.side, role=args.role or args.side, round_no=args.round, op=args.op,
     )

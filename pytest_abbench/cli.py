@@ -59,7 +59,8 @@ def summary(args: argparse.Namespace) -> int:
             print(f"abbench summary: {dir_a} holds no cell folders (r<k>_<side>/<op>/)", file=sys.stderr)
             return EXIT_USAGE
         built = report.build_report(dir_a, expected=records, margin_pct=args.ab_margin,
-                                    fail_if_slower_pct=args.ab_fail_if_slower)
+                                    fail_if_slower_pct=args.ab_fail_if_slower,
+                                    allow_caliber_mismatch=args.allow_caliber_mismatch)
     else:
         if args.root is None:
             print("abbench summary: give ROOT or --ab DIR_A DIR_B", file=sys.stderr)
@@ -76,7 +77,8 @@ def summary(args: argparse.Namespace) -> int:
                 print(f"!!! [caliber] root={root}: no identity file to compare: refusing to read latencies")
                 return EXIT_CALIBER if not args.allow_caliber_mismatch else EXIT_USAGE
             return EXIT_USAGE
-        built = report.build_report(root, margin_pct=args.ab_margin, fail_if_slower_pct=args.ab_fail_if_slower)
+        built = report.build_report(root, margin_pct=args.ab_margin, fail_if_slower_pct=args.ab_fail_if_slower,
+                                    allow_caliber_mismatch=args.allow_caliber_mismatch)
     print(report.render_text(built))
     if built.caliber_mismatch and not args.allow_caliber_mismatch:
         return EXIT_CALIBER

@@ -65,6 +65,16 @@ def env_assignment(text: str) -> tuple[str, str]:
     return key, value
 
 
+def tuner_cache_mode(text: str) -> str:
+    """``per-cell`` (every cell its own tuner cache, seeded from round 1's record) or ``shared:DIR``."""
+    if text == "per-cell":
+        return text
+    kind, sep, where = text.partition(":")
+    if kind == "shared" and sep and where:
+        return f"shared:{os.path.abspath(where)}"
+    raise argparse.ArgumentTypeError(f"expected per-cell or shared:DIR, got {text!r}")
+
+
 def choice(options: tuple[str, ...]) -> Callable[[str], str]:
     def parse(text: str) -> str:
         if text not in options:
@@ -99,6 +109,9 @@ def register(parser: pytest.Parser) -> None:
     add("--ab-samples", type=positive_int, default=None, metavar="N", help="timed samples per shape (default 10 on CUDA, 3 in the interpreter)")
     add("--ab-direct-rep", type=positive_int, default=100, metavar="MS", help="direct timer: do_bench rep in ms (identity axis direct_repeat)")
     add("--ab-direct-warmup", type=positive_int, default=25, metavar="MS", help="direct timer: do_bench warmup in ms (identity axis direct_repeat)")
+    add("--ab-tuner-cache", type=tuner_cache_mode, default="per-cell", metavar="per-cell|shared:DIR",
+        help="where library tuners (FlagGems' LibTuner) keep their choices: per-cell (pinned from round 1, the "
+             "default) or one shared folder, which makes absolute latencies unquotable (caliber warning)")
     add("--ab-allow-no-ir-diff", action="store_true", default=False,
         help="run every round even when round 1 shows the switch changed no TTGIR (env SWITCH_ALLOW_NO_IR_DIFF=1)")
     add("--ab-ir-target", default="cuda:90", metavar="BACKEND:ARCH",
@@ -122,6 +135,7 @@ class Settings:
     samples: int | None
     direct_rep_ms: int
     direct_warmup_ms: int
+    tuner_cache: str
     allow_no_ir_diff: bool
     ir_target: str | None
     allow_caliber_mismatch: bool
@@ -166,6 +180,7 @@ def resolve(config: pytest.Config) -> Settings:
         samples=opt.ab_samples,
         direct_rep_ms=opt.ab_direct_rep,
         direct_warmup_ms=opt.ab_direct_warmup,
+        tuner_cache=opt.ab_tuner_cache,
         allow_no_ir_diff=allow_no_ir,
         ir_target=None if opt.ab_ir_target in ("", "none") else opt.ab_ir_target,
         allow_caliber_mismatch=opt.allow_caliber_mismatch,

@@ -113,7 +113,7 @@ class AbbenchPlugin:
         self.backend = detect_backend(settings.backend)
         self.campaigns: dict[Path, Campaign] = {}
         self.records: list[dict[str, Any]] = []
-        self.caliber = caliber.CaliberResult()
+        self.caliber_lines_shown: set[str] = set()
         self.gates: dict[str, irgate.GateDecision] = {}
         self.cell_folders: dict[str, Path] = {}
         self._lock_fd: int | None = None
@@ -176,6 +176,9 @@ class AbbenchPlugin:
             env.pop(key, None)
         env.update(switch.env(side))
         env["TRITON_CACHE_DIR"] = str(self.root / "cache" / f"triton_{side}")
+        tuner_cache = self.tuner_cache(side, campaign)
+        if tuner_cache.startswith("shared:"):
+            env["FLAGGEMS_CACHE_DIR"] = tuner_cache.removeprefix("shared:")
         if self.backend == "interpreter":
             env["TRITON_INTERPRET"] = "1"
         else:
@@ -202,11 +205,16 @@ class AbbenchPlugin:
             "--direct-rep", str(side_opts.get("direct_rep") or s.direct_rep_ms),
             "--direct-warmup", str(side_opts.get("direct_warmup") or s.direct_warmup_ms),
             "--autotune-mode", mode, "--autotune-file", str(record), "--switch", campaign.switch.describe(),
+            "--tuner-cache", self.tuner_cache(spec.side, campaign),
         ]
         # Without a GPU, round 1 compiles its kernels for the IR target so the gate has TTGIR to compare.
         if not cuda and spec.round == 1 and s.ir_target:
             argv += ["--ir-target", s.ir_target]
         return argv
+
+    def tuner_cache(self, side: str, campaign: Campaign) -> str:
+        """The side's tuner cache as the identity names it (caliber axis ``tuner_cache``)."""
+        return str(campaign.switch.options(side).get("tuner_cache") or self.settings.tuner_cache)
 
     def gate_for(self, op: str) -> irgate.GateDecision | None:
         if op not in self.gates:
@@ -275,17 +283,19 @@ class AbbenchPlugin:
         item.user_properties.append(("abbench_irgate", json.dumps(decision.to_json())))
 
     def check_caliber(self, item: CellItem) -> None:
+        """Compare this cell with the other side's cell of its round and of round 1, as soon as both exist."""
         spec = item.spec
-        other = "B" if spec.side == "A" else "A"
         mine = spec.folder(self.root)
-        theirs = CellSpec(spec.campaign, spec.op, spec.round, other, spec.op_index).folder(self.root)
-        if not (theirs / "run.log").exists():
-            return  # the other side of this round has not run: it will compare when it does
-        dirs = {spec.side: mine, other: theirs}
-        found = caliber.compare_identities(spec.op, dirs["A"], dirs["B"])
+
+        def folder(round_no: int, side: str) -> Path:
+            return CellSpec(spec.campaign, spec.op, round_no, side, spec.op_index).folder(self.root)
+
+        found = caliber.CaliberResult()
+        for dir_a, dir_b in caliber.cell_pairs(spec.round, folder):
+            if mine in (dir_a, dir_b) and (dir_a / "run.log").exists() and (dir_b / "run.log").exists():
+                found.extend(caliber.compare_identities(spec.op, dir_a, dir_b))
         if found.findings:
             item.user_properties.append(("abbench_caliber", json.dumps([f.line() for f in found.findings])))
-            self.caliber.extend(found)
 
     # -- hooks -----------------------------------------------------------------
     def pytest_collect_file(self, file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
@@ -340,6 +350,11 @@ class AbbenchPlugin:
         if CELL_PROPERTY not in props:
             return
         self.records.append(json.loads(props[CELL_PROPERTY]))
+        # Caliber lines as soon as a cell shows them (here on the controller under xdist too).
+        for line in json.loads(props.get("abbench_caliber", "[]")):
+            if line not in self.caliber_lines_shown:
+                self.caliber_lines_shown.add(line)
+                self.write_line(line)
 
     def pytest_report_teststatus(self, report: pytest.TestReport, config: pytest.Config) -> Any:
         if report.when == "call" and report.skipped and irgate.NO_IR_DIFF in str(report.longrepr):

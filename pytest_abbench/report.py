@@ -186,7 +186,8 @@ def _cv_pct(values: list[float]) -> float | None:
     return 100.0 * statistics.stdev(values) / statistics.fmean(values) if len(values) >= 2 else None
 
 
-def build_op(op: str, cells: list[_Cell], root: Path, margin_pct: float, result: caliber.CaliberResult) -> OpReport:
+def build_op(op: str, cells: list[_Cell], root: Path, margin_pct: float, result: caliber.CaliberResult,
+             allow_caliber_mismatch: bool = False) -> OpReport:
     by_round: dict[int, dict[str, _Cell]] = {}
     for c in cells:
         by_round.setdefault(c.round, {})[c.side] = c
@@ -201,11 +202,18 @@ def build_op(op: str, cells: list[_Cell], root: Path, margin_pct: float, result:
         rep.gate_lines = gate.headline()
 
     # Caliber first: every round's identities, before a single latency is parsed.
-    for rnd, sides in sorted(by_round.items()):
-        if all(s in sides for s in SIDES) and all(sides[s].status != irgate.NO_IR_DIFF for s in SIDES):
-            found = caliber.compare_identities(op, sides["A"].folder, sides["B"].folder)
-            rep.caliber += [f.line() for f in found.findings if f.line() not in rep.caliber]
-            result.extend(found)
+    op_result = caliber.CaliberResult()
+    ran = {(c.round, c.side): c.folder for c in cells if c.status != irgate.NO_IR_DIFF}
+    for rnd in sorted(by_round):
+        for dir_a, dir_b in caliber.cell_pairs(rnd, lambda r, s: ran.get((r, s), Path())):
+            if dir_a != Path() and dir_b != Path():
+                op_result.extend(caliber.compare_identities(op, dir_a, dir_b))
+    rep.caliber = [f.line() for f in op_result.findings]
+    result.extend(op_result)
+    if op_result.mismatches and not allow_caliber_mismatch:
+        rep.reason = ("no verdict: caliber mismatch (the !!! [caliber] lines above); the two sides' numbers mean "
+                      "different things. --allow-caliber-mismatch reports them anyway")
+        return rep
 
     round1 = by_round.get(1, {})
     round1_bad = [f"r1-{s} {round1[s].status}" for s in SIDES if s in round1 and round1[s].status != "ok"]
@@ -283,8 +291,10 @@ def build_op(op: str, cells: list[_Cell], root: Path, margin_pct: float, result:
 
 
 def build_report(root: Path, settings: Any = None, expected: Iterable[dict[str, Any]] | None = None,
-                 margin_pct: float | None = None, fail_if_slower_pct: float | None = None) -> Report:
+                 margin_pct: float | None = None, fail_if_slower_pct: float | None = None,
+                 allow_caliber_mismatch: bool = False) -> Report:
     if settings is not None:
+        allow_caliber_mismatch = allow_caliber_mismatch or settings.allow_caliber_mismatch
         margin_pct = settings.margin_pct if margin_pct is None else margin_pct
         fail_if_slower_pct = settings.fail_if_slower_pct if fail_if_slower_pct is None else fail_if_slower_pct
     margin = DEFAULT_MARGIN_PCT if margin_pct is None else margin_pct
@@ -294,7 +304,7 @@ def build_report(root: Path, settings: Any = None, expected: Iterable[dict[str, 
     for c in cells:
         by_op.setdefault(c.op, []).append(c)
     result = caliber.CaliberResult()
-    ops = [build_op(op, op_cells, root, margin, result) for op, op_cells in sorted(by_op.items())]
+    ops = [build_op(op, op_cells, root, margin, result, allow_caliber_mismatch) for op, op_cells in sorted(by_op.items())]
     slower = []
     if fail_if_slower_pct is not None:
         for o in ops:
