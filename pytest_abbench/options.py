@@ -114,6 +114,9 @@ def register(parser: pytest.Parser) -> None:
              "default) or one shared folder, which makes absolute latencies unquotable (caliber warning)")
     add("--ab-allow-no-ir-diff", action="store_true", default=False,
         help="run every round even when round 1 shows the switch changed no TTGIR (env SWITCH_ALLOW_NO_IR_DIFF=1)")
+    add("--ab-ir-only", action="store_true", default=False,
+        help="IR triage: compile every op's kernels for both sides for --ab-ir-target, time nothing, and report "
+             "which ops the switch changes (no GPU needed)")
     add("--ab-ir-target", default="cuda:90", metavar="BACKEND:ARCH",
         help="without a GPU, compile round 1's kernels for this target to capture TTGIR ('none' to skip)")
     add_report_options(add)
@@ -137,6 +140,7 @@ class Settings:
     direct_warmup_ms: int
     tuner_cache: str
     allow_no_ir_diff: bool
+    ir_only: bool
     ir_target: str | None
     allow_caliber_mismatch: bool
     margin_pct: float | None
@@ -168,6 +172,10 @@ def resolve(config: pytest.Config) -> Settings:
     timeout, timeout_src = _from_env_or_ini(config, opt.cell_timeout, "CELL_TIMEOUT", "cell_timeout",
                                             positive_seconds, DEFAULT_CELL_TIMEOUT_S)
     rounds, rounds_src = _from_env_or_ini(config, opt.ab_rounds, None, "ab_rounds", positive_int, DEFAULT_ROUNDS)
+    if opt.ab_ir_only and opt.ab_ir_target in ("", "none"):
+        raise pytest.UsageError("--ab-ir-only needs an --ab-ir-target to compile for (e.g. cuda:90), not 'none'")
+    if opt.ab_ir_only:
+        rounds, rounds_src = 1, "--ab-ir-only compiles round 1 only"
     allow_no_ir = bool(opt.ab_allow_no_ir_diff) or os.environ.get("SWITCH_ALLOW_NO_IR_DIFF", "") == "1"
     return Settings(
         rounds=rounds,
@@ -182,6 +190,7 @@ def resolve(config: pytest.Config) -> Settings:
         direct_warmup_ms=opt.ab_direct_warmup,
         tuner_cache=opt.ab_tuner_cache,
         allow_no_ir_diff=allow_no_ir,
+        ir_only=bool(opt.ab_ir_only),
         ir_target=None if opt.ab_ir_target in ("", "none") else opt.ab_ir_target,
         allow_caliber_mismatch=opt.allow_caliber_mismatch,
         margin_pct=opt.ab_margin,

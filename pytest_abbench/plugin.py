@@ -28,6 +28,7 @@ from pytest_abbench.options import Settings, detect_backend, register, resolve
 from pytest_abbench.status import StatusRow, append_status_row
 
 PLUGIN_KEY = pytest.StashKey["AbbenchPlugin"]()
+IR_ONLY = report.IR_ONLY
 CELL_ID = re.compile(r"\[r\d+-[AB]\d?\](@\S+)?$")
 CELL_PROPERTY = "abbench_cell"
 LOCK_FILE = ".lock"
@@ -179,7 +180,7 @@ class AbbenchPlugin:
         tuner_cache = self.tuner_cache(side, campaign)
         if tuner_cache.startswith("shared:"):
             env["FLAGGEMS_CACHE_DIR"] = tuner_cache.removeprefix("shared:")
-        if self.backend == "interpreter":
+        if self.backend == "interpreter" and not self.settings.ir_only:
             env["TRITON_INTERPRET"] = "1"
         else:
             env.pop("TRITON_INTERPRET", None)
@@ -207,8 +208,11 @@ class AbbenchPlugin:
             "--autotune-mode", mode, "--autotune-file", str(record), "--switch", campaign.switch.describe(),
             "--tuner-cache", self.tuner_cache(spec.side, campaign),
         ]
+        if s.ir_only:
+            # Triage: compile for the target through the stand-in driver, time nothing.
+            argv += ["--ir-target", str(s.ir_target), "--ir-only"]
         # Without a GPU, round 1 compiles its kernels for the IR target so the gate has TTGIR to compare.
-        if not cuda and spec.round == 1 and s.ir_target:
+        elif not cuda and spec.round == 1 and s.ir_target:
             argv += ["--ir-target", s.ir_target]
         return argv
 
@@ -239,10 +243,15 @@ class AbbenchPlugin:
         cell_dir.mkdir(parents=True, exist_ok=True)
         result = run_child(self.cell_argv(spec, item.campaign, cell_dir), self.cell_env(item.campaign, spec.side),
                            log_path, self.settings.cell_timeout_s)
-        success, failed, problems = count_shapes(cell_dir)
+        if self.settings.ir_only:
+            success, failed, problems = len(irgate.ttgir_files(cell_dir / "ir")), 0, []
+        else:
+            success, failed, problems = count_shapes(cell_dir)
         markers = count_markers(log_path)
         status = status_word(result.rc)
-        if result.rc == 0 and failed:
+        if result.rc == 0 and self.settings.ir_only:
+            status = IR_ONLY
+        elif result.rc == 0 and failed:
             status = "FAILED_SHAPES"
         elif result.rc == 0 and not success:
             status = "NO_SHAPES"
@@ -253,9 +262,10 @@ class AbbenchPlugin:
 
         if spec.round == 1:
             self.maybe_decide_gate(item)
-        self.check_caliber(item)
+        if not self.settings.ir_only:  # no latency, no identity: nothing to calibrate
+            self.check_caliber(item)
 
-        if status != "ok":
+        if status not in ("ok", IR_ONLY):
             header = f"cell {spec.op}[{spec.cell_id}] failed: {describe(result.rc)}"
             if result.rc == 0:
                 header = f"cell {spec.op}[{spec.cell_id}] failed: {status} ({failed} failed, {success} ok shapes)"
@@ -275,7 +285,7 @@ class AbbenchPlugin:
     def maybe_decide_gate(self, item: CellItem) -> None:
         spec = item.spec
         dirs = {side: CellSpec(spec.campaign, spec.op, 1, side, spec.op_index).folder(self.root) for side in SIDES}
-        if not all((d / "run_identity.json").exists() for d in dirs.values()) or spec.op in self.gates:
+        if not all((d / "run.log").exists() for d in dirs.values()) or spec.op in self.gates:
             return  # the other side has not run yet (or was deselected)
         decision = irgate.decide(spec.op, dirs["A"] / "ir", dirs["B"] / "ir")
         irgate.save_decision(self.root, decision)

@@ -26,6 +26,7 @@ from pytest_abbench.status import StatusFormatError, read_status
 SCHEMA_VERSION = 1
 REPORT_MD = "report.md"
 REPORT_JSON = "report.json"
+IR_ONLY = "IR_ONLY"  # status word of an --ab-ir-only cell: compiled for the target, timed nothing
 _CELL_DIR = re.compile(r"^r(\d+)_(A|B)$")
 # Two-sided 95% Student t quantiles by degrees of freedom (no scipy needed).
 _T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
@@ -103,7 +104,7 @@ class OpReport:
     campaign: str
     rounds_completed: int
     rounds_expected: int
-    state: str  # verdict | no_verdict | no_ir_diff
+    state: str  # verdict | no_verdict | no_ir_diff | ir_only
     reason: str = ""
     gate: dict[str, Any] | None = None
     gate_lines: list[str] = field(default_factory=list)
@@ -200,6 +201,12 @@ def build_op(op: str, cells: list[_Cell], root: Path, margin_pct: float, result:
     if gate is not None:
         rep.gate = {"state": gate.state, "reason": gate.reason}
         rep.gate_lines = gate.headline()
+
+    if cells and all(c.status == IR_ONLY for c in cells):
+        rep.state = "ir_only"
+        rep.reason = (f"IR triage only (nothing timed): {gate.reason}" if gate is not None
+                      else "IR triage only: no gate decision (a side failed to compile)")
+        return rep
 
     # Caliber first: every round's identities, before a single latency is parsed.
     op_result = caliber.CaliberResult()
@@ -319,15 +326,34 @@ def _fmt(v: float | None, unit: str = "%") -> str:
     return "-" if v is None else f"{v:+.1f}{unit}" if unit == "%" else f"{v:.4g}{unit}"
 
 
+def _caliber_text(o: OpReport) -> str:
+    if o.state == "ir_only":
+        return "not checked (nothing timed)"
+    return "MISMATCH" if any(x.startswith("!!!") for x in o.caliber) else "ok"
+
+
+def _gate_text(o: OpReport) -> str:
+    if o.gate is None:
+        return "not decided"
+    if o.gate["state"] == "unavailable":
+        return f"unavailable: {o.gate['reason']}" + ("" if o.state == "ir_only" else "; all rounds run")
+    return str(o.gate["state"])
+
+
 def render_text(report: Report) -> str:
     lines: list[str] = []
     lines += report.caliber_lines
     lines += [f"problem: {p}" for p in report.problems]
+    triage = [o for o in report.ops if o.state == "ir_only"]
+    if triage:
+        changed = [o.op for o in triage if o.gate and o.gate["state"] == "diff"]
+        lines.append(f"IR triage: the switch changes the generated code of {len(changed)} of {len(triage)} ops"
+                     + (f": {', '.join(changed)} (worth GPU time)" if changed else ""))
     for o in report.ops:
         marker_text = " ".join(f"{k}={v}" for k, v in o.markers.items() if v) or "markers clean"
         lines.append(f"== {o.op}: rounds {o.rounds_completed}/{o.rounds_expected}, {marker_text}, "
-                     f"caliber {'MISMATCH' if any(x.startswith('!!!') for x in o.caliber) else 'ok'}, "
-                     f"IR gate {o.gate['state'] if o.gate else 'not decided'}")
+                     f"caliber {_caliber_text(o)}, "
+                     f"IR gate {_gate_text(o)}")
         lines += [f"   IR: {g}" for g in o.gate_lines]
         if o.state != "verdict":
             lines.append(f"   {o.reason}")

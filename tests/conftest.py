@@ -52,6 +52,60 @@ SWITCH = Switch(env_b={"ABBENCH_TEST_SWITCH": "1"})
 '''
 
 
+# Real Triton kernels at the smallest sizes that prove the IR gate: a 64x64
+# tl.dot (a Hopper warpgroup MMA for cuda:90 unless DISABLE_MMA_V3=1), an
+# element-wise add (no dot: the switch cannot change it), and a torch-only op
+# (no Triton kernel: the gate has nothing to compare).
+IR_CAMPAIGN = '''
+import triton
+import triton.language as tl
+from pytest_abbench import Case, Op, Switch
+
+
+@triton.jit
+def dot_kernel(a_ptr, b_ptr, c_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    a = tl.load(a_ptr + offs[:, None] * N + offs[None, :])
+    b = tl.load(b_ptr + offs[:, None] * N + offs[None, :])
+    tl.store(c_ptr + offs[:, None] * N + offs[None, :], tl.dot(a, b))
+
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs) + 1)
+
+
+def build_dot(shape, device):
+    import torch
+    n = shape["n"]
+    a = torch.randn(n, n, device=device, dtype=torch.float16)
+    b = torch.randn(n, n, device=device, dtype=torch.float16)
+    c = torch.empty(n, n, device=device, dtype=torch.float32)
+    return Case(run=lambda: (dot_kernel[(1,)](a, b, c, N=n), c)[1], expected=lambda: a.float() @ b.float(),
+                atol=1e-2, rtol=1e-2)
+
+
+def build_add(shape, device):
+    import torch
+    x = torch.arange(shape["n"], device=device, dtype=torch.float32)
+    y = torch.empty_like(x)
+    return Case(run=lambda: (add_kernel[(1,)](x, y, N=shape["n"]), y)[1], expected=lambda: x + 1)
+
+
+def build_torch(shape, device):
+    import torch
+    x = torch.ones(shape["n"], device=device)
+    return Case(run=lambda: x * 2, expected=lambda: torch.full((shape["n"],), 2.0))
+
+
+OPS = [Op("dot", build=build_dot, shapes={"smoke": [{"n": 64}]}),
+       Op("add", build=build_add, shapes={"smoke": [{"n": 16}]}),
+       Op("torchonly", build=build_torch, shapes={"smoke": [{"n": 4}]})]
+SWITCH = Switch(env_b={"DISABLE_MMA_V3": "1"})
+'''
+
+
 def simple_campaign(ops: str = '"one", "two"', switch: str = 'Switch(env_b={"ABBENCH_TEST_SWITCH": "1"})',
                     extra: str = "") -> str:
     return textwrap.dedent(f'''

@@ -1,0 +1,98 @@
+"""The IR gate with real Triton compilations for cuda:90 on a CPU machine (ptxas ships in Triton's wheel)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import IR_CAMPAIGN
+
+from pytest_abbench import irgate
+from pytest_abbench.status import read_status
+
+FAST = ("-p", "no:cacheprovider")
+
+
+def compile_ir(folder: Path, op: str, env: dict[str, str] | None = None) -> Path:
+    """Run the real cell child in IR-only mode for ``op`` of the campaign written into ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    campaign = folder / "ircamp.py"
+    campaign.write_text(IR_CAMPAIGN)
+    out = folder / f"cell-{op}"
+    argv = [sys.executable, "-m", "pytest_abbench.cell", "--campaign", str(campaign), "--op", op, "--round", "1",
+            "--side", "A", "--out", str(out), "--backend", "interpreter", "--timer", "wall", "--level", "smoke",
+            "--ir-target", "cuda:90", "--ir-only"]
+    child_env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "DISABLE_MMA_V3")}
+    child_env.update(env or {}, TRITON_CACHE_DIR=str(folder / "triton-cache"))
+    done = subprocess.run(argv, env=child_env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return out / "ir"
+
+
+def test_same_kernel_compiled_in_two_folders_fingerprints_equal(tmp_path: Path) -> None:
+    ir_a, ir_b = compile_ir(tmp_path / "one", "dot"), compile_ir(tmp_path / "elsewhere" / "two", "dot")
+    raw_a, raw_b = (irgate.ttgir_files(d)[0].read_text() for d in (ir_a, ir_b))
+    assert raw_a != raw_b and str(tmp_path / "one") in raw_a  # the locations embed the source path...
+    fa = irgate.fingerprint_ttgir(ir_a)
+    assert fa is not None and fa == irgate.fingerprint_ttgir(ir_b)  # ...and normalization removes exactly that
+
+
+def test_disable_mma_v3_changes_a_dot_kernel_and_not_an_add_kernel(tmp_path: Path) -> None:
+    dot_a, dot_b = compile_ir(tmp_path / "a", "dot"), compile_ir(tmp_path / "b", "dot", {"DISABLE_MMA_V3": "1"})
+    decision = irgate.decide("dot", dot_a, dot_b)
+    assert decision.state == "diff"
+    assert "dot_kernel: dot 0 -> 1 (+1), warp_group_dot 1 -> 0 (-1)" in decision.headline()[0]
+    add_a, add_b = compile_ir(tmp_path / "a", "add"), compile_ir(tmp_path / "b", "add", {"DISABLE_MMA_V3": "1"})
+    assert irgate.decide("add", add_a, add_b).state == "no_diff"
+
+    # One more variant on one side (another specialization) is a different set of code.
+    extra = tmp_path / "extra"
+    shutil.copytree(add_a, extra)
+    variant = irgate.ttgir_files(extra)[0]
+    shutil.copy(variant, variant.with_name("w8_s3_other.ttgir"))
+    assert irgate.decide("add", add_a, extra).state == "diff"
+    assert irgate.decide("add", add_a, tmp_path / "nothing").state == "unavailable"
+
+
+def test_unchanged_op_skips_later_rounds_changed_and_ir_less_ops_run_all(pytester: pytest.Pytester,
+                                                                         tmp_path: Path) -> None:
+    pytester.makeini("[pytest]\n")
+    pytester.makepyfile(ircamp=IR_CAMPAIGN)
+    root = tmp_path / "root"
+    result = pytester.runpytest_subprocess("ircamp.py", "--ab-rounds", "2", "--ab-root", str(root), "-rs", *FAST)
+    result.assert_outcomes(passed=10, skipped=2)
+    result.stdout.fnmatch_lines(["NO_IR_DIFF [[]2[]] *SWITCH_NO_IR_DIFF: round 1 TTGIR of add is identical*"])
+    out = result.stdout.str()
+    assert "== add: rounds 1/2" in out and "switch changed no generated code; 1 rounds skipped (2 cells)" in out
+    assert "IR: dot_kernel: dot 0 -> 1 (+1), warp_group_dot 1 -> 0 (-1)" in out
+    assert "== torchonly: rounds 2/2" in out and "IR gate unavailable: no TTGIR captured" in out
+    statuses = {(r.round, r.op): r.status for r in read_status(root)}
+    assert statuses[(2, "add")] == irgate.NO_IR_DIFF
+    assert statuses[(2, "dot")] == "ok" and statuses[(2, "torchonly")] == "ok"
+
+
+def test_override_runs_every_round(pytester: pytest.Pytester, tmp_path: Path,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makeini("[pytest]\n")
+    pytester.makepyfile(ircamp=IR_CAMPAIGN)
+    monkeypatch.setenv("SWITCH_ALLOW_NO_IR_DIFF", "1")
+    result = pytester.runpytest_subprocess("ircamp.py", "-k", "add", "--ab-rounds", "2",
+                                           "--ab-root", str(tmp_path / "root"), *FAST)
+    result.assert_outcomes(passed=4)
+    assert "IR gate no_diff" in result.stdout.str()
+
+
+def test_ir_only_triage_compiles_both_sides_and_times_nothing(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    pytester.makeini("[pytest]\n")
+    pytester.makepyfile(ircamp=IR_CAMPAIGN)
+    root = tmp_path / "root"
+    result = pytester.runpytest_subprocess("ircamp.py", "--ab-ir-only", "--ab-ir-target", "cuda:90",
+                                           "--ab-root", str(root), *FAST)
+    result.assert_outcomes(passed=6)
+    result.stdout.fnmatch_lines(["IR triage: the switch changes the generated code of 1 of 3 ops: dot (worth GPU time)"])
+    assert not list(root.glob("r*_*/*/results.jsonl"))
+    assert {r.status for r in read_status(root)} == {"IR_ONLY"}
