@@ -134,16 +134,19 @@ def compare_identities(op: str, dir_a: Path, dir_b: Path) -> CaliberResult:
     return result
 
 
-def cell_pairs(round_no: int, folder: "Callable[[int, str], Path]") -> list[tuple[Path, Path]]:
-    """The (A, B) folders a round's cells are checked against: the same round, and round 1 of the other side.
+def cell_pairs(round_no: int, folder: "Callable[[int, str], Path]", control: bool = False) -> list[tuple[Path, Path]]:
+    """The folder pairs a round's cells are checked against: the same round, and round 1 of the other side.
 
     Round 1 is where side A recorded the autotune choices every later cell
     replays, so a later cell that drifted from it is as wrong as one that
-    drifted from its own round's partner.
+    drifted from its own round's partner.  The A/A control cell (A2) is
+    checked against its round's A.
     """
     pairs = [(folder(round_no, "A"), folder(round_no, "B"))]
     if round_no != 1:
         pairs += [(folder(round_no, "A"), folder(1, "B")), (folder(1, "A"), folder(round_no, "B"))]
+    if control:
+        pairs.append((folder(round_no, "A"), folder(round_no, "A2")))
     return pairs
 
 

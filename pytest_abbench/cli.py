@@ -40,9 +40,9 @@ def _pair_records(dir_a: Path, dir_b: Path) -> list[dict[str, object]]:
         rel = cell.relative_to(dir_a)
         rnd = int(rel.parts[0].split("_")[0][1:])
         other = dir_b / rel
-        records.append({"round": rnd, "op": f"{rel.parts[1]}@{rel.parts[0][-1]}", "side": "A", "cell_dir": str(cell),
+        records.append({"round": rnd, "op": f"{rel.parts[1]}@{rel.parts[0].split('_', 1)[1]}", "side": "A", "cell_dir": str(cell),
                         "status": status(cell)})
-        records.append({"round": rnd, "op": f"{rel.parts[1]}@{rel.parts[0][-1]}", "side": "B",
+        records.append({"round": rnd, "op": f"{rel.parts[1]}@{rel.parts[0].split('_', 1)[1]}", "side": "B",
                         "cell_dir": str(other), "status": status(other) if other.is_dir() else "missing"})
     return records
 

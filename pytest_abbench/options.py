@@ -109,6 +109,9 @@ def register(parser: pytest.Parser) -> None:
     add("--ab-samples", type=positive_int, default=None, metavar="N", help="timed samples per shape (default 10 on CUDA, 3 in the interpreter)")
     add("--ab-direct-rep", type=positive_int, default=100, metavar="MS", help="direct timer: do_bench rep in ms (identity axis direct_repeat)")
     add("--ab-direct-warmup", type=positive_int, default=25, metavar="MS", help="direct timer: do_bench warmup in ms (identity axis direct_repeat)")
+    add("--ab-control", action="store_true", default=False,
+        help="A/A control: a third cell per round and op ([r<k>-A2]) runs side A again; its A/A interval is "
+             "each shape's measured noise floor and the default margin of the 'same' verdict")
     add("--ab-tuner-cache", type=tuner_cache_mode, default="per-cell", metavar="per-cell|shared:DIR",
         help="where library tuners (FlagGems' LibTuner) keep their choices: per-cell (pinned from round 1, the "
              "default) or one shared folder, which makes absolute latencies unquotable (caliber warning)")
@@ -139,6 +142,7 @@ class Settings:
     direct_rep_ms: int
     direct_warmup_ms: int
     tuner_cache: str
+    control: bool
     allow_no_ir_diff: bool
     ir_only: bool
     ir_target: str | None
@@ -189,6 +193,7 @@ def resolve(config: pytest.Config) -> Settings:
         direct_rep_ms=opt.ab_direct_rep,
         direct_warmup_ms=opt.ab_direct_warmup,
         tuner_cache=opt.ab_tuner_cache,
+        control=bool(opt.ab_control) and not opt.ab_ir_only,
         allow_no_ir_diff=allow_no_ir,
         ir_only=bool(opt.ab_ir_only),
         ir_target=None if opt.ab_ir_target in ("", "none") else opt.ab_ir_target,

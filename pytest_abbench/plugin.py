@@ -38,9 +38,17 @@ PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
 PARENT_TIMEOUT_SLACK_S = 300
 
 
-def side_order(round_no: int) -> tuple[str, ...]:
-    """r1: A then B, r2: B then A, ...: alternation cancels one-directional drift."""
-    return SIDES if round_no % 2 == 1 else SIDES[::-1]
+CONTROL = "A2"  # the A/A control cell: side A's configuration timed again in the same round
+
+
+def side_order(round_no: int, control: bool = False) -> tuple[str, ...]:
+    """r1: A then B, r2: B then A, ...: alternation cancels one-directional drift.
+
+    The control cell runs last in its round, after both sides, so the A/A
+    pair is as far apart in time as the A/B pair can be.
+    """
+    order = SIDES if round_no % 2 == 1 else SIDES[::-1]
+    return (*order, CONTROL) if control else order
 
 
 @dataclass(frozen=True)
@@ -48,8 +56,13 @@ class CellSpec:
     campaign: Path
     op: str
     round: int
-    side: str
+    side: str  # A, B, or A2 (the A/A control, configured as A)
     op_index: int
+
+    @property
+    def config_side(self) -> str:
+        """The side whose switch configuration this cell runs."""
+        return self.side[0]
 
     @property
     def cell_id(self) -> str:
@@ -97,7 +110,7 @@ class CampaignFile(pytest.File):
         plugin.campaigns[self.path] = campaign
         for round_no in range(1, plugin.settings.rounds + 1):
             for op_index, op in enumerate(campaign.ops):
-                for side in side_order(round_no):
+                for side in side_order(round_no, plugin.settings.control):
                     spec = CellSpec(self.path, op.name, round_no, side, op_index)
                     item = CellItem.from_parent(self, name=f"{op.name}[{spec.cell_id}]", spec=spec, campaign=campaign)
                     # --dist loadgroup: every cell of an op on one worker (one GPU), in order.
@@ -191,7 +204,7 @@ class AbbenchPlugin:
 
     def cell_argv(self, spec: CellSpec, campaign: Campaign, cell_dir: Path) -> list[str]:
         s = self.settings
-        side_opts = campaign.switch.options(spec.side)
+        side_opts = campaign.switch.options(spec.config_side)
         cuda = self.backend == "cuda"
         level = side_opts.get("level") or (s.level if s.level != "auto" else ("core" if cuda else "smoke"))
         timer = side_opts.get("timer") or (s.timer if s.timer != "auto" else ("cudagraph" if cuda else "wall"))
@@ -199,14 +212,15 @@ class AbbenchPlugin:
         record = self.root / "autotune" / f"{spec.op}.json"
         mode = "record" if (spec.round == 1 and spec.side == "A") else "replay"
         argv = [
-            campaign.switch.python(spec.side) or sys.executable, "-m", "pytest_abbench.cell",
-            "--campaign", str(spec.campaign), "--op", spec.op, "--round", str(spec.round), "--side", spec.side,
+            campaign.switch.python(spec.config_side) or sys.executable, "-m", "pytest_abbench.cell",
+            "--campaign", str(spec.campaign), "--op", spec.op, "--round", str(spec.round),
+            "--side", spec.config_side, "--role", spec.side,
             "--out", str(cell_dir), "--backend", self.backend, "--timer", timer, "--level", level,
             "--samples", str(samples),
             "--direct-rep", str(side_opts.get("direct_rep") or s.direct_rep_ms),
             "--direct-warmup", str(side_opts.get("direct_warmup") or s.direct_warmup_ms),
             "--autotune-mode", mode, "--autotune-file", str(record), "--switch", campaign.switch.describe(),
-            "--tuner-cache", self.tuner_cache(spec.side, campaign),
+            "--tuner-cache", self.tuner_cache(spec.config_side, campaign),
         ]
         if s.ir_only:
             # Triage: compile for the target through the stand-in driver, time nothing.
@@ -241,7 +255,7 @@ class AbbenchPlugin:
 
         log_path = cell_dir / "run.log"
         cell_dir.mkdir(parents=True, exist_ok=True)
-        result = run_child(self.cell_argv(spec, item.campaign, cell_dir), self.cell_env(item.campaign, spec.side),
+        result = run_child(self.cell_argv(spec, item.campaign, cell_dir), self.cell_env(item.campaign, spec.config_side),
                            log_path, self.settings.cell_timeout_s)
         if self.settings.ir_only:
             success, failed, problems = len(irgate.ttgir_files(cell_dir / "ir")), 0, []
@@ -297,11 +311,11 @@ class AbbenchPlugin:
         spec = item.spec
         mine = spec.folder(self.root)
 
-        def folder(round_no: int, side: str) -> Path:
-            return CellSpec(spec.campaign, spec.op, round_no, side, spec.op_index).folder(self.root)
+        def folder(round_no: int, role: str) -> Path:
+            return CellSpec(spec.campaign, spec.op, round_no, role, spec.op_index).folder(self.root)
 
         found = caliber.CaliberResult()
-        for dir_a, dir_b in caliber.cell_pairs(spec.round, folder):
+        for dir_a, dir_b in caliber.cell_pairs(spec.round, folder, control=self.settings.control):
             if mine in (dir_a, dir_b) and (dir_a / "run.log").exists() and (dir_b / "run.log").exists():
                 found.extend(caliber.compare_identities(spec.op, dir_a, dir_b))
         if found.findings:
@@ -329,7 +343,7 @@ class AbbenchPlugin:
         files = {path: n for n, path in enumerate(dict.fromkeys(c.spec.campaign for c in cells))}
         # Round-major across all collected campaigns, so each op's rounds spread over the session.
         cells.sort(key=lambda c: (c.spec.round, files[c.spec.campaign], c.spec.op_index,
-                                  side_order(c.spec.round).index(c.spec.side)))
+                                  side_order(c.spec.round, True).index(c.spec.side)))
         others = [i for i in items if not isinstance(i, CellItem)]
         items[:] = others + cells  # type: ignore[operator]
         self.cell_folders = {c.nodeid: c.spec.folder(self.root) for c in cells}
@@ -377,7 +391,7 @@ class AbbenchPlugin:
             self.release_root()
             return
         self.final = report.build_report(self.root, self.settings, expected=self.records)
-        report.write_report(self.root, self.final)
+        self.plots = report.write_report(self.root, self.final)
         if self.final.caliber_mismatch and not self.settings.allow_caliber_mismatch:
             session.exitstatus = EXIT_CALIBER
         elif self.final.slower_ops and session.exitstatus == 0:
@@ -391,6 +405,9 @@ class AbbenchPlugin:
         terminalreporter.section("abbench report")
         for line in report.render_text(final).splitlines():
             terminalreporter.write_line(line)
+        if getattr(self, "plots", None):
+            terminalreporter.write_line(f"plots: {self.root / 'plots'} ({len(self.plots)} ops)")
+        terminalreporter.write_line(f"report: {self.root / report.REPORT_MD}, {self.root / report.REPORT_JSON}")
         terminalreporter.write_line(f"abbench root: {self.root}")
 
 

@@ -16,18 +16,19 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from pytest_abbench import caliber, irgate
+from pytest_abbench import caliber, irgate, plots
 from pytest_abbench.campaign import SIDES
 from pytest_abbench.fileio import CorruptFileError, iter_jsonl, write_json_atomic
 from pytest_abbench.markers import count_markers
 from pytest_abbench.options import DEFAULT_MARGIN_PCT
 from pytest_abbench.status import StatusFormatError, read_status
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 REPORT_MD = "report.md"
 REPORT_JSON = "report.json"
 IR_ONLY = "IR_ONLY"  # status word of an --ab-ir-only cell: compiled for the target, timed nothing
-_CELL_DIR = re.compile(r"^r(\d+)_(A|B)$")
+_CELL_DIR = re.compile(r"^r(\d+)_(A|B|A2)$")
+CONTROL = "A2"
 # Two-sided 95% Student t quantiles by degrees of freedom (no scipy needed).
 _T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
         11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093,
@@ -45,12 +46,18 @@ def pct(log_ratio: float) -> float:
     return (math.exp(log_ratio) - 1.0) * 100.0
 
 
+def stdev(values: list[float]) -> float:
+    """Sample standard deviation in floats (statistics.stdev computes in Fractions: 10x slower at 10k shapes)."""
+    mean = math.fsum(values) / len(values)
+    return math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
 def interval(values: list[float]) -> tuple[float, float] | None:
     """95% t-interval of the mean of ``values``; None with fewer than 2 values."""
     if len(values) < 2:
         return None
     mean = statistics.fmean(values)
-    half = t95(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+    half = t95(len(values) - 1) * stdev(values) / math.sqrt(len(values))
     return mean - half, mean + half
 
 
@@ -69,13 +76,21 @@ def verdict(ci: tuple[float, float] | None, deltas: list[float], margin_pct: flo
     return "inconclusive"
 
 
+def _quantile(ordered: list[float], q: float) -> float:
+    """Linear-interpolated quantile of sorted values (the 'inclusive' definition)."""
+    pos = q * (len(ordered) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
 def robust_cv(samples: list[float]) -> float | None:
     """Half the interquartile range over the median, in percent: within-cell noise."""
     if len(samples) < 3:
         return None
-    q = statistics.quantiles(samples, n=4)
-    med = statistics.median(samples)
-    return 50.0 * (q[2] - q[0]) / med if med > 0 else None
+    ordered = sorted(samples)
+    med = _quantile(ordered, 0.5)
+    return 50.0 * (_quantile(ordered, 0.75) - _quantile(ordered, 0.25)) / med if med > 0 else None
 
 
 @dataclass
@@ -96,6 +111,10 @@ class ShapeReport:
     sign_flip: bool
     verdict: str
     per_round_pct: list[float]
+    margin_pct: float = DEFAULT_MARGIN_PCT  # the 'same' margin this shape was judged with
+    aa_delta_pct: float | None = None  # A/A control: median over rounds of A2/A-1
+    aa_ci_pct: tuple[float, float] | None = None  # the measured noise floor
+    aa_per_round_pct: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -116,6 +135,8 @@ class OpReport:
     verdicts: dict[str, int] = field(default_factory=dict)
     sign_flips: int = 0
     mixed_timer_shapes: list[str] = field(default_factory=list)
+    control: bool = False
+    aa_geomean_ci_pct: tuple[float, float] | None = None
 
 
 @dataclass
@@ -123,6 +144,7 @@ class Report:
     schema_version: int
     root: str
     margin_pct: float
+    margin_source: str
     ops: list[OpReport]
     caliber_lines: list[str]
     caliber_mismatch: bool
@@ -184,11 +206,17 @@ def _median_or_none(values: list[float | None]) -> float | None:
 
 
 def _cv_pct(values: list[float]) -> float | None:
-    return 100.0 * statistics.stdev(values) / statistics.fmean(values) if len(values) >= 2 else None
+    return 100.0 * stdev(values) / statistics.fmean(values) if len(values) >= 2 else None
 
 
-def build_op(op: str, cells: list[_Cell], root: Path, margin_pct: float, result: caliber.CaliberResult,
+def floor_margin(aa_ci_pct: tuple[float, float] | None) -> float | None:
+    """The 'same' margin an A/A interval sets: the larger distance of its ends from zero."""
+    return max(abs(aa_ci_pct[0]), abs(aa_ci_pct[1])) if aa_ci_pct else None
+
+
+def build_op(op: str, cells: list[_Cell], root: Path, margin_pct: float | None, result: caliber.CaliberResult,
              allow_caliber_mismatch: bool = False) -> OpReport:
+    """One op's verdicts; ``margin_pct`` None means: the A/A floor where measured, else the default."""
     by_round: dict[int, dict[str, _Cell]] = {}
     for c in cells:
         by_round.setdefault(c.round, {})[c.side] = c
@@ -210,9 +238,11 @@ def build_op(op: str, cells: list[_Cell], root: Path, margin_pct: float, result:
 
     # Caliber first: every round's identities, before a single latency is parsed.
     op_result = caliber.CaliberResult()
+    control = any(c.side == CONTROL for c in cells)
+    rep.control = control
     ran = {(c.round, c.side): c.folder for c in cells if c.status != irgate.NO_IR_DIFF}
     for rnd in sorted(by_round):
-        for dir_a, dir_b in caliber.cell_pairs(rnd, lambda r, s: ran.get((r, s), Path())):
+        for dir_a, dir_b in caliber.cell_pairs(rnd, lambda r, s: ran.get((r, s), Path()), control=control):
             if dir_a != Path() and dir_b != Path():
                 op_result.extend(caliber.compare_identities(op, dir_a, dir_b))
     rep.caliber = [f.line() for f in op_result.findings]
@@ -231,10 +261,11 @@ def build_op(op: str, cells: list[_Cell], root: Path, margin_pct: float, result:
         rep.reason = f"switch changed no generated code; {rounds_expected - 1} rounds skipped ({skipped} cells)"
         return rep
 
+    roles = (*SIDES, CONTROL) if control else SIDES
     bad = []
     for rnd in range(1, rounds_expected + 1):
         sides = by_round.get(rnd, {})
-        for s in SIDES:
+        for s in roles:
             if s not in sides:
                 bad.append(f"r{rnd}-{s} missing")
             elif sides[s].status != "ok":
@@ -248,6 +279,7 @@ def build_op(op: str, cells: list[_Cell], root: Path, margin_pct: float, result:
         try:
             ra = read_results(by_round[rnd]["A"].folder)
             rb = read_results(by_round[rnd]["B"].folder)
+            ra2 = read_results(by_round[rnd][CONTROL].folder) if control else {}
         except (CorruptFileError, OSError) as exc:
             rep.reason = f"no verdict: {exc}"
             return rep
@@ -257,7 +289,9 @@ def build_op(op: str, cells: list[_Cell], root: Path, margin_pct: float, result:
         for shape in ra.keys() & rb.keys():
             if shape in mixed_ids:
                 continue
-            d = per_shape.setdefault(shape, {"a": [], "b": [], "lr": [], "cva": [], "cvb": []})
+            d = per_shape.setdefault(shape, {"a": [], "b": [], "lr": [], "cva": [], "cvb": [], "aa": []})
+            if shape in ra2 and ra2[shape].get("timer") == ra[shape].get("timer"):
+                d["aa"].append(math.log(ra2[shape]["median_ms"] / ra[shape]["median_ms"]))
             d["a"].append(ra[shape]["median_ms"])
             d["b"].append(rb[shape]["median_ms"])
             d["lr"].append(math.log(rb[shape]["median_ms"] / ra[shape]["median_ms"]))
@@ -273,15 +307,20 @@ def build_op(op: str, cells: list[_Cell], root: Path, margin_pct: float, result:
             continue
         deltas = [pct(x) for x in d["lr"]]
         ci = interval(d["lr"])
+        aa_ci = interval(d["aa"]) if len(d["aa"]) == rounds_expected else None
+        aa_ci_pct = (pct(aa_ci[0]), pct(aa_ci[1])) if aa_ci else None
+        shape_margin = margin_pct if margin_pct is not None else (floor_margin(aa_ci_pct) or DEFAULT_MARGIN_PCT)
         sr = ShapeReport(
             shape=shape, rounds=len(deltas), a_ms=statistics.median(d["a"]), b_ms=statistics.median(d["b"]),
             delta_pct=statistics.median(deltas), delta_min_pct=min(deltas), delta_max_pct=max(deltas),
             ci_pct=(pct(ci[0]), pct(ci[1])) if ci else None,
-            delta_spread_pct=statistics.stdev(deltas) if len(deltas) > 1 else 0.0,
+            delta_spread_pct=stdev(deltas) if len(deltas) > 1 else 0.0,
             noise_within_a_pct=_median_or_none(d["cva"]), noise_within_b_pct=_median_or_none(d["cvb"]),
             noise_across_a_pct=_cv_pct(d["a"]), noise_across_b_pct=_cv_pct(d["b"]),
             sign_flip=not (all(x > 0 for x in deltas) or all(x < 0 for x in deltas)),
-            verdict=verdict(ci, deltas, margin_pct), per_round_pct=deltas,
+            verdict=verdict(ci, deltas, shape_margin), per_round_pct=deltas, margin_pct=shape_margin,
+            aa_delta_pct=statistics.median(pct(x) for x in d["aa"]) if d["aa"] else None,
+            aa_ci_pct=aa_ci_pct, aa_per_round_pct=[pct(x) for x in d["aa"]],
         )
         rep.shapes.append(sr)
         for i, lr in enumerate(d["lr"]):
@@ -291,6 +330,11 @@ def build_op(op: str, cells: list[_Cell], root: Path, margin_pct: float, result:
         rep.geomean_pct = pct(statistics.fmean(geo_rounds))
         ci = interval(geo_rounds)
         rep.geomean_ci_pct = (pct(ci[0]), pct(ci[1])) if ci else None
+        if control and all(len(per_shape[s.shape]["aa"]) == rounds_expected for s in rep.shapes):
+            aa_rounds = [statistics.fmean(per_shape[s.shape]["aa"][i] for s in rep.shapes)
+                         for i in range(rounds_expected)]
+            aa_ci = interval(aa_rounds)
+            rep.aa_geomean_ci_pct = (pct(aa_ci[0]), pct(aa_ci[1])) if aa_ci else None
     for s in rep.shapes:
         rep.verdicts[s.verdict] = rep.verdicts.get(s.verdict, 0) + 1
     rep.sign_flips = sum(1 for s in rep.shapes if s.sign_flip)
@@ -304,22 +348,32 @@ def build_report(root: Path, settings: Any = None, expected: Iterable[dict[str, 
         allow_caliber_mismatch = allow_caliber_mismatch or settings.allow_caliber_mismatch
         margin_pct = settings.margin_pct if margin_pct is None else margin_pct
         fail_if_slower_pct = settings.fail_if_slower_pct if fail_if_slower_pct is None else fail_if_slower_pct
-    margin = DEFAULT_MARGIN_PCT if margin_pct is None else margin_pct
     problems: list[str] = []
     cells = _discover(root, expected, problems)
     by_op: dict[str, list[_Cell]] = {}
     for c in cells:
         by_op.setdefault(c.op, []).append(c)
     result = caliber.CaliberResult()
-    ops = [build_op(op, op_cells, root, margin, result, allow_caliber_mismatch) for op, op_cells in sorted(by_op.items())]
+    ops = [build_op(op, op_cells, root, margin_pct, result, allow_caliber_mismatch) for op, op_cells in sorted(by_op.items())]
     slower = []
     if fail_if_slower_pct is not None:
         for o in ops:
             if o.state == "verdict" and o.geomean_ci_pct and o.geomean_ci_pct[0] > fail_if_slower_pct \
                     and o.verdicts.get("slower"):
                 slower.append(o.op)
-    return Report(SCHEMA_VERSION, str(root), margin, ops, [f.line() for f in result.findings],
+    if margin_pct is not None:
+        source = "--ab-margin"
+    elif any(o.control for o in ops):
+        source = "A/A floor per shape (ops without a control: default)"
+    else:
+        source = "default (no A/A control measured)"
+    margin = DEFAULT_MARGIN_PCT if margin_pct is None else margin_pct
+    return Report(SCHEMA_VERSION, str(root), margin, source, ops, [f.line() for f in result.findings],
                   bool(result.mismatches), slower, problems)
+
+
+def _range(ci: tuple[float, float] | None) -> str:
+    return f"{ci[0]:+.1f} ~ {ci[1]:+.1f}%" if ci else "-"
 
 
 def _fmt(v: float | None, unit: str = "%") -> str:
@@ -360,34 +414,54 @@ def render_text(report: Report) -> str:
             continue
         ci = f" [{o.geomean_ci_pct[0]:+.1f}% ~ {o.geomean_ci_pct[1]:+.1f}%]" if o.geomean_ci_pct else ""
         counts = ", ".join(f"{k} {v}" for k, v in sorted(o.verdicts.items()))
-        lines.append(f"   geomean delta {_fmt(o.geomean_pct)}{ci}; verdicts: {counts}; margin +-{report.margin_pct:g}%")
+        if o.control:
+            floor = o.aa_geomean_ci_pct
+            floor_text = f"; A/A floor [{floor[0]:+.1f}% ~ {floor[1]:+.1f}%]" if floor else "; A/A floor -"
+            margin_text = "margin: each shape's A/A floor" if report.margin_source != "--ab-margin" \
+                else f"margin +-{report.margin_pct:g}% (--ab-margin)"
+        else:
+            floor_text = ""
+            margin_text = f"margin +-{report.margin_pct:g}% ({report.margin_source})"
+        lines.append(f"   geomean delta {_fmt(o.geomean_pct)}{ci}{floor_text}; verdicts: {counts}; {margin_text}")
         if o.sign_flips:
             lines.append(f"   {o.sign_flips} of {len(o.shapes)} shapes changed sign: their direction is not a conclusion")
         for m in o.mixed_timer_shapes:
             lines.append(f"   no verdict for {m} (timer differs between sides or shape missing)")
         lines.append(f"   {'shape':<28} {'A ms':>10} {'B ms':>10} {'delta med [min ~ max]':>26} "
-                     f"{'95% CI':>18} {'noise A/B':>11} {'flip':>4}  verdict")
+                     f"{'95% CI':>18} {'noise A/B':>11} {'flip':>4}  verdict"
+                     + (f"  {'A/A floor (95% CI)':>20}" if o.control else ""))
         for s in o.shapes:
             rng = f"{s.delta_pct:+.1f}% [{s.delta_min_pct:+.1f} ~ {s.delta_max_pct:+.1f}]"
             ci_text = f"{s.ci_pct[0]:+.1f} ~ {s.ci_pct[1]:+.1f}%" if s.ci_pct else "-"
             noise = "/".join("-" if v is None else f"{v:.1f}%" for v in (s.noise_within_a_pct, s.noise_within_b_pct))
             lines.append(f"   {s.shape[:28]:<28} {s.a_ms:>10.4g} {s.b_ms:>10.4g} {rng:>26} {ci_text:>18} "
-                         f"{noise:>11} {'yes' if s.sign_flip else 'no':>4}  {s.verdict}")
+                         f"{noise:>11} {'yes' if s.sign_flip else 'no':>4}  {s.verdict:<12}"
+                         + (f"  {_range(s.aa_ci_pct):>20}" if o.control else ""))
     if report.slower_ops:
         lines.append(f"REGRESSION GATE: slower beyond the threshold: {', '.join(report.slower_ops)}")
     return "\n".join(lines)
 
 
-def write_report(root: Path, report: Report) -> None:
+def write_report(root: Path, report: Report) -> list[Path]:
+    """report.json, report.md and (with matplotlib) plots/<op>.png; returns the plots written."""
     write_json_atomic(root / REPORT_JSON, asdict(report))
     (root / REPORT_MD).write_text("# abbench report\n\n```\n" + render_text(report) + "\n```\n")
+    return plots.write_plots(root, report)
+
+
+def _pair(value: Any) -> tuple[float, float] | None:
+    return (float(value[0]), float(value[1])) if value else None
 
 
 def report_from_json(data: dict[str, Any]) -> Report:
+    """The Report a report.json holds (JSON turns tuples into lists; this turns them back)."""
+    if data.get("schema_version") != SCHEMA_VERSION:
+        raise ValueError(f"report.json schema_version {data.get('schema_version')!r}, this reader knows {SCHEMA_VERSION}")
     ops = []
     for o in data["ops"]:
-        shapes = [ShapeReport(**{**s, "ci_pct": tuple(s["ci_pct"]) if s["ci_pct"] else None}) for s in o["shapes"]]
-        ops.append(OpReport(**{**o, "shapes": shapes,
-                               "geomean_ci_pct": tuple(o["geomean_ci_pct"]) if o["geomean_ci_pct"] else None}))
+        shapes = [ShapeReport(**{**s, "ci_pct": _pair(s["ci_pct"]), "aa_ci_pct": _pair(s["aa_ci_pct"])})
+                  for s in o["shapes"]]
+        ops.append(OpReport(**{**o, "shapes": shapes, "geomean_ci_pct": _pair(o["geomean_ci_pct"]),
+                               "aa_geomean_ci_pct": _pair(o["aa_geomean_ci_pct"])}))
     return Report(**{**data, "ops": ops})
 

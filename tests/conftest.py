@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import textwrap
+from pathlib import Path
 
 import pytest
+
+from pytest_abbench.status import StatusRow, append_status_row
 
 # A campaign of pure-torch ops: each op's build misbehaves in one documented
 # way inside the real cell child (a real subprocess, real signals).
@@ -125,3 +129,32 @@ def simple_campaign(ops: str = '"one", "two"', switch: str = 'Switch(env_b={"ABB
 def campaign_dir(pytester: pytest.Pytester) -> pytest.Pytester:
     pytester.makeini("[pytest]\n")
     return pytester
+
+
+def synthetic_root(root: Path, deltas: dict[str, list[float]], failed: tuple[int, str] | None = None,
+                   control: dict[str, list[float]] | None = None, op: str = "op") -> None:
+    """One op, one shape per entry: per round A = 1.0 ms, B = 1 + delta (and A2 = 1 + control delta).
+
+    Identities are equal; results.jsonl, run_identity.json and status.tsv
+    are written exactly as cells write them (they are the interface).
+    """
+    rounds = len(next(iter(deltas.values())))
+    for rnd in range(1, rounds + 1):
+        for side in ("A", "B", "A2") if control else ("A", "B"):
+            cell = root / f"r{rnd}_{side}" / op
+            cell.mkdir(parents=True)
+            identity = {"backend": "cuda", "device": "H200", "timer": "cudagraph", "bench_level": "core",
+                        "shape_mode": "h", "tuner_cache": "per-cell", "direct_repeat": "r", "side": side[0],
+                        "autotune_mode": "record" if (rnd, side) == (1, "A") else "replay",
+                        "autotune_record": f"/r/autotune/{op}.json", "autotune_record_hash": "x"}
+            (cell / "run_identity.json").write_text(json.dumps(identity))
+            lines = []
+            for shape, ds in deltas.items():
+                extra = {"A": 0.0, "B": ds[rnd - 1], "A2": (control or {}).get(shape, [0.0] * rounds)[rnd - 1]}
+                ms = 1.0 + extra[side]
+                lines.append(json.dumps({"shape": shape, "status": "ok", "timer": "cudagraph", "median_ms": ms,
+                                         "samples_ms": [ms] * 5}))
+            (cell / "results.jsonl").write_text("\n".join(lines) + "\n")
+            status = "TIMEOUT" if failed == (rnd, side) else "ok"
+            append_status_row(root, StatusRow(rnd, op, side, "X=1", 124 if status != "ok" else 0, status, 1.0,
+                                              len(deltas), 0))

@@ -6,6 +6,8 @@ import json
 import multiprocessing
 from pathlib import Path
 
+from conftest import synthetic_root
+
 from pytest_abbench.irgate import normalize_ttgir
 from pytest_abbench.markers import count_markers
 from pytest_abbench.report import build_report
@@ -48,31 +50,8 @@ def test_normalization_strips_locations_and_nothing_else() -> None:
     assert normalize_ttgir(a) != normalize_ttgir(a.replace("tensor<4xf32>", "tensor<8xf32>"))
 
 
-def _synthetic_root(root: Path, deltas: dict[str, list[float]], failed: tuple[int, str] | None = None) -> None:
-    """One op, one shape per entry; per round A=1.0 ms and B=1+delta, identities equal."""
-    rounds = len(next(iter(deltas.values())))
-    for rnd in range(1, rounds + 1):
-        for side in "AB":
-            cell = root / f"r{rnd}_{side}" / "op"
-            cell.mkdir(parents=True)
-            identity = {"backend": "cuda", "device": "H200", "timer": "cudagraph", "bench_level": "core",
-                        "shape_mode": "h", "tuner_cache": "none", "direct_repeat": "r", "side": side,
-                        "autotune_mode": "record" if (rnd, side) == (1, "A") else "replay",
-                        "autotune_record": "/r/autotune/op.json", "autotune_record_hash": "x"}
-            (cell / "run_identity.json").write_text(json.dumps(identity))
-            lines = []
-            for shape, ds in deltas.items():
-                ms = 1.0 if side == "A" else 1.0 + ds[rnd - 1]
-                lines.append(json.dumps({"shape": shape, "status": "ok", "timer": "cudagraph", "median_ms": ms,
-                                         "samples_ms": [ms] * 5}))
-            (cell / "results.jsonl").write_text("\n".join(lines) + "\n")
-            status = "TIMEOUT" if failed == (rnd, side) else "ok"
-            append_status_row(root, StatusRow(rnd, "op", side, "X=1", 124 if status != "ok" else 0, status, 1.0,
-                                              len(deltas), 0))
-
-
 def test_verdicts_from_per_round_deltas(tmp_path: Path) -> None:
-    _synthetic_root(tmp_path, {"fast": [-0.10, -0.098, -0.102, -0.101], "flip": [0.003, -0.002, 0.001, 0.0005],
+    synthetic_root(tmp_path, {"fast": [-0.10, -0.098, -0.102, -0.101], "flip": [0.003, -0.002, 0.001, 0.0005],
                                "slow": [0.05, 0.052, 0.049, 0.051]})
     report = build_report(tmp_path)
     op = report.ops[0]
@@ -85,7 +64,7 @@ def test_verdicts_from_per_round_deltas(tmp_path: Path) -> None:
 
 
 def test_failed_round_gives_no_verdict(tmp_path: Path) -> None:
-    _synthetic_root(tmp_path, {"s": [-0.1, -0.1, -0.1]}, failed=(2, "B"))
+    synthetic_root(tmp_path, {"s": [-0.1, -0.1, -0.1]}, failed=(2, "B"))
     op = build_report(tmp_path).ops[0]
     assert op.state == "no_verdict" and "r2-B TIMEOUT" in op.reason and not op.shapes
 
@@ -100,7 +79,7 @@ def test_summary_refuses_each_mismatched_axis(tmp_path: Path, capsys: "object") 
 
     for axis in ("backend", "device", "timer", "bench_level", "shape_mode", "tuner_cache", "direct_repeat"):
         root = tmp_path / axis
-        _synthetic_root(root, {"s": [0.1, 0.1]})
+        synthetic_root(root, {"s": [0.1, 0.1]})
         _edit_identity(root, "r2_B", **{axis: "other"})
         assert main(["summary", str(root), "--ab-rounds"]) == 4
         out = capsys.readouterr().out  # type: ignore[attr-defined]
@@ -112,11 +91,11 @@ def test_summary_refuses_each_mismatched_axis(tmp_path: Path, capsys: "object") 
 def test_summary_refuses_record_record_by_name_and_missing_identity(tmp_path: Path, capsys: "object") -> None:
     from pytest_abbench.cli import main
 
-    _synthetic_root(tmp_path / "rr", {"s": [0.1, 0.1]})
+    synthetic_root(tmp_path / "rr", {"s": [0.1, 0.1]})
     _edit_identity(tmp_path / "rr", "r1_B", autotune_mode="record")
     assert main(["summary", str(tmp_path / "rr")]) == 4
     assert "each side timed its own tuner's pick" in capsys.readouterr().out  # type: ignore[attr-defined]
-    _synthetic_root(tmp_path / "gone", {"s": [0.1, 0.1]})
+    synthetic_root(tmp_path / "gone", {"s": [0.1, 0.1]})
     (tmp_path / "gone" / "r2_A" / "op" / "run_identity.json").write_text('{"backend": "cu')
     assert main(["summary", str(tmp_path / "gone")]) == 4
     assert "not valid JSON" in capsys.readouterr().out  # type: ignore[attr-defined]
@@ -125,7 +104,7 @@ def test_summary_refuses_record_record_by_name_and_missing_identity(tmp_path: Pa
 
 def test_one_round_against_the_others_blocks_a_direction_verdict(tmp_path: Path) -> None:
     # The interval of these deltas excludes zero, but round 8 disagrees on the sign.
-    _synthetic_root(tmp_path, {"s": [0.1] * 7 + [-0.001]})
+    synthetic_root(tmp_path, {"s": [0.1] * 7 + [-0.001]})
     shape = build_report(tmp_path).ops[0].shapes[0]
     assert shape.ci_pct is not None and shape.ci_pct[0] > 0
     assert shape.sign_flip and shape.verdict == "inconclusive"

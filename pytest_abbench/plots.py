@@ -1,0 +1,70 @@
+"""``<root>/plots/<op>.png``: each round's delta as a dot, the interval as a bar, the A/A floor as a band.
+
+Written only when matplotlib is installed (``pip install pytest-abbench[plot]``);
+the report never depends on it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pytest_abbench.report import OpReport, Report
+
+PLOTS_DIR = "plots"
+
+
+def matplotlib_available() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def plot_op(op: "OpReport", path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display on a GPU host or in CI
+    import matplotlib.pyplot as plt
+
+    shapes = op.shapes
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.45 * len(shapes) + 2), 4.5))
+    for x, s in enumerate(shapes):
+        if s.aa_ci_pct is not None:
+            ax.fill_between([x - 0.4, x + 0.4], s.aa_ci_pct[0], s.aa_ci_pct[1], color="0.85", zorder=0,
+                            label="A/A floor (95% CI)" if x == 0 else None)
+        if s.ci_pct is not None:
+            ax.plot([x, x], list(s.ci_pct), color="tab:blue", linewidth=3, alpha=0.6, zorder=1,
+                    label="B/A 95% CI" if x == 0 else None)
+        color = "tab:red" if s.sign_flip else "black"
+        ax.scatter([x] * len(s.per_round_pct), s.per_round_pct, s=14, color=color, zorder=2,
+                   label=("round delta (sign changed)" if s.sign_flip else "round delta") if x == 0 else None)
+        if s.sign_flip:
+            ax.annotate("sign flip", (x, max(s.per_round_pct)), textcoords="offset points", xytext=(0, 6),
+                        ha="center", fontsize=7, color="tab:red")
+    ax.axhline(0.0, color="0.4", linewidth=0.8)
+    ax.set_xticks(range(len(shapes)))
+    ax.set_xticklabels([s.shape[:24] for s in shapes], rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("B/A - 1 (%)")
+    geo = f"{op.geomean_pct:+.1f}%" if op.geomean_pct is not None else "-"
+    ax.set_title(f"{op.op}: geomean {geo}, {op.rounds_completed} rounds, {op.sign_flips} sign flips", fontsize=9)
+    ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_plots(root: Path, report: "Report") -> list[Path]:
+    """One PNG per op that has a verdict table; nothing (and no error) without matplotlib."""
+    if not matplotlib_available():
+        return []
+    written = []
+    for op in report.ops:
+        if op.state == "verdict" and op.shapes:
+            path = root / PLOTS_DIR / f"{op.op}.png"
+            plot_op(op, path)
+            written.append(path)
+    return written

@@ -1,0 +1,82 @@
+"""The round-delta report: known per-round deltas in, the verdicts they must give out."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import simple_campaign, synthetic_root
+
+from pytest_abbench.cli import main
+from pytest_abbench.report import REPORT_JSON, build_report, report_from_json, write_report
+
+
+def test_consistent_ten_percent_faster_has_an_interval_around_it(tmp_path: Path) -> None:
+    synthetic_root(tmp_path, {"s": [-0.10, -0.099, -0.101, -0.100, -0.098, -0.102]})
+    op = build_report(tmp_path).ops[0]
+    shape = op.shapes[0]
+    assert shape.verdict == "faster" and not shape.sign_flip
+    assert shape.ci_pct is not None and -10.5 < shape.ci_pct[0] < -10.0 < shape.ci_pct[1] < -9.5
+    assert op.geomean_pct == pytest.approx(-10.0, abs=0.1) and op.verdicts == {"faster": 1}
+
+
+def test_small_deltas_of_both_signs_count_as_a_sign_flip_and_never_a_direction(tmp_path: Path) -> None:
+    synthetic_root(tmp_path, {"s": [0.003, -0.002, 0.001]})
+    op = build_report(tmp_path).ops[0]
+    assert op.sign_flips == 1 and op.shapes[0].sign_flip
+    assert op.shapes[0].verdict not in ("faster", "slower")
+
+
+def test_a_control_sets_each_shapes_margin_from_its_a_a_floor(tmp_path: Path) -> None:
+    # B/A interval is about [-1.8%, +3.6%]: outside the default +-2%, inside this A/A floor (about +-5.7%).
+    deltas = {"s": [0.025, -0.01, 0.02, 0.0]}
+    synthetic_root(tmp_path / "plain", deltas)
+    assert build_report(tmp_path / "plain").ops[0].shapes[0].verdict == "inconclusive"
+    synthetic_root(tmp_path / "ctl", deltas, control={"s": [0.03, -0.03, 0.035, -0.02]})
+    report = build_report(tmp_path / "ctl")
+    shape = report.ops[0].shapes[0]
+    assert shape.aa_ci_pct is not None and shape.margin_pct == pytest.approx(max(map(abs, shape.aa_ci_pct)))
+    assert 5.0 < shape.margin_pct < 6.5 and shape.verdict == "same"
+    assert report.margin_source.startswith("A/A floor")
+    # An explicit --ab-margin wins over the floor.
+    assert build_report(tmp_path / "ctl", margin_pct=1.0).ops[0].shapes[0].verdict == "inconclusive"
+
+
+def test_a_missing_control_cell_withholds_the_verdict(tmp_path: Path) -> None:
+    synthetic_root(tmp_path, {"s": [0.1, 0.1]}, control={"s": [0.0, 0.0]}, failed=(2, "A2"))
+    op = build_report(tmp_path).ops[0]
+    assert op.state == "no_verdict" and "r2-A2 TIMEOUT" in op.reason
+
+
+def test_regression_gate_exit_code_names_the_ops(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    synthetic_root(tmp_path, {"s": [0.05, 0.051, 0.049, 0.05]}, op="slowop")
+    synthetic_root(tmp_path, {"s": [0.0, 0.001, -0.001, 0.0]}, op="fineop")
+    assert main(["summary", str(tmp_path), "--ab-fail-if-slower", "2"]) == 7
+    assert "REGRESSION GATE: slower beyond the threshold: slowop" in capsys.readouterr().out
+    assert main(["summary", str(tmp_path), "--ab-fail-if-slower", "10"]) == 0  # the interval is not beyond 10%
+
+
+def test_report_json_round_trips_and_plots_are_drawn(tmp_path: Path) -> None:
+    synthetic_root(tmp_path, {"a": [0.1, 0.12, 0.09], "b": [0.01, -0.01, 0.02]}, control={"a": [0.0, 0.01, -0.01]})
+    built = build_report(tmp_path)
+    plots = write_report(tmp_path, built)
+    data = json.loads((tmp_path / REPORT_JSON).read_text())
+    assert data["schema_version"] == built.schema_version
+    assert report_from_json(data) == built
+    assert [p.name for p in plots] == ["op.png"] and plots[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("mode", [("-n", "2"), ("-p", "no:xdist")])
+def test_terminal_report_with_and_without_xdist(campaign_dir: pytest.Pytester, tmp_path: Path,
+                                                 mode: tuple[str, str]) -> None:
+    campaign_dir.makepyfile(c=simple_campaign())
+    root = tmp_path / "root"
+    result = campaign_dir.runpytest_subprocess("c.py", "--ab-rounds", "2", "--ab-root", str(root), "--ab-control",
+                                               "--ab-ir-target", "none", "-p", "no:cacheprovider", *mode)
+    result.assert_outcomes(passed=12)
+    out = result.stdout.str()
+    assert out.count("abbench report") == 1
+    assert "== one: rounds 2/2" in out and "== two: rounds 2/2" in out and "A/A floor" in out
+    data = json.loads((root / REPORT_JSON).read_text())
+    assert [o["op"] for o in data["ops"]] == ["one", "two"] and all(o["control"] for o in data["ops"])
