@@ -254,8 +254,8 @@ def build_op(op: str, cells: list[_Cell], root: Path, margin_pct: float | None, 
 
     round1 = by_round.get(1, {})
     round1_bad = [f"r1-{s} {round1[s].status}" for s in SIDES if s in round1 and round1[s].status != "ok"]
-    if gate is not None and gate.state == "no_diff" and not round1_bad:
-        skipped = sum(1 for c in cells if c.status == irgate.NO_IR_DIFF)
+    skipped = sum(1 for c in cells if c.status == irgate.NO_IR_DIFF)
+    if gate is not None and gate.state == "no_diff" and not round1_bad and skipped:
         rep.state = "no_ir_diff"
         rep.rounds_completed = 1
         rep.reason = f"switch changed no generated code; {rounds_expected - 1} rounds skipped ({skipped} cells)"
@@ -389,6 +389,8 @@ def _caliber_text(o: OpReport) -> str:
 def _gate_text(o: OpReport) -> str:
     if o.gate is None:
         return "not decided"
+    if o.gate["state"] == "no_diff" and o.state != "no_ir_diff" and o.rounds_expected > 1:
+        return "no_diff (overridden: every round run)"
     if o.gate["state"] == "unavailable":
         return f"unavailable: {o.gate['reason']}" + ("" if o.state == "ir_only" else "; all rounds run")
     return str(o.gate["state"])

@@ -1,0 +1,72 @@
+"""Ground truth for the planted-effect campaign: A and B interleaved in one process, many repetitions.
+
+    python benchmarks/planted_truth.py [--pairs 30] > truth.json
+
+For each core shape of ``campaigns/calibration_planted.py`` builds side A's
+and side B's case (B with the planted extra work), then times them in
+alternation with the CUDA graph timer, ``--pairs`` times.  The truth is the
+mean of the per-pair log ratios with its 95% interval: independent of the
+campaign's cells, rounds and processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from pytest_abbench.campaign import Case, load_campaign  # noqa: E402
+from pytest_abbench.report import interval, pct  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--pairs", type=int, default=30)
+    parser.add_argument("--rep-ms", type=int, default=50)
+    args = parser.parse_args()
+    import torch
+    from triton.testing import do_bench_cudagraph
+
+    campaign = load_campaign(REPO / "campaigns" / "calibration_planted.py")
+    env_name = campaign.module.PLANTED_ENV
+    op = campaign.op("planted")
+    out = []
+    for shape in op.shapes_for("core"):
+        cases: dict[str, Case] = {}
+        for side, planted in (("A", False), ("B", True)):
+            if planted:
+                os.environ[env_name] = "1"
+            else:
+                os.environ.pop(env_name, None)
+            built = op.build(shape, "cuda")
+            cases[side] = built if isinstance(built, Case) else Case(run=built)
+            cases[side].run()
+        os.environ.pop(env_name, None)
+        torch.cuda.synchronize()
+        log_ratios = []
+        a_ms, b_ms = [], []
+        for i in range(args.pairs):
+            order = ("A", "B") if i % 2 == 0 else ("B", "A")  # alternate, as the campaign's rounds do
+            t = {side: float(do_bench_cudagraph(cases[side].run, rep=args.rep_ms)) for side in order}
+            a_ms.append(t["A"])
+            b_ms.append(t["B"])
+            log_ratios.append(math.log(t["B"] / t["A"]))
+        ci = interval(log_ratios)
+        assert ci is not None
+        record = {"shape": shape.id, "truth_pct": pct(statistics.fmean(log_ratios)),
+                  "truth_ci_pct": [pct(ci[0]), pct(ci[1])], "pairs": args.pairs,
+                  "a_ms": statistics.median(a_ms), "b_ms": statistics.median(b_ms)}
+        print(json.dumps(record), file=sys.stderr)
+        out.append(record)
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
