@@ -94,6 +94,9 @@ def judge_autotune(a: dict[str, Any], b: dict[str, Any]) -> str | None:
             return "both sides replay, but from different records"
         if a.get("autotune_record_hash") != b.get("autotune_record_hash"):
             return "both sides replay the same record path, but its content changed between them"
+        if a.get("tuner_cache_seed") != b.get("tuner_cache_seed"):
+            return (f"the library tuner started from different records (seed {a.get('tuner_cache_seed')!r} vs "
+                    f"{b.get('tuner_cache_seed')!r})")
         return None
     if ma == "off" and mb == "off":
         return None

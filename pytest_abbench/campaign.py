@@ -31,6 +31,10 @@ SIDE_OPTIONS = ("timer", "level", "direct_rep", "direct_warmup", "samples", "tun
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
 
 
+class CampaignSkipped(Exception):
+    """The campaign set ``SKIP = "reason"``: it cannot run here (a missing library, no GPU)."""
+
+
 class CampaignError(Exception):
     """A campaign file declares something the plugin cannot run; names file and field."""
 
@@ -203,6 +207,9 @@ def load_campaign(path: str | Path) -> Campaign:
     sys.modules[name] = module
     spec.loader.exec_module(module)
 
+    skip = getattr(module, "SKIP", None)
+    if skip:
+        raise CampaignSkipped(f"{path.name}: {skip}")
     ops = getattr(module, "OPS", None)
     if not isinstance(ops, (list, tuple)) or not ops:
         raise CampaignError(f"{path}: OPS must be a non-empty list of Op")

@@ -18,7 +18,8 @@ import traceback
 from pathlib import Path
 from typing import Any, Sequence
 
-from pytest_abbench.autotune_pin import AutotunePin, AutotuneRecordError, install
+from pytest_abbench import tunercache
+from pytest_abbench.autotune_pin import AUTOTUNE_REPLAY_FALLBACK, AutotunePin, AutotuneRecordError, install
 from pytest_abbench.campaign import Case, load_campaign, shape_set_hash
 from pytest_abbench.fileio import append_jsonl, iter_jsonl, write_json_atomic
 from pytest_abbench.identity import build_identity, file_hash, write_identity
@@ -157,6 +158,13 @@ def measure(args: argparse.Namespace) -> int:
     )
     if args.autotune_mode == "replay" and record is not None and record.exists():
         identity["autotune_record_hash"] = file_hash(record)
+    # A shared tuner cache is what the caliber warning is about; only a per-cell one is pinned and checked.
+    per_cell = os.environ.get(tunercache.CACHE_ENV) and not args.tuner_cache.startswith("shared:")
+    tuner_dir = Path(os.environ[tunercache.CACHE_ENV]) if per_cell else None
+    tuner_rows_before = tunercache.row_counts(tuner_dir) if tuner_dir else {}
+    if tuner_dir is not None:
+        # Which record this cell's library tuner starts from ("fresh": it tunes from nothing).
+        identity["tuner_cache_seed"] = tunercache.content_hash(tuner_dir) or "fresh"
     write_identity(out, identity)
     device = "cuda" if args.backend == "cuda" else "cpu"
     ready = time.time()
@@ -207,6 +215,8 @@ def measure(args: argparse.Namespace) -> int:
                                "median_ms": median, "n": len(samples), "marker": timing.marker})
         log(f"[abbench] shape {shape.id}: {median:.4f} ms ({timing.timer}, n={len(samples)})")
     pin.save()
+    if tuner_dir is not None and args.autotune_mode == "replay":
+        tunercache.report_growth(tuner_rows_before, tunercache.row_counts(tuner_dir), log, AUTOTUNE_REPLAY_FALLBACK)
     phases["autotune_bench_calls"] = pin.bench_calls
     phases["ir_variants"] = len(ir_written)
     phases["total_s"] = time.time() - spawned

@@ -18,8 +18,9 @@ from typing import Any, Iterator
 
 import pytest
 
-from pytest_abbench import caliber, irgate, report
-from pytest_abbench.campaign import SIDES, Campaign, CampaignError, load_campaign, looks_like_campaign
+from pytest_abbench import caliber, irgate, report, tunercache
+from pytest_abbench.campaign import (SIDES, Campaign, CampaignError, CampaignSkipped, load_campaign,
+                                     looks_like_campaign)
 from pytest_abbench.cellrun import log_tail, run_child
 from pytest_abbench.exitcodes import EXIT_CALIBER, EXIT_ROOT, EXIT_SLOWER, describe, status_word
 from pytest_abbench.fileio import CorruptFileError, iter_jsonl
@@ -103,6 +104,8 @@ class CampaignFile(pytest.File):
         plugin: AbbenchPlugin = self.config.stash[PLUGIN_KEY]
         try:
             campaign = load_campaign(self.path)
+        except CampaignSkipped as exc:
+            pytest.skip(str(exc))
         except CampaignError as exc:
             raise self.CollectError(f"campaign error: {exc}") from None
         if plugin.settings.switch_env is not None:
@@ -175,7 +178,7 @@ class AbbenchPlugin:
             reporter.write_line(line)
 
     # -- running a cell --------------------------------------------------------
-    def cell_env(self, campaign: Campaign, side: str) -> dict[str, str]:
+    def cell_env(self, campaign: Campaign, side: str, cell_dir: Path) -> dict[str, str]:
         """The child's environment, as an explicit merge (README "Cell environment").
 
         Start from this process's environment; drop every variable either
@@ -190,9 +193,10 @@ class AbbenchPlugin:
             env.pop(key, None)
         env.update(switch.env(side))
         env["TRITON_CACHE_DIR"] = str(self.root / "cache" / f"triton_{side}")
+        # Library tuners (FlagGems' LibTuner): a cache of the cell's own, or the one shared folder asked for.
         tuner_cache = self.tuner_cache(side, campaign)
-        if tuner_cache.startswith("shared:"):
-            env["FLAGGEMS_CACHE_DIR"] = tuner_cache.removeprefix("shared:")
+        shared = tuner_cache.removeprefix("shared:") if tuner_cache.startswith("shared:") else None
+        env[tunercache.CACHE_ENV] = shared or str(cell_dir / tunercache.CELL_CACHE_DIR)
         if self.backend == "interpreter" and not self.settings.ir_only:
             env["TRITON_INTERPRET"] = "1"
         else:
@@ -255,8 +259,15 @@ class AbbenchPlugin:
 
         log_path = cell_dir / "run.log"
         cell_dir.mkdir(parents=True, exist_ok=True)
-        result = run_child(self.cell_argv(spec, item.campaign, cell_dir), self.cell_env(item.campaign, spec.config_side),
-                           log_path, self.settings.cell_timeout_s)
+        per_cell_tuner = self.tuner_cache(spec.config_side, item.campaign) == "per-cell"
+        records_tuning = spec.round == 1 and spec.side == "A"
+        if per_cell_tuner and not records_tuning:
+            tunercache.seed_from_record(self.root, spec.op, cell_dir / tunercache.CELL_CACHE_DIR)
+        result = run_child(self.cell_argv(spec, item.campaign, cell_dir),
+                           self.cell_env(item.campaign, spec.config_side, cell_dir), log_path,
+                           self.settings.cell_timeout_s)
+        if per_cell_tuner and records_tuning:
+            tunercache.keep_record(cell_dir / tunercache.CELL_CACHE_DIR, self.root, spec.op)
         if self.settings.ir_only:
             success, failed, problems = len(irgate.ttgir_files(cell_dir / "ir")), 0, []
         else:

@@ -1,0 +1,84 @@
+"""Library tuner caches (FlagGems' LibTuner SQLite files) pinned like Triton's autotuner.
+
+Every cell gets its own ``FLAGGEMS_CACHE_DIR``.  Round 1 side A tunes into a
+fresh one (record); the plugin then keeps a copy of its ``config_cache`` as
+the op's record, and every other cell starts from a copy of that record
+(inherited replay).  A replay cell whose database grew tuned a key the record
+lacked: that prints ``AUTOTUNE_REPLAY_FALLBACK`` like Triton's autotuner does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import sqlite3
+from pathlib import Path
+from typing import Callable
+
+CACHE_ENV = "FLAGGEMS_CACHE_DIR"
+CELL_CACHE_DIR = "tuner_cache"
+CONFIG_DIR = "config_cache"  # LibTuner's databases live here under FLAGGEMS_CACHE_DIR
+RECORD_DIR = "tuner"
+
+
+def record_dir(root: Path, op: str) -> Path:
+    return root / RECORD_DIR / op
+
+
+def keep_record(cell_cache: Path, root: Path, op: str) -> bool:
+    """After round 1 side A: its tuned databases become the op's record.  False when it tuned nothing."""
+    source = cell_cache / CONFIG_DIR
+    if not any(source.glob("*.db")):
+        return False
+    target = record_dir(root, op) / CONFIG_DIR
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(source, target)
+    return True
+
+
+def seed_from_record(root: Path, op: str, cell_cache: Path) -> None:
+    """Before a replay cell: start its cache as a copy of the record (nothing to copy: starts empty)."""
+    source = record_dir(root, op) / CONFIG_DIR
+    if source.is_dir():
+        shutil.copytree(source, cell_cache / CONFIG_DIR, dirs_exist_ok=True)
+
+
+def databases(cache: Path) -> list[Path]:
+    return sorted((cache / CONFIG_DIR).glob("*.db")) if (cache / CONFIG_DIR).is_dir() else []
+
+
+def content_hash(cache: Path) -> str | None:
+    """sha256 (16 hex) over the databases' names and bytes; None when there is none."""
+    files = databases(cache)
+    if not files:
+        return None
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def row_counts(cache: Path) -> dict[str, int]:
+    """``db:table`` -> rows, for every table of every database (read-only; a corrupt file counts as -1)."""
+    counts: dict[str, int] = {}
+    for path in databases(cache):
+        try:
+            with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
+                tables = [r[0] for r in conn.execute("select name from sqlite_master where type='table'")]
+                for table in tables:
+                    counts[f"{path.name}:{table}"] = conn.execute(f'select count(*) from "{table}"').fetchone()[0]
+        except sqlite3.Error:
+            counts[f"{path.name}:?"] = -1
+    return counts
+
+
+def report_growth(before: dict[str, int], after: dict[str, int], log: Callable[[str], None],
+                  marker: str) -> int:
+    """Print ``marker`` once per table that gained rows during a replay cell; returns how many."""
+    grown = 0
+    for table, rows in sorted(after.items()):
+        if rows > before.get(table, 0):
+            grown += 1
+            log(f"{marker} kernel=libtuner:{table} key=+{rows - before.get(table, 0)} rows tuned in this cell")
+    return grown
