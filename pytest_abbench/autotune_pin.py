@@ -111,6 +111,16 @@ class AutotunePin:
         write_json_atomic(self.record_path, {"schema": SCHEMA, "entries": entries})
 
 
+# Depth of autotuner benchmarking in progress (Triton's Autotuner and subclasses
+# such as FlagGems' LibTuner): kernels compiled meanwhile are candidates, not
+# necessarily the code the op runs.
+_BENCHMARKING = [0]
+
+
+def benchmarking() -> bool:
+    return _BENCHMARKING[0] > 0
+
+
 def install(pin: AutotunePin) -> None:
     """Route every Autotuner.run of this process through ``pin``."""
     from triton.runtime import autotuner as at
@@ -120,7 +130,11 @@ def install(pin: AutotunePin) -> None:
 
     def counted_bench(self: Any, *args: Any, **kwargs: Any) -> Any:
         pin.bench_calls += 1
-        return original_bench(self, *args, **kwargs)
+        _BENCHMARKING[0] += 1
+        try:
+            return original_bench(self, *args, **kwargs)
+        finally:
+            _BENCHMARKING[0] -= 1
 
     def pinned_run(self: Any, *args: Any, **kwargs: Any) -> Any:
         if len(self.configs) > 1:

@@ -14,6 +14,8 @@ import hashlib
 import json
 import re
 from pathlib import Path
+
+from pytest_abbench.autotune_pin import benchmarking
 from typing import Any
 
 IR_DIR = "ir"
@@ -64,6 +66,8 @@ def install_capture(ir_dir: Path) -> list[str]:
                     "num_stages": getattr(meta, "num_stages", None),
                     "shared": getattr(meta, "shared", None),
                     "target": str(getattr(meta, "target", "")),
+                    # Compiled as an autotune candidate: the IR gate counts it only if the other side has it.
+                    "autotune_candidate": benchmarking(),
                 }, sort_keys=True))
                 written.append(stem)
         if previous is not None:

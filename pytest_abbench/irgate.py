@@ -81,9 +81,33 @@ def ttgir_files(ir_dir: Path) -> list[Path]:
     return sorted(ir_dir.rglob("*.ttgir")) if ir_dir.is_dir() else []
 
 
-def fingerprint_ttgir(ir_dir: Path) -> str | None:
+def _meta(path: Path) -> dict[str, Any]:
+    meta_path = path.with_name(path.name[: -len(".ttgir")] + ".meta.json")
+    if not meta_path.exists():
+        return {}
+    try:
+        data = json.loads(meta_path.read_text())
+    except ValueError:
+        return {"error": f"{meta_path}: unreadable"}
+    return data if isinstance(data, dict) else {}
+
+
+def gated_files(ir_dir: Path, other_dir: Path) -> list[Path]:
+    """The variants that are the op's code: all, except autotune candidates the other side never compiled.
+
+    Round 1 side A benchmarks every autotune config (each compiled, each
+    captured); side B replays A's choice and compiles only that.  A candidate
+    counts when the other side has a variant of the same name (same kernel,
+    same specialization and options), so the chosen code is still compared.
+    """
+    other = {p.relative_to(other_dir).as_posix() for p in ttgir_files(other_dir)}
+    return [p for p in ttgir_files(ir_dir)
+            if not _meta(p).get("autotune_candidate") or p.relative_to(ir_dir).as_posix() in other]
+
+
+def fingerprint_ttgir(ir_dir: Path, files: list[Path] | None = None) -> str | None:
     """sha256 over the sorted (relative path, normalized content) pairs; None when there is no TTGIR."""
-    files = ttgir_files(ir_dir)
+    files = ttgir_files(ir_dir) if files is None else sorted(files)
     if not files:
         return None
     digest = hashlib.sha256()
@@ -111,10 +135,10 @@ class KernelDiff:
     meta_b: dict[str, Any] = field(default_factory=dict)
 
 
-def _per_kernel(ir_dir: Path) -> dict[str, tuple[str, Counter[str], dict[str, Any]]]:
+def _per_kernel(ir_dir: Path, files: list[Path]) -> dict[str, tuple[str, Counter[str], dict[str, Any]]]:
     """kernel -> (normalized text of all its variants, op counts, metadata of its first variant)."""
     grouped: dict[str, list[Path]] = {}
-    for path in ttgir_files(ir_dir):
+    for path in sorted(files):
         grouped.setdefault(path.relative_to(ir_dir).parts[0], []).append(path)
     result = {}
     for kernel, paths in grouped.items():
@@ -122,19 +146,14 @@ def _per_kernel(ir_dir: Path) -> dict[str, tuple[str, Counter[str], dict[str, An
         counts: Counter[str] = Counter()
         for p in paths:
             counts += count_watched_ops(p.read_text(errors="replace"))
-        meta: dict[str, Any] = {}
-        meta_path = paths[0].with_name(paths[0].name[: -len(".ttgir")] + ".meta.json")
-        if meta_path.exists():
-            try:
-                meta = json.loads(meta_path.read_text())
-            except ValueError:
-                meta = {"error": f"{meta_path}: unreadable"}
+        meta = _meta(paths[0])
+        meta.pop("autotune_candidate", None)
         result[kernel] = ("".join(texts), counts, {"variants": len(paths), **meta})
     return result
 
 
 def diff_kernels(ir_a: Path, ir_b: Path) -> list[KernelDiff]:
-    a, b = _per_kernel(ir_a), _per_kernel(ir_b)
+    a, b = _per_kernel(ir_a, gated_files(ir_a, ir_b)), _per_kernel(ir_b, gated_files(ir_b, ir_a))
     diffs = []
     for kernel in sorted(set(a) | set(b)):
         if kernel not in b:
@@ -187,7 +206,7 @@ class GateDecision:
 
 def decide(op: str, ir_a: Path, ir_b: Path) -> GateDecision:
     """Compare round 1's two sides.  Never 'no_diff' without TTGIR on both sides."""
-    fa, fb = fingerprint_ttgir(ir_a), fingerprint_ttgir(ir_b)
+    fa, fb = fingerprint_ttgir(ir_a, gated_files(ir_a, ir_b)), fingerprint_ttgir(ir_b, gated_files(ir_b, ir_a))
     if fa is None or fb is None:
         missing = " and ".join(str(d) for d, f in ((ir_a, fa), (ir_b, fb)) if f is None)
         return GateDecision(op, "unavailable", f"no TTGIR captured in {missing}", fa, fb)

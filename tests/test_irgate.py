@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -96,3 +97,22 @@ def test_ir_only_triage_compiles_both_sides_and_times_nothing(pytester: pytest.P
     result.stdout.fnmatch_lines(["IR triage: the switch changes the generated code of 1 of 3 ops: dot (worth GPU time)"])
     assert not list(root.glob("r*_*/*/results.jsonl"))
     assert {r.status for r in read_status(root)} == {"IR_ONLY"}
+
+
+def _variant(ir_dir: Path, name: str, body: str, candidate: bool) -> None:
+    path = ir_dir / "kernel" / f"{name}.ttgir"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(body)
+    path.with_name(f"{name}.meta.json").write_text(json.dumps({"num_warps": 4, "autotune_candidate": candidate}))
+
+
+def test_autotune_candidates_count_only_when_the_other_side_compiled_them(tmp_path: Path) -> None:
+    # Side A (recording) benchmarked two configs; side B replayed A's choice and compiled only that one.
+    a, b = tmp_path / "a", tmp_path / "b"
+    _variant(a, "w4_s3_chosen", "tt.func @k() { tt.return }", candidate=True)
+    _variant(a, "w8_s2_rejected", "tt.func @k() { tt.dot }", candidate=True)
+    _variant(b, "w4_s3_chosen", "tt.func @k() { tt.return }", candidate=False)
+    assert irgate.decide("op", a, b).state == "no_diff"
+    _variant(b, "w4_s3_chosen", "tt.func @k() { ttg.convert_layout }", candidate=False)
+    decision = irgate.decide("op", a, b)
+    assert decision.state == "diff" and decision.headline() == ["kernel: convert_layout 0 -> 1 (+1)"]
