@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -30,6 +32,29 @@ RESULTS_FILE = "results.jsonl"
 TIMING_FILE = "cell_timing.json"
 SPAWN_TIME_ENV = "ABBENCH_SPAWN_TIME"
 EXIT_SETUP_ERROR = 3  # the campaign, the switch hook or the autotune record could not be used
+
+
+def guard_group(poll_s: float = 0.5) -> None:
+    """Take this cell's whole process group down when the pytest that started it dies.
+
+    The parent set a parent-death SIGTERM; its handler (and, for a parent that
+    dies while this process sits in a long C call, a watchdog thread that sees
+    the parent pid change) SIGKILLs the group, grandchildren included.
+    """
+    parent = os.getppid()
+
+    def kill_group(*_: object) -> None:
+        os.killpg(os.getpgid(0), signal.SIGKILL)
+
+    signal.signal(signal.SIGTERM, kill_group)
+
+    def watch() -> None:
+        while True:
+            time.sleep(poll_s)
+            if os.getppid() != parent:
+                kill_group()
+
+    threading.Thread(target=watch, name="abbench-parent-watch", daemon=True).start()
 
 
 def log(line: str) -> None:
@@ -238,6 +263,8 @@ def measure(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if os.getpgid(0) == os.getpid():  # started by the plugin as its group's leader (not in-process)
+        guard_group()
     if args.ir_only:
         return run_ir_only(args)
     return measure(args)

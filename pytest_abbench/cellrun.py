@@ -31,14 +31,16 @@ class ChildResult:
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
-    """Ask Linux to SIGKILL the child when its parent dies (pytest SIGKILLed).
+    """Ask Linux to send SIGTERM to the child when its parent dies (pytest SIGKILLed).
 
-    Runs between fork and exec.  Where prctl is unavailable the process group
-    kill on timeout still holds; only the killed-parent case is weaker.
+    Runs between fork and exec.  The cell child turns that SIGTERM into a
+    SIGKILL of its whole process group (``pytest_abbench.cell.guard_group``),
+    so its own children die too.  Where prctl is unavailable the child's
+    parent watchdog still notices; the process group kill on timeout holds.
     """
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     except (OSError, AttributeError):
         pass
 

@@ -51,7 +51,8 @@ def device_facts(backend: str) -> dict[str, Any]:
             "driver": _nvidia_smi("driver_version"),
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         }
-    return {"device": f"cpu:{platform.machine()}", "gpu_uuid": None, "driver": None, "cuda_visible_devices": None}
+    return {"device": f"cpu:{platform.machine()}", "gpu_uuid": None, "driver": None,
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
 
 
 def build_identity(

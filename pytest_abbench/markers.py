@@ -39,3 +39,29 @@ def count_markers(log: Path) -> dict[str, int]:
                 counts[marker] += window.count(needle) - tail.count(needle)
             tail = window[-overlap:]
     return counts
+
+
+def count_undecodable(log: Path) -> int:
+    """Byte sequences in a run.log that are not UTF-8 (kept as written; counted so a report can say so)."""
+    import codecs
+
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    bad = 0
+    try:
+        handle = open(log, "rb")
+    except FileNotFoundError:
+        return 0
+    with handle:
+        while True:
+            chunk = handle.read(_CHUNK)
+            try:
+                chunk.decode("utf-8")  # fast path: a clean chunk (a split character falls through)
+                clean = bool(chunk) and decoder.getstate()[0] == b""
+            except UnicodeDecodeError:
+                clean = False
+            if clean:
+                continue
+            bad += decoder.decode(chunk, final=not chunk).count("\ufffd")
+            if not chunk:
+                break
+    return bad

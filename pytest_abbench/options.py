@@ -75,6 +75,23 @@ def tuner_cache_mode(text: str) -> str:
     raise argparse.ArgumentTypeError(f"expected per-cell or shared:DIR, got {text!r}")
 
 
+def gpu_list(text: str) -> tuple[str, ...]:
+    """``0,1,2`` or GPU UUIDs: the GPUs xdist workers are pinned to, one per worker."""
+    gpus = tuple(g.strip() for g in text.split(","))
+    if not all(g.isdigit() or g.startswith(("GPU-", "MIG-")) for g in gpus):
+        raise argparse.ArgumentTypeError(f"expected GPU indices or UUIDs separated by commas, got {text!r}")
+    if len(set(gpus)) != len(gpus):
+        raise argparse.ArgumentTypeError(f"a GPU is listed twice in {text!r}: two workers would share it")
+    return gpus
+
+
+def existing_root(text: str) -> Path:
+    path = Path(text)
+    if not (path / "status.tsv").is_file():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a campaign root (no status.tsv in it)")
+    return path.resolve()
+
+
 def choice(options: tuple[str, ...]) -> Callable[[str], str]:
     def parse(text: str) -> str:
         if text not in options:
@@ -109,6 +126,10 @@ def register(parser: pytest.Parser) -> None:
     add("--ab-samples", type=positive_int, default=None, metavar="N", help="timed samples per shape (default 10 on CUDA, 3 in the interpreter)")
     add("--ab-direct-rep", type=positive_int, default=100, metavar="MS", help="direct timer: do_bench rep in ms (identity axis direct_repeat)")
     add("--ab-direct-warmup", type=positive_int, default=25, metavar="MS", help="direct timer: do_bench warmup in ms (identity axis direct_repeat)")
+    add("--ab-gpus", type=gpu_list, default=None, metavar="0,1,...",
+        help="GPUs for xdist workers, one each (default: the visible GPUs); a serial run uses the first")
+    add("--ab-resume", type=existing_root, default=None, metavar="ROOT",
+        help="continue the campaign in ROOT: cells with a finished row are read from disk, not run again")
     add("--ab-control", action="store_true", default=False,
         help="A/A control: a third cell per round and op ([r<k>-A2]) runs side A again; its A/A interval is "
              "each shape's measured noise floor and the default margin of the 'same' verdict")
@@ -142,6 +163,8 @@ class Settings:
     direct_rep_ms: int
     direct_warmup_ms: int
     tuner_cache: str
+    gpus: tuple[str, ...] | None
+    resume: Path | None
     control: bool
     allow_no_ir_diff: bool
     ir_only: bool
@@ -176,6 +199,8 @@ def resolve(config: pytest.Config) -> Settings:
     timeout, timeout_src = _from_env_or_ini(config, opt.cell_timeout, "CELL_TIMEOUT", "cell_timeout",
                                             positive_seconds, DEFAULT_CELL_TIMEOUT_S)
     rounds, rounds_src = _from_env_or_ini(config, opt.ab_rounds, None, "ab_rounds", positive_int, DEFAULT_ROUNDS)
+    if opt.ab_resume and opt.ab_root and Path(opt.ab_root).resolve() != opt.ab_resume:
+        raise pytest.UsageError(f"--ab-root {opt.ab_root} and --ab-resume {opt.ab_resume} name different roots")
     if opt.ab_ir_only and opt.ab_ir_target in ("", "none"):
         raise pytest.UsageError("--ab-ir-only needs an --ab-ir-target to compile for (e.g. cuda:90), not 'none'")
     if opt.ab_ir_only:
@@ -183,7 +208,7 @@ def resolve(config: pytest.Config) -> Settings:
     allow_no_ir = bool(opt.ab_allow_no_ir_diff) or os.environ.get("SWITCH_ALLOW_NO_IR_DIFF", "") == "1"
     return Settings(
         rounds=rounds,
-        root=Path(opt.ab_root) if opt.ab_root else None,
+        root=opt.ab_resume or (Path(opt.ab_root) if opt.ab_root else None),
         cell_timeout_s=timeout,
         switch_env=dict(opt.ab_switch_env) if opt.ab_switch_env else None,
         level=opt.ab_level,
@@ -193,6 +218,8 @@ def resolve(config: pytest.Config) -> Settings:
         direct_rep_ms=opt.ab_direct_rep,
         direct_warmup_ms=opt.ab_direct_warmup,
         tuner_cache=opt.ab_tuner_cache,
+        gpus=opt.ab_gpus,
+        resume=opt.ab_resume,
         control=bool(opt.ab_control) and not opt.ab_ir_only,
         allow_no_ir_diff=allow_no_ir,
         ir_only=bool(opt.ab_ir_only),
@@ -202,6 +229,15 @@ def resolve(config: pytest.Config) -> Settings:
         fail_if_slower_pct=opt.ab_fail_if_slower,
         sources={"cell_timeout": timeout_src, "rounds": rounds_src},
     )
+
+
+def visible_gpus() -> tuple[str, ...]:
+    """The GPUs this process may use, without importing torch: CUDA_VISIBLE_DEVICES, else the device nodes."""
+    declared = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if declared is not None:
+        return tuple(g.strip() for g in declared.split(",") if g.strip() and g.strip() != "-1")
+    nodes = [n for n in os.listdir("/dev") if n.startswith("nvidia") and n[6:].isdigit()] if os.path.isdir("/dev") else []
+    return tuple(sorted((n[6:] for n in nodes), key=int))
 
 
 def detect_backend(requested: str) -> str:

@@ -23,16 +23,20 @@ from pytest_abbench.campaign import (SIDES, Campaign, CampaignError, CampaignSki
                                      looks_like_campaign)
 from pytest_abbench.cellrun import log_tail, run_child
 from pytest_abbench.exitcodes import EXIT_CALIBER, EXIT_ROOT, EXIT_SLOWER, describe, status_word
-from pytest_abbench.fileio import CorruptFileError, iter_jsonl
-from pytest_abbench.markers import MARKERS, count_markers
-from pytest_abbench.options import Settings, detect_backend, register, resolve
-from pytest_abbench.status import StatusRow, append_status_row
+from pytest_abbench.fileio import CorruptFileError, iter_jsonl, read_json, write_json_atomic
+from pytest_abbench.identity import file_hash
+from pytest_abbench.markers import MARKERS, count_markers, count_undecodable
+from pytest_abbench.options import Settings, detect_backend, register, resolve, visible_gpus
+from pytest_abbench.status import StatusRow, append_status_row, read_status
 
 PLUGIN_KEY = pytest.StashKey["AbbenchPlugin"]()
 IR_ONLY = report.IR_ONLY
 CELL_ID = re.compile(r"\[r\d+-[AB]\d?\](@\S+)?$")
 CELL_PROPERTY = "abbench_cell"
 LOCK_FILE = ".lock"
+MANIFEST_FILE = "campaign.json"
+ATTEMPTS_DIR = "attempts"  # earlier tries of cells a resumed session runs again
+FINISHED = ("ok", irgate.NO_IR_DIFF, report.IR_ONLY)
 PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
 # pytest-timeout guards the parent side of a cell: above the cell's own
 # timeout (which kills the child) plus time for the bookkeeping.
@@ -134,6 +138,7 @@ class AbbenchPlugin:
         self.gates: dict[str, irgate.GateDecision] = {}
         self.cell_folders: dict[str, Path] = {}
         self._lock_fd: int | None = None
+        self._finished: dict[tuple[int, str, str], StatusRow] | None = None
         workerinput = getattr(config, "workerinput", None)
         if workerinput is not None and "abbench_root" in workerinput:
             self.root = Path(workerinput["abbench_root"])
@@ -145,7 +150,7 @@ class AbbenchPlugin:
         self.root_ready = False
 
     # -- the root --------------------------------------------------------------
-    def claim_root(self) -> None:
+    def claim_root(self, campaign_files: list[Path]) -> None:
         """Create the root and hold its lock for the session (controller / serial run only)."""
         if self.root_ready:
             return
@@ -165,7 +170,30 @@ class AbbenchPlugin:
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         self._lock_fd = fd
         self.root_ready = True
-        self.write_line(f"abbench root: {self.root}")
+        problem = self.check_manifest(campaign_files)
+        if problem:
+            self.release_root()
+            pytest.exit(problem, returncode=EXIT_ROOT)
+        self.write_line(f"abbench root: {self.root}" + (" (resumed)" if self.settings.resume else ""))
+
+    def check_manifest(self, campaign_files: list[Path]) -> str | None:
+        """Write ``<root>/campaign.json``, or on --ab-resume refuse a root written by another campaign or switch."""
+        manifest = {"campaign_files": {str(p): file_hash(p) for p in sorted(set(campaign_files))},
+                    "switch_env": self.settings.switch_env}
+        path = self.root / MANIFEST_FILE
+        if self.settings.resume is not None and path.exists():
+            try:
+                before = read_json(path)
+            except CorruptFileError as exc:
+                return f"abbench: cannot resume {self.root}: {exc}"
+            for field_name, what in (("campaign_files", "campaign file(s)"), ("switch_env", "--ab-switch-env")):
+                if before.get(field_name) != manifest[field_name]:
+                    return (f"abbench: cannot resume {self.root}: it was written with {what} "
+                            f"{before.get(field_name)!r}, this session has {manifest[field_name]!r}; "
+                            "resume with the same campaign and switch, or start a new root")
+            return None
+        write_json_atomic(path, manifest)
+        return None
 
     def release_root(self) -> None:
         if self._lock_fd is not None:
@@ -203,8 +231,32 @@ class AbbenchPlugin:
             env.pop("TRITON_INTERPRET", None)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_PARENT, env.get("PYTHONPATH", "")) if p)
         env["PYTHONUNBUFFERED"] = "1"
+        gpu = self.pinned_gpu()
+        if gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = gpu
         env["ABBENCH_SPAWN_TIME"] = repr(time.time())
         return env
+
+    def pinned_gpu(self) -> str | None:
+        """This worker's GPU: xdist worker gw<i> gets the i-th of --ab-gpus (or of the visible GPUs).
+
+        Every cell of an op runs on one worker (--dist loadgroup), hence on one
+        GPU.  A serial run is pinned only when --ab-gpus is given.  More
+        workers than GPUs would time two cells on one GPU at once: refused.
+        """
+        workerinput = getattr(self.config, "workerinput", None)
+        gpus = self.settings.gpus
+        if workerinput is None:
+            return gpus[0] if gpus else None
+        if gpus is None:
+            gpus = visible_gpus() if self.backend == "cuda" else ()
+        if not gpus:
+            return None  # no GPU to share (the interpreter): nothing to pin
+        index = int(str(workerinput.get("workerid", "gw0")).removeprefix("gw"))
+        if index >= len(gpus):
+            raise CellFailed(f"xdist worker gw{index} has no GPU of its own (GPUs: {', '.join(gpus)}); "
+                             f"run with -n {len(gpus)} or fewer, or list more with --ab-gpus")
+        return gpus[index]
 
     def cell_argv(self, spec: CellSpec, campaign: Campaign, cell_dir: Path) -> list[str]:
         s = self.settings
@@ -249,13 +301,28 @@ class AbbenchPlugin:
         spec = item.spec
         cell_dir = spec.folder(self.root)
         switch_text = item.campaign.switch.describe()
+        self.check_root_alive()
+        no_diff_reason = (f"{irgate.NO_IR_DIFF}: round 1 TTGIR of {spec.op} is identical on both sides "
+                          "(SWITCH_ALLOW_NO_IR_DIFF=1 or --ab-allow-no-ir-diff runs it anyway)")
+        if self.settings.resume is not None:
+            done = self.finished_rows().get((spec.round, spec.op, spec.side))
+            if done is not None:
+                self.attach(item, done, cell_dir)
+                item.user_properties.append(("abbench_resumed", True))
+                if done.status == irgate.NO_IR_DIFF:
+                    pytest.skip(no_diff_reason)
+                return  # finished before the crash: its files are read from disk, not measured again
+            if cell_dir.exists():
+                # An attempt that crashed or failed: kept aside, never mixed into this run's files.
+                attempts = self.root / ATTEMPTS_DIR
+                attempts.mkdir(exist_ok=True)
+                cell_dir.rename(attempts / f"r{spec.round}_{spec.side}_{spec.op}_{time.time_ns()}")
         gate = self.gate_for(spec.op) if spec.round > 1 else None
         if gate is not None and gate.state == "no_diff" and not self.settings.allow_no_ir_diff:
             row = StatusRow(spec.round, spec.op, spec.side, switch_text, 0, irgate.NO_IR_DIFF, 0.0, 0, 0)
-            append_status_row(self.root, row)
+            self.append_row(row)
             self.attach(item, row, cell_dir)
-            pytest.skip(f"{irgate.NO_IR_DIFF}: round 1 TTGIR of {spec.op} is identical on both sides "
-                        "(SWITCH_ALLOW_NO_IR_DIFF=1 or --ab-allow-no-ir-diff runs it anyway)")
+            pytest.skip(no_diff_reason)
 
         log_path = cell_dir / "run.log"
         cell_dir.mkdir(parents=True, exist_ok=True)
@@ -282,8 +349,12 @@ class AbbenchPlugin:
             status = "NO_SHAPES"
         row = StatusRow(spec.round, spec.op, spec.side, switch_text, result.rc, status, result.elapsed_s,
                         success, failed, *(markers[m] for m in MARKERS))
-        append_status_row(self.root, row)
+        self.append_row(row)
         self.attach(item, row, cell_dir)
+        undecodable = count_undecodable(log_path)
+        if undecodable:
+            item.user_properties.append(("abbench_non_utf8", f"{log_path}: {undecodable} byte sequence(s) "
+                                         "not UTF-8 (kept as written)"))
 
         if spec.round == 1:
             self.maybe_decide_gate(item)
@@ -297,6 +368,27 @@ class AbbenchPlugin:
             detail = "\n".join(problems[:20])
             raise CellFailed(f"{header} after {result.elapsed_s:.1f}s\n{detail}\n"
                              f"--- tail of {log_path} ---\n{log_tail(log_path)}")
+
+    def check_root_alive(self) -> None:
+        """A root deleted or unmounted mid-campaign stops the session instead of being silently recreated."""
+        if not (self.root / LOCK_FILE).exists():
+            pytest.exit(f"abbench: the root {self.root} vanished or lost its {LOCK_FILE} during the session; "
+                        "every row written before is in its status.tsv if the folder still exists",
+                        returncode=EXIT_ROOT)
+
+    def append_row(self, row: StatusRow) -> None:
+        try:
+            append_status_row(self.root, row)
+        except OSError as exc:
+            pytest.exit(f"abbench: cannot append to {self.root / 'status.tsv'}: {exc.strerror or exc}",
+                        returncode=EXIT_ROOT)
+
+    def finished_rows(self) -> dict[tuple[int, str, str], StatusRow]:
+        """Cells of the resumed root that need not run again (the last row of each cell decides)."""
+        if self._finished is None:
+            rows = {(r.round, r.op, r.side): r for r in read_status(self.root)}
+            self._finished = {key: row for key, row in rows.items() if row.status in FINISHED}
+        return self._finished
 
     def attach(self, item: CellItem, row: StatusRow, cell_dir: Path) -> None:
         """Carry the cell's outcome on its report: junitxml gets it, xdist carries it to the controller."""
@@ -362,7 +454,7 @@ class AbbenchPlugin:
             for cell in cells:
                 cell.add_marker(pytest.mark.timeout(self.settings.cell_timeout_s + PARENT_TIMEOUT_SLACK_S))
         if not hasattr(config, "workerinput") and not config.option.collectonly:
-            self.claim_root()
+            self.claim_root([c.spec.campaign for c in cells])
 
     def pytest_runtest_logstart(self, nodeid: str, location: tuple[str, int | None, str]) -> None:
         # Outside the test's output capture: -v users see where to follow a long cell.
@@ -386,6 +478,8 @@ class AbbenchPlugin:
             return
         self.records.append(json.loads(props[CELL_PROPERTY]))
         # Caliber lines as soon as a cell shows them (here on the controller under xdist too).
+        if "abbench_non_utf8" in props:
+            self.write_line(f"abbench: {props['abbench_non_utf8']}")
         for line in json.loads(props.get("abbench_caliber", "[]")):
             if line not in self.caliber_lines_shown:
                 self.caliber_lines_shown.add(line)
@@ -433,8 +527,10 @@ class XdistHooks:
         node.workerinput["abbench_root"] = str(self.plugin.root)
 
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
-        if any(CELL_ID.search(nodeid) for nodeid in ids):
-            self.plugin.claim_root()
+        cells = [nodeid for nodeid in ids if CELL_ID.search(nodeid)]
+        if cells:
+            rootpath = node.config.rootpath
+            self.plugin.claim_root([rootpath / nodeid.split("::")[0] for nodeid in cells])
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
