@@ -380,8 +380,8 @@ class AbbenchPlugin:
         try:
             append_status_row(self.root, row)
         except OSError as exc:
-            pytest.exit(f"abbench: cannot append to {self.root / 'status.tsv'}: {exc.strerror or exc}",
-                        returncode=EXIT_ROOT)
+            why = "the root vanished" if not self.root.is_dir() else (exc.strerror or str(exc))
+            pytest.exit(f"abbench: cannot append to {self.root / 'status.tsv'}: {why}", returncode=EXIT_ROOT)
 
     def finished_rows(self) -> dict[tuple[int, str, str], StatusRow]:
         """Cells of the resumed root that need not run again (the last row of each cell decides)."""
@@ -526,11 +526,35 @@ class XdistHooks:
         # Workers write into the controller's root; they never choose their own.
         node.workerinput["abbench_root"] = str(self.plugin.root)
 
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
+        """Every cell of an op on one worker, in collection order, whatever ``--dist`` load mode was asked for.
+
+        The sides of an op must be timed on one GPU and round 1 side A must
+        record before anything replays it.  xdist's own ``loadgroup`` relies on
+        rewriting node ids, which pytest 9.2 no longer allows, so the grouping
+        is done here, by scope: a cell's scope is its op; any other test is its own.
+        """
+        if config.getvalue("dist") in ("no", "each"):
+            return None
+        from xdist.scheduler import LoadScopeScheduling
+
+        class CellsByOp(LoadScopeScheduling):  # type: ignore[misc]
+            def _split_scope(self, nodeid: str) -> str:
+                return op_scope(nodeid)
+
+        return CellsByOp(config, log)
+
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         cells = [nodeid for nodeid in ids if CELL_ID.search(nodeid)]
         if cells:
             rootpath = node.config.rootpath
             self.plugin.claim_root([rootpath / nodeid.split("::")[0] for nodeid in cells])
+
+
+def op_scope(nodeid: str) -> str:
+    """The xdist scheduling scope of a test: ``campaign::op`` for a cell, the node id for anything else."""
+    match = CELL_ID.search(nodeid)
+    return nodeid[: match.start()] if match else nodeid
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
