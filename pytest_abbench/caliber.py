@@ -103,11 +103,15 @@ def judge_autotune(a: dict[str, Any], b: dict[str, Any]) -> str | None:
     return f"autotune modes {ma!r} and {mb!r} cannot be compared"
 
 
-def compare_identities(op: str, dir_a: Path, dir_b: Path) -> CaliberResult:
-    """Compare side A's and side B's cell folders of one op (same round)."""
+IdentityLoader = Callable[[Path], "tuple[dict[str, Any] | None, str]"]
+
+
+def compare_identities(op: str, dir_a: Path, dir_b: Path, load: IdentityLoader | None = None) -> CaliberResult:
+    """Compare side A's and side B's cell folders of one op; ``load`` may serve identities from a cache."""
     result = CaliberResult()
-    a, why_a = load_identity(dir_a)
-    b, why_b = load_identity(dir_b)
+    load = load or load_identity
+    a, why_a = load(dir_a)
+    b, why_b = load(dir_b)
     files = (str(dir_a / IDENTITY_FILE), str(dir_b / IDENTITY_FILE))
     if a is None or b is None:
         for side, why in (("A", why_a), ("B", why_b)):

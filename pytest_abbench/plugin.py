@@ -298,6 +298,7 @@ class AbbenchPlugin:
         return self.gates.get(op)
 
     def run_cell(self, item: CellItem) -> None:
+        started = time.perf_counter()
         spec = item.spec
         cell_dir = spec.folder(self.root)
         switch_text = item.campaign.switch.describe()
@@ -360,6 +361,9 @@ class AbbenchPlugin:
             self.maybe_decide_gate(item)
         if not self.settings.ir_only:  # no latency, no identity: nothing to calibrate
             self.check_caliber(item)
+        # The plugin's own cost of this cell: everything in run_cell except the child (benchmarks/plugin_scale.py).
+        overhead_ms = (time.perf_counter() - started - result.elapsed_s) * 1000
+        item.user_properties.append(("abbench_overhead_ms", round(overhead_ms, 2)))
 
         if status not in ("ok", IR_ONLY):
             header = f"cell {spec.op}[{spec.cell_id}] failed: {describe(result.rc)}"
@@ -396,7 +400,8 @@ class AbbenchPlugin:
             item.user_properties.append((f"abbench_{key}" if key not in MARKERS else key, getattr(row, key)))
         item.user_properties.append(("abbench_cell_dir", str(cell_dir)))
         record = {"round": row.round, "op": row.op, "side": row.side, "rc": row.rc, "status": row.status,
-                  "cell_dir": str(cell_dir), "campaign": str(item.spec.campaign)}
+                  "cell_dir": str(cell_dir), "campaign": str(item.spec.campaign),
+                  "markers": {m: getattr(row, m) for m in MARKERS}}
         item.user_properties.append((CELL_PROPERTY, json.dumps(record)))
 
     def maybe_decide_gate(self, item: CellItem) -> None:

@@ -19,7 +19,7 @@ from typing import Any, Iterable
 from pytest_abbench import caliber, irgate, plots
 from pytest_abbench.campaign import SIDES
 from pytest_abbench.fileio import CorruptFileError, iter_jsonl, write_json_atomic
-from pytest_abbench.markers import count_markers
+from pytest_abbench.markers import MARKERS, count_markers
 from pytest_abbench.options import DEFAULT_MARGIN_PCT
 from pytest_abbench.status import StatusFormatError, read_status
 
@@ -159,6 +159,7 @@ class _Cell:
     side: str
     folder: Path
     status: str | None  # from status.tsv / the session; None when no row exists
+    markers: dict[str, int] | None = None  # the row's marker counts; None: count them in run.log
 
 
 def _discover(root: Path, expected: Iterable[dict[str, Any]] | None, problems: list[str]) -> list[_Cell]:
@@ -167,7 +168,7 @@ def _discover(root: Path, expected: Iterable[dict[str, Any]] | None, problems: l
     if expected is not None:
         for rec in expected:
             key = (int(rec["round"]), rec["op"], rec["side"])
-            cells[key] = _Cell(key[0], key[1], key[2], Path(rec["cell_dir"]), rec["status"])
+            cells[key] = _Cell(key[0], key[1], key[2], Path(rec["cell_dir"]), rec["status"], rec.get("markers"))
         return sorted(cells.values(), key=lambda c: (c.op, c.round, c.side))
     try:
         rows = read_status(root)
@@ -176,7 +177,8 @@ def _discover(root: Path, expected: Iterable[dict[str, Any]] | None, problems: l
         rows = []
     for row in rows:
         cells[(row.round, row.op, row.side)] = _Cell(row.round, row.op, row.side,
-                                                     root / f"r{row.round}_{row.side}" / row.op, row.status)
+                                                     root / f"r{row.round}_{row.side}" / row.op, row.status,
+                                                     {m: getattr(row, m) for m in MARKERS})
     for sub in sorted(root.iterdir()) if root.is_dir() else []:
         m = _CELL_DIR.match(sub.name)
         if not m or not sub.is_dir():
@@ -223,7 +225,9 @@ def build_op(op: str, cells: list[_Cell], root: Path, margin_pct: float | None, 
     rounds_expected = max(by_round)
     rep = OpReport(op, "", 0, rounds_expected, "no_verdict")
     for c in cells:
-        for marker, n in count_markers(c.folder / "run.log").items():
+        # The status row counted them when the cell finished; re-reading a 200 MB log is for rowless folders.
+        counts = c.markers if c.markers is not None else count_markers(c.folder / "run.log")
+        for marker, n in counts.items():
             rep.markers[marker] = rep.markers.get(marker, 0) + n
     gate = irgate.load_decision(root, op)
     if gate is not None:
@@ -241,10 +245,18 @@ def build_op(op: str, cells: list[_Cell], root: Path, margin_pct: float | None, 
     control = any(c.side == CONTROL for c in cells)
     rep.control = control
     ran = {(c.round, c.side): c.folder for c in cells if c.status != irgate.NO_IR_DIFF}
+    identities: dict[Path, tuple[dict[str, Any] | None, str]] = {}
+
+    def load(folder: Path) -> tuple[dict[str, Any] | None, str]:
+        # Each cell is compared with up to three others: read its identity once.
+        if folder not in identities:
+            identities[folder] = caliber.load_identity(folder)
+        return identities[folder]
+
     for rnd in sorted(by_round):
         for dir_a, dir_b in caliber.cell_pairs(rnd, lambda r, s: ran.get((r, s), Path()), control=control):
             if dir_a != Path() and dir_b != Path():
-                op_result.extend(caliber.compare_identities(op, dir_a, dir_b))
+                op_result.extend(caliber.compare_identities(op, dir_a, dir_b, load))
     rep.caliber = [f.line() for f in op_result.findings]
     result.extend(op_result)
     if op_result.mismatches and not allow_caliber_mismatch:
