@@ -1,0 +1,66 @@
+"""Library tuner caches with real SQLite files (what FlagGems' LibTuner writes), and the FlagGems campaign's skip."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from pytest_abbench import tunercache
+from pytest_abbench.markers import AUTOTUNE_REPLAY_FALLBACK
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _tune(cache: Path, *keys: str) -> None:
+    """Write tuned rows the way a tuner database grows: one row per key."""
+    db = cache / tunercache.CONFIG_DIR / "TunedConfig_H200_triton_3_6.db"
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with sqlite3.connect(db) as conn:
+        conn.execute("create table if not exists mm (key text primary key, config text)")
+        conn.executemany("insert into mm values (?, ?)", [(k, "BLOCK_M=128") for k in keys])
+
+
+def test_record_seeds_every_other_cell_and_growth_is_a_fallback(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    recorder = tmp_path / "r1_A" / "tuner_cache"
+    _tune(recorder, "1024x1024")
+    assert tunercache.keep_record(recorder, root, "mm")
+
+    replayer = tmp_path / "r2_A" / "tuner_cache"
+    tunercache.seed_from_record(root, "mm", replayer)
+    assert tunercache.content_hash(replayer) == tunercache.content_hash(recorder) is not None
+    before = tunercache.row_counts(replayer)
+    assert before == {"TunedConfig_H200_triton_3_6.db:mm": 1}
+
+    printed: list[str] = []
+    assert tunercache.report_growth(before, tunercache.row_counts(replayer), printed.append,
+                                    AUTOTUNE_REPLAY_FALLBACK) == 0
+    _tune(replayer, "4096x4096")  # a key the record lacked was tuned in this cell
+    assert tunercache.report_growth(before, tunercache.row_counts(replayer), printed.append,
+                                    AUTOTUNE_REPLAY_FALLBACK) == 1
+    assert printed == [f"{AUTOTUNE_REPLAY_FALLBACK} kernel=libtuner:TunedConfig_H200_triton_3_6.db:mm "
+                       "key=+1 rows tuned in this cell"]
+
+
+def test_a_cell_that_tuned_nothing_leaves_no_record(tmp_path: Path) -> None:
+    assert not tunercache.keep_record(tmp_path / "empty", tmp_path / "root", "op")
+    tunercache.seed_from_record(tmp_path / "root", "op", tmp_path / "cell")
+    assert tunercache.content_hash(tmp_path / "cell") is None
+
+
+def test_a_corrupt_database_is_counted_not_fatal(tmp_path: Path) -> None:
+    db = tmp_path / tunercache.CONFIG_DIR / "broken.db"
+    db.parent.mkdir(parents=True)
+    db.write_bytes(b"not a database")
+    assert tunercache.row_counts(tmp_path) == {"broken.db:?": -1}
+
+
+def test_flaggems_campaign_is_skipped_with_one_reason_without_flaggems(pytester: pytest.Pytester) -> None:
+    if __import__("importlib").util.find_spec("flag_gems") is not None:
+        pytest.skip("FlagGems is installed here: the skip path cannot be shown")
+    pytester.makeini("[pytest]\n")
+    result = pytester.runpytest_subprocess(str(REPO / "campaigns" / "flaggems.py"), "-rs", "-p", "no:cacheprovider")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["SKIPPED [[]1[]] *flaggems.py: FlagGems is not installed (pip install -e *flaggems*)"])
