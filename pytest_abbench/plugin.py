@@ -336,6 +336,7 @@ class AbbenchPlugin:
                            self.settings.cell_timeout_s)
         if per_cell_tuner and records_tuning:
             tunercache.keep_record(cell_dir / tunercache.CELL_CACHE_DIR, self.root, spec.op)
+        problems: list[str]
         if self.settings.ir_only:
             success, failed, problems = len(irgate.ttgir_files(cell_dir / "ir")), 0, []
         else:
@@ -481,11 +482,11 @@ class AbbenchPlugin:
         props = dict(report.user_properties)
         if CELL_PROPERTY not in props:
             return
-        self.records.append(json.loads(props[CELL_PROPERTY]))
+        self.records.append(json.loads(str(props[CELL_PROPERTY])))
         # Caliber lines as soon as a cell shows them (here on the controller under xdist too).
         if "abbench_non_utf8" in props:
             self.write_line(f"abbench: {props['abbench_non_utf8']}")
-        for line in json.loads(props.get("abbench_caliber", "[]")):
+        for line in json.loads(str(props.get("abbench_caliber", "[]"))):
             if line not in self.caliber_lines_shown:
                 self.caliber_lines_shown.add(line)
                 self.write_line(line)

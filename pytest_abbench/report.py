@@ -342,14 +342,14 @@ def build_op(op: str, cells: list[_Cell], root: Path, margin_pct: float | None, 
         rep.geomean_pct = pct(statistics.fmean(geo_rounds))
         ci = interval(geo_rounds)
         rep.geomean_ci_pct = (pct(ci[0]), pct(ci[1])) if ci else None
-        if control and all(len(per_shape[s.shape]["aa"]) == rounds_expected for s in rep.shapes):
-            aa_rounds = [statistics.fmean(per_shape[s.shape]["aa"][i] for s in rep.shapes)
+        if control and all(len(per_shape[sr.shape]["aa"]) == rounds_expected for sr in rep.shapes):
+            aa_rounds = [statistics.fmean(per_shape[sr.shape]["aa"][i] for sr in rep.shapes)
                          for i in range(rounds_expected)]
             aa_ci = interval(aa_rounds)
             rep.aa_geomean_ci_pct = (pct(aa_ci[0]), pct(aa_ci[1])) if aa_ci else None
-    for s in rep.shapes:
-        rep.verdicts[s.verdict] = rep.verdicts.get(s.verdict, 0) + 1
-    rep.sign_flips = sum(1 for s in rep.shapes if s.sign_flip)
+    for shape_rep in rep.shapes:
+        rep.verdicts[shape_rep.verdict] = rep.verdicts.get(shape_rep.verdict, 0) + 1
+    rep.sign_flips = sum(1 for shape_rep in rep.shapes if shape_rep.sign_flip)
     return rep
 
 
