@@ -14,10 +14,13 @@ FAST = ("--ab-ir-target", "none", "-p", "no:cacheprovider")
 
 
 @pytest.mark.parametrize("option, axis", [('"direct_rep": "50"', "direct_repeat"),
-                                          ('"tuner_cache": "shared:/tmp/abbench-test-tuner"', "tuner_cache")])
+                                          ('"tuner_cache": "shared:/tmp/abbench-test-tuner"', "tuner_cache"),
+                                          ('"level": "core"', "bench_level")])
 def test_side_option_mismatch_exits_4_and_withholds_the_verdict(campaign_dir: pytest.Pytester, tmp_path: Path,
                                                                 option: str, axis: str) -> None:
-    campaign_dir.makepyfile(c=simple_campaign('"one"', switch=f"Switch(options_b={{{option}}})"))
+    source = simple_campaign('"one"', switch=f"Switch(options_b={{{option}}})")
+    source += 'OPS[0].shapes["core"] = [{"n": 32}]  # side B measures other shapes: bench_level and shape_mode\n'
+    campaign_dir.makepyfile(c=source)
     root = tmp_path / "root"
     result = campaign_dir.runpytest_subprocess("c.py", "--ab-rounds", "2", "--ab-root", str(root), *FAST)
     assert result.ret == 4
