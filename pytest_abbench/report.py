@@ -442,14 +442,16 @@ def render_text(report: Report) -> str:
         for m in o.mixed_timer_shapes:
             lines.append(f"   no verdict for {m} (timer differs between sides or shape missing)")
         lines.append(f"   {'shape':<28} {'A ms':>10} {'B ms':>10} {'delta med [min ~ max]':>26} "
-                     f"{'95% CI':>18} {'noise A/B':>11} {'flip':>4}  verdict"
+                     f"{'95% CI':>18} {'noise A/B':>11} {'rounds A/B':>11} {'flip':>4}  verdict"
                      + (f"  {'A/A floor (95% CI)':>20}" if o.control else ""))
         for s in o.shapes:
             rng = f"{s.delta_pct:+.1f}% [{s.delta_min_pct:+.1f} ~ {s.delta_max_pct:+.1f}]"
             ci_text = f"{s.ci_pct[0]:+.1f} ~ {s.ci_pct[1]:+.1f}%" if s.ci_pct else "-"
             noise = "/".join("-" if v is None else f"{v:.1f}%" for v in (s.noise_within_a_pct, s.noise_within_b_pct))
+            # Spread of each side's medians across rounds: how much the machine moved between processes.
+            across = "/".join("-" if v is None else f"{v:.1f}%" for v in (s.noise_across_a_pct, s.noise_across_b_pct))
             lines.append(f"   {s.shape[:28]:<28} {s.a_ms:>10.4g} {s.b_ms:>10.4g} {rng:>26} {ci_text:>18} "
-                         f"{noise:>11} {'yes' if s.sign_flip else 'no':>4}  {s.verdict:<12}"
+                         f"{noise:>11} {across:>11} {'yes' if s.sign_flip else 'no':>4}  {s.verdict:<12}"
                          + (f"  {_range(s.aa_ci_pct):>20}" if o.control else ""))
     if report.slower_ops:
         lines.append(f"REGRESSION GATE: slower beyond the threshold: {', '.join(report.slower_ops)}")
