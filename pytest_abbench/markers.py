@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import codecs
+from dataclasses import dataclass
 from pathlib import Path
 
 AUTOTUNE_REPLAY_FALLBACK = "AUTOTUNE_REPLAY_FALLBACK"
@@ -12,56 +14,57 @@ MARKERS = (AUTOTUNE_REPLAY_FALLBACK, BENCHMARK_DIRECT_NO_CUDAGRAPH, BENCHMARK_CA
 _CHUNK = 1 << 20
 
 
-def count_markers(log: Path) -> dict[str, int]:
-    """Count marker lines in a run.log of any size or encoding.
+@dataclass
+class LogScan:
+    """What one pass over a run.log found."""
+
+    markers: dict[str, int]
+    undecodable: int  # byte sequences that are not UTF-8 (kept as written)
+
+
+def scan_log(log: Path) -> LogScan:
+    """Count marker lines and non-UTF-8 byte sequences in a run.log of any size, in one read.
 
     Reads bytes in 1 MiB chunks (a cell may print hundreds of MB, maybe with
     no newline and not UTF-8), so memory stays flat.  A missing log counts 0
-    for every marker: 0 is a clean count, never an error.
+    everywhere: 0 is a clean count, never an error.
     """
     counts = dict.fromkeys(MARKERS, 0)
     needles = {m: ("\n" + m).encode() for m in MARKERS}
     overlap = max(len(n) for n in needles.values()) - 1
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    undecodable = 0
     try:
         handle = open(log, "rb")
     except FileNotFoundError:
-        return counts
+        return LogScan(counts, 0)
     with handle:
         # A leading newline makes a marker on the very first line count too.
         tail = b"\n"
         while True:
             chunk = handle.read(_CHUNK)
-            if not chunk:
-                break
             window = tail + chunk
             for marker, needle in needles.items():
                 # Occurrences wholly inside the carried-over tail were counted already.
                 counts[marker] += window.count(needle) - tail.count(needle)
             tail = window[-overlap:]
-    return counts
-
-
-def count_undecodable(log: Path) -> int:
-    """Byte sequences in a run.log that are not UTF-8 (kept as written; counted so a report can say so)."""
-    import codecs
-
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    bad = 0
-    try:
-        handle = open(log, "rb")
-    except FileNotFoundError:
-        return 0
-    with handle:
-        while True:
-            chunk = handle.read(_CHUNK)
-            try:
-                chunk.decode("utf-8")  # fast path: a clean chunk (a split character falls through)
-                clean = bool(chunk) and decoder.getstate()[0] == b""
-            except UnicodeDecodeError:
-                clean = False
-            if clean:
-                continue
-            bad += decoder.decode(chunk, final=not chunk).count("\ufffd")
+            undecodable += _count_undecodable(decoder, chunk)
             if not chunk:
                 break
-    return bad
+    return LogScan(counts, undecodable)
+
+
+def _count_undecodable(decoder: codecs.IncrementalDecoder, chunk: bytes) -> int:
+    """Replacement characters the decoder yields for ``chunk`` (an empty chunk flushes it)."""
+    if chunk and decoder.getstate()[0] == b"":
+        try:
+            chunk.decode("utf-8")  # fast path: a clean chunk with nothing pending
+            return 0
+        except UnicodeDecodeError:
+            pass  # bad bytes, or a character split at the chunk edge: let the decoder sort it out
+    return decoder.decode(chunk, final=not chunk).count("\ufffd")
+
+
+def count_markers(log: Path) -> dict[str, int]:
+    """Marker lines in a run.log (see ``scan_log``)."""
+    return scan_log(log).markers

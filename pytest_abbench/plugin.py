@@ -25,7 +25,7 @@ from pytest_abbench.cellrun import log_tail, run_child
 from pytest_abbench.exitcodes import EXIT_CALIBER, EXIT_ROOT, EXIT_SLOWER, describe, status_word
 from pytest_abbench.fileio import CorruptFileError, iter_jsonl, read_json, write_json_atomic
 from pytest_abbench.identity import file_hash
-from pytest_abbench.markers import MARKERS, count_markers, count_undecodable
+from pytest_abbench.markers import MARKERS, scan_log
 from pytest_abbench.options import Settings, detect_backend, register, resolve, visible_gpus
 from pytest_abbench.status import StatusRow, append_status_row, read_status
 
@@ -341,7 +341,8 @@ class AbbenchPlugin:
             success, failed, problems = len(irgate.ttgir_files(cell_dir / "ir")), 0, []
         else:
             success, failed, problems = count_shapes(cell_dir)
-        markers = count_markers(log_path)
+        scan = scan_log(log_path)
+        markers = scan.markers
         status = status_word(result.rc)
         if result.rc == 0 and self.settings.ir_only:
             status = IR_ONLY
@@ -353,9 +354,8 @@ class AbbenchPlugin:
                         success, failed, *(markers[m] for m in MARKERS))
         self.append_row(row)
         self.attach(item, row, cell_dir)
-        undecodable = count_undecodable(log_path)
-        if undecodable:
-            item.user_properties.append(("abbench_non_utf8", f"{log_path}: {undecodable} byte sequence(s) "
+        if scan.undecodable:
+            item.user_properties.append(("abbench_non_utf8", f"{log_path}: {scan.undecodable} byte sequence(s) "
                                          "not UTF-8 (kept as written)"))
 
         if spec.round == 1:

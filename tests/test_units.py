@@ -9,7 +9,7 @@ from pathlib import Path
 from conftest import synthetic_root
 
 from pytest_abbench.irgate import normalize_ttgir
-from pytest_abbench.markers import count_markers
+from pytest_abbench.markers import count_markers, scan_log
 from pytest_abbench.report import build_report
 from pytest_abbench.status import StatusRow, append_status_row, read_status
 
@@ -38,6 +38,7 @@ def test_markers_are_counted_across_chunk_boundaries_and_bad_bytes(tmp_path: Pat
                     b"BENCHMARK_CAPTURE_POISONED op=x\nnot BENCHMARK_DIRECT_NO_CUDAGRAPH mid-line\n")
     assert count_markers(log) == {"AUTOTUNE_REPLAY_FALLBACK": 2, "BENCHMARK_DIRECT_NO_CUDAGRAPH": 0,
                                   "BENCHMARK_CAPTURE_POISONED": 1}
+    assert scan_log(log).undecodable == 2  # \xff and \xfe, counted in the same pass
     assert count_markers(tmp_path / "absent.log")["AUTOTUNE_REPLAY_FALLBACK"] == 0
 
 
