@@ -142,18 +142,20 @@ def _per_kernel(ir_dir: Path, files: list[Path]) -> dict[str, tuple[str, Counter
         grouped.setdefault(path.relative_to(ir_dir).parts[0], []).append(path)
     result = {}
     for kernel, paths in grouped.items():
-        texts = [f"{p.name}\n{normalize_ttgir(p.read_text(errors='replace'))}" for p in paths]
+        raw = [p.read_text(errors="replace") for p in paths]
+        texts = [f"{p.name}\n{normalize_ttgir(text)}" for p, text in zip(paths, raw)]
         counts: Counter[str] = Counter()
-        for p in paths:
-            counts += count_watched_ops(p.read_text(errors="replace"))
+        for text in raw:
+            counts += count_watched_ops(text)
         meta = _meta(paths[0])
         meta.pop("autotune_candidate", None)
         result[kernel] = ("".join(texts), counts, {"variants": len(paths), **meta})
     return result
 
 
-def diff_kernels(ir_a: Path, ir_b: Path) -> list[KernelDiff]:
-    a, b = _per_kernel(ir_a, gated_files(ir_a, ir_b)), _per_kernel(ir_b, gated_files(ir_b, ir_a))
+def diff_kernels(ir_a: Path, ir_b: Path, files_a: list[Path], files_b: list[Path]) -> list[KernelDiff]:
+    """Per kernel: added, removed, changed or same, with watched op counts; over the gated files of each side."""
+    a, b = _per_kernel(ir_a, files_a), _per_kernel(ir_b, files_b)
     diffs = []
     for kernel in sorted(set(a) | set(b)):
         if kernel not in b:
@@ -206,11 +208,12 @@ class GateDecision:
 
 def decide(op: str, ir_a: Path, ir_b: Path) -> GateDecision:
     """Compare round 1's two sides.  Never 'no_diff' without TTGIR on both sides."""
-    fa, fb = fingerprint_ttgir(ir_a, gated_files(ir_a, ir_b)), fingerprint_ttgir(ir_b, gated_files(ir_b, ir_a))
+    files_a, files_b = gated_files(ir_a, ir_b), gated_files(ir_b, ir_a)
+    fa, fb = fingerprint_ttgir(ir_a, files_a), fingerprint_ttgir(ir_b, files_b)
     if fa is None or fb is None:
         missing = " and ".join(str(d) for d, f in ((ir_a, fa), (ir_b, fb)) if f is None)
         return GateDecision(op, "unavailable", f"no TTGIR captured in {missing}", fa, fb)
-    kernels = diff_kernels(ir_a, ir_b)
+    kernels = diff_kernels(ir_a, ir_b, files_a, files_b)
     if fa == fb:
         return GateDecision(op, "no_diff", "switch changed no generated code", fa, fb, kernels)
     return GateDecision(op, "diff", "switch changed generated code", fa, fb, kernels)

@@ -120,7 +120,9 @@ class CampaignFile(pytest.File):
                 for side in side_order(round_no, plugin.settings.control):
                     spec = CellSpec(self.path, op.name, round_no, side, op_index)
                     item = CellItem.from_parent(self, name=f"{op.name}[{spec.cell_id}]", spec=spec, campaign=campaign)
-                    # --dist loadgroup: every cell of an op on one worker (one GPU), in order.
+                    # The plugin's own xdist scheduler keeps an op's cells on one worker
+                    # (XdistHooks.pytest_xdist_make_scheduler); the group marker says the same
+                    # to any tool that reads it.
                     item.add_marker(pytest.mark.xdist_group(name=op.name))
                     yield item
 
@@ -240,8 +242,8 @@ class AbbenchPlugin:
     def pinned_gpu(self) -> str | None:
         """This worker's GPU: xdist worker gw<i> gets the i-th of --ab-gpus (or of the visible GPUs).
 
-        Every cell of an op runs on one worker (--dist loadgroup), hence on one
-        GPU.  A serial run is pinned only when --ab-gpus is given.  More
+        Every cell of an op runs on one worker (the plugin's op-scoped
+        scheduler), hence on one GPU.  A serial run is pinned only when --ab-gpus is given.  More
         workers than GPUs would time two cells on one GPU at once: refused.
         """
         workerinput = getattr(self.config, "workerinput", None)
