@@ -3,8 +3,7 @@
 # A/A campaign's side A) and autotune record/record (the mm campaign's round 1 side A tuned twice, each
 # session choosing its own configs).  Prints one table; see benchmarks/caliber_axes.py.
 set -uo pipefail
-OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+source "$(dirname "$0")/gpu_env.sh"
 common=(-p pytest_abbench.plugin -p no:cacheprovider -q --cell-timeout 200 --ab-rounds 1 -k "r1-A")
 for rep in 100 20; do
   python3 -m pytest "${common[@]}" campaigns/calibration_aa.py --ab-timer direct --ab-direct-rep $rep \

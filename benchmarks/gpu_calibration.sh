@@ -2,9 +2,8 @@
 # The H200 calibration run: A/A (graph timer, then direct timer) and planted effects at 6 rounds,
 # the planted ground truth, and the figures.  Run on the GPU machine from the repository root.
 set -uo pipefail
-OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
+source "$(dirname "$0")/gpu_env.sh"
 ROUNDS=${ROUNDS:-6}
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,uuid,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/env.txt"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/env.txt"
 date -u | tee -a "$OUT/env.txt"

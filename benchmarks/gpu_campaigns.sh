@@ -2,9 +2,8 @@
 # The H200 proof run: all four campaigns at core level, 2 rounds, default timer.
 # Run on the GPU machine from the repository root; writes under $OUT (default ./gpu-out).
 set -uo pipefail
-OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
+source "$(dirname "$0")/gpu_env.sh"
 ROOT=${ROOT:-/tmp/abbench-gpu}
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,uuid --format=csv | tee "$OUT/env.txt"
 python3 -c "import torch, triton, numpy; print('torch', torch.__version__, 'triton', triton.__version__, 'numpy', numpy.__version__)" | tee -a "$OUT/env.txt"
 python3 benchmarks/capture_failure_gpu.py 2>&1 | tee "$OUT/capture_failure.txt"

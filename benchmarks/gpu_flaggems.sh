@@ -3,12 +3,7 @@
 # with one shared tuner cache (the caliber warning).  Needs flag-gems and sqlalchemy importable
 # (on a machine without network: wheels in .whl/, installed --no-deps into /tmp/site).
 set -uo pipefail
-OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
-export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
+source "$(dirname "$0")/gpu_env.sh"
 python3 -c "import flag_gems, torch, triton; print('flag_gems', flag_gems.__version__, 'torch', torch.__version__, 'triton', triton.__version__)" | tee "$OUT/fg_env.txt"
 start=$(date +%s)
 python3 -m pytest -p pytest_abbench.plugin campaigns/flaggems.py --ab-rounds "${ROUNDS:-4}" \

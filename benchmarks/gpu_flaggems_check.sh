@@ -2,12 +2,7 @@
 # Follow-up H200 run: the IR gate on FlagGems' autotuned non-dot ops (candidates on the recording side are
 # not the op's code), the shared LibTuner cache warning, and the planted ground truth on shared buffers.
 set -uo pipefail
-OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
-export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
+source "$(dirname "$0")/gpu_env.sh"
 common=(-p pytest_abbench.plugin campaigns/flaggems.py --cell-timeout 300 -p no:cacheprovider -rs -v)
 start=$(date +%s)
 timeout 200 python3 -m pytest "${common[@]}" -k "layer_norm or replication_pad3d" --ab-rounds 2 \
