@@ -23,8 +23,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, Mapping, Sequence, Union
 
+from pytest_abbench.layout import SIDES as SIDES  # campaign files and the report name the sides through here
+
 LEVELS = ("smoke", "core", "comprehensive")
-SIDES = ("A", "B")
 SIDE_OPTIONS = ("timer", "level", "direct_rep", "direct_warmup", "samples", "tuner_cache")
 # Op and shape names become folder names under the root: nothing that can
 # climb out of it ("/", "..") or confuse a shell or a pytest id.
@@ -158,9 +159,6 @@ class Campaign:
                 return op
         raise CampaignError(f"{self.path}: no op named {name!r}")
 
-    def file_hash(self) -> str:
-        return hashlib.sha256(self.path.read_bytes()).hexdigest()[:16]
-
 
 def validate_name(name: object, what: str, path: Path) -> str:
     if not isinstance(name, str) or not _NAME_RE.match(name) or name in (".", ".."):
@@ -195,6 +193,8 @@ def module_name_for(path: Path) -> str:
 def load_campaign(path: str | Path) -> Campaign:
     """Import a campaign file and validate what it declares."""
     path = Path(path).resolve()
+    if not path.is_file():
+        raise CampaignError(f"{path}: no such campaign file")
     name = module_name_for(path)
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:

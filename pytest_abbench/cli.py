@@ -16,34 +16,33 @@ from typing import Sequence
 
 from pytest_abbench import report
 from pytest_abbench.exitcodes import EXIT_CALIBER, EXIT_SLOWER
-from pytest_abbench.identity import IDENTITY_FILE
+from pytest_abbench.layout import RESULTS_FILE, RootLayout, identity_file, results_file, run_log
 from pytest_abbench.options import add_report_options
 
 EXIT_USAGE = 2
 
 
 def _is_cell(folder: Path) -> bool:
-    return (folder / IDENTITY_FILE).exists() or (folder / "results.jsonl").exists() or (folder / "run.log").exists()
+    return any(f.exists() for f in (identity_file(folder), results_file(folder), run_log(folder)))
 
 
 def _pair_records(dir_a: Path, dir_b: Path) -> list[dict[str, object]]:
     """Cells to compare for ``--ab``: two cell folders, or the same cells of two roots."""
     def status(folder: Path) -> str:
-        return "ok" if (folder / "results.jsonl").exists() else "missing results.jsonl"
+        return "ok" if results_file(folder).exists() else f"missing {RESULTS_FILE}"
 
     if _is_cell(dir_a) and _is_cell(dir_b):
         op = dir_a.name if dir_a.name == dir_b.name else f"{dir_a.name}-vs-{dir_b.name}"
         return [{"round": 1, "op": op, "side": "A", "cell_dir": str(dir_a), "status": status(dir_a)},
                 {"round": 1, "op": op, "side": "B", "cell_dir": str(dir_b), "status": status(dir_b)}]
     records: list[dict[str, object]] = []
-    for cell in sorted(p for p in dir_a.glob("r*_*/*") if p.is_dir()):
-        rel = cell.relative_to(dir_a)
-        rnd = int(rel.parts[0].split("_")[0][1:])
-        other = dir_b / rel
-        records.append({"round": rnd, "op": f"{rel.parts[1]}@{rel.parts[0].split('_', 1)[1]}", "side": "A", "cell_dir": str(cell),
-                        "status": status(cell)})
-        records.append({"round": rnd, "op": f"{rel.parts[1]}@{rel.parts[0].split('_', 1)[1]}", "side": "B",
-                        "cell_dir": str(other), "status": status(other) if other.is_dir() else "missing"})
+    layout_b = RootLayout(dir_b)
+    for key, cell in RootLayout(dir_a).cell_folders():
+        other = layout_b.cell(key)
+        op = f"{key.op}@{key.role}"
+        records.append({"round": key.round, "op": op, "side": "A", "cell_dir": str(cell), "status": status(cell)})
+        records.append({"round": key.round, "op": op, "side": "B", "cell_dir": str(other),
+                        "status": status(other) if other.is_dir() else "missing"})
     return records
 
 
@@ -69,8 +68,9 @@ def summary(args: argparse.Namespace) -> int:
         if not root.is_dir():
             print(f"abbench summary: root {root} does not exist or is not a folder", file=sys.stderr)
             return EXIT_USAGE
-        if not any(root.glob(f"r*_*/*/{IDENTITY_FILE}")):
-            has_cells = any(p.is_dir() for p in root.glob("r*_*/*"))
+        cells = [folder for _, folder in RootLayout(root).cell_folders()]
+        if not any(identity_file(folder).exists() for folder in cells):
+            has_cells = bool(cells)
             what = "holds cell folders but no run_identity.json" if has_cells else "is empty (no r<k>_<side>/<op>/ cells)"
             print(f"abbench summary: root {root} {what}", file=sys.stderr)
             if has_cells:

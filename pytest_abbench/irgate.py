@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from pytest_abbench.fileio import CorruptFileError, read_json, write_json_atomic
+from pytest_abbench.layout import RootLayout
+from pytest_abbench.outcome import NO_IR_DIFF as NO_IR_DIFF  # the status word callers name through the gate
 
-GATE_DIR = "irgate"
-NO_IR_DIFF = "SWITCH_NO_IR_DIFF"
 # The ops a compiler engineer reads first, as they appear in TTGIR.
 WATCHED_OPS = (
     "ttg.convert_layout", "tt.dot", "ttng.warp_group_dot", "ttg.local_alloc", "ttg.local_load",
@@ -219,16 +219,12 @@ def decide(op: str, ir_a: Path, ir_b: Path) -> GateDecision:
     return GateDecision(op, "diff", "switch changed generated code", fa, fb, kernels)
 
 
-def gate_path(root: Path, op: str) -> Path:
-    return root / GATE_DIR / f"{op}.json"
-
-
 def save_decision(root: Path, decision: GateDecision) -> None:
-    write_json_atomic(gate_path(root, decision.op), decision.to_json())
+    write_json_atomic(RootLayout(root).gate_decision(decision.op), decision.to_json())
 
 
 def load_decision(root: Path, op: str) -> GateDecision | None:
-    path = gate_path(root, op)
+    path = RootLayout(root).gate_decision(op)
     if not path.exists():
         return None
     try:

@@ -16,6 +16,7 @@ from typing import Any, Callable
 import pytest
 
 from pytest_abbench import campaign
+from pytest_abbench.layout import STATUS_FILE
 
 DEFAULT_CELL_TIMEOUT_S = 2400.0  # matches the NV campaigns: one hung cell must not hold a batch
 DEFAULT_ROUNDS = 2
@@ -87,8 +88,8 @@ def gpu_list(text: str) -> tuple[str, ...]:
 
 def existing_root(text: str) -> Path:
     path = Path(text)
-    if not (path / "status.tsv").is_file():
-        raise argparse.ArgumentTypeError(f"{text!r} is not a campaign root (no status.tsv in it)")
+    if not (path / STATUS_FILE).is_file():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a campaign root (no {STATUS_FILE} in it)")
     return path.resolve()
 
 
@@ -156,10 +157,10 @@ class Settings:
     root: Path | None
     cell_timeout_s: float
     switch_env: dict[str, str] | None
-    level: str
-    timer: str
-    backend: str
-    samples: int | None
+    backend: str  # cuda | interpreter, decided once per session
+    level: str  # the shape set; "auto" resolved for the backend
+    timer: str  # "auto" resolved for the backend
+    samples: int
     direct_rep_ms: int
     direct_warmup_ms: int
     tuner_cache: str
@@ -206,15 +207,17 @@ def resolve(config: pytest.Config) -> Settings:
     if opt.ab_ir_only:
         rounds, rounds_src = 1, "--ab-ir-only compiles round 1 only"
     allow_no_ir = bool(opt.ab_allow_no_ir_diff) or os.environ.get("SWITCH_ALLOW_NO_IR_DIFF", "") == "1"
+    backend = detect_backend(opt.ab_backend)
+    cuda = backend == "cuda"
     return Settings(
         rounds=rounds,
         root=opt.ab_resume or (Path(opt.ab_root) if opt.ab_root else None),
         cell_timeout_s=timeout,
         switch_env=dict(opt.ab_switch_env) if opt.ab_switch_env else None,
-        level=opt.ab_level,
-        timer=opt.ab_timer,
-        backend=opt.ab_backend,
-        samples=opt.ab_samples,
+        backend=backend,
+        level=opt.ab_level if opt.ab_level != "auto" else ("core" if cuda else "smoke"),
+        timer=opt.ab_timer if opt.ab_timer != "auto" else ("cudagraph" if cuda else "wall"),
+        samples=opt.ab_samples or (10 if cuda else 3),
         direct_rep_ms=opt.ab_direct_rep,
         direct_warmup_ms=opt.ab_direct_warmup,
         tuner_cache=opt.ab_tuner_cache,

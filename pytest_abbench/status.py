@@ -12,9 +12,9 @@ import os
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from pytest_abbench.layout import STATUS_FILE
 from pytest_abbench.markers import MARKERS
 
-STATUS_FILE = "status.tsv"
 COLUMNS = ("round", "op", "side", "switch", "rc", "status", "elapsed_s", "success", "failed") + MARKERS
 
 

@@ -15,14 +15,15 @@ import sqlite3
 from pathlib import Path
 from typing import Callable
 
+from pytest_abbench.layout import CELL_TUNER_CACHE_DIR, RootLayout
+
 CACHE_ENV = "FLAGGEMS_CACHE_DIR"
-CELL_CACHE_DIR = "tuner_cache"
+CELL_CACHE_DIR = CELL_TUNER_CACHE_DIR
 CONFIG_DIR = "config_cache"  # LibTuner's databases live here under FLAGGEMS_CACHE_DIR
-RECORD_DIR = "tuner"
 
 
 def record_dir(root: Path, op: str) -> Path:
-    return root / RECORD_DIR / op
+    return RootLayout(root).tuner_record(op)
 
 
 def keep_record(cell_cache: Path, root: Path, op: str) -> bool:

@@ -1,0 +1,183 @@
+"""The cell test and the fixtures that give it its guarantees.
+
+A campaign file's op becomes one test function parametrized over round x
+role (``topk[r3-B]``).  It requests three fixtures, each replaceable by a
+conftest fixture of the same name:
+
+- ``abbench_cell``: the cell (its key, campaign, folder and settings); ``run()`` runs its child;
+- ``abbench_ir_gate``: skips a cell whose op's round-1 TTGIR was identical on both sides,
+  and decides that after round 1;
+- ``abbench_caliber``: compares the cell's identity with the other side's (its round and
+  round 1) once it ran; a mismatch makes the session exit 4.
+
+A hand-written test gets the same cells and checks by requesting the same
+fixtures and naming its campaign and op with ``@pytest.mark.abbench``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterator
+
+import pytest
+
+from pytest_abbench.layout import SIDES, CellKey, ir_dir, run_log
+from pytest_abbench.outcome import NO_GPU, NO_IR_DIFF, CellOutcome
+
+if TYPE_CHECKING:
+    from pytest_abbench.campaign import Campaign
+    from pytest_abbench.session import AbbenchSession
+
+GATE_PROPERTY = "abbench_irgate"
+CELL_TEST_ATTR = "__abbench_cell__"  # on a campaign file's cell test: (campaign path, op)
+CALIBER_PROPERTY = "abbench_caliber"
+
+
+@dataclass(frozen=True)
+class PlannedCell:
+    """The parameter of a cell test: which cell, of which campaign file, at which place in it."""
+
+    key: CellKey
+    campaign_path: Path
+    op_index: int
+
+
+class Cell:
+    """What ``abbench_cell`` gives a test: one (round, op, role) of the session's plan."""
+
+    def __init__(self, planned: PlannedCell, session: "AbbenchSession", node: pytest.Item) -> None:
+        self.planned = planned
+        self.session = session
+        self.node = node
+        self.outcome: CellOutcome | None = None
+
+    @property
+    def key(self) -> CellKey:
+        return self.planned.key
+
+    @property
+    def campaign(self) -> "Campaign":
+        return self.session.campaign(self.planned.campaign_path)
+
+    @property
+    def folder(self) -> Path:
+        return self.session.root.layout.cell(self.key)
+
+    def record(self, outcome: CellOutcome) -> None:
+        """Append the status row and carry the outcome on the test's reports."""
+        self.outcome = outcome
+        if not outcome.resumed:
+            self.session.root.append(outcome)
+        self.node.user_properties.extend(outcome.report_properties())
+
+    def run(self) -> CellOutcome:
+        """Run the cell's child (or take a finished outcome of a resumed root); a failed cell fails the test."""
+        session = self.session
+        finished = session.root.finished(self.key)
+        if finished is not None:
+            self.record(finished)
+            return finished  # finished before the crash: its files are read from disk, not measured again
+        session.root.check_alive()
+        if session.gpu_problem is not None:
+            self.record(CellOutcome(self.key, self.folder, NO_GPU, self.campaign.switch.describe(),
+                                    str(self.planned.campaign_path), rc=0))
+            pytest.fail(f"cell {self.key} not started: {session.gpu_problem}", pytrace=False)
+        session.root.set_aside(self.key)
+        cell_run = session.runner().run(self.campaign, self.key)
+        self.record(cell_run.outcome)
+        if cell_run.failure is not None:
+            pytest.fail(cell_run.failure, pytrace=False)
+        return cell_run.outcome
+
+
+def cell_test_for(campaign_path: Path, op: str) -> Callable[..., None]:
+    """The test function of one op of a campaign file; pytest parametrizes it over the plan's cells."""
+
+    def cell_test(abbench_cell: Cell, abbench_ir_gate: None, abbench_caliber: None) -> None:
+        abbench_cell.run()
+
+    cell_test.__name__ = cell_test.__qualname__ = op
+    cell_test.__doc__ = f"Every round x side of op {op!r}: one child process per cell."
+    setattr(cell_test, CELL_TEST_ATTR, (str(campaign_path), op))
+    return cell_test
+
+
+@pytest.fixture
+def abbench_cell(request: pytest.FixtureRequest) -> Cell:
+    """The A/B cell this test measures: key (round, op, role), campaign, folder; ``.run()`` runs its child.
+
+    Parametrized by pytest-abbench over the session's rounds and sides for
+    the op named by ``@pytest.mark.abbench(campaign=..., op=...)`` (campaign files get it implicitly).
+    """
+    from pytest_abbench.session import session_of
+
+    planned = getattr(request, "param", None)
+    if not isinstance(planned, PlannedCell):
+        raise pytest.UsageError(f"{request.node.nodeid} requests abbench_cell without a cell parameter: "
+                                "mark the test @pytest.mark.abbench(campaign='file.py', op='name')")
+    return Cell(planned, session_of(request.config), request.node)
+
+
+@pytest.fixture
+def abbench_ir_gate(abbench_cell: Cell, request: pytest.FixtureRequest) -> Iterator[None]:
+    """IR gate: skip (SWITCH_NO_IR_DIFF) a cell whose op's round-1 TTGIR was identical on both sides.
+
+    After round 1 it fingerprints both sides' TTGIR and saves the decision.
+    ``--ab-allow-no-ir-diff`` (or SWITCH_ALLOW_NO_IR_DIFF=1) runs every round anyway.
+    """
+    from pytest_abbench import irgate
+
+    cell = abbench_cell
+    session = cell.session
+    key = cell.key
+    reason = (f"{NO_IR_DIFF}: round 1 TTGIR of {key.op} is identical on both sides "
+              "(SWITCH_ALLOW_NO_IR_DIFF=1 or --ab-allow-no-ir-diff runs it anyway)")
+    finished = session.root.finished(key)
+    if finished is not None and finished.status == NO_IR_DIFF:
+        cell.record(finished)
+        pytest.skip(reason)
+    gate = session.gate_for(key.op) if key.round > 1 else None
+    if finished is None and gate is not None and gate.state == "no_diff" and not session.settings.allow_no_ir_diff:
+        cell.record(CellOutcome(key, cell.folder, NO_IR_DIFF, cell.campaign.switch.describe(),
+                                str(cell.planned.campaign_path)))
+        pytest.skip(reason)
+    yield
+    if key.round != 1 or cell.outcome is None or cell.outcome.resumed:
+        return
+    folders = {side: session.root.layout.cell(CellKey(1, key.op, side)) for side in SIDES}
+    if key.op in session.gates or not all(run_log(f).exists() for f in folders.values()):
+        return  # decided already, or the other side has not run yet (or was deselected)
+    decision = irgate.decide(key.op, ir_dir(folders["A"]), ir_dir(folders["B"]))
+    irgate.save_decision(session.root.path, decision)
+    session.gates[key.op] = decision
+    request.node.user_properties.append((GATE_PROPERTY, json.dumps(decision.to_json())))
+
+
+@pytest.fixture
+def abbench_caliber(abbench_cell: Cell, request: pytest.FixtureRequest) -> Iterator[None]:
+    """Caliber check: once the cell ran, compare its identity with the other side's (its round and round 1).
+
+    A mismatch prints ``!!! [caliber]`` and the session exits 4 (``--allow-caliber-mismatch`` reports it only).
+    """
+    yield
+    outcome = abbench_cell.outcome
+    session = abbench_cell.session
+    if outcome is None or outcome.resumed or not outcome.measured or session.settings.ir_only:
+        return  # nothing ran, or nothing timed: nothing to calibrate
+    from pytest_abbench import caliber
+
+    layout = session.root.layout
+    key = abbench_cell.key
+    mine = layout.cell(key)
+
+    def folder(round_no: int, role: str) -> Path:
+        return layout.cell(CellKey(round_no, key.op, role))
+
+    found = caliber.CaliberResult()
+    for dir_a, dir_b in caliber.cell_pairs(key.round, folder, control=session.settings.control):
+        if mine in (dir_a, dir_b) and run_log(dir_a).exists() and run_log(dir_b).exists():
+            found.extend(caliber.compare_identities(key.op, dir_a, dir_b))
+    if found.findings:
+        request.node.user_properties.append((CALIBER_PROPERTY, json.dumps([f.line() for f in found.findings])))

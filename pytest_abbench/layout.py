@@ -1,0 +1,165 @@
+"""Every folder and file name under a campaign root, built and parsed in one place.
+
+A root holds one folder per cell, ``r<round>_<role>/<op>/``, next to the
+session's shared files (``status.tsv``, ``campaign.json``, the autotune and
+tuner records, the IR-gate decisions, one Triton cache per side, the report).
+Nothing else in the package spells these names.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+SIDES = ("A", "B")
+CONTROL = "A2"  # the A/A control cell: side A's configuration timed again in the same round
+ROLES = (*SIDES, CONTROL)
+
+# Root files and folders.
+STATUS_FILE = "status.tsv"
+LOCK_FILE = ".lock"
+MANIFEST_FILE = "campaign.json"
+ATTEMPTS_DIR = "attempts"  # earlier tries of cells a resumed session runs again
+AUTOTUNE_DIR = "autotune"
+TUNER_RECORD_DIR = "tuner"
+GATE_DIR = "irgate"
+TRITON_CACHE_DIR = "cache"
+PLOTS_DIR = "plots"
+REPORT_MD = "report.md"
+REPORT_JSON = "report.json"
+
+# Cell folder files.
+RUN_LOG = "run.log"
+RESULTS_FILE = "results.jsonl"
+IDENTITY_FILE = "run_identity.json"
+TIMING_FILE = "cell_timing.json"
+IR_DIR = "ir"
+CELL_TUNER_CACHE_DIR = "tuner_cache"
+
+_ROUND_DIR = re.compile(r"^r(\d+)_(A|B|A2)$")
+
+
+@dataclass(frozen=True, order=True)
+class CellKey:
+    """One cell of a campaign: (round, op, role).
+
+    ``role`` is A, B or A2 (the A/A control, configured as side A); ``side``
+    is the switch configuration the cell runs.
+    """
+
+    round: int
+    op: str
+    role: str
+
+    @property
+    def side(self) -> str:
+        return self.role[0]
+
+    @property
+    def cell_id(self) -> str:
+        """The id in test names and messages: ``r3-B``."""
+        return f"r{self.round}-{self.role}"
+
+    @property
+    def round_dir(self) -> str:
+        return f"r{self.round}_{self.role}"
+
+    def __str__(self) -> str:
+        return f"{self.op}[{self.cell_id}]"
+
+
+class RootLayout:
+    """The paths of one campaign root."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def __repr__(self) -> str:
+        return f"RootLayout({str(self.root)!r})"
+
+    @property
+    def status(self) -> Path:
+        return self.root / STATUS_FILE
+
+    @property
+    def lock(self) -> Path:
+        return self.root / LOCK_FILE
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / MANIFEST_FILE
+
+    @property
+    def attempts(self) -> Path:
+        return self.root / ATTEMPTS_DIR
+
+    @property
+    def plots(self) -> Path:
+        return self.root / PLOTS_DIR
+
+    @property
+    def report_md(self) -> Path:
+        return self.root / REPORT_MD
+
+    @property
+    def report_json(self) -> Path:
+        return self.root / REPORT_JSON
+
+    def autotune_record(self, op: str) -> Path:
+        """Round 1 side A's autotune choices, replayed by every other cell of the op."""
+        return self.root / AUTOTUNE_DIR / f"{op}.json"
+
+    def tuner_record(self, op: str) -> Path:
+        """Round 1 side A's library tuner cache (FlagGems' LibTuner), seeding the op's other cells."""
+        return self.root / TUNER_RECORD_DIR / op
+
+    def gate_decision(self, op: str) -> Path:
+        return self.root / GATE_DIR / f"{op}.json"
+
+    def triton_cache(self, side: str) -> Path:
+        """One Triton cache per side: many switches are not in Triton's cache key."""
+        return self.root / TRITON_CACHE_DIR / f"triton_{side}"
+
+    def cell(self, key: CellKey) -> Path:
+        return self.root / key.round_dir / key.op
+
+    def attempt(self, key: CellKey, stamp: int) -> Path:
+        """Where a crashed or failed try of a cell is set aside when a resumed session runs it again."""
+        return self.attempts / f"{key.round_dir}_{key.op}_{stamp}"
+
+    def key_of(self, folder: Path) -> CellKey | None:
+        """The cell a folder ``<root>/r<k>_<role>/<op>`` holds; None for anything else."""
+        match = _ROUND_DIR.match(folder.parent.name)
+        if not match:
+            return None
+        return CellKey(int(match.group(1)), folder.name, match.group(2))
+
+    def cell_folders(self) -> Iterator[tuple[CellKey, Path]]:
+        """Every cell folder present on disk, in name order."""
+        if not self.root.is_dir():
+            return
+        for round_dir in sorted(self.root.iterdir()):
+            if not round_dir.is_dir() or not _ROUND_DIR.match(round_dir.name):
+                continue
+            for folder in sorted(p for p in round_dir.iterdir() if p.is_dir()):
+                key = self.key_of(folder)
+                if key is not None:
+                    yield key, folder
+
+
+def run_log(cell_dir: Path) -> Path:
+    return cell_dir / RUN_LOG
+
+
+def results_file(cell_dir: Path) -> Path:
+    return cell_dir / RESULTS_FILE
+
+
+def identity_file(cell_dir: Path) -> Path:
+    return cell_dir / IDENTITY_FILE
+
+
+def ir_dir(cell_dir: Path) -> Path:
+    return cell_dir / IR_DIR

@@ -1,0 +1,94 @@
+"""CellOutcome: what one cell produced, as one record.
+
+The same record becomes the cell's ``status.tsv`` row, travels on its test
+report (junitxml properties, and to the xdist controller as one JSON
+property), and is what the report reads.  Nothing else describes a finished
+cell.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytest_abbench.layout import CellKey
+from pytest_abbench.markers import MARKERS
+from pytest_abbench.status import StatusRow
+
+OUTCOME_PROPERTY = "abbench_cell"  # the JSON record on a test report's user_properties
+
+# Status words besides the child's exit status (exitcodes.status_word).
+OK = "ok"
+NO_IR_DIFF = "SWITCH_NO_IR_DIFF"  # skipped: round 1 showed the switch changed no generated code
+IR_ONLY = "IR_ONLY"  # --ab-ir-only: compiled for the target, timed nothing
+FAILED_SHAPES = "FAILED_SHAPES"  # the child exited 0 but some shapes failed
+NO_SHAPES = "NO_SHAPES"  # the child exited 0 having measured nothing
+NO_GPU = "NO_GPU"  # the worker has no GPU of its own: the cell never started
+# A cell with one of these needs no new run on --ab-resume; its files are what a rerun would make.
+FINISHED = (OK, NO_IR_DIFF, IR_ONLY)
+
+
+@dataclass
+class CellOutcome:
+    """One finished (or skipped, or never started) cell."""
+
+    key: CellKey
+    cell_dir: Path
+    status: str
+    switch: str = ""
+    campaign: str = ""
+    rc: int = 0
+    elapsed_s: float = 0.0
+    success: int = 0
+    failed: int = 0
+    markers: dict[str, int] = field(default_factory=lambda: dict.fromkeys(MARKERS, 0))
+    non_utf8_sequences: int = 0  # byte sequences of run.log that are not UTF-8 (kept as written)
+    overhead_ms: float | None = None  # the plugin's own cost of the cell, outside the child
+    resumed: bool = False  # read from a resumed root's status.tsv, not run in this session
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINISHED
+
+    @property
+    def measured(self) -> bool:
+        """The child ran and wrote files worth comparing (identity, IR)."""
+        return self.status not in (NO_IR_DIFF, NO_GPU)
+
+    def to_row(self) -> StatusRow:
+        return StatusRow(self.key.round, self.key.op, self.key.role, self.switch, self.rc, self.status,
+                         self.elapsed_s, self.success, self.failed, *(self.markers.get(m, 0) for m in MARKERS))
+
+    @classmethod
+    def from_row(cls, row: StatusRow, cell_dir: Path, campaign: str = "") -> "CellOutcome":
+        return cls(CellKey(row.round, row.op, row.side), cell_dir, row.status, row.switch, campaign, row.rc,
+                   row.elapsed_s, row.success, row.failed, {m: getattr(row, m) for m in MARKERS})
+
+    def to_json(self) -> str:
+        return json.dumps({"round": self.key.round, "op": self.key.op, "role": self.key.role,
+                           "cell_dir": str(self.cell_dir), "status": self.status, "switch": self.switch,
+                           "campaign": self.campaign, "rc": self.rc, "elapsed_s": self.elapsed_s,
+                           "success": self.success, "failed": self.failed, "markers": self.markers,
+                           "non_utf8_sequences": self.non_utf8_sequences, "overhead_ms": self.overhead_ms,
+                           "resumed": self.resumed})
+
+    @classmethod
+    def from_json(cls, text: str) -> "CellOutcome":
+        d: dict[str, Any] = json.loads(text)
+        return cls(CellKey(int(d["round"]), d["op"], d["role"]), Path(d["cell_dir"]), d["status"], d["switch"],
+                   d["campaign"], int(d["rc"]), float(d["elapsed_s"]), int(d["success"]), int(d["failed"]),
+                   {str(k): int(v) for k, v in d["markers"].items()}, int(d["non_utf8_sequences"]),
+                   d["overhead_ms"], bool(d["resumed"]))
+
+    def report_properties(self) -> list[tuple[str, object]]:
+        """The test report's user_properties: flat fields for junitxml readers, and the whole record."""
+        flat: list[tuple[str, object]] = [
+            ("abbench_rc", self.rc), ("abbench_status", self.status), ("abbench_elapsed_s", self.elapsed_s),
+            ("abbench_success", self.success), ("abbench_failed", self.failed),
+            *((m, self.markers.get(m, 0)) for m in MARKERS), ("abbench_cell_dir", str(self.cell_dir)),
+        ]
+        if self.overhead_ms is not None:
+            flat.append(("abbench_overhead_ms", self.overhead_ms))
+        return [*flat, (OUTCOME_PROPERTY, self.to_json())]

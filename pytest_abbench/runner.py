@@ -1,0 +1,167 @@
+"""Run one cell from the parent side: its environment and argv, the child, and the CellOutcome it leaves.
+
+No pytest item is involved: the cell fixture calls ``CellRunner.run`` and
+decides what the test reports.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from pytest_abbench import tunercache
+from pytest_abbench.campaign import Campaign
+from pytest_abbench.cellrun import log_tail, run_child
+from pytest_abbench.exitcodes import describe, status_word
+from pytest_abbench.fileio import CorruptFileError, iter_jsonl
+from pytest_abbench.irgate import ttgir_files
+from pytest_abbench.layout import CellKey, RootLayout, ir_dir, results_file, run_log
+from pytest_abbench.markers import scan_log
+from pytest_abbench.options import Settings
+from pytest_abbench.outcome import FAILED_SHAPES, IR_ONLY, NO_SHAPES, OK, CellOutcome
+
+PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
+SPAWN_TIME_ENV = "ABBENCH_SPAWN_TIME"  # when the parent started the child: the child's start-up cost
+
+
+def autotune_mode_for(key: CellKey) -> str:
+    """Round 1 side A records each autotuned kernel's choice; every other cell replays it."""
+    return "record" if (key.round == 1 and key.role == "A") else "replay"
+
+
+@dataclass
+class CellRun:
+    """The outcome of one cell and, when it failed, the message that says why."""
+
+    outcome: CellOutcome
+    failure: str | None
+
+
+class CellRunner:
+    """Starts cell children for one session: settings, root layout and this worker's GPU are fixed."""
+
+    def __init__(self, settings: Settings, layout: RootLayout, gpu: str | None) -> None:
+        self.settings = settings
+        self.layout = layout
+        self.gpu = gpu
+
+    def tuner_cache(self, campaign: Campaign, side: str) -> str:
+        """The side's tuner cache as the identity names it (caliber axis ``tuner_cache``)."""
+        return str(campaign.switch.options(side).get("tuner_cache") or self.settings.tuner_cache)
+
+    def env(self, campaign: Campaign, key: CellKey, cell_dir: Path) -> dict[str, str]:
+        """The child's environment, as an explicit merge (README "Cell environment").
+
+        Start from this process's environment; drop every variable either
+        side's switch sets (so a variable exported in the shell cannot leak
+        one side's switch into the other); apply this side's switch; then the
+        plugin's own: a per-side TRITON_CACHE_DIR (many switches are not in
+        Triton's cache key), the interpreter flag, and the package path.
+        """
+        switch = campaign.switch
+        env = dict(os.environ)
+        for name in set(switch.env_a) | set(switch.env_b):
+            env.pop(name, None)
+        env.update(switch.env(key.side))
+        env["TRITON_CACHE_DIR"] = str(self.layout.triton_cache(key.side))
+        # Library tuners (FlagGems' LibTuner): a cache of the cell's own, or the one shared folder asked for.
+        tuner_cache = self.tuner_cache(campaign, key.side)
+        shared = tuner_cache.removeprefix("shared:") if tuner_cache.startswith("shared:") else None
+        env[tunercache.CACHE_ENV] = shared or str(cell_dir / tunercache.CELL_CACHE_DIR)
+        if self.settings.backend == "interpreter" and not self.settings.ir_only:
+            env["TRITON_INTERPRET"] = "1"
+        else:
+            env.pop("TRITON_INTERPRET", None)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_PARENT, env.get("PYTHONPATH", "")) if p)
+        env["PYTHONUNBUFFERED"] = "1"
+        if self.gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = self.gpu
+        env[SPAWN_TIME_ENV] = repr(time.time())
+        return env
+
+    def argv(self, campaign: Campaign, key: CellKey, cell_dir: Path) -> list[str]:
+        s = self.settings
+        side_opts = campaign.switch.options(key.side)
+        argv = [
+            campaign.switch.python(key.side) or sys.executable, "-m", "pytest_abbench.cell",
+            "--campaign", str(campaign.path), "--op", key.op, "--round", str(key.round),
+            "--side", key.side, "--role", key.role,
+            "--out", str(cell_dir), "--backend", s.backend, "--timer", side_opts.get("timer") or s.timer,
+            "--level", side_opts.get("level") or s.level,
+            "--samples", str(side_opts.get("samples") or s.samples),
+            "--direct-rep", str(side_opts.get("direct_rep") or s.direct_rep_ms),
+            "--direct-warmup", str(side_opts.get("direct_warmup") or s.direct_warmup_ms),
+            "--autotune-mode", autotune_mode_for(key), "--autotune-file", str(self.layout.autotune_record(key.op)),
+            "--switch", campaign.switch.describe(), "--tuner-cache", self.tuner_cache(campaign, key.side),
+        ]
+        if s.ir_only:
+            # Triage: compile for the target through the stand-in driver, time nothing.
+            argv += ["--ir-target", str(s.ir_target), "--ir-only"]
+        # Without a GPU, round 1 compiles its kernels for the IR target so the gate has TTGIR to compare.
+        elif s.backend != "cuda" and key.round == 1 and s.ir_target:
+            argv += ["--ir-target", s.ir_target]
+        return argv
+
+    def run(self, campaign: Campaign, key: CellKey) -> CellRun:
+        """Run the cell's child to the end (or its timeout) and read what it left."""
+        started = time.perf_counter()
+        cell_dir = self.layout.cell(key)
+        log_path = run_log(cell_dir)
+        cell_dir.mkdir(parents=True, exist_ok=True)
+        per_cell_tuner = self.tuner_cache(campaign, key.side) == "per-cell"
+        records_tuning = autotune_mode_for(key) == "record"
+        if per_cell_tuner and not records_tuning:
+            tunercache.seed_from_record(self.layout.root, key.op, cell_dir / tunercache.CELL_CACHE_DIR)
+        child = run_child(self.argv(campaign, key, cell_dir), self.env(campaign, key, cell_dir), log_path,
+                          self.settings.cell_timeout_s)
+        if per_cell_tuner and records_tuning:
+            tunercache.keep_record(cell_dir / tunercache.CELL_CACHE_DIR, self.layout.root, key.op)
+        problems: list[str]
+        if self.settings.ir_only:
+            success, failed, problems = len(ttgir_files(ir_dir(cell_dir))), 0, []
+        else:
+            success, failed, problems = count_shapes(cell_dir)
+        scan = scan_log(log_path)
+        status = status_word(child.rc)
+        if child.rc == 0 and self.settings.ir_only:
+            status = IR_ONLY
+        elif child.rc == 0 and failed:
+            status = FAILED_SHAPES
+        elif child.rc == 0 and not success:
+            status = NO_SHAPES
+        outcome = CellOutcome(key, cell_dir, status, campaign.switch.describe(), str(campaign.path), child.rc,
+                              child.elapsed_s, success, failed, dict(scan.markers), scan.undecodable)
+        # The plugin's own cost of this cell: everything here except the child (benchmarks/plugin_scale.py).
+        outcome.overhead_ms = round((time.perf_counter() - started - child.elapsed_s) * 1000, 2)
+        failure = None
+        if status not in (OK, IR_ONLY):
+            header = f"cell {key} failed: {describe(child.rc)}"
+            if child.rc == 0:
+                header = f"cell {key} failed: {status} ({failed} failed, {success} ok shapes)"
+            detail = "\n".join(problems[:20])
+            failure = (f"{header} after {child.elapsed_s:.1f}s\n{detail}\n"
+                       f"--- tail of {log_path} ---\n{log_tail(log_path)}")
+        return CellRun(outcome, failure)
+
+
+def count_shapes(cell_dir: Path) -> tuple[int, int, list[str]]:
+    """(measured, failed, problem lines) from a cell's results.jsonl; a corrupt file counts as a failure."""
+    path = results_file(cell_dir)
+    success = failed = 0
+    problems: list[str] = []
+    if not path.exists():
+        return 0, 0, [f"{path}: missing (the child wrote no result)"]
+    try:
+        for rec in iter_jsonl(path):
+            if rec.get("status") == "ok":
+                success += 1
+            else:
+                failed += 1
+                problems.append(f"shape {rec.get('shape')}: {rec.get('status')}: {rec.get('error', '')}")
+    except CorruptFileError as exc:
+        failed += 1
+        problems.append(str(exc))
+    return success, failed, problems

@@ -1,0 +1,302 @@
+"""The session's hook object: campaign files become cell tests, outcomes are gathered, the report is printed.
+
+Registered by ``plugin.pytest_configure``.  It imports what collection needs;
+the runner, the caliber check, the IR gate and the report are imported when
+cells exist.
+"""
+
+from __future__ import annotations
+
+import json
+import types
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable
+
+import pytest
+
+from pytest_abbench.campaign import Campaign, CampaignError, CampaignSkipped, load_campaign, looks_like_campaign
+from pytest_abbench.exitcodes import EXIT_CALIBER, EXIT_SLOWER
+from pytest_abbench.fixtures import CALIBER_PROPERTY, CELL_TEST_ATTR, PlannedCell, cell_test_for
+from pytest_abbench.layout import CellKey, run_log
+from pytest_abbench.options import Settings, visible_gpus
+from pytest_abbench.outcome import NO_IR_DIFF, OUTCOME_PROPERTY, CellOutcome
+from pytest_abbench.plan import CampaignPlan
+from pytest_abbench.root import CampaignRoot, default_root
+
+if TYPE_CHECKING:
+    from pytest_abbench import irgate
+    from pytest_abbench.report import Report
+    from pytest_abbench.runner import CellRunner
+
+SESSION_KEY = pytest.StashKey["AbbenchSession"]()
+CELL_MARK = "abbench"  # @pytest.mark.abbench(campaign=..., op=...): a test whose parameters are an op's cells
+# pytest-timeout guards the parent side of a cell: above the cell's own
+# timeout (which kills the child) plus time for the bookkeeping.
+PARENT_TIMEOUT_SLACK_S = 300
+
+
+def session_of(config: pytest.Config) -> "AbbenchSession":
+    return config.stash[SESSION_KEY]
+
+
+def listing_only(config: pytest.Config) -> bool:
+    """--collect-only, --fixtures and --fixtures-per-test collect cells but run none: no root is claimed."""
+    return bool(config.option.collectonly or config.getoption("showfixtures", False)
+                or config.getoption("show_fixtures_per_test", False))
+
+
+def planned_cell(item: pytest.Item) -> PlannedCell | None:
+    """The cell a collected test runs, if it is a cell test."""
+    # Read from the parametrization, not from a marker: every marker name is a -k keyword, and
+    # "-k 'A and not r1'" must select side A's cells, not every test carrying a marker spelled with an "a".
+    callspec = getattr(item, "callspec", None)
+    planned = callspec.params.get("abbench_cell") if callspec is not None else None
+    return planned if isinstance(planned, PlannedCell) else None
+
+
+class CampaignModule(pytest.Module):
+    """A campaign file: one test function per op, each parametrized over the plan's rounds and sides.
+
+    The campaign is imported once, by the plugin's loader (its stable module
+    name keys the autotune records); pytest collects the cell tests from a
+    namespace holding them, not from the campaign's own globals.
+    """
+
+    def istestfunction(self, obj: object, name: str) -> bool:
+        return getattr(obj, CELL_TEST_ATTR, None) is not None
+
+    def collect(self) -> Iterable[pytest.Item | pytest.Collector]:
+        session = session_of(self.config)
+        try:
+            campaign = session.campaign(self.path)
+        except CampaignSkipped as exc:
+            pytest.skip(str(exc))
+        except CampaignError as exc:
+            raise self.CollectError(f"campaign error: {exc}") from None
+        cells = types.ModuleType(f"{campaign.module.__name__}.cells")
+        cells.__file__ = str(self.path)
+        for op in campaign.ops:
+            setattr(cells, op.name, cell_test_for(self.path, op.name))
+        self.obj = cells
+        items: list[pytest.Item | pytest.Collector] = []
+        for op in campaign.ops:
+            made = self.ihook.pytest_pycollect_makeitem(collector=self, name=op.name, obj=getattr(cells, op.name))
+            items.extend(made if isinstance(made, list) else [made] if made is not None else [])
+        return items
+
+
+class AbbenchSession:
+    """Session state: settings, the root, the plan, round-1 gate decisions, the outcomes for the report."""
+
+    def __init__(self, config: pytest.Config, settings: Settings) -> None:
+        self.config = config
+        self.settings = settings
+        self.campaigns: dict[Path, Campaign] = {}
+        self.plan = CampaignPlan(settings.rounds, settings.control, settings.ir_only)
+        self.outcomes: dict[CellKey, CellOutcome] = {}
+        self.caliber_lines_shown: set[str] = set()
+        self.gates: dict[str, irgate.GateDecision] = {}
+        self.cell_folders: dict[str, Path] = {}
+        self.final: Report | None = None
+        self.plots: list[Path] = []
+        self._runner: CellRunner | None = None
+        workerinput = getattr(config, "workerinput", None)
+        self.is_worker = workerinput is not None
+        if workerinput is not None and "abbench_root" in workerinput:
+            path = Path(workerinput["abbench_root"])
+        else:
+            path = settings.root.resolve() if settings.root is not None else default_root(config.rootpath)
+        self.root = CampaignRoot(path, settings.resume is not None, self.write_line)
+        self.gpu, self.gpu_problem = self.pin_gpu(workerinput)
+
+    # -- state the fixtures use -------------------------------------------------
+    def campaign(self, path: Path) -> Campaign:
+        """The loaded campaign file (``--ab-switch-env`` applied), imported once per session."""
+        path = path.resolve()
+        if path not in self.campaigns:
+            campaign = load_campaign(path)
+            if self.settings.switch_env is not None:
+                campaign.switch = campaign.switch.with_env_b(self.settings.switch_env)
+            self.campaigns[path] = campaign
+        return self.campaigns[path]
+
+    def runner(self) -> "CellRunner":
+        if self._runner is None:
+            from pytest_abbench.runner import CellRunner
+
+            self._runner = CellRunner(self.settings, self.root.layout, self.gpu)
+        return self._runner
+
+    def gate_for(self, op: str) -> "irgate.GateDecision | None":
+        if op not in self.gates:
+            from pytest_abbench import irgate
+
+            decision = irgate.load_decision(self.root.path, op)
+            if decision is not None:
+                self.gates[op] = decision
+        return self.gates.get(op)
+
+    def pin_gpu(self, workerinput: dict[str, Any] | None) -> tuple[str | None, str | None]:
+        """This worker's GPU, decided once: xdist worker gw<i> gets the i-th of --ab-gpus (or of the visible GPUs).
+
+        Every cell of an op runs on one worker (the plugin's op-scoped
+        scheduler), hence on one GPU.  A serial run is pinned only when
+        --ab-gpus is given.  More workers than GPUs would time two cells on
+        one GPU at once: each cell of such a worker fails with that reason.
+        """
+        gpus = self.settings.gpus
+        if workerinput is None:
+            return (gpus[0] if gpus else None), None
+        if gpus is None:
+            gpus = visible_gpus() if self.settings.backend == "cuda" else ()
+        if not gpus:
+            return None, None  # no GPU to share (the interpreter): nothing to pin
+        index = int(str(workerinput.get("workerid", "gw0")).removeprefix("gw"))
+        if index >= len(gpus):
+            return None, (f"xdist worker gw{index} has no GPU of its own (GPUs: {', '.join(gpus)}); "
+                          f"run with -n {len(gpus)} or fewer, or list more with --ab-gpus")
+        return gpus[index], None
+
+    def write_line(self, line: str) -> None:
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(line)
+
+    # -- collection ------------------------------------------------------------
+    def pytest_collect_file(self, file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+        if file_path.suffix == ".py" and not file_path.name.startswith(("test_", "conftest")) \
+                and looks_like_campaign(file_path):
+            return CampaignModule.from_parent(parent, path=file_path)
+        return None
+
+    def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
+        """A test marked ``abbench(campaign, op)`` that requests ``abbench_cell`` runs once per planned cell."""
+        if "abbench_cell" not in metafunc.fixturenames:
+            return
+        target = getattr(metafunc.function, CELL_TEST_ATTR, None)
+        mark = metafunc.definition.get_closest_marker(CELL_MARK)
+        if target is None and mark is None:
+            return  # the fixture's own error names the missing marker
+        if target is None and mark is not None:
+            try:
+                target = (mark.kwargs["campaign"], mark.kwargs["op"])
+            except KeyError as exc:
+                raise pytest.UsageError(f"{metafunc.definition.nodeid}: @pytest.mark.abbench needs campaign= and "
+                                        f"op= (missing {exc.args[0]})") from None
+        assert target is not None
+        campaign_arg, op = target
+        path = Path(campaign_arg)
+        if not path.is_absolute():
+            path = metafunc.definition.path.parent / path
+        try:
+            campaign = self.campaign(path)
+        except (CampaignError, CampaignSkipped) as exc:
+            pytest.fail(f"{metafunc.definition.nodeid}: campaign error: {exc}", pytrace=False)
+        names = [o.name for o in campaign.ops]
+        if op not in names:
+            raise pytest.UsageError(f"{metafunc.definition.nodeid}: campaign {path} has no op {op!r} "
+                                    f"(it has: {', '.join(names)})")
+        planned = [PlannedCell(key, campaign.path, names.index(op)) for key in self.plan.cells(op)]
+        # The plugin's own xdist scheduler keeps an op's cells on one worker
+        # (xdist_hooks.CellsByOp); the group marker says the same to any tool that reads it.
+        params = [pytest.param(p, id=p.key.cell_id, marks=[pytest.mark.xdist_group(name=op)]) for p in planned]
+        metafunc.parametrize("abbench_cell", params, indirect=True)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config,
+                                      items: list[pytest.Item]) -> None:
+        cells = [(item, p) for item in items if (p := planned_cell(item)) is not None]
+        if not cells:
+            return
+        owner: dict[str, Path] = {}
+        for _, p in cells:
+            first = owner.setdefault(p.key.op, p.campaign_path)
+            if first != p.campaign_path:
+                raise pytest.UsageError(f"op name {p.key.op!r} is declared by both {first} and "
+                                        f"{p.campaign_path}: op names share one root and must be unique")
+        files = {path: n for n, path in enumerate(dict.fromkeys(p.campaign_path for _, p in cells))}
+        # Round-major across all collected campaigns, so each op's rounds spread over the session.
+        cells.sort(key=lambda c: (c[1].key.round, files[c[1].campaign_path], c[1].op_index,
+                                  self.plan.sort_key(c[1].key)))
+        ordered = [item for item, _ in cells]
+        chosen = set(ordered)
+        items[:] = [i for i in items if i not in chosen] + ordered
+        self.plan.ops = {p.key.op: str(p.campaign_path) for _, p in cells}
+        self.cell_folders = {item.nodeid: self.root.layout.cell(p.key) for item, p in cells}
+        if config.pluginmanager.hasplugin("timeout"):
+            for item in ordered:
+                item.add_marker(pytest.mark.timeout(self.settings.cell_timeout_s + PARENT_TIMEOUT_SLACK_S))
+        if not self.is_worker and not listing_only(config):
+            self.root.claim(list(files), self.settings.switch_env, self.plan)
+
+    def pytest_report_collectionfinish(self, config: pytest.Config, items: list[pytest.Item]) -> list[str]:
+        cells = [p for item in items if (p := planned_cell(item)) is not None]
+        if not cells:
+            return []
+        ops = {p.key.op for p in cells}
+        return [f"abbench: {len(cells)} cells, {len(ops)} ops, {self.settings.rounds} rounds, "
+                f"backend {self.settings.backend}, cell timeout {self.settings.cell_timeout_s:g}s "
+                f"({self.settings.sources['cell_timeout']})"]
+
+    # -- running ---------------------------------------------------------------
+    def pytest_runtest_logstart(self, nodeid: str, location: tuple[str, int | None, str]) -> None:
+        # Outside the test's output capture: -v users see where to follow a long cell.
+        folder = self.cell_folders.get(nodeid)
+        if folder is not None and self.config.option.verbose > 0:
+            self.write_line(f"running {nodeid.rsplit('::', 1)[-1]}: tail -f {run_log(folder)}")
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Gather outcomes (here on the xdist controller too) and print caliber lines as cells show them."""
+        props = dict(report.user_properties)
+        if OUTCOME_PROPERTY not in props:
+            return
+        outcome = CellOutcome.from_json(str(props[OUTCOME_PROPERTY]))
+        if outcome.key not in self.outcomes and outcome.non_utf8_sequences:
+            self.write_line(f"abbench: {run_log(outcome.cell_dir)}: {outcome.non_utf8_sequences} byte sequence(s) "
+                            "not UTF-8 (kept as written)")
+        self.outcomes[outcome.key] = outcome
+        if not self.plan.ops.get(outcome.key.op):
+            self.plan.ops[outcome.key.op] = outcome.campaign
+        for line in json.loads(str(props.get(CALIBER_PROPERTY, "[]"))):
+            if line not in self.caliber_lines_shown:
+                self.caliber_lines_shown.add(line)
+                self.write_line(line)
+
+    def pytest_report_teststatus(self, report: pytest.TestReport, config: pytest.Config) -> Any:
+        if report.when == "setup" and report.skipped and NO_IR_DIFF in str(report.longrepr):
+            return "skipped", "n", ("NO_IR_DIFF", {"yellow": True})
+        return None
+
+    # -- the end ---------------------------------------------------------------
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.is_worker or not self.outcomes:
+            self.root.release()
+            return
+        from pytest_abbench import report
+
+        records = [{"round": o.key.round, "op": o.key.op, "side": o.key.role, "rc": o.rc, "status": o.status,
+                    "cell_dir": str(o.cell_dir), "campaign": o.campaign, "markers": o.markers}
+                   for o in self.outcomes.values()]
+        self.final = report.build_report(self.root.path, self.settings, expected=records)
+        self.plots = report.write_report(self.root.path, self.final)
+        if self.final.caliber_mismatch and not self.settings.allow_caliber_mismatch:
+            session.exitstatus = EXIT_CALIBER
+        elif self.final.slower_ops and session.exitstatus == 0:
+            session.exitstatus = EXIT_SLOWER
+        self.root.release()
+
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter, exitstatus: int,
+                                config: pytest.Config) -> None:
+        if self.final is None:
+            return
+        from pytest_abbench import report
+
+        layout = self.root.layout
+        terminalreporter.section("abbench report")
+        for line in report.render_text(self.final).splitlines():
+            terminalreporter.write_line(line)
+        if self.plots:
+            terminalreporter.write_line(f"plots: {layout.plots} ({len(self.plots)} ops)")
+        terminalreporter.write_line(f"report: {layout.report_md}, {layout.report_json}")
+        terminalreporter.write_line(f"abbench root: {self.root.path}")
