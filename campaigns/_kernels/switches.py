@@ -86,7 +86,13 @@ def skip_remove_layout_conversions() -> None:
     3.6 does not put this hook in its cache key, which is why each side has
     its own TRITON_CACHE_DIR; 3.7+ does (see ``skip_layout_stages_hook``).
     """
-    from triton import knobs
-
+    try:
+        from triton import knobs
+    except ImportError:
+        knobs = None
+    # Before 3.6 Triton never reads this knob: setting it would compile side B unchanged.
+    if knobs is None or not hasattr(type(knobs.runtime), "add_stages_inspection_hook"):
+        raise RuntimeError(f"skip_remove_layout_conversions: Triton {_triton_version()} has no "
+                           "triton.knobs.runtime.add_stages_inspection_hook (Triton 3.6 added it)")
     _pass_module()  # fail in setup, before any kernel compiles, if this Triton lacks the pass
     knobs.runtime.add_stages_inspection_hook = skip_layout_stages_hook
