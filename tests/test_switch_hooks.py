@@ -2,9 +2,9 @@
 
 - The no-argument call (how Triton 3.7+ asks a stages hook for its cache-key
   part) returns the same ``(key, hash)`` pair of strings every time.
-- A Triton without the pass, or a pipeline that no longer calls it where the
-  switch patches it, is an error naming the Triton version, not a switch
-  that silently changes nothing.
+- A Triton without the pass or without the stages-hook knob (before 3.6), or
+  a pipeline that no longer calls the pass where the switch patches it, is an
+  error naming the Triton version, not a switch that silently changes nothing.
 - A tiny row-sum kernel compiled for cuda:90 on the CPU (the IR-only cell
   child, as ``--ab-ir-only`` runs it) keeps more ``convert_layout`` ops with
   the switch than without: the five-argument call really edits the pipeline.
@@ -130,6 +130,17 @@ def test_missing_pass_is_an_error_naming_the_triton_version(knobs: ModuleType,
                                            r"triton\._C\.libtriton\.passes\.ttgpuir\.add_remove_layout_conversions"):
         switches.skip_remove_layout_conversions()
     assert knobs.runtime.add_stages_inspection_hook is None
+
+
+def test_triton_without_the_stages_hook_knob_is_an_error(knobs: ModuleType,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    import triton
+
+    switches = load_switches()
+    monkeypatch.delattr(type(knobs.runtime), "add_stages_inspection_hook")  # as in Triton 3.4 and 3.5
+    with pytest.raises(RuntimeError, match=rf"Triton {re.escape(triton.__version__)} has no "
+                                           r"triton\.knobs\.runtime\.add_stages_inspection_hook"):
+        switches.skip_remove_layout_conversions()
 
 
 def test_pipeline_that_never_calls_the_pass_is_an_error(knobs: ModuleType) -> None:
