@@ -37,7 +37,7 @@ def skip_layout_stages_hook(*args: Any) -> Any:
 
     No arguments (Triton 3.7+, ``runtime/jit.py`` and ``compiler/compiler.py``):
     return ``(key, hash)`` for the kernel cache key.  Five arguments
-    ``(backend, stages, options, language, capability)`` (every version, from
+    ``(backend, stages, options, language, capability)`` (3.6+, from
     the backend's ``add_stages``): replace the ``ttgir`` stage by one that runs
     the same pipeline with the remove-layout-conversions pass left out.
     """
