@@ -296,8 +296,8 @@ def build_op(op: str, cells: list[_Cell], root: Path, margin_pct: float | None, 
             rep.reason = f"no verdict: {exc}"
             return rep
         mixed = caliber.compare_shape_timers(op, ra, rb)
-        rep.mixed_timer_shapes += [f"r{rnd}: {m}" for m in mixed]
-        mixed_ids = {m.split(" (")[0] for m in mixed}
+        rep.mixed_timer_shapes += [f"r{rnd}: {m.text()}" for m in mixed]
+        mixed_ids = {m.shape for m in mixed}
         for shape in ra.keys() & rb.keys():
             if shape in mixed_ids:
                 continue
