@@ -23,7 +23,7 @@ from pytest_abbench.markers import MARKERS, count_markers
 from pytest_abbench.options import DEFAULT_MARGIN_PCT
 from pytest_abbench.status import StatusFormatError, read_status
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3  # 3: OpReport.caliber_mismatch
 REPORT_MD = "report.md"
 REPORT_JSON = "report.json"
 IR_ONLY = "IR_ONLY"  # status word of an --ab-ir-only cell: compiled for the target, timed nothing
@@ -128,6 +128,7 @@ class OpReport:
     gate: dict[str, Any] | None = None
     gate_lines: list[str] = field(default_factory=list)
     caliber: list[str] = field(default_factory=list)
+    caliber_mismatch: bool = False  # a caliber line of this op is a mismatch: its sides measured different things
     markers: dict[str, int] = field(default_factory=dict)
     shapes: list[ShapeReport] = field(default_factory=list)
     geomean_pct: float | None = None
@@ -258,8 +259,9 @@ def build_op(op: str, cells: list[_Cell], root: Path, margin_pct: float | None, 
             if dir_a != Path() and dir_b != Path():
                 op_result.extend(caliber.compare_identities(op, dir_a, dir_b, load))
     rep.caliber = [f.line() for f in op_result.findings]
+    rep.caliber_mismatch = bool(op_result.mismatches)
     result.extend(op_result)
-    if op_result.mismatches and not allow_caliber_mismatch:
+    if rep.caliber_mismatch and not allow_caliber_mismatch:
         rep.reason = ("no verdict: caliber mismatch (the !!! [caliber] lines above); the two sides' numbers mean "
                       "different things. --allow-caliber-mismatch reports them anyway")
         return rep
@@ -395,7 +397,7 @@ def _fmt(v: float | None, unit: str = "%") -> str:
 def _caliber_text(o: OpReport) -> str:
     if o.state == "ir_only":
         return "not checked (nothing timed)"
-    return "MISMATCH" if any(x.startswith("!!!") for x in o.caliber) else "ok"
+    return "MISMATCH" if o.caliber_mismatch else "ok"
 
 
 def _gate_text(o: OpReport) -> str:
