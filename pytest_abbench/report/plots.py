@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pytest_abbench.report import OpReport, Report
+    from pytest_abbench.report.build import OpReport, Report
 
 PLOTS_DIR = "plots"
 

@@ -16,11 +16,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from pytest_abbench import caliber, irgate, plots
+from pytest_abbench import caliber, irgate
 from pytest_abbench.campaign import SIDES
 from pytest_abbench.fileio import CorruptFileError, iter_jsonl, write_json_atomic
 from pytest_abbench.markers import MARKERS, count_markers
 from pytest_abbench.options import DEFAULT_MARGIN_PCT
+from pytest_abbench.report import plots
 from pytest_abbench.status import StatusFormatError, read_status
 
 SCHEMA_VERSION = 3  # 3: OpReport.caliber_mismatch
