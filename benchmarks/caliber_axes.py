@@ -11,7 +11,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pytest_abbench.report import read_results  # noqa: E402
+from pytest_abbench.report.build import read_results  # noqa: E402
 
 
 def medians(root: Path, op: str) -> dict[str, float]:

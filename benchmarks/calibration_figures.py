@@ -19,7 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pytest_abbench.report import REPORT_JSON, interval, verdict  # noqa: E402
+from pytest_abbench.report import REPORT_JSON  # noqa: E402
+from pytest_abbench.report.stats import interval, verdict  # noqa: E402
 
 
 def settled_after(per_round_pct: list[float], margin_pct: float) -> tuple[int, list[str]]:

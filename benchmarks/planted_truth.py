@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from pytest_abbench.campaign import Case, load_campaign  # noqa: E402
-from pytest_abbench.report import interval, pct  # noqa: E402
+from pytest_abbench.report.stats import interval, pct  # noqa: E402
 
 
 def main() -> None:

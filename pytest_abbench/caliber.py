@@ -157,12 +157,24 @@ def cell_pairs(round_no: int, folder: "Callable[[int, str], Path]", control: boo
     return pairs
 
 
+@dataclass(frozen=True)
+class MixedTimer:
+    """A shape the two sides timed with different timers: its latencies are not comparable."""
+
+    shape: str
+    timer_a: str
+    timer_b: str
+
+    def text(self) -> str:
+        return f"{self.shape} (A {self.timer_a}, B {self.timer_b})"
+
+
 def compare_shape_timers(op: str, results_a: dict[str, dict[str, Any]],
-                         results_b: dict[str, dict[str, Any]]) -> list[str]:
-    """Shapes timed with a different timer on the two sides: they get no verdict."""
+                         results_b: dict[str, dict[str, Any]]) -> list[MixedTimer]:
+    """Shapes timed with a different timer on the two sides, in shape order: they get no verdict."""
     mixed = []
     for shape in sorted(set(results_a) & set(results_b)):
         ta, tb = results_a[shape].get("timer"), results_b[shape].get("timer")
         if ta and tb and ta != tb:
-            mixed.append(f"{shape} (A {ta}, B {tb})")
+            mixed.append(MixedTimer(shape, str(ta), str(tb)))
     return mixed

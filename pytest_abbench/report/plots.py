@@ -7,10 +7,8 @@ the report never depends on it.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from pytest_abbench.report import OpReport, Report
+from pytest_abbench.report.model import OpReport, Report
 
 PLOTS_DIR = "plots"
 
@@ -23,7 +21,7 @@ def matplotlib_available() -> bool:
     return True
 
 
-def plot_op(op: "OpReport", path: Path) -> None:
+def plot_op(op: OpReport, path: Path) -> None:
     # The object API without pyplot: no global figure state, no display backend, and no
     # pyplot import (half a second at session end).
     from matplotlib.figure import Figure
@@ -56,7 +54,7 @@ def plot_op(op: "OpReport", path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def write_plots(root: Path, report: "Report") -> list[Path]:
+def write_plots(root: Path, report: Report) -> list[Path]:
     """One PNG per op that has a verdict table; nothing (and no error) without matplotlib."""
     if not matplotlib_available():
         return []

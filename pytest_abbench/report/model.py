@@ -1,0 +1,104 @@
+"""What a report holds, and its report.json form.
+
+``report.json`` is ``asdict`` of :class:`Report`; ``report_from_json`` turns
+it back into the same objects, so the renderer and the plots work from
+either.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from pytest_abbench.options import DEFAULT_MARGIN_PCT
+
+SCHEMA_VERSION = 3  # 3: OpReport.caliber_mismatch
+REPORT_MD = "report.md"
+REPORT_JSON = "report.json"
+
+
+@dataclass
+class ShapeReport:
+    """One shape of one op: its per-round deltas, their interval and the verdict they give."""
+
+    shape: str
+    rounds: int
+    a_ms: float
+    b_ms: float
+    delta_pct: float  # median over rounds of B/A-1
+    delta_min_pct: float
+    delta_max_pct: float
+    ci_pct: tuple[float, float] | None
+    delta_spread_pct: float  # stdev of per-round deltas: does the verdict hold?
+    noise_within_a_pct: float | None  # median within-cell robust CV: how noisy was the machine?
+    noise_within_b_pct: float | None
+    noise_across_a_pct: float | None  # CV of side medians across rounds
+    noise_across_b_pct: float | None
+    sign_flip: bool
+    verdict: str
+    per_round_pct: list[float]
+    margin_pct: float = DEFAULT_MARGIN_PCT  # the 'same' margin this shape was judged with
+    aa_delta_pct: float | None = None  # A/A control: median over rounds of A2/A-1
+    aa_ci_pct: tuple[float, float] | None = None  # the measured noise floor
+    aa_per_round_pct: list[float] = field(default_factory=list)
+
+
+@dataclass
+class OpReport:
+    """One op: its shapes' verdicts, or the reason it has none (caliber, IR gate, missing cells)."""
+
+    op: str
+    campaign: str
+    rounds_completed: int
+    rounds_expected: int
+    state: str  # verdict | no_verdict | no_ir_diff | ir_only
+    reason: str = ""
+    gate: dict[str, Any] | None = None
+    gate_lines: list[str] = field(default_factory=list)
+    caliber: list[str] = field(default_factory=list)
+    caliber_mismatch: bool = False  # a caliber line of this op is a mismatch: its sides measured different things
+    markers: dict[str, int] = field(default_factory=dict)
+    shapes: list[ShapeReport] = field(default_factory=list)
+    geomean_pct: float | None = None
+    geomean_ci_pct: tuple[float, float] | None = None
+    verdicts: dict[str, int] = field(default_factory=dict)
+    sign_flips: int = 0
+    mixed_timer_shapes: list[str] = field(default_factory=list)
+    control: bool = False
+    aa_geomean_ci_pct: tuple[float, float] | None = None
+
+
+@dataclass
+class Report:
+    """A whole root: every op, the caliber lines of all of them, and the regression gate's outcome."""
+
+    schema_version: int
+    root: str
+    margin_pct: float
+    margin_source: str
+    ops: list[OpReport]
+    caliber_lines: list[str]
+    caliber_mismatch: bool
+    slower_ops: list[str]
+    problems: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        """The report.json object: every field, tuples as lists."""
+        return asdict(self)
+
+
+def _pair(value: Any) -> tuple[float, float] | None:
+    return (float(value[0]), float(value[1])) if value else None
+
+
+def report_from_json(data: dict[str, Any]) -> Report:
+    """The Report a report.json holds (JSON turns tuples into lists; this turns them back)."""
+    if data.get("schema_version") != SCHEMA_VERSION:
+        raise ValueError(f"report.json schema_version {data.get('schema_version')!r}, this reader knows {SCHEMA_VERSION}")
+    ops = []
+    for o in data["ops"]:
+        shapes = [ShapeReport(**{**s, "ci_pct": _pair(s["ci_pct"]), "aa_ci_pct": _pair(s["aa_ci_pct"])})
+                  for s in o["shapes"]]
+        ops.append(OpReport(**{**o, "shapes": shapes, "geomean_ci_pct": _pair(o["geomean_ci_pct"]),
+                               "aa_geomean_ci_pct": _pair(o["aa_geomean_ci_pct"])}))
+    return Report(**{**data, "ops": ops})
