@@ -34,7 +34,7 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
     """Ask Linux to send SIGTERM to the child when its parent dies (pytest SIGKILLed).
 
     Runs between fork and exec.  The cell child turns that SIGTERM into a
-    SIGKILL of its whole process group (``pytest_abbench.cell.guard_group``),
+    SIGKILL of its whole process group (``pytest_abbench.child.measure.guard_group``),
     so its own children die too.  Where prctl is unavailable the child's
     parent watchdog still notices; the process group kill on timeout holds.
     """

@@ -24,7 +24,7 @@ from pytest_abbench.campaign import (SIDES, Campaign, CampaignError, CampaignSki
 from pytest_abbench.cellrun import log_tail, run_child
 from pytest_abbench.exitcodes import EXIT_CALIBER, EXIT_ROOT, EXIT_SLOWER, describe, status_word
 from pytest_abbench.fileio import CorruptFileError, iter_jsonl, read_json, write_json_atomic
-from pytest_abbench.identity import file_hash
+from pytest_abbench.child.identity import file_hash
 from pytest_abbench.markers import MARKERS, scan_log
 from pytest_abbench.options import Settings, detect_backend, register, resolve, visible_gpus
 from pytest_abbench.status import StatusRow, append_status_row, read_status
@@ -82,7 +82,7 @@ class CellFailed(Exception):
 
 
 class CellItem(pytest.Item):
-    """One (round, op, side): runs one ``python -m pytest_abbench.cell`` child."""
+    """One (round, op, side): runs one ``python -m pytest_abbench.child`` child."""
 
     def __init__(self, *, spec: CellSpec, campaign: Campaign, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -270,7 +270,7 @@ class AbbenchPlugin:
         record = self.root / "autotune" / f"{spec.op}.json"
         mode = "record" if (spec.round == 1 and spec.side == "A") else "replay"
         argv = [
-            campaign.switch.python(spec.config_side) or sys.executable, "-m", "pytest_abbench.cell",
+            campaign.switch.python(spec.config_side) or sys.executable, "-m", "pytest_abbench.child",
             "--campaign", str(spec.campaign), "--op", spec.op, "--round", str(spec.round),
             "--side", spec.config_side, "--role", spec.side,
             "--out", str(cell_dir), "--backend", self.backend, "--timer", timer, "--level", level,

@@ -24,7 +24,7 @@ def compile_ir(folder: Path, op: str, env: dict[str, str] | None = None) -> Path
     campaign = folder / "ircamp.py"
     campaign.write_text(IR_CAMPAIGN)
     out = folder / f"cell-{op}"
-    argv = [sys.executable, "-m", "pytest_abbench.cell", "--campaign", str(campaign), "--op", op, "--round", "1",
+    argv = [sys.executable, "-m", "pytest_abbench.child", "--campaign", str(campaign), "--op", op, "--round", "1",
             "--side", "A", "--out", str(out), "--backend", "interpreter", "--timer", "wall", "--level", "smoke",
             "--ir-target", "cuda:90", "--ir-only"]
     child_env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "DISABLE_MMA_V3")}

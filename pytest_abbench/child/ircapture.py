@@ -15,7 +15,7 @@ import json
 import re
 from pathlib import Path
 
-from pytest_abbench.autotune_pin import benchmarking
+from pytest_abbench.child.autotune_pin import benchmarking
 from typing import Any
 
 IR_DIR = "ir"

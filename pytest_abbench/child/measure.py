@@ -1,4 +1,4 @@
-"""The cell child: ``python -m pytest_abbench.cell ...`` measures one (round, op, side).
+"""The cell child: ``python -m pytest_abbench.child ...`` measures one (round, op, side).
 
 It is the only part of the product that imports torch and triton.  It writes
 into its cell folder: ``results.jsonl`` (one record per shape, appended as
@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from pytest_abbench import tunercache
-from pytest_abbench.autotune_pin import AUTOTUNE_REPLAY_FALLBACK, AutotunePin, AutotuneRecordError, install
+from pytest_abbench.child.autotune_pin import AUTOTUNE_REPLAY_FALLBACK, AutotunePin, AutotuneRecordError, install
 from pytest_abbench.campaign import Case, load_campaign, shape_set_hash
 from pytest_abbench.fileio import append_jsonl, iter_jsonl, write_json_atomic
-from pytest_abbench.identity import build_identity, file_hash, write_identity
-from pytest_abbench.ircapture import IR_DIR, enter_compile_only, install_capture
-from pytest_abbench.timers import CapturePoisoned, time_with_fallback
+from pytest_abbench.child.identity import build_identity, file_hash, write_identity
+from pytest_abbench.child.ircapture import IR_DIR, enter_compile_only, install_capture
+from pytest_abbench.child.timers import CapturePoisoned, time_with_fallback
 
 RESULTS_FILE = "results.jsonl"
 TIMING_FILE = "cell_timing.json"
@@ -62,7 +62,7 @@ def log(line: str) -> None:
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m pytest_abbench.cell")
+    p = argparse.ArgumentParser(prog="python -m pytest_abbench.child")
     p.add_argument("--campaign", required=True)
     p.add_argument("--op", required=True)
     p.add_argument("--round", type=int, required=True)
@@ -132,7 +132,7 @@ def capture_ir_on_cpu(args: argparse.Namespace, out: Path) -> None:
     """Run this cell again in compile-only mode, without the interpreter, for the IR target."""
     env = dict(os.environ)
     env.pop("TRITON_INTERPRET", None)
-    argv = [sys.executable, "-m", "pytest_abbench.cell", *sys.argv[1:], "--ir-only"]
+    argv = [sys.executable, "-m", "pytest_abbench.child", *sys.argv[1:], "--ir-only"]
     (out / IR_DIR).mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     with open(out / IR_DIR / "compile.log", "wb") as ir_log:
@@ -254,7 +254,7 @@ def measure(args: argparse.Namespace) -> int:
         # timeout and process group still cover it.
         log("[abbench] capture poisoned the CUDA context: measuring the remaining shapes in a fresh process")
         sys.stdout.flush()
-        os.execv(sys.executable, [sys.executable, "-m", "pytest_abbench.cell", *sys.argv[1:]])
+        os.execv(sys.executable, [sys.executable, "-m", "pytest_abbench.child", *sys.argv[1:]])
 
     if args.backend == "interpreter" and args.ir_target:
         capture_ir_on_cpu(args, out)
