@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pytest_abbench.fileio import CorruptFileError, read_json
-from pytest_abbench.child.identity import CALIBER_AXES, IDENTITY_FILE, INFO_FIELDS
+from pytest_abbench.identity import CALIBER_AXES, IDENTITY_FILE, INFO_FIELDS
 
 
 @dataclass

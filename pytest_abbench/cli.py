@@ -16,7 +16,7 @@ from typing import Sequence
 
 from pytest_abbench import report
 from pytest_abbench.exitcodes import EXIT_CALIBER, EXIT_SLOWER
-from pytest_abbench.child.identity import IDENTITY_FILE
+from pytest_abbench.identity import IDENTITY_FILE
 from pytest_abbench.options import add_report_options
 
 EXIT_USAGE = 2

@@ -24,7 +24,7 @@ from pytest_abbench.campaign import (SIDES, Campaign, CampaignError, CampaignSki
 from pytest_abbench.cellrun import log_tail, run_child
 from pytest_abbench.exitcodes import EXIT_CALIBER, EXIT_ROOT, EXIT_SLOWER, describe, status_word
 from pytest_abbench.fileio import CorruptFileError, iter_jsonl, read_json, write_json_atomic
-from pytest_abbench.child.identity import file_hash
+from pytest_abbench.identity import file_hash
 from pytest_abbench.markers import MARKERS, scan_log
 from pytest_abbench.options import Settings, detect_backend, register, resolve, visible_gpus
 from pytest_abbench.status import StatusRow, append_status_row, read_status

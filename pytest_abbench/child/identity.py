@@ -1,8 +1,10 @@
-"""run_identity.json: everything that decides what a cell's latency numbers mean."""
+"""Building run_identity.json in the cell process: everything that decides what its latency numbers mean.
+
+The file's name and the axes the parent compares live in ``pytest_abbench.identity``.
+"""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import platform
 import socket
@@ -12,16 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from pytest_abbench.fileio import write_json_atomic
+from pytest_abbench.identity import IDENTITY_FILE, file_hash
 
-IDENTITY_FILE = "run_identity.json"
 SCHEMA = 1
-# Axes that must be equal between sides (autotune_mode is judged by rule in caliber.py).
-CALIBER_AXES = ("backend", "device", "timer", "bench_level", "shape_mode", "tuner_cache", "direct_repeat")
-INFO_FIELDS = ("torch", "triton", "driver", "python", "host", "gpu_uuid", "campaign_hash")
-
-
-def file_hash(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
 
 
 def _nvidia_smi(query: str) -> str | None:

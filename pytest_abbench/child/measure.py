@@ -24,7 +24,8 @@ from pytest_abbench import tunercache
 from pytest_abbench.child.autotune_pin import AUTOTUNE_REPLAY_FALLBACK, AutotunePin, AutotuneRecordError, install
 from pytest_abbench.campaign import Case, load_campaign, shape_set_hash
 from pytest_abbench.fileio import append_jsonl, iter_jsonl, write_json_atomic
-from pytest_abbench.child.identity import build_identity, file_hash, write_identity
+from pytest_abbench.child.identity import build_identity, write_identity
+from pytest_abbench.identity import file_hash
 from pytest_abbench.child.ircapture import IR_DIR, enter_compile_only, install_capture
 from pytest_abbench.child.timers import CapturePoisoned, time_with_fallback
 

@@ -1,0 +1,20 @@
+"""run_identity.json as the parent reads it: its name, the axes compared between sides, the notes.
+
+The cell process builds and writes the file (``pytest_abbench.child.identity``);
+this module is what both sides share, so it imports neither torch nor triton.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+IDENTITY_FILE = "run_identity.json"
+# Axes that must be equal between sides (autotune_mode is judged by rule in caliber.py).
+CALIBER_AXES = ("backend", "device", "timer", "bench_level", "shape_mode", "tuner_cache", "direct_repeat")
+INFO_FIELDS = ("torch", "triton", "driver", "python", "host", "gpu_uuid", "campaign_hash")
+
+
+def file_hash(path: Path) -> str:
+    """Short content hash naming a campaign file or an autotune record in identities."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
