@@ -110,4 +110,7 @@ class CellConfig:
                 metavar = None if spec.choices else spec.flag.lstrip("-").replace("-", "_").upper()
                 parser.add_argument(spec.flag, dest=f.name, type=spec.parse, choices=spec.choices, metavar=metavar,
                                     required=f.default is MISSING, help=spec.help)
-        return cls(**vars(parser.parse_args(list(argv))))
+        config = cls(**vars(parser.parse_args(list(argv))))
+        if config.ir_only and config.ir_target is None:
+            parser.error("--ir-only needs --ir-target: the target to compile for")
+        return config

@@ -55,3 +55,10 @@ def test_the_parent_side_loads_neither_torch_nor_the_child() -> None:
              " or m.startswith('pytest_abbench.child')))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_ir_only_without_a_target_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = dataclasses.replace(EVERY_FIELD, ir_target=None).to_argv()
+    with pytest.raises(SystemExit):
+        CellConfig.from_argv(argv)
+    assert "--ir-only needs --ir-target" in capsys.readouterr().err

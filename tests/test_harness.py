@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from pytest_abbench.markers import BENCHMARK_CAPTURE_POISONED, BENCHMARK_DIRECT_NO_CUDAGRAPH
+from pytest_abbench.cellconfig import CHILD_MODULE, CellConfig
 from pytest_abbench.child.timers import CapturePoisoned, Timing, time_with_fallback
 
 REPO = Path(__file__).resolve().parent.parent
@@ -107,9 +108,9 @@ def test_ir_capture_writes_ttgir_on_a_triton_cache_hit(tmp_path: Path) -> None:
     outs = []
     for n in (1, 2):
         out = tmp_path / f"cell{n}"
-        subprocess.run([sys.executable, "-m", "pytest_abbench.child", "--campaign", str(REPO / "campaigns/mm.py"),
-                        "--op", "mm", "--round", "1", "--side", "A", "--out", str(out), "--backend", "interpreter",
-                        "--timer", "wall", "--level", "smoke", "--ir-target", "cuda:90", "--ir-only"],
+        config = CellConfig(campaign=REPO / "campaigns/mm.py", op="mm", round_no=1, side="A", role="A", out=out,
+                            backend="interpreter", timer="wall", level="smoke", ir_target="cuda:90", ir_only=True)
+        subprocess.run([sys.executable, "-m", CHILD_MODULE, *config.to_argv()],
                        env=env, check=True, capture_output=True, timeout=300)
         outs.append(sorted(p.relative_to(out).as_posix() for p in (out / "ir").rglob("*.ttgir")))
     cached = [p for p in cache.rglob("*.ttgir")]
@@ -152,11 +153,10 @@ def test_every_campaign_smoke_level_is_correct_in_the_interpreter(campaign: str,
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO), "TRITON_CACHE_DIR": str(tmp_path / "c")}
     for op in load_campaign(REPO / "campaigns" / f"{campaign}.py").ops:
         out = tmp_path / op.name
-        proc = subprocess.run([sys.executable, "-m", "pytest_abbench.child", "--campaign",
-                               str(REPO / "campaigns" / f"{campaign}.py"), "--op", op.name, "--round", "1",
-                               "--side", "A", "--out", str(out), "--backend", "interpreter", "--timer", "wall",
-                               "--level", "smoke", "--samples", "1", "--autotune-mode", "record",
-                               "--autotune-file", str(tmp_path / "at.json")],
+        config = CellConfig(campaign=REPO / "campaigns" / f"{campaign}.py", op=op.name, round_no=1, side="A",
+                            role="A", out=out, backend="interpreter", timer="wall", level="smoke", samples=1,
+                            autotune_mode="record", autotune_file=tmp_path / "at.json")
+        proc = subprocess.run([sys.executable, "-m", CHILD_MODULE, *config.to_argv()],
                               env=env, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]

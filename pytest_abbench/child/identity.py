@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pytest_abbench import tunercache
+from pytest_abbench.cellconfig import CellConfig
 from pytest_abbench.fileio import write_json_atomic
 from pytest_abbench.identity import IDENTITY_FILE, file_hash
 
@@ -20,6 +22,7 @@ SCHEMA = 1
 
 
 def _nvidia_smi(query: str) -> str | None:
+    """One field of GPU 0 as nvidia-smi reports it (the driver version); None where nvidia-smi is missing or fails."""
     try:
         out = subprocess.run(
             ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader", "-i", "0"],
@@ -50,42 +53,50 @@ def device_facts(backend: str) -> dict[str, Any]:
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
 
 
-def build_identity(
-    *, backend: str, timer: str, bench_level: str, shape_mode: str, tuner_cache: str, direct_repeat: str,
-    autotune_mode: str, autotune_record: str | None, campaign: Path, switch: str, side: str, role: str,
-    round_no: int, op: str,
-) -> dict[str, Any]:
+def build_identity(config: CellConfig, shape_mode: str, tuner_dir: Path | None) -> dict[str, Any]:
+    """This cell's identity: its caliber axes, the versions and host it ran on, and what it replays.
+
+    ``shape_mode`` is the hash of the shapes it measures; ``tuner_dir`` its
+    pinned library tuner cache (None when the cache is shared or absent).
+    """
     import torch
     import triton
 
+    record = config.autotune_file
     identity: dict[str, Any] = {
         "schema": SCHEMA,
-        "backend": backend,
-        "timer": timer,
-        "bench_level": bench_level,
+        "backend": config.backend,
+        "timer": config.timer,
+        "bench_level": config.level,
         "shape_mode": shape_mode,
-        "tuner_cache": tuner_cache,
-        "direct_repeat": direct_repeat,
-        "autotune_mode": autotune_mode,
-        "autotune_record": autotune_record,
+        "tuner_cache": config.tuner_cache,
+        "direct_repeat": f"rep={config.direct_rep}ms,warmup={config.direct_warmup}ms",
+        "autotune_mode": config.autotune_mode,
+        "autotune_record": str(record) if record else None,
         "torch": torch.__version__,
         "triton": triton.__version__,
         "python": platform.python_version(),
         "python_executable": sys.executable,
         "host": socket.gethostname(),
-        "campaign": str(campaign),
-        "campaign_hash": file_hash(campaign),
-        "switch": switch,
-        "side": side,
-        "role": role,
-        "round": round_no,
-        "op": op,
+        "campaign": str(config.campaign),
+        "campaign_hash": file_hash(config.campaign),
+        "switch": config.switch,
+        "side": config.side,
+        "role": config.role,
+        "round": config.round_no,
+        "op": config.op,
     }
-    identity.update(device_facts(backend))
+    identity.update(device_facts(config.backend))
+    if config.autotune_mode == "replay" and record is not None and record.exists():
+        identity["autotune_record_hash"] = file_hash(record)
+    if tuner_dir is not None:
+        # Which record this cell's library tuner starts from ("fresh": it tunes from nothing).
+        identity["tuner_cache_seed"] = tunercache.content_hash(tuner_dir) or "fresh"
     return identity
 
 
 def write_identity(cell_dir: Path, identity: dict[str, Any]) -> Path:
+    """Written atomically: a cell killed mid-write leaves no half identity for the caliber check to read."""
     path = cell_dir / IDENTITY_FILE
     write_json_atomic(path, identity)
     return path
