@@ -21,6 +21,7 @@ import pytest
 from pytest_abbench import caliber, irgate, report, tunercache
 from pytest_abbench.campaign import (SIDES, Campaign, CampaignError, CampaignSkipped, load_campaign,
                                      looks_like_campaign)
+from pytest_abbench.cellconfig import CHILD_MODULE, CellConfig, autotune_mode_for
 from pytest_abbench.cellrun import log_tail, run_child
 from pytest_abbench.exitcodes import EXIT_CALIBER, EXIT_ROOT, EXIT_SLOWER, describe, status_word
 from pytest_abbench.fileio import CorruptFileError, iter_jsonl, read_json, write_json_atomic
@@ -267,26 +268,19 @@ class AbbenchPlugin:
         level = side_opts.get("level") or (s.level if s.level != "auto" else ("core" if cuda else "smoke"))
         timer = side_opts.get("timer") or (s.timer if s.timer != "auto" else ("cudagraph" if cuda else "wall"))
         samples = side_opts.get("samples") or s.samples or (10 if cuda else 3)
-        record = self.root / "autotune" / f"{spec.op}.json"
-        mode = "record" if (spec.round == 1 and spec.side == "A") else "replay"
-        argv = [
-            campaign.switch.python(spec.config_side) or sys.executable, "-m", "pytest_abbench.child",
-            "--campaign", str(spec.campaign), "--op", spec.op, "--round", str(spec.round),
-            "--side", spec.config_side, "--role", spec.side,
-            "--out", str(cell_dir), "--backend", self.backend, "--timer", timer, "--level", level,
-            "--samples", str(samples),
-            "--direct-rep", str(side_opts.get("direct_rep") or s.direct_rep_ms),
-            "--direct-warmup", str(side_opts.get("direct_warmup") or s.direct_warmup_ms),
-            "--autotune-mode", mode, "--autotune-file", str(record), "--switch", campaign.switch.describe(),
-            "--tuner-cache", self.tuner_cache(spec.config_side, campaign),
-        ]
-        if s.ir_only:
-            # Triage: compile for the target through the stand-in driver, time nothing.
-            argv += ["--ir-target", str(s.ir_target), "--ir-only"]
+        # --ab-ir-only is triage: compile for the target through the stand-in driver, time nothing.
         # Without a GPU, round 1 compiles its kernels for the IR target so the gate has TTGIR to compare.
-        elif not cuda and spec.round == 1 and s.ir_target:
-            argv += ["--ir-target", s.ir_target]
-        return argv
+        ir_target = s.ir_target if s.ir_only or (not cuda and spec.round == 1) else None
+        config = CellConfig(
+            campaign=spec.campaign, op=spec.op, round_no=spec.round, side=spec.config_side, role=spec.side,
+            out=cell_dir, backend=self.backend, timer=timer, level=level, samples=int(samples),
+            direct_rep=int(side_opts.get("direct_rep") or s.direct_rep_ms),
+            direct_warmup=int(side_opts.get("direct_warmup") or s.direct_warmup_ms),
+            autotune_mode=autotune_mode_for(spec.round, spec.side),
+            autotune_file=self.root / "autotune" / f"{spec.op}.json", switch=campaign.switch.describe(),
+            tuner_cache=self.tuner_cache(spec.config_side, campaign), ir_target=ir_target, ir_only=s.ir_only,
+        )
+        return [campaign.switch.python(spec.config_side) or sys.executable, "-m", CHILD_MODULE, *config.to_argv()]
 
     def tuner_cache(self, side: str, campaign: Campaign) -> str:
         """The side's tuner cache as the identity names it (caliber axis ``tuner_cache``)."""
@@ -330,7 +324,7 @@ class AbbenchPlugin:
         log_path = cell_dir / "run.log"
         cell_dir.mkdir(parents=True, exist_ok=True)
         per_cell_tuner = self.tuner_cache(spec.config_side, item.campaign) == "per-cell"
-        records_tuning = spec.round == 1 and spec.side == "A"
+        records_tuning = autotune_mode_for(spec.round, spec.side) == "record"
         if per_cell_tuner and not records_tuning:
             tunercache.seed_from_record(self.root, spec.op, cell_dir / tunercache.CELL_CACHE_DIR)
         result = run_child(self.cell_argv(spec, item.campaign, cell_dir),
