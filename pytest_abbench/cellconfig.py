@@ -33,7 +33,8 @@ def autotune_mode_for(round_no: int, role: str) -> str:
 
     One cell tunes and writes the record (Triton's autotune choices, the
     library tuner's cache); every other cell replays it, so both sides time the
-    same configs and no side pays for tuning inside its numbers.
+    same configs: two independent tunings may choose differently, and that
+    difference would read as an effect of the switch.
     """
     return "record" if round_no == 1 and role == "A" else "replay"
 
@@ -77,7 +78,7 @@ class CellConfig:
     tuner_cache: str = field(default=DEFAULT_TUNER_CACHE,
                              metadata=_flag("--tuner-cache", help="identity axis tuner_cache: per-cell or shared:DIR"))
     ir_target: str | None = field(default=None, metadata=_flag(
-        "--ir-target", help="interpreter only: compile kernels for this target (e.g. cuda:90) to capture TTGIR"))
+        "--ir-target", help="without a GPU: compile kernels for this target (e.g. cuda:90) to capture TTGIR"))
     ir_only: bool = field(default=False, metadata=_flag(
         "--ir-only", bool, help="compile every shape's kernels for --ir-target; time nothing"))
 
