@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from pytest_abbench.timers import CapturePoisoned, time_with_fallback
+from pytest_abbench.child.timers import CapturePoisoned, time_with_fallback
 
 x = torch.randn(1 << 20, device="cuda")
 

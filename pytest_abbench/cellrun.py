@@ -34,9 +34,10 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
     """Ask Linux to send SIGTERM to the child when its parent dies (pytest SIGKILLed).
 
     Runs between fork and exec.  The cell child turns that SIGTERM into a
-    SIGKILL of its whole process group (``pytest_abbench.cell.guard_group``),
-    so its own children die too.  Where prctl is unavailable the child's
-    parent watchdog still notices; the process group kill on timeout holds.
+    SIGKILL of its whole process group (``guard_group`` in
+    ``pytest_abbench/child/__main__.py``), so its own children die too.  Where
+    prctl is unavailable the child's parent watchdog still notices; the
+    process group kill on timeout holds.
     """
     try:
         libc = ctypes.CDLL(None, use_errno=True)

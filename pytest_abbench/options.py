@@ -15,14 +15,14 @@ from typing import Any, Callable
 
 import pytest
 
-from pytest_abbench import campaign
+from pytest_abbench import campaign, cellconfig
 from pytest_abbench.layout import STATUS_FILE
 
 DEFAULT_CELL_TIMEOUT_S = 2400.0  # matches the NV campaigns: one hung cell must not hold a batch
 DEFAULT_ROUNDS = 2
 DEFAULT_MARGIN_PCT = 2.0
-TIMERS = ("auto", "cudagraph", "direct", "wall")
-BACKENDS = ("auto", "cuda", "interpreter")
+TIMERS = ("auto", *cellconfig.TIMERS)
+BACKENDS = ("auto", *cellconfig.BACKENDS)
 LEVELS = ("auto", *campaign.LEVELS)
 
 CELL_TIMEOUT_HELP = "seconds before a cell's process group is killed (rc 124 TIMEOUT); env CELL_TIMEOUT, ini cell_timeout"
@@ -125,8 +125,8 @@ def register(parser: pytest.Parser) -> None:
     add("--ab-timer", type=choice(TIMERS), default="auto", help="cudagraph|direct (CUDA) or wall (interpreter); auto picks cudagraph / wall")
     add("--ab-backend", type=choice(BACKENDS), default="auto", help="cuda|interpreter (auto: cuda when a GPU device node exists)")
     add("--ab-samples", type=positive_int, default=None, metavar="N", help="timed samples per shape (default 10 on CUDA, 3 in the interpreter)")
-    add("--ab-direct-rep", type=positive_int, default=100, metavar="MS", help="direct timer: do_bench rep in ms (identity axis direct_repeat)")
-    add("--ab-direct-warmup", type=positive_int, default=25, metavar="MS", help="direct timer: do_bench warmup in ms (identity axis direct_repeat)")
+    add("--ab-direct-rep", type=positive_int, default=cellconfig.DEFAULT_DIRECT_REP_MS, metavar="MS", help="direct timer: do_bench rep in ms (identity axis direct_repeat)")
+    add("--ab-direct-warmup", type=positive_int, default=cellconfig.DEFAULT_DIRECT_WARMUP_MS, metavar="MS", help="direct timer: do_bench warmup in ms (identity axis direct_repeat)")
     add("--ab-gpus", type=gpu_list, default=None, metavar="0,1,...",
         help="GPUs for xdist workers, one each (default: the visible GPUs); a serial run uses the first")
     add("--ab-resume", type=existing_root, default=None, metavar="ROOT",
@@ -134,7 +134,7 @@ def register(parser: pytest.Parser) -> None:
     add("--ab-control", action="store_true", default=False,
         help="A/A control: a third cell per round and op ([r<k>-A2]) runs side A again; its A/A interval is "
              "each shape's measured noise floor and the default margin of the 'same' verdict")
-    add("--ab-tuner-cache", type=tuner_cache_mode, default="per-cell", metavar="per-cell|shared:DIR",
+    add("--ab-tuner-cache", type=tuner_cache_mode, default=cellconfig.DEFAULT_TUNER_CACHE, metavar="per-cell|shared:DIR",
         help="where library tuners (FlagGems' LibTuner) keep their choices: per-cell (pinned from round 1, the "
              "default) or one shared folder, which makes absolute latencies unquotable (caliber warning)")
     add("--ab-allow-no-ir-diff", action="store_true", default=False,

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from pytest_abbench import tunercache
 from pytest_abbench.campaign import Campaign
+from pytest_abbench.cellconfig import CHILD_MODULE, SPAWN_TIME_ENV, CellConfig, autotune_mode_for
 from pytest_abbench.cellrun import log_tail, run_child
 from pytest_abbench.exitcodes import describe, status_word
 from pytest_abbench.fileio import CorruptFileError, iter_jsonl
@@ -24,12 +25,6 @@ from pytest_abbench.options import Settings
 from pytest_abbench.outcome import FAILED_SHAPES, IR_ONLY, NO_SHAPES, OK, CellOutcome
 
 PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
-SPAWN_TIME_ENV = "ABBENCH_SPAWN_TIME"  # when the parent started the child: the child's start-up cost
-
-
-def autotune_mode_for(key: CellKey) -> str:
-    """Round 1 side A records each autotuned kernel's choice; every other cell replays it."""
-    return "record" if (key.round == 1 and key.role == "A") else "replay"
 
 
 @dataclass
@@ -82,28 +77,27 @@ class CellRunner:
         env[SPAWN_TIME_ENV] = repr(time.time())
         return env
 
-    def argv(self, campaign: Campaign, key: CellKey, cell_dir: Path) -> list[str]:
+    def config(self, campaign: Campaign, key: CellKey, cell_dir: Path) -> CellConfig:
+        """What the child is told; a side's campaign options (``Switch.options_a/b``) win over the session's."""
         s = self.settings
         side_opts = campaign.switch.options(key.side)
-        argv = [
-            campaign.switch.python(key.side) or sys.executable, "-m", "pytest_abbench.cell",
-            "--campaign", str(campaign.path), "--op", key.op, "--round", str(key.round),
-            "--side", key.side, "--role", key.role,
-            "--out", str(cell_dir), "--backend", s.backend, "--timer", side_opts.get("timer") or s.timer,
-            "--level", side_opts.get("level") or s.level,
-            "--samples", str(side_opts.get("samples") or s.samples),
-            "--direct-rep", str(side_opts.get("direct_rep") or s.direct_rep_ms),
-            "--direct-warmup", str(side_opts.get("direct_warmup") or s.direct_warmup_ms),
-            "--autotune-mode", autotune_mode_for(key), "--autotune-file", str(self.layout.autotune_record(key.op)),
-            "--switch", campaign.switch.describe(), "--tuner-cache", self.tuner_cache(campaign, key.side),
-        ]
-        if s.ir_only:
-            # Triage: compile for the target through the stand-in driver, time nothing.
-            argv += ["--ir-target", str(s.ir_target), "--ir-only"]
+        # --ab-ir-only is triage: compile for the target through the stand-in driver, time nothing.
         # Without a GPU, round 1 compiles its kernels for the IR target so the gate has TTGIR to compare.
-        elif s.backend != "cuda" and key.round == 1 and s.ir_target:
-            argv += ["--ir-target", s.ir_target]
-        return argv
+        ir_target = s.ir_target if s.ir_only or (s.backend != "cuda" and key.round == 1) else None
+        return CellConfig(
+            campaign=campaign.path, op=key.op, round_no=key.round, side=key.side, role=key.role, out=cell_dir,
+            backend=s.backend, timer=side_opts.get("timer") or s.timer, level=side_opts.get("level") or s.level,
+            samples=int(side_opts.get("samples") or s.samples),
+            direct_rep=int(side_opts.get("direct_rep") or s.direct_rep_ms),
+            direct_warmup=int(side_opts.get("direct_warmup") or s.direct_warmup_ms),
+            autotune_mode=autotune_mode_for(key.round, key.role), autotune_file=self.layout.autotune_record(key.op),
+            switch=campaign.switch.describe(), tuner_cache=self.tuner_cache(campaign, key.side), ir_target=ir_target,
+            ir_only=s.ir_only,
+        )
+
+    def argv(self, campaign: Campaign, key: CellKey, cell_dir: Path) -> list[str]:
+        config = self.config(campaign, key, cell_dir)
+        return [campaign.switch.python(key.side) or sys.executable, "-m", CHILD_MODULE, *config.to_argv()]
 
     def run(self, campaign: Campaign, key: CellKey) -> CellRun:
         """Run the cell's child to the end (or its timeout) and read what it left."""
@@ -112,7 +106,7 @@ class CellRunner:
         log_path = run_log(cell_dir)
         cell_dir.mkdir(parents=True, exist_ok=True)
         per_cell_tuner = self.tuner_cache(campaign, key.side) == "per-cell"
-        records_tuning = autotune_mode_for(key) == "record"
+        records_tuning = autotune_mode_for(key.round, key.role) == "record"
         if per_cell_tuner and not records_tuning:
             tunercache.seed_from_record(self.layout.root, key.op, cell_dir / tunercache.CELL_CACHE_DIR)
         child = run_child(self.argv(campaign, key, cell_dir), self.env(campaign, key, cell_dir), log_path,

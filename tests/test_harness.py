@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from pytest_abbench.cellconfig import CHILD_MODULE, CellConfig
+from pytest_abbench.child.timers import CapturePoisoned, Timing, time_with_fallback
 from pytest_abbench.markers import BENCHMARK_CAPTURE_POISONED, BENCHMARK_DIRECT_NO_CUDAGRAPH
-from pytest_abbench.timers import CapturePoisoned, Timing, time_with_fallback
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -107,9 +108,9 @@ def test_ir_capture_writes_ttgir_on_a_triton_cache_hit(tmp_path: Path) -> None:
     outs = []
     for n in (1, 2):
         out = tmp_path / f"cell{n}"
-        subprocess.run([sys.executable, "-m", "pytest_abbench.cell", "--campaign", str(REPO / "campaigns/mm.py"),
-                        "--op", "mm", "--round", "1", "--side", "A", "--out", str(out), "--backend", "interpreter",
-                        "--timer", "wall", "--level", "smoke", "--ir-target", "cuda:90", "--ir-only"],
+        config = CellConfig(campaign=REPO / "campaigns/mm.py", op="mm", round_no=1, side="A", role="A", out=out,
+                            backend="interpreter", timer="wall", level="smoke", ir_target="cuda:90", ir_only=True)
+        subprocess.run([sys.executable, "-m", CHILD_MODULE, *config.to_argv()],
                        env=env, check=True, capture_output=True, timeout=300)
         outs.append(sorted(p.relative_to(out).as_posix() for p in (out / "ir").rglob("*.ttgir")))
     cached = [p for p in cache.rglob("*.ttgir")]
@@ -144,6 +145,33 @@ def test_capture_failure_that_breaks_the_context_is_poisoned() -> None:
     assert len(lines) == 1 and lines[0].startswith(f"{BENCHMARK_CAPTURE_POISONED} op=op1 shape=s1 reason=")
 
 
+def test_a_poisoned_capture_measures_the_rest_in_a_fresh_process(tmp_path: Path) -> None:
+    """The graph timer on a machine without CUDA fails its capture and its health probe: every shape poisons.
+
+    Each poisoned process re-executes the cell from its config, so the one
+    call ends with one record per shape, each written by its own process.
+    """
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("with CUDA the graph capture of a CPU op is not guaranteed to poison")
+    campaign = tmp_path / "double.py"
+    campaign.write_text("from pytest_abbench import Case, Op\n"
+                        "def build(shape, device):\n"
+                        "    import torch\n"
+                        "    x = torch.ones(shape['n'])\n"
+                        "    return Case(run=lambda: x * 2)\n"
+                        "OPS = [Op('double', build=build, shapes={'smoke': [{'n': 4}, {'n': 8}]})]\n")
+    config = CellConfig(campaign=campaign, op="double", round_no=1, side="A", role="A", out=tmp_path / "cell",
+                        backend="interpreter", timer="cudagraph", level="smoke", samples=1)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-m", CHILD_MODULE, *config.to_argv()], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    records = [json.loads(line) for line in (config.out / "results.jsonl").read_text().splitlines()]
+    assert [(r["shape"], r["status"]) for r in records] == [("n=4", "poisoned"), ("n=8", "poisoned")]
+    assert done.stdout.count("[abbench] cell r1-A op=double") == 3, "the first process and one per poisoned shape"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("campaign", ["topk", "router_gemm", "mm", "replication_pad3d"])
 def test_every_campaign_smoke_level_is_correct_in_the_interpreter(campaign: str, tmp_path: Path) -> None:
@@ -152,11 +180,10 @@ def test_every_campaign_smoke_level_is_correct_in_the_interpreter(campaign: str,
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO), "TRITON_CACHE_DIR": str(tmp_path / "c")}
     for op in load_campaign(REPO / "campaigns" / f"{campaign}.py").ops:
         out = tmp_path / op.name
-        proc = subprocess.run([sys.executable, "-m", "pytest_abbench.cell", "--campaign",
-                               str(REPO / "campaigns" / f"{campaign}.py"), "--op", op.name, "--round", "1",
-                               "--side", "A", "--out", str(out), "--backend", "interpreter", "--timer", "wall",
-                               "--level", "smoke", "--samples", "1", "--autotune-mode", "record",
-                               "--autotune-file", str(tmp_path / "at.json")],
+        config = CellConfig(campaign=REPO / "campaigns" / f"{campaign}.py", op=op.name, round_no=1, side="A",
+                            role="A", out=out, backend="interpreter", timer="wall", level="smoke", samples=1,
+                            autotune_mode="record", autotune_file=tmp_path / "at.json")
+        proc = subprocess.run([sys.executable, "-m", CHILD_MODULE, *config.to_argv()],
                               env=env, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]

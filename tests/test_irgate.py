@@ -13,6 +13,7 @@ import pytest
 from conftest import IR_CAMPAIGN
 
 from pytest_abbench import irgate
+from pytest_abbench.cellconfig import CHILD_MODULE, CellConfig
 from pytest_abbench.status import read_status
 
 FAST = ("-p", "no:cacheprovider")
@@ -24,9 +25,9 @@ def compile_ir(folder: Path, op: str, env: dict[str, str] | None = None) -> Path
     campaign = folder / "ircamp.py"
     campaign.write_text(IR_CAMPAIGN)
     out = folder / f"cell-{op}"
-    argv = [sys.executable, "-m", "pytest_abbench.cell", "--campaign", str(campaign), "--op", op, "--round", "1",
-            "--side", "A", "--out", str(out), "--backend", "interpreter", "--timer", "wall", "--level", "smoke",
-            "--ir-target", "cuda:90", "--ir-only"]
+    config = CellConfig(campaign=campaign, op=op, round_no=1, side="A", role="A", out=out, backend="interpreter",
+                        timer="wall", level="smoke", ir_target="cuda:90", ir_only=True)
+    argv = [sys.executable, "-m", CHILD_MODULE, *config.to_argv()]
     child_env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "DISABLE_MMA_V3")}
     child_env.update(env or {}, TRITON_CACHE_DIR=str(folder / "triton-cache"))
     done = subprocess.run(argv, env=child_env, capture_output=True, text=True, timeout=300)

@@ -26,6 +26,8 @@ from types import ModuleType
 import pytest
 
 from pytest_abbench import irgate
+from pytest_abbench.cellconfig import CHILD_MODULE, CellConfig
+from pytest_abbench.layout import ir_dir
 
 CAMPAIGNS = Path(__file__).resolve().parents[1] / "campaigns"
 
@@ -90,19 +92,19 @@ def compile_side(folder: Path, side: str, cache: Path) -> Path:
     campaign = folder / "switchcamp.py"
     campaign.write_text(SWITCH_CAMPAIGN)
     out = folder / f"cell-{side}"
-    argv = [sys.executable, "-m", "pytest_abbench.cell", "--campaign", str(campaign), "--op", "rowsum", "--round",
-            "1", "--side", side, "--out", str(out), "--backend", "interpreter", "--timer", "wall", "--level",
-            "smoke", "--ir-target", "cuda:90", "--ir-only"]
+    config = CellConfig(campaign=campaign, op="rowsum", round_no=1, side=side, role=side, out=out,
+                        backend="interpreter", timer="wall", level="smoke", ir_target="cuda:90", ir_only=True)
+    argv = [sys.executable, "-m", CHILD_MODULE, *config.to_argv()]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(cache)
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
-    return out / "ir"
+    return ir_dir(out)
 
 
-def convert_layouts(ir_dir: Path) -> int:
-    files = irgate.ttgir_files(ir_dir)
-    assert files, f"no TTGIR captured in {ir_dir}"
+def convert_layouts(captured: Path) -> int:
+    files = irgate.ttgir_files(captured)
+    assert files, f"no TTGIR captured in {captured}"
     return sum(irgate.count_watched_ops(f.read_text())["ttg.convert_layout"] for f in files)
 
 

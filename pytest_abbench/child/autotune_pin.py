@@ -12,10 +12,12 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
+from pytest_abbench.cellconfig import AUTOTUNE_MODES
 from pytest_abbench.fileio import write_json_atomic
 from pytest_abbench.markers import AUTOTUNE_REPLAY_FALLBACK
 
 SCHEMA = 1
+TuningKey = tuple[Any, ...]  # what Triton's Autotuner caches a chosen config under
 
 
 class AutotuneRecordError(Exception):
@@ -27,7 +29,7 @@ def kernel_name(autotuner: Any) -> str:
     return f"{fn.__module__}:{fn.__qualname__}"
 
 
-def tuning_key(autotuner: Any, args: tuple, kwargs: dict) -> tuple:
+def tuning_key(autotuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> TuningKey:
     """The key Triton's Autotuner.run computes (triton 3.2-3.6): key args, then dtypes."""
     nargs = dict(zip(autotuner.arg_names, args))
     all_args = {**nargs, **kwargs}
@@ -47,7 +49,7 @@ def config_to_dict(config: Any) -> dict[str, Any]:
     }
 
 
-def _key_strings(key: tuple) -> list[str]:
+def _key_strings(key: TuningKey) -> list[str]:
     return [str(k) for k in key]
 
 
@@ -56,8 +58,8 @@ class AutotunePin:
 
     def __init__(self, mode: str, record_path: Path | None, log: Callable[[str], None],
                  can_benchmark: Callable[[Any], bool]) -> None:
-        if mode not in ("record", "replay", "off"):
-            raise ValueError(f"autotune_mode {mode!r} is not record, replay or off")
+        if mode not in AUTOTUNE_MODES:
+            raise ValueError(f"autotune_mode {mode!r} is not one of {', '.join(AUTOTUNE_MODES)}")
         self.mode = mode
         self.record_path = record_path
         self.log = log
@@ -78,7 +80,7 @@ class AutotunePin:
         except (ValueError, KeyError, TypeError) as exc:
             raise AutotuneRecordError(f"{self.record_path}: unreadable autotune record ({exc})") from None
 
-    def choose(self, autotuner: Any, key: tuple, pruned: list[Any]) -> Any | None:
+    def choose(self, autotuner: Any, key: TuningKey, pruned: list[Any]) -> Any | None:
         """The config to use for ``key``, or None to let the autotuner tune."""
         ident = (kernel_name(autotuner), tuple(_key_strings(key)))
         if self.mode == "replay":
@@ -100,7 +102,7 @@ class AutotunePin:
             return pruned[0]
         return None
 
-    def note(self, autotuner: Any, key: tuple, config: Any) -> None:
+    def note(self, autotuner: Any, key: TuningKey, config: Any) -> None:
         if self.mode == "record":
             self.recorded[(kernel_name(autotuner), tuple(_key_strings(key)))] = config_to_dict(config)
 
@@ -152,5 +154,5 @@ def install(pin: AutotunePin) -> None:
         # sees host-side launch cost, which must not differ between the sides.
         return original_run(self, *args, **kwargs)
 
-    at.Autotuner.run = pinned_run  # type: ignore[method-assign]
-    at.Autotuner._bench = counted_bench  # type: ignore[method-assign]
+    at.Autotuner.run = pinned_run
+    at.Autotuner._bench = counted_bench

@@ -14,11 +14,10 @@ import hashlib
 import json
 import re
 from pathlib import Path
-
-from pytest_abbench.autotune_pin import benchmarking
 from typing import Any
 
-IR_DIR = "ir"
+from pytest_abbench.child.autotune_pin import benchmarking
+
 _SAFE = re.compile(r"[^A-Za-z0-9_.\-]")
 
 
@@ -45,7 +44,7 @@ def install_capture(ir_dir: Path) -> list[str]:
     written: list[str] = []
     previous = knobs.runtime.jit_post_compile_hook
 
-    def capture(*, key: Any, repr: str, fn: Any, compile: dict, is_manual_warmup: bool,
+    def capture(*, key: Any, repr: str, fn: Any, compile: dict[str, Any], is_manual_warmup: bool,
                 already_compiled: bool) -> Any:
         jit_fn = fn.jit_function
         kernel = jit_fn.device_caches[compile["device"]][0].get(key)
@@ -131,4 +130,4 @@ def enter_compile_only(target_text: str) -> None:
     def compile_only_run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
         return original_run(self, *args, grid=grid, warmup=True, **kwargs)
 
-    jit.JITFunction.run = compile_only_run  # type: ignore[method-assign]
+    jit.JITFunction.run = compile_only_run

@@ -1,0 +1,117 @@
+"""What one cell process is told: a frozen ``CellConfig`` and the one argv format for it.
+
+The plugin builds a ``CellConfig`` and runs ``python -m pytest_abbench.child
+*config.to_argv()``; the child reads it back with ``CellConfig.from_argv``.
+Every parameter, its flag, its choices and its default are declared once, in
+the dataclass below.  The plugin imports this module at pytest start-up, so it
+imports neither torch nor triton, nor anything from ``pytest_abbench.child``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import MISSING, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from pytest_abbench.campaign import LEVELS
+from pytest_abbench.layout import ROLES, SIDES
+
+CHILD_MODULE = "pytest_abbench.child"
+BACKENDS = ("cuda", "interpreter")
+TIMERS = ("cudagraph", "direct", "wall")
+# off: the autotuner runs unpinned (a child started by hand); the plugin always records or replays.
+AUTOTUNE_MODES = ("record", "replay", "off")
+SPAWN_TIME_ENV = "ABBENCH_SPAWN_TIME"  # when the parent started the child: the child's start-up cost
+DEFAULT_DIRECT_REP_MS = 100
+DEFAULT_DIRECT_WARMUP_MS = 25
+DEFAULT_TUNER_CACHE = "per-cell"
+
+
+def autotune_mode_for(round_no: int, role: str) -> str:
+    """``record`` for round 1's side A cell, ``replay`` for every other cell (A/A control included).
+
+    One cell tunes and writes the record (Triton's autotune choices, the
+    library tuner's cache); every other cell replays it, so both sides time the
+    same configs: two independent tunings may choose differently, and that
+    difference would read as an effect of the switch.
+    """
+    return "record" if round_no == 1 and role == "A" else "replay"
+
+
+@dataclass(frozen=True)
+class _Flag:
+    """How one CellConfig field is spelled on the command line."""
+
+    flag: str
+    parse: Callable[[str], Any]
+    choices: tuple[str, ...] | None
+    help: str
+
+
+def _flag(flag: str, parse: Callable[[str], Any] = str, choices: tuple[str, ...] | None = None,
+          help: str = "") -> dict[str, _Flag]:
+    return {"argv": _Flag(flag, parse, choices, help)}
+
+
+@dataclass(frozen=True)
+class CellConfig:
+    """Every parameter of one cell process: which op, round and side, where to write, how to time."""
+
+    campaign: Path = field(metadata=_flag("--campaign", Path))
+    op: str = field(metadata=_flag("--op"))
+    round_no: int = field(metadata=_flag("--round", int))
+    side: str = field(metadata=_flag("--side", choices=SIDES, help="the switch configuration this cell runs"))
+    role: str = field(metadata=_flag("--role", choices=ROLES, help="the cell's place in its round (A2: A/A control)"))
+    out: Path = field(metadata=_flag("--out", Path, help="the cell folder"))
+    backend: str = field(metadata=_flag("--backend", choices=BACKENDS))
+    timer: str = field(metadata=_flag("--timer", choices=TIMERS))
+    level: str = field(metadata=_flag("--level", choices=LEVELS))
+    samples: int = field(default=3, metadata=_flag("--samples", int, help="timed samples per shape (wall timer)"))
+    direct_rep: int = field(default=DEFAULT_DIRECT_REP_MS,
+                            metadata=_flag("--direct-rep", int, help="do_bench rep in ms"))
+    direct_warmup: int = field(default=DEFAULT_DIRECT_WARMUP_MS,
+                               metadata=_flag("--direct-warmup", int, help="do_bench warmup in ms"))
+    autotune_mode: str = field(default="off", metadata=_flag("--autotune-mode", choices=AUTOTUNE_MODES))
+    autotune_file: Path | None = field(default=None, metadata=_flag("--autotune-file", Path))
+    switch: str = field(default="none", metadata=_flag("--switch", help="what side B changes, for the identity"))
+    tuner_cache: str = field(default=DEFAULT_TUNER_CACHE,
+                             metadata=_flag("--tuner-cache", help="identity axis tuner_cache: per-cell or shared:DIR"))
+    ir_target: str | None = field(default=None, metadata=_flag(
+        "--ir-target", help="without a GPU: compile kernels for this target (e.g. cuda:90) to capture TTGIR"))
+    ir_only: bool = field(default=False, metadata=_flag(
+        "--ir-only", bool, help="compile every shape's kernels for --ir-target; time nothing"))
+
+    def to_argv(self) -> list[str]:
+        """The arguments after ``python -m pytest_abbench.child``; ``from_argv`` reads them back unchanged.
+
+        ``--flag=value`` keeps a value that starts with ``-`` (an op name may)
+        from being read as another flag.
+        """
+        argv: list[str] = []
+        for f in fields(self):
+            spec: _Flag = f.metadata["argv"]
+            value = getattr(self, f.name)
+            if spec.parse is bool:
+                argv += [spec.flag] if value else []
+            elif value is not None:
+                argv.append(f"{spec.flag}={value}")
+        return argv
+
+    @classmethod
+    def from_argv(cls, argv: Sequence[str]) -> CellConfig:
+        """Parse what ``to_argv`` wrote; a bad value exits 2 with argparse's message naming flag and value."""
+        # Absent flags stay out of the namespace, so the dataclass defaults are the only defaults.
+        parser = argparse.ArgumentParser(prog=f"python -m {CHILD_MODULE}", argument_default=argparse.SUPPRESS)
+        for f in fields(cls):
+            spec: _Flag = f.metadata["argv"]
+            if spec.parse is bool:
+                parser.add_argument(spec.flag, dest=f.name, action="store_true", help=spec.help)
+            else:
+                metavar = None if spec.choices else spec.flag.lstrip("-").replace("-", "_").upper()
+                parser.add_argument(spec.flag, dest=f.name, type=spec.parse, choices=spec.choices, metavar=metavar,
+                                    required=f.default is MISSING, help=spec.help)
+        config = cls(**vars(parser.parse_args(list(argv))))
+        if config.ir_only and config.ir_target is None:
+            parser.error("--ir-only needs --ir-target: the target to compile for")
+        return config

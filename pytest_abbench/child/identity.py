@@ -1,0 +1,102 @@
+"""Building run_identity.json in the cell process: everything that decides what its latency numbers mean.
+
+The file's name and the axes the parent compares live in ``pytest_abbench.identity``.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from pytest_abbench import tunercache
+from pytest_abbench.cellconfig import CellConfig
+from pytest_abbench.fileio import write_json_atomic
+from pytest_abbench.identity import IDENTITY_FILE, file_hash
+
+SCHEMA = 1
+
+
+def _nvidia_smi(query: str) -> str | None:
+    """One field of GPU 0 as nvidia-smi reports it (the driver version); None where nvidia-smi is missing or fails."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader", "-i", "0"],
+            capture_output=True, text=True, timeout=20, check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip().splitlines()[0] if out.stdout.strip() else None
+
+
+def device_facts(backend: str) -> dict[str, Any]:
+    """Device name, driver and GPU UUID of the device this process times on."""
+    import torch
+
+    if backend == "cuda":
+        index = torch.cuda.current_device()
+        props = torch.cuda.get_device_properties(index)
+        uuid = str(getattr(props, "uuid", "")) or None
+        if uuid and not uuid.startswith("GPU-"):
+            uuid = f"GPU-{uuid}"
+        return {
+            "device": torch.cuda.get_device_name(index),
+            "gpu_uuid": uuid,
+            "driver": _nvidia_smi("driver_version"),
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        }
+    return {"device": f"cpu:{platform.machine()}", "gpu_uuid": None, "driver": None,
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+
+
+def build_identity(config: CellConfig, shape_mode: str, tuner_dir: Path | None) -> dict[str, Any]:
+    """This cell's identity: its caliber axes, the versions and host it ran on, and what it replays.
+
+    ``shape_mode`` is the hash of the shapes it measures; ``tuner_dir`` its
+    pinned library tuner cache (None when the cache is shared or absent).
+    """
+    import torch
+    import triton
+
+    record = config.autotune_file
+    identity: dict[str, Any] = {
+        "schema": SCHEMA,
+        "backend": config.backend,
+        "timer": config.timer,
+        "bench_level": config.level,
+        "shape_mode": shape_mode,
+        "tuner_cache": config.tuner_cache,
+        "direct_repeat": f"rep={config.direct_rep}ms,warmup={config.direct_warmup}ms",
+        "autotune_mode": config.autotune_mode,
+        "autotune_record": str(record) if record else None,
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "python": platform.python_version(),
+        "python_executable": sys.executable,
+        "host": socket.gethostname(),
+        "campaign": str(config.campaign),
+        "campaign_hash": file_hash(config.campaign),
+        "switch": config.switch,
+        "side": config.side,
+        "role": config.role,
+        "round": config.round_no,
+        "op": config.op,
+    }
+    identity.update(device_facts(config.backend))
+    if config.autotune_mode == "replay" and record is not None and record.exists():
+        identity["autotune_record_hash"] = file_hash(record)
+    if tuner_dir is not None:
+        # Which record this cell's library tuner starts from ("fresh": it tunes from nothing).
+        identity["tuner_cache_seed"] = tunercache.content_hash(tuner_dir) or "fresh"
+    return identity
+
+
+def write_identity(cell_dir: Path, identity: dict[str, Any]) -> Path:
+    """Written atomically: a cell killed mid-write leaves no half identity for the caliber check to read."""
+    path = cell_dir / IDENTITY_FILE
+    write_json_atomic(path, identity)
+    return path

@@ -1,0 +1,225 @@
+"""What one cell process does: time every shape of one op on one side, or only compile it for IR.
+
+It writes into its cell folder: ``results.jsonl`` (one record per shape,
+appended as each shape finishes), ``run_identity.json``, ``cell_timing.json``
+(where the wall time went), ``ir/`` (TTGIR), and on round 1 side A the
+autotune record.  Everything it prints goes to the parent's run.log.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Sequence
+
+from pytest_abbench import tunercache
+from pytest_abbench.campaign import Case, Op, Shape, load_campaign, shape_set_hash
+from pytest_abbench.cellconfig import CHILD_MODULE, SPAWN_TIME_ENV, CellConfig
+from pytest_abbench.child.autotune_pin import AutotunePin, AutotuneRecordError, install
+from pytest_abbench.child.identity import build_identity, write_identity
+from pytest_abbench.child.ircapture import enter_compile_only, install_capture
+from pytest_abbench.child.timers import CapturePoisoned, time_with_fallback
+from pytest_abbench.fileio import append_jsonl, iter_jsonl, write_json_atomic
+from pytest_abbench.layout import IR_DIR, RESULTS_FILE, TIMING_FILE
+from pytest_abbench.markers import AUTOTUNE_REPLAY_FALLBACK
+
+EXIT_SETUP_ERROR = 3  # the campaign, the switch hook or the autotune record could not be used
+
+
+def log(line: str) -> None:
+    """One line of run.log, flushed so a cell killed on timeout leaves its last words."""
+    print(line, flush=True)
+
+
+def child_command(config: CellConfig) -> list[str]:
+    """This interpreter running the cell process for ``config``."""
+    return [sys.executable, "-m", CHILD_MODULE, *config.to_argv()]
+
+
+def measure(config: CellConfig) -> int:
+    """Time every shape not yet in results.jsonl; 0 unless the cell could not be set up."""
+    started = time.time()
+    spawned = float(os.environ.get(SPAWN_TIME_ENV, started))
+    out = config.out
+    out.mkdir(parents=True, exist_ok=True)
+
+    import torch
+    import triton  # noqa: F401  (import cost belongs to start-up)
+
+    if config.backend == "cuda" and not torch.cuda.is_available():
+        log("[abbench] backend cuda requested but torch.cuda.is_available() is False")
+        return EXIT_SETUP_ERROR
+    campaign = load_campaign(config.campaign)
+    op = campaign.op(config.op)
+    shapes = op.shapes_for(config.level)
+    hook = campaign.switch.setup(config.side)
+    if hook is not None:
+        log(f"[abbench] side {config.side}: running switch setup {hook.__name__}()")
+        hook()
+
+    try:
+        pin = AutotunePin(config.autotune_mode, config.autotune_file, log,
+                          can_benchmark=lambda at: config.backend == "cuda" or at._do_bench is not None)
+    except AutotuneRecordError as exc:
+        log(f"[abbench] {exc}")
+        return EXIT_SETUP_ERROR
+    install(pin)
+    ir_written = install_capture(out / IR_DIR) if config.backend == "cuda" else []
+
+    tuner_dir = pinned_tuner_cache(config)
+    tuner_rows_before = tunercache.row_counts(tuner_dir) if tuner_dir else {}
+    write_identity(out, build_identity(config, shape_set_hash(shapes), tuner_dir))
+    ready = time.time()
+    log(f"[abbench] cell r{config.round_no}-{config.role} op={config.op} backend={config.backend} "
+        f"timer={config.timer} level={config.level} autotune={config.autotune_mode} start-up {ready - spawned:.2f}s")
+
+    phases: dict[str, float] = {"startup_s": ready - spawned, "build_s": 0.0, "first_call_s": 0.0,
+                                "autotune_bench_calls": 0, "timing_s": 0.0, "check_s": 0.0}
+    poisoned = measure_shapes(config, op, shapes, out / RESULTS_FILE, phases)
+    pin.save()
+    if tuner_dir is not None and config.autotune_mode == "replay":
+        tunercache.report_growth(tuner_rows_before, tunercache.row_counts(tuner_dir), log, AUTOTUNE_REPLAY_FALLBACK)
+    phases["autotune_bench_calls"] = pin.bench_calls
+    phases["ir_variants"] = len(ir_written)
+    phases["total_s"] = time.time() - spawned
+    write_json_atomic(out / TIMING_FILE, phases)
+
+    if poisoned:
+        # No later number of this process is trusted: the remaining shapes are
+        # measured by a fresh process (same cell, same log) that skips the
+        # shapes already in results.jsonl.  exec keeps the pid, so the parent's
+        # timeout and process group still cover it.
+        log("[abbench] capture poisoned the CUDA context: measuring the remaining shapes in a fresh process")
+        sys.stdout.flush()
+        os.execv(sys.executable, child_command(config))
+
+    if config.backend == "interpreter" and config.ir_target:
+        capture_ir_on_cpu(config)
+    return 0
+
+
+def pinned_tuner_cache(config: CellConfig) -> Path | None:
+    """This cell's own library tuner cache, or None when it has none to pin."""
+    # A shared tuner cache is what the caliber warning is about; only a per-cell one is pinned and checked.
+    if not os.environ.get(tunercache.CACHE_ENV) or config.tuner_cache.startswith("shared:"):
+        return None
+    return Path(os.environ[tunercache.CACHE_ENV])
+
+
+def measure_shapes(config: CellConfig, op: Op, shapes: Sequence[Shape], results: Path,
+                   phases: dict[str, float]) -> bool:
+    """Append a record per shape not yet in ``results``, timing into ``phases``; True once a capture poisoned us.
+
+    Poisoned: the CUDA context is no longer trusted, so the caller measures the rest in a fresh process.
+    """
+    import torch
+
+    device = "cuda" if config.backend == "cuda" else "cpu"
+    already = done_shape_ids(results)  # non-empty after a poisoned-capture restart
+    for index, shape in enumerate(shapes):
+        if shape.id in already:
+            continue
+        record_base: dict[str, Any] = {"shape": shape.id, "params": dict(shape.params), "index": index}
+        try:
+            t0 = time.perf_counter()
+            built = op.build(shape, device)
+            case = built if isinstance(built, Case) else Case(run=built)
+            t1 = time.perf_counter()
+            actual = case.run()  # first call: compilation and autotuning happen here
+            if device == "cuda":
+                torch.cuda.synchronize()
+            t2 = time.perf_counter()
+            problem = check_result(case, actual)
+            t3 = time.perf_counter()
+            phases["build_s"] += t1 - t0
+            phases["first_call_s"] += t2 - t1
+            phases["check_s"] += t3 - t2
+            if problem is not None:
+                log(f"[abbench] shape {shape.id}: WRONG RESULT: {problem}")
+                append_jsonl(results, {**record_base, "status": "wrong", "error": problem})
+                continue
+            timing = time_with_fallback(case.run, config.timer, config.direct_rep, config.direct_warmup,
+                                        config.samples, config.op, shape.id, log)
+            phases["timing_s"] += time.perf_counter() - t3
+        except CapturePoisoned as exc:
+            append_jsonl(results, {**record_base, "status": "poisoned", "timer": "cudagraph", "error": exc.reason})
+            return True
+        except Exception as exc:
+            log(f"[abbench] shape {shape.id}: {type(exc).__name__}: {exc}")
+            traceback.print_exc(file=sys.stdout)
+            append_jsonl(results, {**record_base, "status": "error", "error": f"{type(exc).__name__}: {exc}"[:500]})
+            continue
+        samples = sorted(timing.samples_ms)
+        median = samples[len(samples) // 2] if samples else None
+        append_jsonl(results, {**record_base, "status": "ok", "timer": timing.timer, "samples_ms": timing.samples_ms,
+                               "median_ms": median, "n": len(samples), "marker": timing.marker})
+        log(f"[abbench] shape {shape.id}: {median:.4f} ms ({timing.timer}, n={len(samples)})")
+    return False
+
+
+def check_result(case: Case, actual: Any) -> str | None:
+    """None when ``actual`` matches the reference, else a one-line reason."""
+    if case.expected is None:
+        return None
+    import torch
+
+    expected = case.expected()
+    try:
+        if case.check is not None:
+            case.check(actual, expected)
+        else:
+            torch.testing.assert_close(actual, expected, atol=case.atol, rtol=case.rtol)
+    except AssertionError as exc:
+        return " ".join(str(exc).split())[:400]
+    return None
+
+
+def done_shape_ids(results: Path) -> set[str]:
+    """Shapes already recorded in ``results``: a restarted process measures only the others."""
+    if not results.exists():
+        return set()
+    return {r["shape"] for r in iter_jsonl(results)}
+
+
+def run_ir_only(config: CellConfig) -> int:
+    """Compile every shape's kernels for ``config.ir_target`` through a stand-in driver; launch nothing."""
+    if config.ir_target is None:
+        raise ValueError("an IR-only cell needs an IR target")  # from_argv refuses this argv
+    out = config.out
+    enter_compile_only(config.ir_target)
+    campaign = load_campaign(config.campaign)
+    op = campaign.op(config.op)
+    hook = campaign.switch.setup(config.side)
+    if hook is not None:
+        hook()
+    record = config.autotune_file
+    pin = AutotunePin("replay" if record and record.exists() else "off", record, log, can_benchmark=lambda _: False)
+    install(pin)
+    written = install_capture(out / IR_DIR)
+    for shape in op.shapes_for(config.level):
+        built = op.build(shape, "cpu")
+        run = built.run if isinstance(built, Case) else built
+        run()
+    log(f"[abbench] IR for {config.ir_target}: {len(written)} kernel variants -> {out / IR_DIR}")
+    return 0
+
+
+def capture_ir_on_cpu(config: CellConfig) -> None:
+    """Run this cell again in compile-only mode, without the interpreter, for the IR target."""
+    env = dict(os.environ)
+    env.pop("TRITON_INTERPRET", None)
+    ir_dir = config.out / IR_DIR
+    ir_dir.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    with open(ir_dir / "compile.log", "wb") as ir_log:
+        rc = subprocess.run(child_command(dataclasses.replace(config, ir_only=True)), env=env, stdout=ir_log,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
+    if rc != 0:
+        log(f"[abbench] IR capture for {config.ir_target} failed (rc {rc}); see {ir_dir / 'compile.log'}")
+    else:
+        log(f"[abbench] IR captured for {config.ir_target} in {time.monotonic() - start:.1f}s")
