@@ -16,11 +16,12 @@ from pytest_abbench.fileio import CorruptFileError, read_json
 from pytest_abbench.identity import CALIBER_AXES, IDENTITY_FILE, INFO_FIELDS
 
 
+
 @dataclass
 class CaliberFinding:
     """One line of the caliber check."""
 
-    level: str  # mismatch | warning | note
+    level: str  # mismatch | unchecked | warning | note
     op: str
     axis: str
     value_a: Any
@@ -36,6 +37,8 @@ class CaliberFinding:
         if self.level == "mismatch":
             return (f"!!! [caliber] op={self.op} axis={self.axis}: A={self.value_a!r} B={self.value_b!r}"
                     f"{' - ' + self.detail if self.detail else ''}{files}")
+        if self.level == "unchecked":
+            return f"[caliber] op={self.op}: not compared: {self.detail}"
         if self.level == "warning":
             return f"[caliber warning] op={self.op} axis={self.axis}: {self.detail}"
         return f"[caliber note] op={self.op} {self.axis} differs: A={self.value_a!r} B={self.value_b!r}"
@@ -116,7 +119,12 @@ def compare_identities(op: str, dir_a: Path, dir_b: Path, load: IdentityLoader |
     if a is None or b is None:
         for side, why in (("A", why_a), ("B", why_b)):
             if why:
-                result.findings.append(CaliberFinding("mismatch", op, "identity", "missing" if side == "A" else "",
+                # A missing file is a cell that stopped before writing it: that cell's failure, not a
+                # caliber mismatch (exit 4 only when two identities exist and disagree).  A file that
+                # exists but cannot be read leaves the comparison undecidable: a mismatch.
+                folder = dir_a if side == "A" else dir_b
+                level = "mismatch" if (folder / IDENTITY_FILE).exists() else "unchecked"
+                result.findings.append(CaliberFinding(level, op, "identity", "missing" if side == "A" else "",
                                                       "missing" if side == "B" else "",
                                                       f"side {side}: {why}", files))
         return result

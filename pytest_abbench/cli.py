@@ -3,8 +3,9 @@
     abbench summary ROOT --ab-rounds
     abbench summary --ab DIR_A DIR_B
 
-Exit codes are the plugin's: 0 clean, 4 caliber mismatch or missing
-identity, 7 regression gate, 2 bad arguments or an unusable root.
+Exit codes are the plugin's (one rule, ``exitcodes.session_exit_code``): 0 clean,
+1 a cell failed or planned cells never ran, 4 caliber mismatch, 7 regression
+gate, 2 bad arguments or an unusable root.
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ from pathlib import Path
 from typing import Sequence
 
 from pytest_abbench import report
-from pytest_abbench.exitcodes import EXIT_CALIBER, EXIT_SLOWER
-from pytest_abbench.layout import RESULTS_FILE, RootLayout, identity_file, results_file, run_log
+from pytest_abbench.exitcodes import EXIT_CELL_FAILED, session_exit_code
+from pytest_abbench.layout import RESULTS_FILE, CellKey, RootLayout, identity_file, results_file, run_log
+from pytest_abbench.outcome import OK, CellOutcome
 from pytest_abbench.options import add_report_options
+from pytest_abbench.plan import CampaignPlan
 
 EXIT_USAGE = 2
 
@@ -26,24 +29,21 @@ def _is_cell(folder: Path) -> bool:
     return any(f.exists() for f in (identity_file(folder), results_file(folder), run_log(folder)))
 
 
-def _pair_records(dir_a: Path, dir_b: Path) -> list[dict[str, object]]:
-    """Cells to compare for ``--ab``: two cell folders, or the same cells of two roots."""
-    def status(folder: Path) -> str:
-        return "ok" if results_file(folder).exists() else f"missing {RESULTS_FILE}"
+def _pair_outcomes(dir_a: Path, dir_b: Path) -> tuple[list[CellOutcome], CampaignPlan]:
+    """Cells to compare for ``--ab``: two cell folders, or the same cells of two roots, as side A and side B."""
+    def outcome(rnd: int, op: str, role: str, folder: Path) -> CellOutcome:
+        status = OK if results_file(folder).exists() else f"missing {RESULTS_FILE}" if folder.is_dir() else "missing"
+        return CellOutcome(CellKey(rnd, op, role), folder, status)
 
     if _is_cell(dir_a) and _is_cell(dir_b):
         op = dir_a.name if dir_a.name == dir_b.name else f"{dir_a.name}-vs-{dir_b.name}"
-        return [{"round": 1, "op": op, "side": "A", "cell_dir": str(dir_a), "status": status(dir_a)},
-                {"round": 1, "op": op, "side": "B", "cell_dir": str(dir_b), "status": status(dir_b)}]
-    records: list[dict[str, object]] = []
+        return [outcome(1, op, "A", dir_a), outcome(1, op, "B", dir_b)], CampaignPlan(1)
+    outcomes: list[CellOutcome] = []
     layout_b = RootLayout(dir_b)
     for key, cell in RootLayout(dir_a).cell_folders():
-        other = layout_b.cell(key)
         op = f"{key.op}@{key.role}"
-        records.append({"round": key.round, "op": op, "side": "A", "cell_dir": str(cell), "status": status(cell)})
-        records.append({"round": key.round, "op": op, "side": "B", "cell_dir": str(other),
-                        "status": status(other) if other.is_dir() else "missing"})
-    return records
+        outcomes += [outcome(key.round, op, "A", cell), outcome(key.round, op, "B", layout_b.cell(key))]
+    return outcomes, CampaignPlan(max((o.key.round for o in outcomes), default=1))
 
 
 def summary(args: argparse.Namespace) -> int:
@@ -53,11 +53,11 @@ def summary(args: argparse.Namespace) -> int:
             if not d.is_dir():
                 print(f"abbench summary: {d} does not exist or is not a folder", file=sys.stderr)
                 return EXIT_USAGE
-        records = _pair_records(dir_a, dir_b)
-        if not records:
+        outcomes, plan = _pair_outcomes(dir_a, dir_b)
+        if not outcomes:
             print(f"abbench summary: {dir_a} holds no cell folders (r<k>_<side>/<op>/)", file=sys.stderr)
             return EXIT_USAGE
-        built = report.build_report(dir_a, expected=records, margin_pct=args.ab_margin,
+        built = report.build_report(dir_a, outcomes, plan, margin_pct=args.ab_margin,
                                     fail_if_slower_pct=args.ab_fail_if_slower,
                                     allow_caliber_mismatch=args.allow_caliber_mismatch)
     else:
@@ -68,23 +68,15 @@ def summary(args: argparse.Namespace) -> int:
         if not root.is_dir():
             print(f"abbench summary: root {root} does not exist or is not a folder", file=sys.stderr)
             return EXIT_USAGE
-        cells = [folder for _, folder in RootLayout(root).cell_folders()]
-        if not any(identity_file(folder).exists() for folder in cells):
-            has_cells = bool(cells)
-            what = "holds cell folders but no run_identity.json" if has_cells else "is empty (no r<k>_<side>/<op>/ cells)"
-            print(f"abbench summary: root {root} {what}", file=sys.stderr)
-            if has_cells:
-                print(f"!!! [caliber] root={root}: no identity file to compare: refusing to read latencies")
-                return EXIT_CALIBER if not args.allow_caliber_mismatch else EXIT_USAGE
+        if not any(RootLayout(root).cell_folders()):
+            print(f"abbench summary: root {root} is empty (no r<k>_<side>/<op>/ cells)", file=sys.stderr)
             return EXIT_USAGE
         built = report.build_report(root, margin_pct=args.ab_margin, fail_if_slower_pct=args.ab_fail_if_slower,
                                     allow_caliber_mismatch=args.allow_caliber_mismatch)
     print(report.render_text(built))
-    if built.caliber_mismatch and not args.allow_caliber_mismatch:
-        return EXIT_CALIBER
-    if built.slower_ops:
-        return EXIT_SLOWER
-    return 0
+    # The live session's rule: a failed or never-run cell is pytest's 1, then caliber (4) and the gate (7).
+    cells_status = EXIT_CELL_FAILED if built.failed_cells or not built.complete else 0
+    return session_exit_code(cells_status, built.caliber_mismatch, bool(built.slower_ops), args.allow_caliber_mismatch)
 
 
 def build_parser() -> argparse.ArgumentParser:

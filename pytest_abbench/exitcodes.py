@@ -9,10 +9,24 @@ KILLED = 137
 SEGFAULT = 139
 
 # Session exit codes of the plugin (README "Exit codes").
-EXIT_CALIBER = 4
-# pytest owns 0-5; ours start above them so CI can tell them apart.
+EXIT_CELL_FAILED = 1  # pytest's "tests failed": a cell failed, or planned cells never ran
+EXIT_CALIBER = 4  # kept from the product's first release although pytest also uses 4 for usage errors
 EXIT_ROOT = 6  # the root cannot be written, or another session holds it
 EXIT_SLOWER = 7  # --ab-fail-if-slower tripped
+
+
+def session_exit_code(pytest_status: int, caliber_mismatch: bool, slower: bool,
+                      allow_caliber_mismatch: bool) -> int:
+    """The exit code of a session or of ``abbench summary``: one rule for both.
+
+    A caliber mismatch wins over everything (the numbers mean different
+    things); ``--ab-fail-if-slower`` only replaces a clean run's 0.
+    """
+    if caliber_mismatch and not allow_caliber_mismatch:
+        return EXIT_CALIBER
+    if slower and pytest_status == 0:
+        return EXIT_SLOWER
+    return pytest_status
 
 
 def shell_rc(returncode: int) -> int:

@@ -12,7 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_abbench.layout import CONTROL, SIDES, CellKey
+from pytest_abbench.fileio import read_json
+from pytest_abbench.layout import CONTROL, SIDES, CellKey, RootLayout
+
+PLAN_FIELD = "plan"  # the plan's key in campaign.json
 
 
 def side_order(round_no: int, control: bool = False) -> tuple[str, ...]:
@@ -52,3 +55,11 @@ class CampaignPlan:
     def from_json(cls, data: dict[str, Any]) -> "CampaignPlan":
         return cls(int(data["rounds"]), bool(data.get("control", False)), bool(data.get("ir_only", False)),
                    {str(k): str(v) for k, v in dict(data.get("ops") or {}).items()})
+
+
+def read_plan(layout: RootLayout) -> CampaignPlan | None:
+    """The plan a session wrote into ``campaign.json``; None for a root written before plans were kept."""
+    if not layout.manifest.exists():
+        return None
+    plan = read_json(layout.manifest).get(PLAN_FIELD)
+    return CampaignPlan.from_json(plan) if isinstance(plan, dict) else None

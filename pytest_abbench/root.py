@@ -19,24 +19,12 @@ from pytest_abbench.fileio import CorruptFileError, read_json, write_json_atomic
 from pytest_abbench.identity import file_hash
 from pytest_abbench.layout import CellKey, RootLayout
 from pytest_abbench.outcome import CellOutcome
-from pytest_abbench.plan import CampaignPlan
+from pytest_abbench.plan import PLAN_FIELD, CampaignPlan
 from pytest_abbench.status import StatusFormatError, append_status_row, read_status
-
-PLAN_FIELD = "plan"
-
 
 def default_root(rootpath: Path) -> Path:
     """A new folder per session: ``<rootdir>/.abbench/<timestamp>-<pid>``."""
     return (rootpath / ".abbench" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}").resolve()
-
-
-def read_plan(layout: RootLayout) -> CampaignPlan | None:
-    """The plan a session wrote into ``campaign.json``; None for a root written before plans were kept."""
-    if not layout.manifest.exists():
-        return None
-    data = read_json(layout.manifest)
-    plan = data.get(PLAN_FIELD)
-    return CampaignPlan.from_json(plan) if isinstance(plan, dict) else None
 
 
 class CampaignRoot:

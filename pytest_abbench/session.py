@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 import pytest
 
 from pytest_abbench.campaign import Campaign, CampaignError, CampaignSkipped, load_campaign, looks_like_campaign
-from pytest_abbench.exitcodes import EXIT_CALIBER, EXIT_SLOWER
+from pytest_abbench.exitcodes import session_exit_code
 from pytest_abbench.fixtures import CALIBER_PROPERTY, CELL_TEST_ATTR, PlannedCell, cell_test_for
 from pytest_abbench.layout import CellKey, run_log
 from pytest_abbench.options import Settings, visible_gpus
@@ -275,15 +275,13 @@ class AbbenchSession:
             return
         from pytest_abbench import report
 
-        records = [{"round": o.key.round, "op": o.key.op, "side": o.key.role, "rc": o.rc, "status": o.status,
-                    "cell_dir": str(o.cell_dir), "campaign": o.campaign, "markers": o.markers}
-                   for o in self.outcomes.values()]
-        self.final = report.build_report(self.root.path, self.settings, expected=records)
+        settings = self.settings
+        self.final = report.build_report(self.root.path, self.outcomes.values(), self.plan,
+                                         margin_pct=settings.margin_pct, fail_if_slower_pct=settings.fail_if_slower_pct,
+                                         allow_caliber_mismatch=settings.allow_caliber_mismatch)
         self.plots = report.write_report(self.root.path, self.final)
-        if self.final.caliber_mismatch and not self.settings.allow_caliber_mismatch:
-            session.exitstatus = EXIT_CALIBER
-        elif self.final.slower_ops and session.exitstatus == 0:
-            session.exitstatus = EXIT_SLOWER
+        session.exitstatus = session_exit_code(int(session.exitstatus), self.final.caliber_mismatch,
+                                               bool(self.final.slower_ops), settings.allow_caliber_mismatch)
         self.root.release()
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter, exitstatus: int,

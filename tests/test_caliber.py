@@ -68,3 +68,23 @@ def test_bad_tuner_cache_value_is_named(campaign_dir: pytest.Pytester) -> None:
     result = campaign_dir.runpytest_subprocess("c.py", "--ab-tuner-cache", "elsewhere")
     assert result.ret == 4
     result.stderr.fnmatch_lines(["*expected per-cell or shared:DIR, got 'elsewhere'*"])
+
+
+def test_a_cell_that_crashed_before_its_identity_is_a_failure_not_a_caliber_mismatch(
+        campaign_dir: pytest.Pytester, tmp_path: Path) -> None:
+    """Side B's setup hook raises: B never writes run_identity.json. That is B's failure (exit 1), not exit 4."""
+    extra = '''
+        def boom():
+            raise RuntimeError("the switch hook is broken")
+        '''
+    campaign_dir.makepyfile(c=simple_campaign('"one"', switch="Switch(setup_b=boom)", extra=extra))
+    root = tmp_path / "root"
+    result = campaign_dir.runpytest_subprocess("c.py", "--ab-rounds", "1", "--ab-root", str(root), *FAST)
+    result.assert_outcomes(passed=1, failed=1)
+    assert result.ret == 1
+    out = result.stdout.str()
+    assert "!!!" not in out and "caliber mismatch" not in out
+    result.stdout.fnmatch_lines(["*cell one[[]r1-B[]] failed: rc 1*", "*the switch hook is broken*",
+                                 "*[[]caliber[]] op=one: not compared: side B: *run_identity.json is missing*",
+                                 "*no verdict*r1-B EXIT_1*"])
+    assert not json.loads((root / "report.json").read_text())["caliber_mismatch"]

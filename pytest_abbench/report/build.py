@@ -7,70 +7,64 @@ memory stays flat in the number of rounds.
 from __future__ import annotations
 
 import math
-import re
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, TypeAlias
 
 from pytest_abbench import caliber, irgate
-from pytest_abbench.campaign import SIDES
 from pytest_abbench.fileio import CorruptFileError, iter_jsonl
-from pytest_abbench.markers import MARKERS, count_markers
+from pytest_abbench.layout import (CONTROL, IDENTITY_FILE, SIDES, CellKey, RootLayout, identity_file, results_file,
+                                   run_log)
+from pytest_abbench.markers import count_markers
 from pytest_abbench.options import DEFAULT_MARGIN_PCT
 from pytest_abbench.report.model import SCHEMA_VERSION, OpReport, Report, ShapeReport
 from pytest_abbench.report.stats import (cv_pct, floor_margin, interval, median_or_none, pct, robust_cv, stdev,
                                          verdict)
+from pytest_abbench.outcome import IR_ONLY, NO_IR_DIFF, NO_ROW, OK, CellOutcome
+from pytest_abbench.plan import CampaignPlan, read_plan
 from pytest_abbench.status import StatusFormatError, read_status
 
-IR_ONLY = "IR_ONLY"  # status word of an --ab-ir-only cell: compiled for the target, timed nothing
-_CELL_DIR = re.compile(r"^r(\d+)_(A|B|A2)$")
-CONTROL = "A2"
 
 
-@dataclass
-class _Cell:
-    round: int
-    op: str
-    side: str
-    folder: Path
-    status: str | None  # from status.tsv / the session; None when no row exists
-    markers: dict[str, int] | None = None  # the row's marker counts; None: count them in run.log
-
-
-def _discover(root: Path, expected: Iterable[dict[str, Any]] | None, problems: list[str]) -> list[_Cell]:
-    """The cells to report on: those the session ran, or every row/folder of an offline root."""
-    cells: dict[tuple[int, str, str], _Cell] = {}
-    if expected is not None:
-        for rec in expected:
-            key = (int(rec["round"]), rec["op"], rec["side"])
-            cells[key] = _Cell(key[0], key[1], key[2], Path(rec["cell_dir"]), rec["status"], rec.get("markers"))
-        return sorted(cells.values(), key=lambda c: (c.op, c.round, c.side))
+def discover(layout: RootLayout, problems: list[str]) -> list[CellOutcome]:
+    """Every cell of an offline root: its status rows (the last row of a cell wins), then rowless folders."""
+    cells: dict[CellKey, CellOutcome] = {}
     try:
-        rows = read_status(root)
+        rows = read_status(layout.root)
     except StatusFormatError as exc:
         problems.append(str(exc))
         rows = []
     for row in rows:
-        cells[(row.round, row.op, row.side)] = _Cell(row.round, row.op, row.side,
-                                                     root / f"r{row.round}_{row.side}" / row.op, row.status,
-                                                     {m: getattr(row, m) for m in MARKERS})
-    for sub in sorted(root.iterdir()) if root.is_dir() else []:
-        m = _CELL_DIR.match(sub.name)
-        if not m or not sub.is_dir():
-            continue
-        for op_dir in sorted(p for p in sub.iterdir() if p.is_dir()):
-            key = (int(m.group(1)), op_dir.name, m.group(2))
-            if key not in cells:
-                problems.append(f"{op_dir}: cell folder without a status.tsv row (crashed or still running)")
-                cells[key] = _Cell(key[0], key[1], key[2], op_dir, None)
-    return sorted(cells.values(), key=lambda c: (c.op, c.round, c.side))
+        outcome = CellOutcome.from_row(row, layout.cell(CellKey(row.round, row.op, row.side)))
+        cells[outcome.key] = outcome
+    for key, folder in layout.cell_folders():
+        if key not in cells:
+            problems.append(f"{folder}: cell folder without a status.tsv row (crashed or still running)")
+            # No row counted its markers: read them from the log (the only case where a log is re-read).
+            cells[key] = CellOutcome(key, folder, NO_ROW, markers=count_markers(run_log(folder)))
+    return list(cells.values())
+
+
+def plan_of(layout: RootLayout, outcomes: list[CellOutcome], problems: list[str]) -> CampaignPlan:
+    """The plan in the root's campaign.json; for a root written before plans were kept, the cells present."""
+    try:
+        plan = read_plan(layout)
+    except CorruptFileError as exc:
+        problems.append(f"{exc}: rounds judged from the cells present")
+        plan = None
+    if plan is not None:
+        return plan
+    if layout.manifest.exists():
+        problems.append(f"{layout.manifest} holds no plan: rounds judged from the cells present")
+    rounds = max((o.key.round for o in outcomes), default=1)
+    return CampaignPlan(rounds, control=any(o.key.role == CONTROL for o in outcomes))
 
 
 def read_results(folder: Path) -> dict[str, dict[str, Any]]:
     """shape -> {median_ms, timer, cv}; samples are reduced here so memory stays flat in rounds."""
     out: dict[str, dict[str, Any]] = {}
-    for rec in iter_jsonl(folder / "results.jsonl"):
+    for rec in iter_jsonl(results_file(folder)):
         if rec.get("status") != "ok" or not rec.get("median_ms"):
             continue
         out[rec["shape"]] = {"median_ms": float(rec["median_ms"]), "timer": rec.get("timer"),
@@ -78,7 +72,7 @@ def read_results(folder: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
-_CellsByRound: TypeAlias = dict[int, dict[str, _Cell]]  # round -> side -> cell
+_CellsByRound: TypeAlias = dict[int, dict[str, CellOutcome]]  # round -> role -> cell
 
 
 @dataclass
@@ -93,21 +87,20 @@ class _ShapeRounds:
     aa_log_ratios: list[float] = field(default_factory=list)  # ln(A2/A), only rounds where A2 used A's timer
 
 
-def _sum_markers(cells: list[_Cell]) -> dict[str, int]:
+def _sum_markers(cells: list[CellOutcome]) -> dict[str, int]:
     """Each marker's count over the op's cells."""
     totals: dict[str, int] = {}
     for c in cells:
-        # The status row counted them when the cell finished; re-reading a 200 MB log is for rowless folders.
-        counts = c.markers if c.markers is not None else count_markers(c.folder / "run.log")
-        for marker, n in counts.items():
+        for marker, n in c.markers.items():
             totals[marker] = totals.get(marker, 0) + n
     return totals
 
 
-def _check_caliber(op: str, cells: list[_Cell], by_round: _CellsByRound, control: bool) -> caliber.CaliberResult:
+def _check_caliber(op: str, cells: list[CellOutcome], by_round: _CellsByRound,
+                   control: bool) -> caliber.CaliberResult:
     """Every round's identities against their partners', before a single latency is parsed."""
     found = caliber.CaliberResult()
-    ran = {(c.round, c.side): c.folder for c in cells if c.status != irgate.NO_IR_DIFF}
+    ran = {(c.key.round, c.key.role): c.cell_dir for c in cells if c.measured}
     identities: dict[Path, tuple[dict[str, Any] | None, str]] = {}
 
     def load(folder: Path) -> tuple[dict[str, Any] | None, str]:
@@ -123,11 +116,12 @@ def _check_caliber(op: str, cells: list[_Cell], by_round: _CellsByRound, control
     return found
 
 
-def _cells_skipped_by_gate(gate: irgate.GateDecision | None, cells: list[_Cell], by_round: _CellsByRound) -> int:
+def _cells_skipped_by_gate(gate: irgate.GateDecision | None, cells: list[CellOutcome],
+                           by_round: _CellsByRound) -> int:
     """Cells the IR gate skipped because round 1 finished and changed no code; 0: the rounds are to be read."""
     round1 = by_round.get(1, {})
-    round1_ok = all(round1[s].status == "ok" for s in SIDES if s in round1)
-    skipped = sum(1 for c in cells if c.status == irgate.NO_IR_DIFF)
+    round1_ok = all(round1[s].status == OK for s in SIDES if s in round1)
+    skipped = sum(1 for c in cells if c.status == NO_IR_DIFF)
     return skipped if gate is not None and gate.state == "no_diff" and round1_ok else 0
 
 
@@ -139,9 +133,19 @@ def _incomplete_cells(by_round: _CellsByRound, rounds: int, roles: tuple[str, ..
         for s in roles:
             if s not in sides:
                 bad.append(f"r{rnd}-{s} missing")
-            elif sides[s].status != "ok":
-                bad.append(f"r{rnd}-{s} {sides[s].status or 'has no status row'}")
+            elif sides[s].status != OK:
+                bad.append(f"r{rnd}-{s} {'has no status row' if sides[s].status == NO_ROW else sides[s].status}")
+            elif not identity_file(sides[s].cell_dir).exists():
+                bad.append(f"r{rnd}-{s} has no {IDENTITY_FILE}: nothing says what its numbers mean")
     return bad
+
+
+def _rounds_run(by_round: _CellsByRound, rounds: int, roles: tuple[str, ...]) -> int:
+    """How many rounds, from round 1 on, have every role's cell: where a stopped campaign stopped."""
+    for rnd in range(1, rounds + 1):
+        if not all(role in by_round.get(rnd, {}) for role in roles):
+            return rnd - 1
+    return rounds
 
 
 def _add_round(per_shape: dict[str, _ShapeRounds], results_a: dict[str, dict[str, Any]],
@@ -172,9 +176,9 @@ def _read_rounds(rep: OpReport, by_round: _CellsByRound) -> dict[str, _ShapeRoun
     per_shape: dict[str, _ShapeRounds] = {}
     for rnd in range(1, rep.rounds_expected + 1):
         try:
-            results_a = read_results(by_round[rnd]["A"].folder)
-            results_b = read_results(by_round[rnd]["B"].folder)
-            results_control = read_results(by_round[rnd][CONTROL].folder) if rep.control else {}
+            results_a = read_results(by_round[rnd]["A"].cell_dir)
+            results_b = read_results(by_round[rnd]["B"].cell_dir)
+            results_control = read_results(by_round[rnd][CONTROL].cell_dir) if rep.control else {}
         except (CorruptFileError, OSError) as exc:
             rep.reason = f"no verdict: {exc}"
             return None
@@ -233,14 +237,14 @@ def _op_geomean(rep: OpReport, per_shape: dict[str, _ShapeRounds]) -> None:
         rep.aa_geomean_ci_pct = _pct_pair(interval(aa_rounds))
 
 
-def build_op(op: str, cells: list[_Cell], root: Path, margin_pct: float | None, result: caliber.CaliberResult,
-             allow_caliber_mismatch: bool = False) -> OpReport:
-    """One op's verdicts; ``margin_pct`` None means: the A/A floor where measured, else the default."""
+def build_op(op: str, cells: list[CellOutcome], root: Path, plan: CampaignPlan, margin_pct: float | None,
+             result: caliber.CaliberResult, allow_caliber_mismatch: bool = False) -> OpReport:
+    """One op's verdicts against its plan; ``margin_pct`` None means: the A/A floor where measured, else the default."""
     by_round: _CellsByRound = {}
     for c in cells:
-        by_round.setdefault(c.round, {})[c.side] = c
-    rounds_expected = max(by_round)
-    rep = OpReport(op, "", 0, rounds_expected, "no_verdict")
+        by_round.setdefault(c.key.round, {})[c.key.role] = c
+    rounds_expected = plan.rounds
+    rep = OpReport(op, plan.ops.get(op, ""), 0, rounds_expected, "no_verdict")
     rep.markers = _sum_markers(cells)
     gate = irgate.load_decision(root, op)
     if gate is not None:
@@ -253,7 +257,7 @@ def build_op(op: str, cells: list[_Cell], root: Path, margin_pct: float | None, 
                       else "IR triage only: no gate decision (a side failed to compile)")
         return rep
 
-    rep.control = any(c.side == CONTROL for c in cells)
+    rep.control = plan.control
     op_result = _check_caliber(op, cells, by_round, rep.control)
     rep.caliber = [f.line() for f in op_result.findings]
     rep.caliber_mismatch = bool(op_result.mismatches)
@@ -270,7 +274,14 @@ def build_op(op: str, cells: list[_Cell], root: Path, margin_pct: float | None, 
         rep.reason = f"switch changed no generated code; {rounds_expected - 1} rounds skipped ({skipped} cells)"
         return rep
 
-    bad = _incomplete_cells(by_round, rounds_expected, (*SIDES, CONTROL) if rep.control else SIDES)
+    roles = plan.roles(1) if not rep.control else (*SIDES, CONTROL)
+    bad = _incomplete_cells(by_round, rounds_expected, roles)
+    rep.rounds_completed = _rounds_run(by_round, rounds_expected, roles)
+    if rep.rounds_completed < rounds_expected:
+        # Interrupted (Ctrl-C, -x, --maxfail, a crash): the rounds that ran must not read like a complete campaign.
+        rep.reason = (f"stopped after round {rep.rounds_completed} of {rounds_expected}: no verdict "
+                      f"({', '.join(bad)})")
+        return rep
     if bad:
         rep.reason = "no verdict: a report missing rounds reads exactly like a complete one (" + ", ".join(bad) + ")"
         return rep
@@ -288,24 +299,25 @@ def build_op(op: str, cells: list[_Cell], root: Path, margin_pct: float | None, 
     return rep
 
 
-def build_report(root: Path, settings: Any = None, expected: Iterable[dict[str, Any]] | None = None,
+def build_report(root: Path, outcomes: Iterable[CellOutcome] | None = None, plan: CampaignPlan | None = None,
                  margin_pct: float | None = None, fail_if_slower_pct: float | None = None,
                  allow_caliber_mismatch: bool = False) -> Report:
-    """The report of ``root``: of the cells in ``expected`` (the session's records), else of every row and folder.
+    """The report of ``root`` judged against ``plan``: of ``outcomes`` (a session's cells), else of every row and
+    folder on disk; without a plan, the one in the root's campaign.json.
 
-    Explicit arguments win over ``settings``; ``fail_if_slower_pct`` names the ops in ``slower_ops``.
+    ``fail_if_slower_pct`` names the ops in ``slower_ops``.
     """
-    if settings is not None:
-        allow_caliber_mismatch = allow_caliber_mismatch or settings.allow_caliber_mismatch
-        margin_pct = settings.margin_pct if margin_pct is None else margin_pct
-        fail_if_slower_pct = settings.fail_if_slower_pct if fail_if_slower_pct is None else fail_if_slower_pct
     problems: list[str] = []
-    cells = _discover(root, expected, problems)
-    by_op: dict[str, list[_Cell]] = {}
-    for c in cells:
-        by_op.setdefault(c.op, []).append(c)
+    layout = RootLayout(root)
+    cells = list(outcomes) if outcomes is not None else discover(layout, problems)
+    if plan is None:
+        plan = plan_of(layout, cells, problems)
+    by_op: dict[str, list[CellOutcome]] = {op: [] for op in plan.ops}
+    for c in sorted(cells, key=lambda c: (c.key.op, c.key.round, c.key.role)):
+        by_op.setdefault(c.key.op, []).append(c)
     result = caliber.CaliberResult()
-    ops = [build_op(op, op_cells, root, margin_pct, result, allow_caliber_mismatch) for op, op_cells in sorted(by_op.items())]
+    ops = [build_op(op, op_cells, root, plan, margin_pct, result, allow_caliber_mismatch)
+           for op, op_cells in sorted(by_op.items())]
     slower = []
     if fail_if_slower_pct is not None:
         for o in ops:
@@ -319,5 +331,8 @@ def build_report(root: Path, settings: Any = None, expected: Iterable[dict[str, 
     else:
         source = "default (no A/A control measured)"
     margin = DEFAULT_MARGIN_PCT if margin_pct is None else margin_pct
+    planned = {key for op in by_op for key in plan.cells(op)}
+    ran = {c.key for c in cells}
+    failed = sorted(str(c.key) for c in cells if not c.finished)
     return Report(SCHEMA_VERSION, str(root), margin, source, ops, [f.line() for f in result.findings],
-                  bool(result.mismatches), slower, problems)
+                  bool(result.mismatches), slower, problems, complete=planned <= ran, failed_cells=failed)

@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from pytest_abbench.layout import REPORT_JSON as REPORT_JSON  # the names callers import with the model
+from pytest_abbench.layout import REPORT_MD as REPORT_MD
 from pytest_abbench.options import DEFAULT_MARGIN_PCT
 
-SCHEMA_VERSION = 3  # 3: OpReport.caliber_mismatch
-REPORT_MD = "report.md"
-REPORT_JSON = "report.json"
+SCHEMA_VERSION = 4  # 3: OpReport.caliber_mismatch; 4: Report.complete and failed_cells
 
 
 @dataclass
@@ -81,6 +81,8 @@ class Report:
     caliber_mismatch: bool
     slower_ops: list[str]
     problems: list[str]
+    complete: bool = True  # every planned cell has an outcome (False after Ctrl-C, -x, --maxfail, a crash)
+    failed_cells: list[str] = field(default_factory=list)  # cells that did not finish, e.g. "topk[r2-B]"
 
     def to_json(self) -> dict[str, Any]:
         """The report.json object: every field, tuples as lists."""

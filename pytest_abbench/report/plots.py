@@ -8,10 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pytest_abbench.layout import RootLayout
 from pytest_abbench.report.model import OpReport, Report
-
-PLOTS_DIR = "plots"
-
 
 def matplotlib_available() -> bool:
     try:
@@ -61,7 +59,7 @@ def write_plots(root: Path, report: Report) -> list[Path]:
     written = []
     for op in report.ops:
         if op.state == "verdict" and op.shapes:
-            path = root / PLOTS_DIR / f"{op.op}.png"
+            path = RootLayout(root).plots / f"{op.op}.png"
             plot_op(op, path)
             written.append(path)
     return written

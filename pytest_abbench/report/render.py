@@ -10,7 +10,8 @@ from pathlib import Path
 
 from pytest_abbench.fileio import write_json_atomic
 from pytest_abbench.report import plots
-from pytest_abbench.report.model import REPORT_JSON, REPORT_MD, OpReport, Report
+from pytest_abbench.layout import RootLayout
+from pytest_abbench.report.model import OpReport, Report
 
 
 def _range(ci: tuple[float, float] | None) -> str:
@@ -42,6 +43,8 @@ def _gate_text(o: OpReport) -> str:
 def render_text(report: Report) -> str:
     """The report as lines: caliber findings and problems first, then one block per op."""
     lines: list[str] = []
+    if not report.complete:
+        lines.append("INCOMPLETE: the session stopped before every planned cell ran; ops missing rounds get no verdict")
     lines += report.caliber_lines
     lines += [f"problem: {p}" for p in report.problems]
     triage = [o for o in report.ops if o.state == "ir_only"]
@@ -92,6 +95,7 @@ def render_text(report: Report) -> str:
 
 def write_report(root: Path, report: Report) -> list[Path]:
     """report.json, report.md and (with matplotlib) plots/<op>.png; returns the plots written."""
-    write_json_atomic(root / REPORT_JSON, report.to_json())
-    (root / REPORT_MD).write_text("# abbench report\n\n```\n" + render_text(report) + "\n```\n")
+    layout = RootLayout(root)
+    write_json_atomic(layout.report_json, report.to_json())
+    layout.report_md.write_text("# abbench report\n\n```\n" + render_text(report) + "\n```\n")
     return plots.write_plots(root, report)

@@ -1,0 +1,87 @@
+"""A campaign stopped before its planned rounds ran gives no verdict, live and offline."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import simple_campaign
+
+from pytest_abbench.cli import main as abbench
+from pytest_abbench.status import read_status
+
+FAST = ("--ab-ir-target", "none", "--ab-samples", "1", "-p", "no:cacheprovider")
+VERDICT_WORDS = ("verdicts:", "slower", "faster", "same", "inconclusive")
+
+# Side B's build fails from its second call on: round 1 completes, round 2's first cell (r2-B) fails.
+FAILS_IN_ROUND_2 = """
+import os
+from pathlib import Path
+
+from pytest_abbench import Case, Op, Switch
+
+def build(shape, device):
+    import torch
+    if os.environ.get("ABBENCH_TEST_SWITCH") == "1":
+        calls = Path(__file__).with_name("b_calls")
+        calls.write_text(calls.read_text() + "x" if calls.exists() else "x")
+        if len(calls.read_text()) > 1:
+            raise RuntimeError("side B breaks in round 2")
+    x = torch.arange(4.0)
+    return Case(run=lambda: x + 1, expected=lambda: x + 1)
+
+OPS = [Op("one", build=build, shapes={"smoke": [{"n": 4}]})]
+SWITCH = Switch(env_b={"ABBENCH_TEST_SWITCH": "1"})
+"""
+
+
+def assert_no_verdict(text: str, rounds_run: int, planned: int) -> None:
+    assert f"stopped after round {rounds_run} of {planned}: no verdict" in text
+    for word in VERDICT_WORDS:
+        assert word not in text.split("== one")[1], f"{word!r} printed for an incomplete op"
+
+
+def test_x_on_a_failing_round_2_cell_reports_no_verdict(campaign_dir: pytest.Pytester, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    campaign_dir.makepyfile(c=FAILS_IN_ROUND_2)
+    root = tmp_path / "root"
+    result = campaign_dir.runpytest_subprocess("c.py", "--ab-rounds", "6", "--ab-root", str(root), "-x", *FAST)
+    result.assert_outcomes(passed=2, failed=1)
+    assert result.ret == 1
+    out = result.stdout.str()
+    assert_no_verdict(out, 1, 6)
+    report = json.loads((root / "report.json").read_text())
+    assert report["complete"] is False and report["ops"][0]["state"] == "no_verdict"
+    assert report["ops"][0]["rounds_expected"] == 6
+
+    assert abbench(["summary", str(root)]) == 1
+    assert_no_verdict(capsys.readouterr().out, 1, 6)
+
+
+def test_sigint_after_round_3_reports_no_verdict(campaign_dir: pytest.Pytester, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    campaign_dir.makepyfile(c=simple_campaign('"one"'))
+    root = tmp_path / "root"
+    proc = campaign_dir.popen([sys.executable, "-m", "pytest", "c.py", "--ab-rounds", "6", "--ab-root", str(root),
+                               *FAST], stdout=open(tmp_path / "out.txt", "wb"), stderr=open(tmp_path / "err.txt", "wb"))
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        if len(read_status(root)) >= 6 if (root / "status.tsv").exists() else False:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=120) == 2  # pytest's "interrupted"
+    out = (tmp_path / "out.txt").read_text()
+    rows = read_status(root)
+    assert len(rows) in (6, 7), out  # a cell that started before the signal may have finished
+    rounds_run = max(r.round for r in rows if r.side == "A" and any(
+        o.round == r.round and o.side == "B" for o in rows))
+    assert_no_verdict(out, rounds_run, 6)
+    assert json.loads((root / "report.json").read_text())["complete"] is False
+
+    assert abbench(["summary", str(root)]) == 1
+    assert_no_verdict(capsys.readouterr().out, rounds_run, 6)
