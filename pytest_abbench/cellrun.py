@@ -39,6 +39,7 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
     prctl is unavailable the child's parent watchdog still notices; the
     process group kill on timeout holds.
     """
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked by run_child for the spawn only
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
@@ -69,19 +70,29 @@ def run_child(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     with open(log_path, "ab", buffering=0) as log:
-        proc = subprocess.Popen(
-            list(argv),
-            env=dict(env),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=cwd,
-            start_new_session=True,
-            preexec_fn=_die_with_parent,
-        )
+        # A Ctrl-C that lands while Python forks is raised inside its at-fork callbacks
+        # (logging's lock release), where it is reported as ignored and lost: the session
+        # then ran every remaining cell.  SIGINT is held during the spawn and delivered
+        # right after, inside the try below that kills the new child.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            proc = subprocess.Popen(
+                list(argv),
+                env=dict(env),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=cwd,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+        except BaseException:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+            raise
         pgid = proc.pid  # start_new_session makes the child its group's leader
         timed_out = False
         try:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a Ctrl-C held during the spawn is raised here
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True

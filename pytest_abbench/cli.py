@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Sequence
 
 from pytest_abbench import report
-from pytest_abbench.exitcodes import EXIT_CELL_FAILED, session_exit_code
+from pytest_abbench.exitcodes import EXIT_CELL_FAILED
 from pytest_abbench.layout import RESULTS_FILE, CellKey, RootLayout, identity_file, results_file, run_log
 from pytest_abbench.outcome import OK, CellOutcome
 from pytest_abbench.options import add_report_options
@@ -73,10 +73,14 @@ def summary(args: argparse.Namespace) -> int:
             return EXIT_USAGE
         built = report.build_report(root, margin_pct=args.ab_margin, fail_if_slower_pct=args.ab_fail_if_slower,
                                     allow_caliber_mismatch=args.allow_caliber_mismatch)
-    print(report.render_text(built))
     # The live session's rule: a failed or never-run cell is pytest's 1, then caliber (4) and the gate (7).
     cells_status = EXIT_CELL_FAILED if built.failed_cells or not built.complete else 0
-    return session_exit_code(cells_status, built.caliber_mismatch, bool(built.slower_ops), args.allow_caliber_mismatch)
+    code = built.decide_exit(cells_status, args.allow_caliber_mismatch)
+    if not args.ab:
+        report.write_report(root, built)  # the files the live session writes, from the same code
+    print(report.render_text(built))
+    print(built.exit_line())
+    return code
 
 
 def build_parser() -> argparse.ArgumentParser:

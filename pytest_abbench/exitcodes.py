@@ -61,3 +61,26 @@ def describe(rc: int) -> str:
         SEGFAULT: " (SIGSEGV)",
     }.get(rc, "")
     return f"rc {rc} {word}{extra}"
+
+
+def exit_reason(code: int, failed_cells: list[str], complete: bool, caliber_ops: list[str],
+                slower_ops: list[str]) -> str:
+    """Why a session (or ``abbench summary``) ends with ``code``: the line CI reads to tell the two 4s apart."""
+    never_ran = [] if complete else ["planned cells never ran"]
+    if code == 0:
+        return "clean: every planned cell finished"
+    if code == EXIT_CELL_FAILED:
+        failed = [f"{len(failed_cells)} cell(s) failed: {', '.join(failed_cells[:5])}"
+                  + (", ..." if len(failed_cells) > 5 else "")] if failed_cells else []
+        return "; ".join(failed + never_ran) or "a test failed"
+    if code == 2:
+        return "; ".join(["interrupted or a collection error (pytest's code)", *never_ran])
+    if code == EXIT_CALIBER:
+        if caliber_ops:
+            return f"caliber mismatch: the two sides' numbers mean different things for {', '.join(caliber_ops)}"
+        return "pytest usage error (not a caliber mismatch)"
+    if code == EXIT_ROOT:
+        return "the root could not be used (the abbench line above says why)"
+    if code == EXIT_SLOWER:
+        return f"slower beyond --ab-fail-if-slower: {', '.join(slower_ops)}"
+    return f"pytest exit status {code}"

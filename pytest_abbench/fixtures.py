@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from pytest_abbench.session import AbbenchSession
 
 GATE_PROPERTY = "abbench_irgate"
+NOTICE_PROPERTY = "abbench_notice"  # a line for the terminal, found while the test's output was captured
 CELL_TEST_ATTR = "__abbench_cell__"  # on a campaign file's cell test: (campaign path, op)
 CALIBER_PROPERTY = "abbench_caliber"
 
@@ -71,6 +72,8 @@ class Cell:
         if not outcome.resumed:
             self.session.root.append(outcome)
         self.node.user_properties.extend(outcome.report_properties())
+        self.node.user_properties.extend((NOTICE_PROPERTY, line) for line in self.session.root.notices)
+        self.session.root.notices.clear()
 
     def run(self) -> CellOutcome:
         """Run the cell's child (or take a finished outcome of a resumed root); a failed cell fails the test."""

@@ -20,7 +20,7 @@ from pytest_abbench.identity import file_hash
 from pytest_abbench.layout import CellKey, RootLayout
 from pytest_abbench.outcome import CellOutcome
 from pytest_abbench.plan import PLAN_FIELD, CampaignPlan
-from pytest_abbench.status import StatusFormatError, append_status_row, read_status
+from pytest_abbench.status import append_status_row, read_status
 
 def default_root(rootpath: Path) -> Path:
     """A new folder per session: ``<rootdir>/.abbench/<timestamp>-<pid>``."""
@@ -37,6 +37,8 @@ class CampaignRoot:
         self.claimed = False
         self._lock_fd: int | None = None
         self._finished: dict[CellKey, CellOutcome] | None = None
+        # Found while a test runs, where pytest captures output: carried on the next cell's report instead.
+        self.notices: list[str] = []
 
     @property
     def path(self) -> Path:
@@ -111,10 +113,8 @@ class CampaignRoot:
         if not self.resume:
             return None
         if self._finished is None:
-            try:
-                rows = read_status(self.path)
-            except StatusFormatError as exc:
-                pytest.exit(f"abbench: cannot resume {self.path}: {exc}", returncode=EXIT_ROOT)
+            rows = read_status(self.path, on_bad_line=lambda exc: self.notices.append(
+                f"abbench: {exc}: line skipped; its cell runs again if no good row says it finished"))
             last = {CellKey(r.round, r.op, r.side): r for r in rows}
             self._finished = {k: CellOutcome.from_row(r, self.layout.cell(k), "") for k, r in last.items()}
             self._finished = {k: o for k, o in self._finished.items() if o.finished}

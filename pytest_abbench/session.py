@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 import pytest
 
 from pytest_abbench.campaign import Campaign, CampaignError, CampaignSkipped, load_campaign, looks_like_campaign
-from pytest_abbench.exitcodes import session_exit_code
-from pytest_abbench.fixtures import CALIBER_PROPERTY, CELL_TEST_ATTR, PlannedCell, cell_test_for
+from pytest_abbench.fixtures import CALIBER_PROPERTY, CELL_TEST_ATTR, NOTICE_PROPERTY, PlannedCell, cell_test_for
 from pytest_abbench.layout import CellKey, run_log
 from pytest_abbench.options import Settings, visible_gpus
 from pytest_abbench.outcome import NO_IR_DIFF, OUTCOME_PROPERTY, CellOutcome
@@ -95,6 +94,7 @@ class AbbenchSession:
         self.plan = CampaignPlan(settings.rounds, settings.control, settings.ir_only)
         self.outcomes: dict[CellKey, CellOutcome] = {}
         self.caliber_lines_shown: set[str] = set()
+        self.notices_shown: set[str] = set()
         self.gates: dict[str, irgate.GateDecision] = {}
         self.cell_folders: dict[str, Path] = {}
         self.final: Report | None = None
@@ -247,6 +247,10 @@ class AbbenchSession:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Gather outcomes (here on the xdist controller too) and print caliber lines as cells show them."""
+        for name, value in report.user_properties:
+            if name == NOTICE_PROPERTY and value not in self.notices_shown:
+                self.notices_shown.add(str(value))
+                self.write_line(str(value))
         props = dict(report.user_properties)
         if OUTCOME_PROPERTY not in props:
             return
@@ -279,9 +283,8 @@ class AbbenchSession:
         self.final = report.build_report(self.root.path, self.outcomes.values(), self.plan,
                                          margin_pct=settings.margin_pct, fail_if_slower_pct=settings.fail_if_slower_pct,
                                          allow_caliber_mismatch=settings.allow_caliber_mismatch)
+        session.exitstatus = self.final.decide_exit(int(session.exitstatus), settings.allow_caliber_mismatch)
         self.plots = report.write_report(self.root.path, self.final)
-        session.exitstatus = session_exit_code(int(session.exitstatus), self.final.caliber_mismatch,
-                                               bool(self.final.slower_ops), settings.allow_caliber_mismatch)
         self.root.release()
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter, exitstatus: int,
@@ -298,3 +301,4 @@ class AbbenchSession:
             terminalreporter.write_line(f"plots: {layout.plots} ({len(self.plots)} ops)")
         terminalreporter.write_line(f"report: {layout.report_md}, {layout.report_json}")
         terminalreporter.write_line(f"abbench root: {self.root.path}")
+        terminalreporter.write_line(self.final.exit_line())

@@ -11,6 +11,7 @@ import fcntl
 import os
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Callable
 
 from pytest_abbench.layout import STATUS_FILE
 from pytest_abbench.markers import MARKERS
@@ -67,11 +68,14 @@ def append_status_row(root: Path, row: StatusRow) -> None:
         os.close(fd)
 
 
-def read_status(root: Path) -> list[StatusRow]:
+def read_status(root: Path, on_bad_line: Callable[[StatusFormatError], None] | None = None) -> list[StatusRow]:
     """Every complete row of ``<root>/status.tsv``.
 
     A last line without its newline is the trace of a writer killed mid-row
-    (only possible on a full disk); it is ignored rather than misread.
+    (only possible on a full disk); it is ignored rather than misread.  A line
+    that cannot be parsed raises ``StatusFormatError`` naming file and line, or,
+    with ``on_bad_line``, is handed to it and skipped: one bad line must not
+    cost every good row.
     """
     path = root / STATUS_FILE
     if not path.exists():
@@ -84,15 +88,22 @@ def read_status(root: Path) -> list[StatusRow]:
         if not line or line.startswith("round\t"):
             continue
         parts = line.split("\t")
-        if len(parts) != len(COLUMNS):
-            raise StatusFormatError(f"{path}:{number}: expected {len(COLUMNS)} fields, found {len(parts)}")
         try:
+            if len(parts) != len(COLUMNS):
+                raise StatusFormatError(f"{path}:{number}: expected {len(COLUMNS)} fields, found {len(parts)}")
             rows.append(
                 StatusRow(
                     int(parts[0]), parts[1], parts[2], parts[3], int(parts[4]), parts[5], float(parts[6]),
                     int(parts[7]), int(parts[8]), *(int(p) for p in parts[9:]),
                 )
             )
+        except StatusFormatError as exc:
+            if on_bad_line is None:
+                raise
+            on_bad_line(exc)
         except ValueError as exc:
-            raise StatusFormatError(f"{path}:{number}: {exc}") from None
+            error = StatusFormatError(f"{path}:{number}: {exc}")
+            if on_bad_line is None:
+                raise error from None
+            on_bad_line(error)
     return rows

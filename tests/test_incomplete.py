@@ -1,4 +1,4 @@
-"""A campaign stopped before its planned rounds ran gives no verdict, live and offline."""
+"""A campaign stopped before its planned rounds ran gives no verdict, live and offline; a bad status line costs only itself."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from conftest import simple_campaign
 
-from pytest_abbench.cli import main as abbench
 from pytest_abbench.status import read_status
 
 FAST = ("--ab-ir-target", "none", "--ab-samples", "1", "-p", "no:cacheprovider")
@@ -39,14 +38,19 @@ SWITCH = Switch(env_b={"ABBENCH_TEST_SWITCH": "1"})
 """
 
 
+def summary(pytester: pytest.Pytester, root: Path) -> pytest.RunResult:
+    """``abbench summary ROOT`` in its own process: it draws plots, and matplotlib must not be imported
+    into a pytester test (pytester drops modules imported during a test, and numpy cannot be imported twice)."""
+    return pytester.run(sys.executable, "-m", "pytest_abbench.cli", "summary", str(root))
+
+
 def assert_no_verdict(text: str, rounds_run: int, planned: int) -> None:
     assert f"stopped after round {rounds_run} of {planned}: no verdict" in text
     for word in VERDICT_WORDS:
         assert word not in text.split("== one")[1], f"{word!r} printed for an incomplete op"
 
 
-def test_x_on_a_failing_round_2_cell_reports_no_verdict(campaign_dir: pytest.Pytester, tmp_path: Path,
-                                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_x_on_a_failing_round_2_cell_reports_no_verdict(campaign_dir: pytest.Pytester, tmp_path: Path) -> None:
     campaign_dir.makepyfile(c=FAILS_IN_ROUND_2)
     root = tmp_path / "root"
     result = campaign_dir.runpytest_subprocess("c.py", "--ab-rounds", "6", "--ab-root", str(root), "-x", *FAST)
@@ -54,16 +58,20 @@ def test_x_on_a_failing_round_2_cell_reports_no_verdict(campaign_dir: pytest.Pyt
     assert result.ret == 1
     out = result.stdout.str()
     assert_no_verdict(out, 1, 6)
+    result.stdout.fnmatch_lines(["abbench: exit 1: 1 cell(s) failed: one[[]r2-B[]]; planned cells never ran"])
     report = json.loads((root / "report.json").read_text())
     assert report["complete"] is False and report["ops"][0]["state"] == "no_verdict"
     assert report["ops"][0]["rounds_expected"] == 6
+    assert (report["exit_code"], report["failed_cells"]) == (1, ["one[r2-B]"])
 
-    assert abbench(["summary", str(root)]) == 1
-    assert_no_verdict(capsys.readouterr().out, 1, 6)
+    offline = summary(campaign_dir, root)
+    assert offline.ret == 1
+    offline = offline.stdout.str()
+    assert_no_verdict(offline, 1, 6)
+    assert "abbench: exit 1: 1 cell(s) failed: one[r2-B]; planned cells never ran" in offline
 
 
-def test_sigint_after_round_3_reports_no_verdict(campaign_dir: pytest.Pytester, tmp_path: Path,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_sigint_after_round_3_reports_no_verdict(campaign_dir: pytest.Pytester, tmp_path: Path) -> None:
     campaign_dir.makepyfile(c=simple_campaign('"one"'))
     root = tmp_path / "root"
     proc = campaign_dir.popen([sys.executable, "-m", "pytest", "c.py", "--ab-rounds", "6", "--ab-root", str(root),
@@ -81,7 +89,32 @@ def test_sigint_after_round_3_reports_no_verdict(campaign_dir: pytest.Pytester, 
     rounds_run = max(r.round for r in rows if r.side == "A" and any(
         o.round == r.round and o.side == "B" for o in rows))
     assert_no_verdict(out, rounds_run, 6)
+    assert "abbench: exit 2: interrupted or a collection error (pytest's code); planned cells never ran" in out
     assert json.loads((root / "report.json").read_text())["complete"] is False
 
-    assert abbench(["summary", str(root)]) == 1
-    assert_no_verdict(capsys.readouterr().out, rounds_run, 6)
+    offline = summary(campaign_dir, root)
+    assert offline.ret == 1
+    assert_no_verdict(offline.stdout.str(), rounds_run, 6)
+
+
+def test_a_malformed_status_line_is_named_and_skipped(campaign_dir: pytest.Pytester, tmp_path: Path) -> None:
+    """One torn or edited line of status.tsv costs that line, not every good row (summary and --ab-resume)."""
+    campaign_dir.makepyfile(c=simple_campaign('"one"'))
+    root = tmp_path / "root"
+    first = campaign_dir.runpytest_subprocess("c.py", "--ab-rounds", "1", "--ab-root", str(root), *FAST)
+    assert first.ret == 0
+    status = root / "status.tsv"
+    lines = status.read_text().split("\n")
+    lines.insert(2, "not\ta\trow")  # between r1-A's row and r1-B's
+    status.write_text("\n".join(lines))
+
+    offline = summary(campaign_dir, root)
+    assert offline.ret == 0
+    out = offline.stdout.str()
+    assert f"problem: {status}:3: expected 12 fields, found 3 (line skipped)" in out
+    assert "verdicts:" in out  # both good rows kept: the op still has its verdict
+
+    resumed = campaign_dir.runpytest_subprocess("c.py", "--ab-resume", str(root), "--ab-rounds", "1", *FAST)
+    assert resumed.ret == 0
+    resumed.stdout.fnmatch_lines([f"abbench: {status}:3: expected 12 fields, found 3: line skipped*"])
+    assert "Traceback" not in resumed.stdout.str()

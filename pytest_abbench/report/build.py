@@ -23,18 +23,14 @@ from pytest_abbench.report.stats import (cv_pct, floor_margin, interval, median_
                                          verdict)
 from pytest_abbench.outcome import IR_ONLY, NO_IR_DIFF, NO_ROW, OK, CellOutcome
 from pytest_abbench.plan import CampaignPlan, read_plan
-from pytest_abbench.status import StatusFormatError, read_status
+from pytest_abbench.status import read_status
 
 
 
 def discover(layout: RootLayout, problems: list[str]) -> list[CellOutcome]:
     """Every cell of an offline root: its status rows (the last row of a cell wins), then rowless folders."""
     cells: dict[CellKey, CellOutcome] = {}
-    try:
-        rows = read_status(layout.root)
-    except StatusFormatError as exc:
-        problems.append(str(exc))
-        rows = []
+    rows = read_status(layout.root, on_bad_line=lambda exc: problems.append(f"{exc} (line skipped)"))
     for row in rows:
         outcome = CellOutcome.from_row(row, layout.cell(CellKey(row.round, row.op, row.side)))
         cells[outcome.key] = outcome

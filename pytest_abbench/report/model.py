@@ -12,6 +12,7 @@ from typing import Any
 
 from pytest_abbench.layout import REPORT_JSON as REPORT_JSON  # the names callers import with the model
 from pytest_abbench.layout import REPORT_MD as REPORT_MD
+from pytest_abbench.exitcodes import exit_reason, session_exit_code
 from pytest_abbench.options import DEFAULT_MARGIN_PCT
 
 SCHEMA_VERSION = 4  # 3: OpReport.caliber_mismatch; 4: Report.complete and failed_cells
@@ -83,6 +84,19 @@ class Report:
     problems: list[str]
     complete: bool = True  # every planned cell has an outcome (False after Ctrl-C, -x, --maxfail, a crash)
     failed_cells: list[str] = field(default_factory=list)  # cells that did not finish, e.g. "topk[r2-B]"
+    exit_code: int | None = None  # the session's (or abbench summary's) exit code and why
+    exit_reason: str = ""
+
+    def decide_exit(self, pytest_status: int, allow_caliber_mismatch: bool) -> int:
+        """Set ``exit_code`` and ``exit_reason`` by the one rule of ``exitcodes``; returns the code."""
+        self.exit_code = session_exit_code(pytest_status, self.caliber_mismatch, bool(self.slower_ops),
+                                           allow_caliber_mismatch)
+        self.exit_reason = exit_reason(self.exit_code, self.failed_cells, self.complete,
+                                       [o.op for o in self.ops if o.caliber_mismatch], self.slower_ops)
+        return self.exit_code
+
+    def exit_line(self) -> str:
+        return f"abbench: exit {self.exit_code}: {self.exit_reason}"
 
     def to_json(self) -> dict[str, Any]:
         """The report.json object: every field, tuples as lists."""
