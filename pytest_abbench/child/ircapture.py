@@ -20,6 +20,14 @@ from pytest_abbench.child.autotune_pin import benchmarking
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.\-]")
 
+# Triton 3.7+ (python/triton/runtime/jit.py, JITFunction.run) appends the
+# string f'("custom_pipeline", {hash})' to the specialization list whenever
+# knobs.runtime.add_stages_inspection_hook is set, just before it builds the
+# key as str(specialization) + str(options); the key then reads
+#   [('*fp32', 'D'), ..., '("custom_pipeline", HASH)']{'debug': False, ...}
+# Triton 3.6 has the knob but leaves it out of the key: nothing to remove.
+_CUSTOM_PIPELINE = re.compile(r"""(?:, )?'\("custom_pipeline", (?:[^'\\]|\\.)*\)'(?=\])""")
+
 
 def variant_name(kernel: str, key: Any, options: Any) -> str:
     """A stable file stem: kernel name, warps/stages, and a hash of the specialization key.
@@ -27,8 +35,11 @@ def variant_name(kernel: str, key: Any, options: Any) -> str:
     The key is Triton's in-process specialization key (argument types,
     divisibility, constexpr values, options), not a cache hash: the same
     kernel specialized the same way gets the same name in every process.
+    A stages hook's entry is left out of the hash: a switch that installs the
+    hook on one side only would otherwise rename every kernel of that side,
+    and the IR gate would see byte-identical TTGIR as a different variant.
     """
-    digest = hashlib.sha256(str(key).encode()).hexdigest()[:10]
+    digest = hashlib.sha256(_CUSTOM_PIPELINE.sub("", str(key)).encode()).hexdigest()[:10]
     warps = getattr(options, "num_warps", "x")
     stages = getattr(options, "num_stages", "x")
     return f"{_SAFE.sub('_', kernel)}/w{warps}_s{stages}_{digest}"
