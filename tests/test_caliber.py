@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import simple_campaign
+from helpers import simple_campaign
 
 from pytest_abbench.status import read_status
 

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import IR_CAMPAIGN
+from helpers import IR_CAMPAIGN
 
 from pytest_abbench import irgate
 from pytest_abbench.cellconfig import CHILD_MODULE, CellConfig

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import simple_campaign, synthetic_root
+from helpers import simple_campaign, synthetic_root
 
 from pytest_abbench.cli import main
 from pytest_abbench.report import REPORT_JSON, build_report, report_from_json, write_report

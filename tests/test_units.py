@@ -6,7 +6,7 @@ import json
 import multiprocessing
 from pathlib import Path
 
-from conftest import synthetic_root
+from helpers import synthetic_root
 
 from pytest_abbench.irgate import normalize_ttgir
 from pytest_abbench.markers import count_markers, scan_log
