@@ -1,4 +1,4 @@
-"""Caliber through real pytest sessions: a campaign option provokes a real mismatch in real cells."""
+"""Caliber: summary refuses each mismatched identity axis on disk; a campaign option provokes one in real cells."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import simple_campaign
+from helpers import simple_campaign, synthetic_root
 
 from pytest_abbench.status import read_status
 
@@ -88,3 +88,36 @@ def test_a_cell_that_crashed_before_its_identity_is_a_failure_not_a_caliber_mism
                                  "*[[]caliber[]] op=one: not compared: side B: *run_identity.json is missing*",
                                  "*no verdict*r1-B EXIT_1*"])
     assert not json.loads((root / "report.json").read_text())["caliber_mismatch"]
+
+
+def _edit_identity(root: Path, cell: str, **changes: object) -> None:
+    path = root / cell / "op" / "run_identity.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+
+
+def test_summary_refuses_each_mismatched_axis(tmp_path: Path, capsys: "object") -> None:
+    from pytest_abbench.cli import main
+
+    for axis in ("backend", "device", "timer", "bench_level", "shape_mode", "tuner_cache", "direct_repeat"):
+        root = tmp_path / axis
+        synthetic_root(root, {"s": [0.1, 0.1]})
+        _edit_identity(root, "r2_B", **{axis: "other"})
+        assert main(["summary", str(root), "--ab-rounds"]) == 4
+        out = capsys.readouterr().out  # type: ignore[attr-defined]
+        assert f"!!! [caliber] op=op axis={axis}:" in out and "B='other'" in out
+        assert main(["summary", str(root), "--allow-caliber-mismatch"]) == 0
+        capsys.readouterr()  # type: ignore[attr-defined]
+
+
+def test_summary_refuses_record_record_by_name_and_missing_identity(tmp_path: Path, capsys: "object") -> None:
+    from pytest_abbench.cli import main
+
+    synthetic_root(tmp_path / "rr", {"s": [0.1, 0.1]})
+    _edit_identity(tmp_path / "rr", "r1_B", autotune_mode="record")
+    assert main(["summary", str(tmp_path / "rr")]) == 4
+    assert "each side timed its own tuner's pick" in capsys.readouterr().out  # type: ignore[attr-defined]
+    synthetic_root(tmp_path / "gone", {"s": [0.1, 0.1]})
+    (tmp_path / "gone" / "r2_A" / "op" / "run_identity.json").write_text('{"backend": "cu')
+    assert main(["summary", str(tmp_path / "gone")]) == 4
+    assert "not valid JSON" in capsys.readouterr().out  # type: ignore[attr-defined]
+    assert main(["summary", str(tmp_path / "nowhere")]) == 2

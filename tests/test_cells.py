@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FAULT_CAMPAIGN, simple_campaign
+from helpers import FAULT_CAMPAIGN, simple_campaign
 from pytest_abbench.status import COLUMNS, read_status
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import simple_campaign
+from helpers import simple_campaign
 
 
 def test_ids_alternate_sides_by_round(campaign_dir: pytest.Pytester) -> None:

@@ -7,7 +7,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import IR_CAMPAIGN, simple_campaign
+from helpers import IR_CAMPAIGN, simple_campaign
 
 from pytest_abbench.status import read_status
 

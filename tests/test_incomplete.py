@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import simple_campaign
+from helpers import simple_campaign
 
 from pytest_abbench.status import read_status
 

@@ -1,4 +1,4 @@
-"""The IR gate with real Triton compilations for cuda:90 on a CPU machine (ptxas ships in Triton's wheel)."""
+"""The IR gate: TTGIR normalization and real Triton compilations for cuda:90 on a CPU machine (Triton ships ptxas)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import IR_CAMPAIGN
+from helpers import IR_CAMPAIGN
 
 from pytest_abbench import irgate
 from pytest_abbench.cellconfig import CHILD_MODULE, CellConfig
+from pytest_abbench.irgate import normalize_ttgir
 from pytest_abbench.status import read_status
 
 FAST = ("-p", "no:cacheprovider")
@@ -117,3 +118,12 @@ def test_autotune_candidates_count_only_when_the_other_side_compiled_them(tmp_pa
     _variant(b, "w4_s3_chosen", "tt.func @k() { ttg.convert_layout }", candidate=False)
     decision = irgate.decide("op", a, b)
     assert decision.state == "diff" and decision.headline() == ["kernel: convert_layout 0 -> 1 (+1)"]
+
+
+def test_normalization_strips_locations_and_nothing_else() -> None:
+    a = ('#loc = loc("/home/a/k.py":7:0)\n%0 = ttg.local_alloc %x : tensor<4xf32> loc(#loc3)\n'
+         '%1 = tt.load %p loc(fused["/home/a/k.py":9:0, "(x)"])\n')
+    b = a.replace("/home/a", "/tmp/other")
+    assert normalize_ttgir(a) == normalize_ttgir(b)
+    assert "ttg.local_alloc %x" in normalize_ttgir(a) and "loc" not in normalize_ttgir(a).replace("local_alloc", "")
+    assert normalize_ttgir(a) != normalize_ttgir(a.replace("tensor<4xf32>", "tensor<8xf32>"))

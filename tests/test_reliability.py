@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import simple_campaign, synthetic_root
+from helpers import simple_campaign, synthetic_root
 
 from pytest_abbench.cli import main as abbench
 from pytest_abbench.status import read_status

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import simple_campaign, synthetic_root
+from helpers import simple_campaign, synthetic_root
 
 from pytest_abbench.cli import main
 from pytest_abbench.report import REPORT_JSON, build_report, report_from_json, write_report
@@ -80,3 +80,30 @@ def test_terminal_report_with_and_without_xdist(campaign_dir: pytest.Pytester, t
     assert "== one: rounds 2/2" in out and "== two: rounds 2/2" in out and "A/A floor" in out
     data = json.loads((root / REPORT_JSON).read_text())
     assert [o["op"] for o in data["ops"]] == ["one", "two"] and all(o["control"] for o in data["ops"])
+
+
+def test_verdicts_from_per_round_deltas(tmp_path: Path) -> None:
+    synthetic_root(tmp_path, {"fast": [-0.10, -0.098, -0.102, -0.101], "flip": [0.003, -0.002, 0.001, 0.0005],
+                               "slow": [0.05, 0.052, 0.049, 0.051]})
+    report = build_report(tmp_path)
+    op = report.ops[0]
+    shapes = {s.shape: s for s in op.shapes}
+    assert shapes["fast"].verdict == "faster"
+    assert shapes["fast"].ci_pct is not None and shapes["fast"].ci_pct[0] < -10.0 < shapes["fast"].ci_pct[1]
+    assert shapes["flip"].sign_flip and shapes["flip"].verdict == "same"
+    assert shapes["slow"].verdict == "slower"
+    assert op.sign_flips == 1 and not report.caliber_mismatch
+
+
+def test_failed_round_gives_no_verdict(tmp_path: Path) -> None:
+    synthetic_root(tmp_path, {"s": [-0.1, -0.1, -0.1]}, failed=(2, "B"))
+    op = build_report(tmp_path).ops[0]
+    assert op.state == "no_verdict" and "r2-B TIMEOUT" in op.reason and not op.shapes
+
+
+def test_one_round_against_the_others_blocks_a_direction_verdict(tmp_path: Path) -> None:
+    # The interval of these deltas excludes zero, but round 8 disagrees on the sign.
+    synthetic_root(tmp_path, {"s": [0.1] * 7 + [-0.001]})
+    shape = build_report(tmp_path).ops[0].shapes[0]
+    assert shape.ci_pct is not None and shape.ci_pct[0] > 0
+    assert shape.sign_flip and shape.verdict == "inconclusive"

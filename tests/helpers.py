@@ -1,0 +1,159 @@
+"""Test helpers that are not fixtures, imported with ``from helpers import ...``.
+
+Campaign sources written into a pytester folder (FAULT_CAMPAIGN, IR_CAMPAIGN,
+simple_campaign: fake-free, run by the real cell child) and synthetic_root, a
+campaign root written exactly as cells write it, for the report and summary.
+They live here, not in conftest.py: pytest may import a conftest under another
+module name, so importing from it is fragile.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+from pytest_abbench.status import StatusRow, append_status_row
+
+# A campaign of pure-torch ops: each op's build misbehaves in one documented
+# way inside the real cell child (a real subprocess, real signals).
+FAULT_CAMPAIGN = '''
+import os, signal, subprocess, sys, time, ctypes
+from pytest_abbench import Case, Op, Switch
+
+def ok(shape, device):
+    import torch
+    x = torch.ones(shape["n"])
+    return Case(run=lambda: x * 2, expected=lambda: torch.full((shape["n"],), 2.0))
+
+def exit3(shape, device):
+    sys.stdout.flush()
+    os._exit(3)
+
+def hang(shape, device):
+    # A grandchild in the same process group: the timeout must kill it too.
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    with open(os.environ["HANG_PIDFILE"], "w") as f:
+        f.write(f"{os.getpid()} {child.pid}")
+    time.sleep(600)
+
+def killself(shape, device):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+def segv(shape, device):
+    ctypes.string_at(0)
+
+def markers(shape, device):
+    print("AUTOTUNE_REPLAY_FALLBACK kernel=k key=[1]")
+    print("AUTOTUNE_REPLAY_FALLBACK kernel=k key=[2]")
+    print("BENCHMARK_DIRECT_NO_CUDAGRAPH op=markers shape=n=4 reason=test")
+    return ok(shape, device)
+
+def wrong(shape, device):
+    import torch
+    return Case(run=lambda: torch.zeros(2), expected=lambda: torch.ones(2))
+
+SHAPES = {"smoke": [{"n": 4}]}
+OPS = [Op(name, build=fn, shapes=SHAPES) for name, fn in [
+    ("ok", ok), ("exit3", exit3), ("hang", hang), ("killself", killself), ("segv", segv),
+    ("markers", markers), ("wrong", wrong)]]
+SWITCH = Switch(env_b={"ABBENCH_TEST_SWITCH": "1"})
+'''
+
+
+# Real Triton kernels at the smallest sizes that prove the IR gate: a 64x64
+# tl.dot (a Hopper warpgroup MMA for cuda:90 unless DISABLE_MMA_V3=1), an
+# element-wise add (no dot: the switch cannot change it), and a torch-only op
+# (no Triton kernel: the gate has nothing to compare).
+IR_CAMPAIGN = '''
+import triton
+import triton.language as tl
+from pytest_abbench import Case, Op, Switch
+
+
+@triton.jit
+def dot_kernel(a_ptr, b_ptr, c_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    a = tl.load(a_ptr + offs[:, None] * N + offs[None, :])
+    b = tl.load(b_ptr + offs[:, None] * N + offs[None, :])
+    tl.store(c_ptr + offs[:, None] * N + offs[None, :], tl.dot(a, b))
+
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs) + 1)
+
+
+def build_dot(shape, device):
+    import torch
+    n = shape["n"]
+    a = torch.randn(n, n, device=device, dtype=torch.float16)
+    b = torch.randn(n, n, device=device, dtype=torch.float16)
+    c = torch.empty(n, n, device=device, dtype=torch.float32)
+    return Case(run=lambda: (dot_kernel[(1,)](a, b, c, N=n), c)[1], expected=lambda: a.float() @ b.float(),
+                atol=1e-2, rtol=1e-2)
+
+
+def build_add(shape, device):
+    import torch
+    x = torch.arange(shape["n"], device=device, dtype=torch.float32)
+    y = torch.empty_like(x)
+    return Case(run=lambda: (add_kernel[(1,)](x, y, N=shape["n"]), y)[1], expected=lambda: x + 1)
+
+
+def build_torch(shape, device):
+    import torch
+    x = torch.ones(shape["n"], device=device)
+    return Case(run=lambda: x * 2, expected=lambda: torch.full((shape["n"],), 2.0))
+
+
+OPS = [Op("dot", build=build_dot, shapes={"smoke": [{"n": 64}]}),
+       Op("add", build=build_add, shapes={"smoke": [{"n": 16}]}),
+       Op("torchonly", build=build_torch, shapes={"smoke": [{"n": 4}]})]
+SWITCH = Switch(env_b={"DISABLE_MMA_V3": "1"})
+'''
+
+
+def simple_campaign(ops: str = '"one", "two"', switch: str = 'Switch(env_b={"ABBENCH_TEST_SWITCH": "1"})',
+                    extra: str = "") -> str:
+    return textwrap.dedent(f'''
+        from pytest_abbench import Case, Op, Switch
+
+        def build(shape, device):
+            import torch
+            x = torch.arange(shape["n"], dtype=torch.float32)
+            return Case(run=lambda: x + 1, expected=lambda: x + 1)
+        {extra}
+        OPS = [Op(name, build=build, shapes={{"smoke": [{{"n": 8}}, {{"n": 16}}]}}) for name in ({ops},)]
+        SWITCH = {switch}
+    ''')
+
+
+def synthetic_root(root: Path, deltas: dict[str, list[float]], failed: tuple[int, str] | None = None,
+                   control: dict[str, list[float]] | None = None, op: str = "op") -> None:
+    """One op, one shape per entry: per round A = 1.0 ms, B = 1 + delta (and A2 = 1 + control delta).
+
+    Identities are equal; results.jsonl, run_identity.json and status.tsv
+    are written exactly as cells write them (they are the interface).
+    """
+    rounds = len(next(iter(deltas.values())))
+    for rnd in range(1, rounds + 1):
+        for side in ("A", "B", "A2") if control else ("A", "B"):
+            cell = root / f"r{rnd}_{side}" / op
+            cell.mkdir(parents=True)
+            identity = {"backend": "cuda", "device": "H200", "timer": "cudagraph", "bench_level": "core",
+                        "shape_mode": "h", "tuner_cache": "per-cell", "direct_repeat": "r", "side": side[0],
+                        "autotune_mode": "record" if (rnd, side) == (1, "A") else "replay",
+                        "autotune_record": f"/r/autotune/{op}.json", "autotune_record_hash": "x"}
+            (cell / "run_identity.json").write_text(json.dumps(identity))
+            lines = []
+            for shape, ds in deltas.items():
+                extra = {"A": 0.0, "B": ds[rnd - 1], "A2": (control or {}).get(shape, [0.0] * rounds)[rnd - 1]}
+                ms = 1.0 + extra[side]
+                lines.append(json.dumps({"shape": shape, "status": "ok", "timer": "cudagraph", "median_ms": ms,
+                                         "samples_ms": [ms] * 5}))
+            (cell / "results.jsonl").write_text("\n".join(lines) + "\n")
+            status = "TIMEOUT" if failed == (rnd, side) else "ok"
+            append_status_row(root, StatusRow(rnd, op, side, "X=1", 124 if status != "ok" else 0, status, 1.0,
+                                              len(deltas), 0))
