@@ -27,8 +27,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pytest_abbench.report import build_report, write_report  # noqa: E402
 from pytest_abbench.layout import STATUS_FILE  # noqa: E402
+from pytest_abbench.report import build_report, write_report  # noqa: E402
 from pytest_abbench.status import COLUMNS, StatusRow, append_status_row, read_status  # noqa: E402
 
 CAMPAIGN = textwrap.dedent('''

@@ -27,7 +27,6 @@ _PR_SET_PDEATHSIG = 1
 class ChildResult:
     rc: int
     elapsed_s: float
-    timed_out: bool
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
@@ -59,7 +58,6 @@ def run_child(
     env: Mapping[str, str],
     log_path: Path,
     timeout_s: float,
-    cwd: Path | None = None,
 ) -> ChildResult:
     """Start ``argv`` in a new session, wait at most ``timeout_s``, return its shell-style rc.
 
@@ -82,7 +80,6 @@ def run_child(
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                cwd=cwd,
                 start_new_session=True,
                 preexec_fn=_die_with_parent,
             )
@@ -113,7 +110,7 @@ def run_child(
             kill_group(pgid, signal.SIGKILL)
     elapsed = time.monotonic() - start
     rc = TIMEOUT if timed_out else shell_rc(proc.returncode)
-    return ChildResult(rc=rc, elapsed_s=elapsed, timed_out=timed_out)
+    return ChildResult(rc=rc, elapsed_s=elapsed)
 
 
 def log_tail(log_path: Path, max_bytes: int = 4000) -> str:

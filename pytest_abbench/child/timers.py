@@ -6,7 +6,7 @@ Imported only by the cell child (it imports torch and triton lazily).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from pytest_abbench.markers import BENCHMARK_CAPTURE_POISONED, BENCHMARK_DIRECT_NO_CUDAGRAPH
@@ -22,7 +22,6 @@ class Timing:
     samples_ms: list[float]
     marker: str | None = None
     reason: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class CapturePoisoned(Exception):
