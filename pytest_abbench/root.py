@@ -116,12 +116,11 @@ class CampaignRoot:
             rows = read_status(self.path, on_bad_line=lambda exc: self.notices.append(
                 f"abbench: {exc}: line skipped; its cell runs again if no good row says it finished"))
             last = {CellKey(r.round, r.op, r.side): r for r in rows}
-            self._finished = {k: CellOutcome.from_row(r, self.layout.cell(k), "") for k, r in last.items()}
-            self._finished = {k: o for k, o in self._finished.items() if o.finished}
-        found = self._finished.get(key)
-        if found is not None:
-            found.resumed = True
-        return found
+            outcomes = (CellOutcome.from_row(r, self.layout.cell(k)) for k, r in last.items())
+            self._finished = {o.key: o for o in outcomes if o.finished}
+            for outcome in self._finished.values():
+                outcome.resumed = True  # read from disk, not run in this session
+        return self._finished.get(key)
 
     def set_aside(self, key: CellKey) -> None:
         """An attempt that crashed or failed is kept aside, never mixed into this run's files."""
