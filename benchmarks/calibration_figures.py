@@ -20,13 +20,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pytest_abbench.report import REPORT_JSON  # noqa: E402
-from pytest_abbench.report.stats import interval, verdict  # noqa: E402
+from pytest_abbench.report.stats import judge, t_test_p  # noqa: E402
 
 
 def settled_after(per_round_pct: list[float], margin_pct: float) -> tuple[int, list[str]]:
-    """(rounds after which the verdict stopped changing, verdict at k = 2..N)."""
+    """(rounds after which the verdict stopped changing, verdict at k = 2..N).
+
+    The shape is judged alone at each k (its own t-test, no correction across the op's shapes).
+    """
     logs = [math.log1p(p / 100.0) for p in per_round_pct]
-    verdicts = [verdict(interval(logs[:k]), per_round_pct[:k], margin_pct) for k in range(2, len(logs) + 1)]
+    verdicts = [judge(logs[:k], t_test_p(logs[:k]), margin_pct).verdict for k in range(2, len(logs) + 1)]
     settle = len(logs)
     for k in range(len(verdicts) - 1, -1, -1):
         if verdicts[k] != verdicts[-1]:

@@ -73,6 +73,11 @@ def summary(args: argparse.Namespace) -> int:
             return EXIT_USAGE
         built = report.build_report(root, margin_pct=args.ab_margin, fail_if_slower_pct=args.ab_fail_if_slower,
                                     allow_caliber_mismatch=args.allow_caliber_mismatch)
+    if args.ab_fail_if_slower is not None and not built.gpu_timed:
+        print(f"abbench summary: --ab-fail-if-slower gates on GPU timings; these cells were timed with "
+              f"{built.setup.get('backend')} / {built.setup.get('timer')}, which says nothing about GPU speed",
+              file=sys.stderr)
+        return EXIT_USAGE
     # The live session's rule: a failed or never-run cell is pytest's 1, then caliber (4) and the gate (7).
     cells_status = EXIT_CELL_FAILED if built.failed_cells or not built.complete else 0
     code = built.decide_exit(cells_status, args.allow_caliber_mismatch)

@@ -108,9 +108,10 @@ def add_report_options(add: Callable[..., Any]) -> None:
     add("--allow-caliber-mismatch", action="store_true", default=False,
         help="print caliber mismatches but do not exit 4 for them")
     add("--ab-margin", type=percent, default=None, metavar="PCT",
-        help=f"equivalence margin for a 'same' verdict (default: the A/A floor when measured, else {DEFAULT_MARGIN_PCT}%%)")
+        help=f"equivalence margin: 'same' when the 90%% interval lies inside +-PCT (default {DEFAULT_MARGIN_PCT}%%)")
     add("--ab-fail-if-slower", type=percent, default=None, metavar="PCT",
-        help="exit 7 when an op is 'slower' with its whole geomean interval beyond PCT")
+        help="exit 7 when an op is 'slower' with its whole geomean interval beyond PCT (GPU timers only: "
+             "interpreter and wall-clock runs are refused)")
 
 
 def register(parser: pytest.Parser) -> None:
@@ -132,8 +133,8 @@ def register(parser: pytest.Parser) -> None:
     add("--ab-resume", type=existing_root, default=None, metavar="ROOT",
         help="continue the campaign in ROOT: cells with a finished row are read from disk, not run again")
     add("--ab-control", action="store_true", default=False,
-        help="A/A control: a third cell per round and op ([r<k>-A2]) runs side A again; its A/A interval is "
-             "each shape's measured noise floor and the default margin of the 'same' verdict")
+        help="A/A control: a third cell per round and op ([r<k>-A2]) runs side A again; each shape's A/A interval "
+             "is printed, and where it excludes zero, directions no larger than that bias are withheld")
     add("--ab-tuner-cache", type=tuner_cache_mode, default=cellconfig.DEFAULT_TUNER_CACHE, metavar="per-cell|shared:DIR",
         help="where library tuners (FlagGems' LibTuner) keep their choices: per-cell (pinned from round 1, the "
              "default) or one shared folder, which makes absolute latencies unquotable (caliber warning)")
@@ -209,7 +210,7 @@ def resolve(config: pytest.Config) -> Settings:
     allow_no_ir = bool(opt.ab_allow_no_ir_diff) or os.environ.get("SWITCH_ALLOW_NO_IR_DIFF", "") == "1"
     backend = detect_backend(opt.ab_backend)
     cuda = backend == "cuda"
-    return Settings(
+    settings = Settings(
         rounds=rounds,
         root=opt.ab_resume or (Path(opt.ab_root) if opt.ab_root else None),
         cell_timeout_s=timeout,
@@ -232,6 +233,11 @@ def resolve(config: pytest.Config) -> Settings:
         fail_if_slower_pct=opt.ab_fail_if_slower,
         sources={"cell_timeout": timeout_src, "rounds": rounds_src},
     )
+    if settings.fail_if_slower_pct is not None and (settings.backend != "cuda" or settings.timer == "wall"):
+        raise pytest.UsageError(
+            f"--ab-fail-if-slower gates on GPU timings; this run times backend {settings.backend} with the "
+            f"{settings.timer} timer, which says nothing about GPU speed (run it on a GPU, or drop the gate)")
+    return settings
 
 
 def visible_gpus() -> tuple[str, ...]:

@@ -19,8 +19,8 @@ from pytest_abbench.layout import (CONTROL, IDENTITY_FILE, SIDES, CellKey, RootL
 from pytest_abbench.markers import count_markers
 from pytest_abbench.options import DEFAULT_MARGIN_PCT
 from pytest_abbench.report.model import SCHEMA_VERSION, OpReport, Report, ShapeReport
-from pytest_abbench.report.stats import (cv_pct, floor_margin, interval, median_or_none, pct, robust_cv, stdev,
-                                         verdict)
+from pytest_abbench.report.stats import (aa_bias, bh_adjust, cv_pct, interval, judge, median_or_none, pct, robust_cv,
+                                         sign_flip, stdev, t_test_p, SAME_LEVEL)
 from pytest_abbench.outcome import IR_ONLY, NO_IR_DIFF, NO_ROW, OK, CellOutcome
 from pytest_abbench.plan import CampaignPlan, read_plan
 from pytest_abbench.status import read_status
@@ -147,9 +147,12 @@ def _rounds_run(by_round: _CellsByRound, rounds: int, roles: tuple[str, ...]) ->
 def _add_round(per_shape: dict[str, _ShapeRounds], results_a: dict[str, dict[str, Any]],
                results_b: dict[str, dict[str, Any]], results_control: dict[str, dict[str, Any]],
                mixed: set[str]) -> None:
-    """One round's results into each shape's lists; shapes in ``mixed`` (timer differs) are left out."""
-    for shape in results_a.keys() & results_b.keys():
-        if shape in mixed:
+    """One round's results into each shape's lists; shapes in ``mixed`` (timer differs) are left out.
+
+    Shapes are taken in side A's file order, which is the campaign's declared order.
+    """
+    for shape in results_a:
+        if shape in mixed or shape not in results_b:
             continue
         a, b = results_a[shape], results_b[shape]
         acc = per_shape.setdefault(shape, _ShapeRounds())
@@ -188,35 +191,43 @@ def _pct_pair(ci: tuple[float, float] | None) -> tuple[float, float] | None:
     return (pct(ci[0]), pct(ci[1])) if ci else None
 
 
-def _shape_report(shape: str, values: _ShapeRounds, rounds: int, margin_pct: float | None) -> ShapeReport:
-    """A shape measured in every round: its deltas, interval, noise, A/A floor and verdict."""
+def _shape_report(shape: str, values: _ShapeRounds, rounds: int, margin_pct: float,
+                  p_adjusted: float | None) -> ShapeReport:
+    """A shape measured in every round: its deltas, intervals, noise, A/A interval and verdict."""
     deltas = [pct(x) for x in values.log_ratios]
-    ci = interval(values.log_ratios)
     aa = values.aa_log_ratios
     aa_ci_pct = _pct_pair(interval(aa) if len(aa) == rounds else None)
-    shape_margin = margin_pct if margin_pct is not None else (floor_margin(aa_ci_pct) or DEFAULT_MARGIN_PCT)
+    bias = aa_bias(aa_ci_pct)
+    judgement = judge(values.log_ratios, p_adjusted, margin_pct, bias)
     return ShapeReport(
         shape=shape, rounds=len(deltas), a_ms=statistics.median(values.a_ms), b_ms=statistics.median(values.b_ms),
         delta_pct=statistics.median(deltas), delta_min_pct=min(deltas), delta_max_pct=max(deltas),
-        ci_pct=_pct_pair(ci),
+        ci_pct=_pct_pair(interval(values.log_ratios)),
         delta_spread_pct=stdev(deltas) if len(deltas) > 1 else 0.0,
         noise_within_a_pct=median_or_none(values.noise_a), noise_within_b_pct=median_or_none(values.noise_b),
         noise_across_a_pct=cv_pct(values.a_ms), noise_across_b_pct=cv_pct(values.b_ms),
-        sign_flip=not (all(x > 0 for x in deltas) or all(x < 0 for x in deltas)),
-        verdict=verdict(ci, deltas, shape_margin), per_round_pct=deltas, margin_pct=shape_margin,
+        sign_flip=sign_flip(values.log_ratios), verdict=judgement.verdict, per_round_pct=deltas,
+        margin_pct=margin_pct, ci90_pct=_pct_pair(interval(values.log_ratios, SAME_LEVEL)),
+        p_value=t_test_p(values.log_ratios), p_adjusted=p_adjusted, within_margin=judgement.within_margin,
+        note=judgement.note,
         aa_delta_pct=statistics.median(pct(x) for x in aa) if aa else None,
-        aa_ci_pct=aa_ci_pct, aa_per_round_pct=[pct(x) for x in aa],
+        aa_ci_pct=aa_ci_pct, aa_per_round_pct=[pct(x) for x in aa], aa_bias_pct=bias,
     )
 
 
-def _judge_shapes(rep: OpReport, per_shape: dict[str, _ShapeRounds], margin_pct: float | None) -> None:
-    """A ShapeReport for each shape measured in every round; the others are named in ``mixed_timer_shapes``."""
-    for shape in sorted(per_shape):
-        measured = len(per_shape[shape].log_ratios)
+def _judge_shapes(rep: OpReport, per_shape: dict[str, _ShapeRounds], margin_pct: float) -> None:
+    """A ShapeReport for each shape measured in every round, in declared order; the others are named in
+    ``mixed_timer_shapes``.  The t-tests of the op's shapes are corrected together (Benjamini-Hochberg)."""
+    judged = {}
+    for shape, values in per_shape.items():
+        measured = len(values.log_ratios)
         if measured != rep.rounds_expected:
             rep.mixed_timer_shapes.append(f"{shape}: measured in {measured} of {rep.rounds_expected} rounds")
             continue
-        rep.shapes.append(_shape_report(shape, per_shape[shape], rep.rounds_expected, margin_pct))
+        judged[shape] = values
+    adjusted = bh_adjust([t_test_p(values.log_ratios) for values in judged.values()])
+    for (shape, values), p_adjusted in zip(judged.items(), adjusted):
+        rep.shapes.append(_shape_report(shape, values, rep.rounds_expected, margin_pct, p_adjusted))
 
 
 def _op_geomean(rep: OpReport, per_shape: dict[str, _ShapeRounds]) -> None:
@@ -233,9 +244,9 @@ def _op_geomean(rep: OpReport, per_shape: dict[str, _ShapeRounds]) -> None:
         rep.aa_geomean_ci_pct = _pct_pair(interval(aa_rounds))
 
 
-def build_op(op: str, cells: list[CellOutcome], root: Path, plan: CampaignPlan, margin_pct: float | None,
+def build_op(op: str, cells: list[CellOutcome], root: Path, plan: CampaignPlan, margin_pct: float,
              result: caliber.CaliberResult, allow_caliber_mismatch: bool = False) -> OpReport:
-    """One op's verdicts against its plan; ``margin_pct`` None means: the A/A floor where measured, else the default."""
+    """One op's verdicts against its plan, ``margin_pct`` the equivalence margin of ``same``."""
     by_round: _CellsByRound = {}
     for c in cells:
         by_round.setdefault(c.key.round, {})[c.key.role] = c
@@ -295,6 +306,30 @@ def build_op(op: str, cells: list[CellOutcome], root: Path, plan: CampaignPlan, 
     return rep
 
 
+SETUP_FIELDS = ("switch", "backend", "timer", "device")  # what the report header names, read from identities
+
+
+def _setup_facts(cells: list[CellOutcome]) -> dict[str, str]:
+    """Switch, backend, timer and device as the cells' identities record them; several values joined by ' | '."""
+    seen: dict[str, list[str]] = {name: [] for name in SETUP_FIELDS}
+    firsts: dict[tuple[str, str], Path] = {}
+    for c in sorted(cells, key=lambda c: c.key.round):
+        if c.measured:
+            firsts.setdefault((c.key.op, c.key.role), c.cell_dir)  # one identity per op and side is enough
+    for folder in firsts.values():
+        identity, _ = caliber.load_identity(folder)
+        for name in SETUP_FIELDS:
+            value = str((identity or {}).get(name) or "")
+            if value and value not in seen[name]:
+                seen[name].append(value)
+    return {name: " | ".join(values) or "unknown" for name, values in seen.items()}
+
+
+def _gpu_timed(setup: dict[str, str]) -> bool:
+    """Every cell timed on a GPU: no interpreter backend and no wall-clock timer (they say nothing about GPU speed)."""
+    return setup["backend"] == "cuda" and "wall" not in setup["timer"].split(" | ") and setup["timer"] != "unknown"
+
+
 def build_report(root: Path, outcomes: Iterable[CellOutcome] | None = None, plan: CampaignPlan | None = None,
                  margin_pct: float | None = None, fail_if_slower_pct: float | None = None,
                  allow_caliber_mismatch: bool = False) -> Report:
@@ -312,23 +347,22 @@ def build_report(root: Path, outcomes: Iterable[CellOutcome] | None = None, plan
     for c in sorted(cells, key=lambda c: (c.key.op, c.key.round, c.key.role)):
         by_op.setdefault(c.key.op, []).append(c)
     result = caliber.CaliberResult()
-    ops = [build_op(op, op_cells, root, plan, margin_pct, result, allow_caliber_mismatch)
+    ops = [build_op(op, op_cells, root, plan, DEFAULT_MARGIN_PCT if margin_pct is None else margin_pct, result,
+                    allow_caliber_mismatch)
            for op, op_cells in sorted(by_op.items())]
+    setup = _setup_facts(cells)
+    gpu_timed = _gpu_timed(setup)
     slower = []
-    if fail_if_slower_pct is not None:
+    if fail_if_slower_pct is not None and gpu_timed:
         for o in ops:
             if o.state == "verdict" and o.geomean_ci_pct and o.geomean_ci_pct[0] > fail_if_slower_pct \
                     and o.verdicts.get("slower"):
                 slower.append(o.op)
-    if margin_pct is not None:
-        source = "--ab-margin"
-    elif any(o.control for o in ops):
-        source = "A/A floor per shape (ops without a control: default)"
-    else:
-        source = "default (no A/A control measured)"
+    source = "--ab-margin" if margin_pct is not None else "default"
     margin = DEFAULT_MARGIN_PCT if margin_pct is None else margin_pct
     planned = {key for op in by_op for key in plan.cells(op)}
     ran = {c.key for c in cells}
     failed = sorted(str(c.key) for c in cells if not c.finished)
     return Report(SCHEMA_VERSION, str(root), margin, source, ops, [f.line() for f in result.findings],
-                  bool(result.mismatches), slower, problems, complete=planned <= ran, failed_cells=failed)
+                  bool(result.mismatches), slower, problems, complete=planned <= ran, failed_cells=failed,
+                  rounds_planned=plan.rounds, setup=setup, gpu_timed=gpu_timed)

@@ -15,7 +15,7 @@ from pytest_abbench.layout import REPORT_MD as REPORT_MD
 from pytest_abbench.exitcodes import exit_reason, session_exit_code
 from pytest_abbench.options import DEFAULT_MARGIN_PCT
 
-SCHEMA_VERSION = 4  # 3: OpReport.caliber_mismatch; 4: Report.complete and failed_cells
+SCHEMA_VERSION = 5  # 3: OpReport.caliber_mismatch; 4: Report.complete and failed_cells; 5: the BH/sign-test rule
 
 
 @dataclass
@@ -39,9 +39,15 @@ class ShapeReport:
     verdict: str
     per_round_pct: list[float]
     margin_pct: float = DEFAULT_MARGIN_PCT  # the 'same' margin this shape was judged with
+    ci90_pct: tuple[float, float] | None = None  # the equivalence test's interval: 'same' when inside +-margin
+    p_value: float | None = None  # two-sided one-sample t-test of the round log ratios
+    p_adjusted: float | None = None  # Benjamini-Hochberg across the op's shapes
+    within_margin: bool = False  # a direction whose 90% interval lies inside +-margin: real and small
+    note: str = ""  # why the data's direction was withheld
     aa_delta_pct: float | None = None  # A/A control: median over rounds of A2/A-1
-    aa_ci_pct: tuple[float, float] | None = None  # the measured noise floor
+    aa_ci_pct: tuple[float, float] | None = None  # the A/A interval: a diagnostic, never the margin
     aa_per_round_pct: list[float] = field(default_factory=list)
+    aa_bias_pct: float | None = None  # the A/A interval excluded zero: a between-process bias of this size
 
 
 @dataclass
@@ -86,6 +92,9 @@ class Report:
     failed_cells: list[str] = field(default_factory=list)  # cells that did not finish, e.g. "topk[r2-B]"
     exit_code: int | None = None  # the session's (or abbench summary's) exit code and why
     exit_reason: str = ""
+    rounds_planned: int = 0
+    setup: dict[str, str] = field(default_factory=dict)  # switch, backend, timer, device (from the identities)
+    gpu_timed: bool = True  # False: interpreter or wall-clock numbers, which say nothing about GPU speed
 
     def decide_exit(self, pytest_status: int, allow_caliber_mismatch: bool) -> int:
         """Set ``exit_code`` and ``exit_reason`` by the one rule of ``exitcodes``; returns the code."""
@@ -113,7 +122,8 @@ def report_from_json(data: dict[str, Any]) -> Report:
         raise ValueError(f"report.json schema_version {data.get('schema_version')!r}, this reader knows {SCHEMA_VERSION}")
     ops = []
     for o in data["ops"]:
-        shapes = [ShapeReport(**{**s, "ci_pct": _pair(s["ci_pct"]), "aa_ci_pct": _pair(s["aa_ci_pct"])})
+        shapes = [ShapeReport(**{**s, "ci_pct": _pair(s["ci_pct"]), "aa_ci_pct": _pair(s["aa_ci_pct"]),
+                                 "ci90_pct": _pair(s["ci90_pct"])})
                   for s in o["shapes"]]
         ops.append(OpReport(**{**o, "shapes": shapes, "geomean_ci_pct": _pair(o["geomean_ci_pct"]),
                                "aa_geomean_ci_pct": _pair(o["aa_geomean_ci_pct"])}))

@@ -11,7 +11,7 @@ from pathlib import Path
 from pytest_abbench.fileio import write_json_atomic
 from pytest_abbench.report import plots
 from pytest_abbench.layout import RootLayout
-from pytest_abbench.report.model import OpReport, Report
+from pytest_abbench.report.model import OpReport, Report, ShapeReport
 
 
 def _range(ci: tuple[float, float] | None) -> str:
@@ -40,9 +40,51 @@ def _gate_text(o: OpReport) -> str:
     return str(o.gate["state"])
 
 
+RULE_TEXT = ("direction: t-test of the round deltas at 5% after Benjamini-Hochberg across the op's shapes, and a sign "
+             "test over the rounds (all rounds up to 7, then 7/8, 8/9, 9/10); same: 90% interval inside +-margin")
+
+
+def header_lines(report: Report) -> list[str]:
+    """What was compared and how: switch, backend, timer, device, rounds, margin, the rule; a warning off-GPU."""
+    setup = report.setup
+    run = [o.rounds_completed for o in report.ops if o.state not in ("ir_only",)]
+    rounds_run = "-" if not run else str(min(run)) if min(run) == max(run) else f"{min(run)}-{max(run)}"
+    lines = [f"switch (side B): {setup.get('switch', 'unknown')}; backend {setup.get('backend', 'unknown')}; "
+             f"timer {setup.get('timer', 'unknown')}; device {setup.get('device', 'unknown')}",
+             f"rounds planned {report.rounds_planned}, run {rounds_run}; margin +-{report.margin_pct:g}% "
+             f"({report.margin_source}); {RULE_TEXT}"]
+    if not report.gpu_timed:
+        lines.append("NOT GPU TIMINGS: interpreter or wall-clock numbers say nothing about GPU speed; a direction "
+                     "below describes this machine only")
+    return lines
+
+
+def _verdict_text(s: ShapeReport) -> str:
+    """The verdict, with 'within +-m%' for a real effect smaller than the margin."""
+    return f"{s.verdict}, within +-{s.margin_pct:g}%" if s.within_margin else s.verdict
+
+
+def _shape_table(o: OpReport) -> list[str]:
+    """One line per shape in declared order; the shape id is never cut (the column is as wide as the longest)."""
+    width = max([len("shape")] + [len(s.shape) for s in o.shapes])
+    lines = [f"   {'shape':<{width}} {'A ms':>10} {'B ms':>10} {'delta med [min ~ max]':>26} "
+             f"{'95% CI':>18} {'noise A/B':>11} {'rounds A/B':>11} {'flip':>4} {'margin':>7}  verdict"
+             + (f"  {'A/A 95% CI':>18}" if o.control else "")]
+    for s in o.shapes:
+        rng = f"{s.delta_pct:+.1f}% [{s.delta_min_pct:+.1f} ~ {s.delta_max_pct:+.1f}]"
+        noise = "/".join("-" if v is None else f"{v:.1f}%" for v in (s.noise_within_a_pct, s.noise_within_b_pct))
+        # Spread of each side's medians across rounds: how much the machine moved between processes.
+        across = "/".join("-" if v is None else f"{v:.1f}%" for v in (s.noise_across_a_pct, s.noise_across_b_pct))
+        line = (f"   {s.shape:<{width}} {s.a_ms:>10.4g} {s.b_ms:>10.4g} {rng:>26} {_range(s.ci_pct):>18} "
+                f"{noise:>11} {across:>11} {'yes' if s.sign_flip else 'no':>4} {f'+-{s.margin_pct:g}%':>7}  "
+                f"{_verdict_text(s):<22}" + (f"  {_range(s.aa_ci_pct):>18}" if o.control else ""))
+        lines.append(line.rstrip() + (f"  ({s.note})" if s.note else ""))
+    return lines
+
+
 def render_text(report: Report) -> str:
-    """The report as lines: caliber findings and problems first, then one block per op."""
-    lines: list[str] = []
+    """The report as lines: header, caliber findings and problems, then one block per op."""
+    lines: list[str] = header_lines(report)
     if not report.complete:
         lines.append("INCOMPLETE: the session stopped before every planned cell ran; ops missing rounds get no verdict")
     lines += report.caliber_lines
@@ -61,33 +103,20 @@ def render_text(report: Report) -> str:
         if o.state != "verdict":
             lines.append(f"   {o.reason}")
             continue
-        ci = f" [{o.geomean_ci_pct[0]:+.1f}% ~ {o.geomean_ci_pct[1]:+.1f}%]" if o.geomean_ci_pct else ""
         counts = ", ".join(f"{k} {v}" for k, v in sorted(o.verdicts.items()))
+        lines.append(f"   geomean delta {_fmt(o.geomean_pct)} [{_range(o.geomean_ci_pct)}]; verdicts: {counts}")
         if o.control:
-            floor = o.aa_geomean_ci_pct
-            floor_text = f"; A/A floor [{floor[0]:+.1f}% ~ {floor[1]:+.1f}%]" if floor else "; A/A floor -"
-            margin_text = "margin: each shape's A/A floor" if report.margin_source != "--ab-margin" \
-                else f"margin +-{report.margin_pct:g}% (--ab-margin)"
-        else:
-            floor_text = ""
-            margin_text = f"margin +-{report.margin_pct:g}% ({report.margin_source})"
-        lines.append(f"   geomean delta {_fmt(o.geomean_pct)}{ci}{floor_text}; verdicts: {counts}; {margin_text}")
+            biased = sum(1 for s in o.shapes if s.aa_bias_pct is not None)
+            lines.append(f"   A/A control (a diagnostic, never the margin): geomean interval "
+                         f"[{_range(o.aa_geomean_ci_pct)}]; " + (
+                             f"{biased} shape(s) show a bias between processes (A/A interval excludes 0): "
+                             "directions no larger than it are withheld" if biased else "no shape shows a bias"))
         if o.sign_flips:
-            lines.append(f"   {o.sign_flips} of {len(o.shapes)} shapes changed sign: their direction is not a conclusion")
+            lines.append(f"   {o.sign_flips} of {len(o.shapes)} shapes changed sign between rounds: a direction needs "
+                         "the sign test over the rounds as well as the interval")
         for m in o.mixed_timer_shapes:
             lines.append(f"   no verdict for {m} (timer differs between sides or shape missing)")
-        lines.append(f"   {'shape':<28} {'A ms':>10} {'B ms':>10} {'delta med [min ~ max]':>26} "
-                     f"{'95% CI':>18} {'noise A/B':>11} {'rounds A/B':>11} {'flip':>4}  verdict"
-                     + (f"  {'A/A floor (95% CI)':>20}" if o.control else ""))
-        for s in o.shapes:
-            rng = f"{s.delta_pct:+.1f}% [{s.delta_min_pct:+.1f} ~ {s.delta_max_pct:+.1f}]"
-            ci_text = f"{s.ci_pct[0]:+.1f} ~ {s.ci_pct[1]:+.1f}%" if s.ci_pct else "-"
-            noise = "/".join("-" if v is None else f"{v:.1f}%" for v in (s.noise_within_a_pct, s.noise_within_b_pct))
-            # Spread of each side's medians across rounds: how much the machine moved between processes.
-            across = "/".join("-" if v is None else f"{v:.1f}%" for v in (s.noise_across_a_pct, s.noise_across_b_pct))
-            lines.append(f"   {s.shape[:28]:<28} {s.a_ms:>10.4g} {s.b_ms:>10.4g} {rng:>26} {ci_text:>18} "
-                         f"{noise:>11} {across:>11} {'yes' if s.sign_flip else 'no':>4}  {s.verdict:<12}"
-                         + (f"  {_range(s.aa_ci_pct):>20}" if o.control else ""))
+        lines += _shape_table(o)
     if report.slower_ops:
         lines.append(f"REGRESSION GATE: slower beyond the threshold: {', '.join(report.slower_ops)}")
     return "\n".join(lines)

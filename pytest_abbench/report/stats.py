@@ -1,26 +1,33 @@
-"""The statistics the report judges with: t intervals, the verdict rule, within-cell noise, the A/A margin.
+"""The statistics the report judges with: t intervals and tests, the multiplicity correction, the verdict rule.
 
 Plain floats and the standard library only (no scipy, no numpy): the report
 runs in the pytest session and in ``abbench summary`` on machines without either.
+
+The rule (chosen on the seeded simulator, ``benchmarks/verdict_sim.py``;
+``docs/verdicts.md`` has its table):
+
+* a direction (``faster``/``slower``) needs the one-sample t-test of the
+  per-round log ratios significant at 5% after Benjamini-Hochberg across the
+  op's shapes, and the rounds agreeing on the sign by a sign test at the same
+  level: every round up to 7 rounds, 7 of 8, 8 of 9, 9 of 10 (``rounds_needed``);
+* ``same`` is an equivalence claim (TOST at 5%): the 90% interval inside
+  +-margin; a significant effect inside the margin is a direction marked
+  ``within_margin``;
+* an A/A control never sets the margin: when its interval excludes zero, the
+  machine shows a bias between processes, and directions no larger than it
+  are withheld.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import dataclass
+from functools import lru_cache
 
-# Two-sided 95% Student t quantiles by degrees of freedom (no scipy needed).
-_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
-        11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093,
-        20: 2.086, 25: 2.060, 30: 2.042, 40: 2.021, 60: 2.000, 120: 1.980}
-
-
-def t95(df: int) -> float:
-    """The two-sided 95% t quantile; between table rows the next larger df's (a slightly narrower interval)."""
-    if df in _T95:
-        return _T95[df]
-    above = [d for d in _T95 if d > df]
-    return _T95[min(above)] if above else 1.96
+ALPHA = 0.05  # the level of every test of the rule: t-test (after BH), sign test, TOST
+DIRECTION_LEVEL = 0.95  # the interval printed next to a direction (two-sided test at ALPHA)
+SAME_LEVEL = 0.90  # the interval of the equivalence test: two one-sided tests at ALPHA
 
 
 def pct(log_ratio: float) -> float:
@@ -34,28 +41,147 @@ def stdev(values: list[float]) -> float:
     return math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1))
 
 
-def interval(values: list[float]) -> tuple[float, float] | None:
-    """95% t-interval of the mean of ``values``; None with fewer than 2 values."""
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the incomplete beta function (modified Lentz)."""
+    tiny = 1e-300
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        m2 = 2 * m
+        for aa in (m * (b - m) * x / ((qam + m2) * (a + m2)), -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
+            d = 1.0 + aa * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + aa / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-15:
+            break
+    return h
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """Regularised incomplete beta I_x(a, b)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+
+
+def t_two_sided_p(t: float, df: int) -> float:
+    """P(|T| >= |t|) for Student's t with ``df`` degrees of freedom."""
+    if math.isinf(t):
+        return 0.0
+    return _betainc(df / 2.0, 0.5, df / (df + t * t))
+
+
+@lru_cache(maxsize=None)
+def t_quantile(level: float, df: int) -> float:
+    """The two-sided ``level`` quantile of Student's t: P(|T| <= q) = level."""
+    lo, hi = 0.0, 1.0
+    while t_two_sided_p(hi, df) > 1.0 - level:
+        hi *= 2.0
+    for _ in range(100):  # bisection: p falls monotonically in t
+        mid = (lo + hi) / 2.0
+        lo, hi = (mid, hi) if t_two_sided_p(mid, df) > 1.0 - level else (lo, mid)
+    return (lo + hi) / 2.0
+
+
+def interval(values: list[float], level: float = DIRECTION_LEVEL) -> tuple[float, float] | None:
+    """The ``level`` t-interval of the mean of ``values``; None with fewer than 2 values."""
     if len(values) < 2:
         return None
     mean = statistics.fmean(values)
-    half = t95(len(values) - 1) * stdev(values) / math.sqrt(len(values))
+    half = t_quantile(level, len(values) - 1) * stdev(values) / math.sqrt(len(values))
     return mean - half, mean + half
 
 
-def verdict(ci: tuple[float, float] | None, deltas: list[float], margin_pct: float) -> str:
-    """faster/slower only if the interval excludes 0 and every round agrees; same inside +-margin."""
-    if ci is None:
-        return "inconclusive"
-    lo, hi = pct(ci[0]), pct(ci[1])
-    one_sign = all(d > 0 for d in deltas) or all(d < 0 for d in deltas)
-    if lo > 0 and one_sign:
-        return "slower"
-    if hi < 0 and one_sign:
-        return "faster"
-    if -margin_pct < lo and hi < margin_pct:
-        return "same"
-    return "inconclusive"
+def t_test_p(values: list[float]) -> float | None:
+    """Two-sided p of the one-sample t-test of mean 0; None with fewer than 2 values."""
+    if len(values) < 2:
+        return None
+    mean = statistics.fmean(values)
+    sd = stdev(values)
+    if sd == 0.0:
+        return 1.0 if mean == 0.0 else 0.0
+    return t_two_sided_p(mean / (sd / math.sqrt(len(values))), len(values) - 1)
+
+
+def bh_adjust(p_values: list[float | None]) -> list[float | None]:
+    """Benjamini-Hochberg adjusted p-values (None stays None and is not counted among the tests)."""
+    present = sorted((p, i) for i, p in enumerate(p_values) if p is not None)
+    adjusted: list[float | None] = [None] * len(p_values)
+    running = 1.0
+    for rank in range(len(present), 0, -1):
+        p, i = present[rank - 1]
+        running = min(running, p * len(present) / rank)
+        adjusted[i] = running
+    return adjusted
+
+
+@lru_cache(maxsize=None)
+def rounds_needed(n: int) -> int:
+    """Rounds that must agree on the sign: the one-sided sign test's 5% critical count, or all n where none exists.
+
+    Every round up to 7 rounds; 7 of 8, 8 of 9, 9 of 10: one outlier round among many no longer vetoes an effect.
+    """
+    for k in range(n // 2 + 1, n + 1):
+        if sum(math.comb(n, j) for j in range(k, n + 1)) / 2.0 ** n <= ALPHA:
+            return k
+    return n
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """One shape's verdict and why."""
+
+    verdict: str  # faster | slower | same | inconclusive
+    within_margin: bool = False  # a direction whose 90% interval is inside +-margin: real, and small
+    note: str = ""  # why a direction was not given, when the data alone suggest one
+
+
+def judge(log_ratios: list[float], p_adjusted: float | None, margin_pct: float,
+          aa_bias_pct: float | None = None) -> Judgement:
+    """The verdict of one shape from its per-round ln(B/A), its BH-adjusted p and the equivalence margin.
+
+    ``aa_bias_pct``: the size of a between-process bias the A/A control showed
+    (its interval excluded zero); directions no larger than it are withheld.
+    """
+    ci90 = interval(log_ratios, SAME_LEVEL)
+    if ci90 is None or p_adjusted is None:
+        return Judgement("inconclusive", note="fewer than 2 rounds")
+    lo90, hi90 = pct(ci90[0]), pct(ci90[1])
+    equivalent = -margin_pct < lo90 and hi90 < margin_pct
+    mean = statistics.fmean(log_ratios)
+    agreeing = sum(1 for d in log_ratios if (d > 0 if mean > 0 else d < 0))
+    needed = rounds_needed(len(log_ratios))
+    direction = "slower" if mean > 0 else "faster"
+    if p_adjusted < ALPHA and agreeing >= needed:
+        if aa_bias_pct is not None and abs(pct(mean)) <= aa_bias_pct:
+            return Judgement("inconclusive", note=f"{direction} by no more than the A/A bias of {aa_bias_pct:.2g}%")
+        return Judgement(direction, within_margin=equivalent)
+    if equivalent:
+        return Judgement("same")
+    if p_adjusted < ALPHA:
+        return Judgement("inconclusive", note=f"{agreeing} of {len(log_ratios)} rounds {direction}, {needed} needed")
+    return Judgement("inconclusive")
+
+
+def sign_flip(log_ratios: list[float]) -> bool:
+    """Rounds disagree on the sign (a round of exactly zero disagrees with neither)."""
+    return any(d > 0 for d in log_ratios) and any(d < 0 for d in log_ratios)
+
+
+def aa_bias(aa_ci_pct: tuple[float, float] | None) -> float | None:
+    """The between-process bias an A/A interval shows: its far end from zero when it excludes zero, else None."""
+    if aa_ci_pct is None or aa_ci_pct[0] <= 0.0 <= aa_ci_pct[1]:
+        return None
+    return max(abs(aa_ci_pct[0]), abs(aa_ci_pct[1]))
 
 
 def quantile(ordered: list[float], q: float) -> float:
@@ -84,8 +210,3 @@ def median_or_none(values: list[float | None]) -> float | None:
 def cv_pct(values: list[float]) -> float | None:
     """Coefficient of variation in percent; None with fewer than 2 values."""
     return 100.0 * stdev(values) / statistics.fmean(values) if len(values) >= 2 else None
-
-
-def floor_margin(aa_ci_pct: tuple[float, float] | None) -> float | None:
-    """The 'same' margin an A/A interval sets: the larger distance of its ends from zero."""
-    return max(abs(aa_ci_pct[0]), abs(aa_ci_pct[1])) if aa_ci_pct else None
