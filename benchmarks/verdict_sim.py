@@ -1,0 +1,245 @@
+"""The verdict rule on a seeded simulator: known effects in, the report's verdicts out.
+
+    python benchmarks/verdict_sim.py                # the full grid of docs/verdicts.md (a few minutes)
+    python benchmarks/verdict_sim.py --quick        # the seeded subset the test suite checks
+
+Each setting (rounds x planted effect x A/A control x layout) becomes a root
+written exactly as cells write it (status.tsv, campaign.json with its plan,
+run_identity.json, results.jsonl with every sample), and is scored by
+``build_report``, the code ``abbench summary`` runs.  Next to the rule the
+report applies, the table shows the rule it replaced (every round must agree,
+the A/A interval as the margin, no correction across shapes), recomputed from
+the same report's numbers.
+
+Noise model (log scale, per cell = one process): every sample has lognormal
+noise of 2% and is an outlier (+50%) with probability 1%; a shape's value is
+the median of 10 samples; each process has an offset of 1% (half of its
+variance shared by all shapes of the cell); 2% of processes are bad (an extra
+3% offset); each op's first cell runs 1% slow; and each shape has a
+layout bias of 0.2%: with the layout fixed (every process lays buffers out the
+same way) it is the same in every round and only side B, whose code differs,
+carries it; with the layout shifted (``--ab-layout-shift``) each cell draws it
+anew, so the rounds see it as noise.  numpy is the only dependency beyond the
+package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import multiprocessing
+import os
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pytest_abbench.layout import CONTROL, IDENTITY_FILE, RESULTS_FILE, STATUS_FILE  # noqa: E402
+from pytest_abbench.plan import PLAN_FIELD, CampaignPlan  # noqa: E402
+from pytest_abbench.report import build_report  # noqa: E402
+from pytest_abbench.report.model import Report  # noqa: E402
+from pytest_abbench.report.stats import interval, pct  # noqa: E402
+from pytest_abbench.status import COLUMNS  # noqa: E402
+
+SAMPLES = 10
+SAMPLE_NOISE = 0.02
+OUTLIER_P, OUTLIER_LOG = 0.01, math.log(1.5)
+PROCESS_SHARED, PROCESS_OWN = 0.01 / math.sqrt(2), 0.01 / math.sqrt(2)
+BAD_PROCESS_P, BAD_PROCESS_SD = 0.02, 0.03
+FIRST_CELL_SLOW = math.log(1.01)
+LAYOUT_SD = 0.002
+MARGIN_PCT = 2.0
+
+
+@dataclass(frozen=True)
+class Setting:
+    rounds: int
+    effect: float  # planted B/A - 1
+    control: bool
+    layout: str  # fixed | shifted
+
+
+@dataclass
+class Score:
+    """One setting's counts, for the rule the report applies and the one it replaced."""
+
+    shapes: int = 0
+    ops: int = 0
+    direction: int = 0  # the planted sign (any direction when the effect is 0)
+    wrong: int = 0  # the opposite sign
+    same: int = 0
+    ops_with_direction: int = 0  # ops with a direction other than the planted one (any, where the effect is 0)
+    covered: int = 0  # 95% interval contains the planted effect
+    legacy_direction: int = 0
+    legacy_wrong: int = 0
+    legacy_same: int = 0
+    legacy_ops_with_direction: int = 0
+
+    def rate(self, count: int, per_op: bool = False) -> float:
+        return 100.0 * count / max(1, self.ops if per_op else self.shapes)
+
+
+def write_root(root: Path, setting: Setting, ops: int, shapes: int, rng: np.random.Generator) -> None:
+    """One campaign root of ``ops`` ops x ``shapes`` shapes under ``setting``, as cells write it."""
+    plan = CampaignPlan(setting.rounds, control=setting.control, ops={f"op{o:03d}": "sim.py" for o in range(ops)})
+    root.mkdir(parents=True)
+    (root / "campaign.json").write_text(json.dumps({"campaign_files": {}, "switch_env": None,
+                                                    PLAN_FIELD: plan.to_json()}))
+    fixed_layout = rng.normal(0.0, LAYOUT_SD, (ops, shapes))
+    rows = ["\t".join(COLUMNS)]
+    first = True
+    for rnd in range(1, setting.rounds + 1):
+        for role in plan.roles(rnd):
+            side = role[0]
+            offset = (rng.normal(0.0, PROCESS_SHARED, (ops, 1)) + rng.normal(0.0, PROCESS_OWN, (ops, shapes))
+                      + (rng.random((ops, 1)) < BAD_PROCESS_P) * rng.normal(0.0, BAD_PROCESS_SD, (ops, 1)))
+            if first:
+                offset += FIRST_CELL_SLOW  # each op's first cell (r1-A) runs slow: a pessimistic warm-up
+                first = False
+            if setting.layout == "shifted":
+                offset += rng.normal(0.0, LAYOUT_SD, (ops, shapes))
+            elif role == "B" and setting.effect != 0.0:
+                offset += fixed_layout  # B's code meets the one layout every process uses
+            if role == "B":
+                offset += math.log1p(setting.effect)
+            noise = rng.normal(0.0, SAMPLE_NOISE, (ops, shapes, SAMPLES))
+            noise += (rng.random((ops, shapes, SAMPLES)) < OUTLIER_P) * OUTLIER_LOG
+            samples_ms = np.exp(offset[:, :, None] + noise)
+            for o in range(ops):
+                cell = root / f"r{rnd}_{role}" / f"op{o:03d}"
+                cell.mkdir(parents=True)
+                mode = "record" if (rnd, role) == (1, "A") else "replay"
+                (cell / IDENTITY_FILE).write_text(json.dumps({
+                    "backend": "cuda", "device": "simulated", "timer": "cudagraph", "bench_level": "core",
+                    "shape_mode": "h", "tuner_cache": "per-cell", "direct_repeat": "r", "switch": "simulated",
+                    "side": side, "autotune_mode": mode, "autotune_record": f"/sim/{o}.json",
+                    "autotune_record_hash": "h"}))
+                lines = []
+                for s in range(shapes):
+                    values = samples_ms[o, s].tolist()
+                    lines.append(json.dumps({"shape": f"n={s}", "status": "ok", "timer": "cudagraph",
+                                             "samples_ms": values, "median_ms": float(np.median(values))}))
+                (cell / RESULTS_FILE).write_text("\n".join(lines) + "\n")
+                rows.append("\t".join(map(str, (rnd, f"op{o:03d}", role, "sim", 0, "ok", 1.0, shapes, 0)))
+                            + "\t0" * (len(COLUMNS) - 9))
+    (root / STATUS_FILE).write_text("\n".join(rows) + "\n")
+
+
+def legacy_verdict(per_round_pct: list[float], aa_ci_pct: tuple[float, float] | None) -> str:
+    """The rule this report replaced: 95% interval off zero and every round agreeing; the A/A interval as margin."""
+    logs = [math.log1p(p / 100.0) for p in per_round_pct]
+    ci = interval(logs)
+    if ci is None:
+        return "inconclusive"
+    lo, hi = pct(ci[0]), pct(ci[1])
+    margin = max(abs(aa_ci_pct[0]), abs(aa_ci_pct[1])) if aa_ci_pct else MARGIN_PCT
+    one_sign = all(d > 0 for d in per_round_pct) or all(d < 0 for d in per_round_pct)
+    if lo > 0 and one_sign:
+        return "slower"
+    if hi < 0 and one_sign:
+        return "faster"
+    return "same" if -margin < lo and hi < margin else "inconclusive"
+
+
+def score(report: Report, setting: Setting) -> Score:
+    planted = "slower" if setting.effect > 0 else "faster" if setting.effect < 0 else None
+    opposite = {"slower": "faster", "faster": "slower"}.get(planted or "")
+    found = Score()
+    for op in report.ops:
+        assert op.state == "verdict", f"{op.op}: {op.reason}"
+        found.ops += 1
+        any_new = any_old = False
+        for s in op.shapes:
+            found.shapes += 1
+            old = legacy_verdict(s.per_round_pct, s.aa_ci_pct)
+            new_dir = s.verdict in ("faster", "slower")
+            old_dir = old in ("faster", "slower")
+            found.direction += s.verdict == planted if planted else new_dir
+            found.legacy_direction += old == planted if planted else old_dir
+            found.wrong += s.verdict == opposite
+            found.legacy_wrong += old == opposite
+            found.same += s.verdict == "same"
+            found.legacy_same += old == "same"
+            any_new |= new_dir and s.verdict != planted
+            any_old |= old_dir and old != planted
+            truth = setting.effect * 100.0
+            found.covered += s.ci_pct is not None and s.ci_pct[0] <= truth <= s.ci_pct[1]
+        found.ops_with_direction += any_new
+        found.legacy_ops_with_direction += any_old
+    return found
+
+
+def run_setting(setting: Setting, ops: int, shapes: int, seed: int, tmp: Path) -> Score:
+    key = (setting.rounds, int(round(setting.effect * 1000)), setting.control, setting.layout == "shifted")
+    rng = np.random.default_rng([seed, *(abs(k) * 2 + (k < 0) for k in map(int, key))])
+    root = tmp / f"r{setting.rounds}_e{setting.effect:+.3f}_c{int(setting.control)}_{setting.layout}"
+    write_root(root, setting, ops, shapes, rng)
+    return score(build_report(root, margin_pct=MARGIN_PCT), setting)
+
+
+def grid(quick: bool) -> list[Setting]:
+    """The settings of the table: A/A and planted effects over the rounds; control and layout where they matter."""
+    rounds = (2, 3, 4, 5, 6, 7, 8, 10)
+    effects = (0.0, 0.01, -0.01, 0.02, -0.02, 0.05, -0.05)
+    if quick:  # what the test suite checks: each property of docs/verdicts.md at its cheapest setting
+        return [Setting(2, 0.0, False, "fixed"), Setting(6, 0.0, False, "fixed"), Setting(10, 0.0, False, "fixed"),
+                Setting(2, 0.0, True, "fixed"), Setting(2, 0.05, True, "fixed"), Setting(6, 0.05, False, "fixed"),
+                Setting(6, 0.02, False, "fixed"), Setting(10, 0.02, False, "fixed")]
+    settings = [Setting(r, e, False, "fixed") for r in rounds for e in effects]
+    settings += [Setting(r, e, True, "fixed") for r in rounds for e in (0.0, 0.05)]  # the control as a diagnostic
+    settings += [Setting(r, 0.02, False, "shifted") for r in rounds]  # layout bias: fixed vs shifted coverage
+    return settings
+
+
+def table(results: dict[Setting, Score]) -> list[str]:
+    lines = [f"{'rounds':>6} {'effect':>7} {'control':>7} {'layout':>7} | {'direction':>9} {'wrong':>6} "
+             f"{'same':>6} {'ops false':>9} {'CI covers':>9} | {'old dir':>7} {'old same':>8} {'old ops':>7}"]
+    for s, sc in results.items():
+        lines.append(f"{s.rounds:>6} {s.effect * 100:>+6.0f}% {'yes' if s.control else 'no':>7} {s.layout:>7} | "
+                     f"{sc.rate(sc.direction):>8.1f}% {sc.rate(sc.wrong):>5.1f}% {sc.rate(sc.same):>5.1f}% "
+                     f"{sc.rate(sc.ops_with_direction, True):>8.1f}% {sc.rate(sc.covered):>8.1f}% | "
+                     f"{sc.rate(sc.legacy_direction):>6.1f}% {sc.rate(sc.legacy_same):>7.1f}% "
+                     f"{sc.rate(sc.legacy_ops_with_direction, True):>6.1f}%")
+    return lines
+
+
+def _run_one(job: tuple[Setting, int, int, int]) -> Score:
+    setting, ops, shapes, seed = job
+    with tempfile.TemporaryDirectory() as tmp:
+        return run_setting(setting, ops, shapes, seed, Path(tmp))
+
+
+def simulate(quick: bool, seed: int = 1, ops: int | None = None, shapes: int = 10,
+             jobs: int = 1) -> dict[Setting, Score]:
+    """Every setting of the grid scored (each from its own seeded stream, so ``jobs`` changes no number)."""
+    ops = ops or (40 if quick else 100)
+    work = [(s, ops, shapes, seed) for s in grid(quick)]
+    if jobs > 1:
+        with multiprocessing.Pool(jobs) as pool:
+            return dict(zip(grid(quick), pool.map(_run_one, work)))
+    return {job[0]: _run_one(job) for job in work}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="the seeded subset the test suite checks")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--ops", type=int, default=None, help="ops per setting (default 100; 40 with --quick)")
+    parser.add_argument("--shapes", type=int, default=10, help="shapes per op")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="settings simulated in parallel")
+    args = parser.parse_args(argv)
+    results = simulate(args.quick, args.seed, args.ops, args.shapes, args.jobs)
+    print(f"seed {args.seed}, {args.ops or (40 if args.quick else 100)} ops x {args.shapes} shapes per setting, "
+          f"margin +-{MARGIN_PCT:g}%; 'direction' is the false-direction rate where the effect is 0, the detection "
+          "rate otherwise; 'old' columns: the rule before (every round agrees, A/A interval as margin, no correction)")
+    print("\n".join(table(results)))
+
+
+if __name__ == "__main__":
+    main()
