@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pytest_abbench.fileio import CorruptFileError, read_json
-from pytest_abbench.identity import CALIBER_AXES, IDENTITY_FILE, INFO_FIELDS
+from pytest_abbench.identity import CALIBER_AXES, IDENTITY_FILE, INFO_FIELDS, LATER_AXES
 
 
 
@@ -128,7 +128,7 @@ def compare_identities(op: str, dir_a: Path, dir_b: Path, load: IdentityLoader |
                                                       "missing" if side == "B" else "",
                                                       f"side {side}: {why}", files))
         return result
-    for axis in CALIBER_AXES:
+    for axis in CALIBER_AXES + LATER_AXES:
         if a.get(axis) != b.get(axis):
             result.findings.append(CaliberFinding("mismatch", op, axis, a.get(axis), b.get(axis), "", files))
     problem = judge_autotune(a, b)

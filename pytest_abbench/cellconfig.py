@@ -81,6 +81,8 @@ class CellConfig:
         "--ir-target", help="without a GPU: compile kernels for this target (e.g. cuda:90) to capture TTGIR"))
     ir_only: bool = field(default=False, metadata=_flag(
         "--ir-only", bool, help="compile every shape's kernels for --ir-target; time nothing"))
+    layout_shift: bool = field(default=False, metadata=_flag(
+        "--layout-shift", bool, help="pad allocations before each shape so buffers land differently in every cell"))
 
     def to_argv(self) -> list[str]:
         """The arguments after ``python -m pytest_abbench.child``; ``from_argv`` reads them back unchanged.

@@ -132,6 +132,9 @@ def register(parser: pytest.Parser) -> None:
         help="GPUs for xdist workers, one each (default: the visible GPUs); a serial run uses the first")
     add("--ab-resume", type=existing_root, default=None, metavar="ROOT",
         help="continue the campaign in ROOT: cells with a finished row are read from disk, not run again")
+    add("--ab-layout-shift", type=choice(("on", "off")), default="on",
+        help="on: each cell pads its allocations before every shape (sizes from op, round, side and shape), so a "
+             "buffer-layout effect varies between rounds instead of repeating in all of them (identity axis)")
     add("--ab-control", action="store_true", default=False,
         help="A/A control: a third cell per round and op ([r<k>-A2]) runs side A again; each shape's A/A interval "
              "is printed, and where it excludes zero, directions no larger than that bias are withheld")
@@ -174,6 +177,7 @@ class Settings:
     allow_caliber_mismatch: bool
     margin_pct: float | None
     fail_if_slower_pct: float | None
+    layout_shift: bool = True
     sources: dict[str, str] = field(default_factory=dict)
 
 
@@ -231,6 +235,7 @@ def resolve(config: pytest.Config) -> Settings:
         allow_caliber_mismatch=opt.allow_caliber_mismatch,
         margin_pct=opt.ab_margin,
         fail_if_slower_pct=opt.ab_fail_if_slower,
+        layout_shift=opt.ab_layout_shift == "on",
         sources={"cell_timeout": timeout_src, "rounds": rounds_src},
     )
     if settings.fail_if_slower_pct is not None and (settings.backend != "cuda" or settings.timer == "wall"):

@@ -92,7 +92,7 @@ class CellRunner:
             direct_warmup=int(side_opts.get("direct_warmup") or s.direct_warmup_ms),
             autotune_mode=autotune_mode_for(key.round, key.role), autotune_file=self.layout.autotune_record(key.op),
             switch=campaign.switch.describe(), tuner_cache=self.tuner_cache(campaign, key.side), ir_target=ir_target,
-            ir_only=s.ir_only,
+            ir_only=s.ir_only, layout_shift=s.layout_shift,
         )
 
     def argv(self, campaign: Campaign, key: CellKey, cell_dir: Path) -> list[str]:

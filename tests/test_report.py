@@ -133,3 +133,25 @@ def test_many_shapes_are_corrected_together_and_keep_their_declared_order(tmp_pa
     first = op.shapes[0]
     assert first.p_value is not None and first.p_value < 0.05 and first.p_adjusted is not None
     assert first.p_adjusted >= 0.05 and first.verdict == "inconclusive"
+
+
+def test_the_regression_gate_refuses_interpreter_timings(campaign_dir: pytest.Pytester, tmp_path: Path) -> None:
+    campaign_dir.makepyfile(c=simple_campaign())
+    result = campaign_dir.runpytest_subprocess("c.py", "--ab-backend", "interpreter", "--ab-fail-if-slower", "5",
+                                               "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--ab-fail-if-slower gates on GPU timings*interpreter*wall timer*"])
+
+
+def test_summary_refuses_to_gate_on_wall_clock_and_the_header_says_why(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    synthetic_root(tmp_path, {"s": [0.05, 0.051, 0.049, 0.05]})
+    for identity in tmp_path.glob("r*/op/run_identity.json"):
+        data = json.loads(identity.read_text())
+        identity.write_text(json.dumps({**data, "backend": "interpreter", "timer": "wall", "switch": "X=1"}))
+    assert main(["summary", str(tmp_path), "--ab-fail-if-slower", "2"]) == 2
+    assert "says nothing about GPU speed" in capsys.readouterr().err
+    assert main(["summary", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "switch (side B): X=1; backend interpreter; timer wall; device H200" in out
+    assert "NOT GPU TIMINGS" in out and "rounds planned 4, run 4" in out

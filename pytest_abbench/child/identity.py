@@ -72,6 +72,7 @@ def build_identity(config: CellConfig, shape_mode: str, tuner_dir: Path | None) 
         "tuner_cache": config.tuner_cache,
         "direct_repeat": f"rep={config.direct_rep}ms,warmup={config.direct_warmup}ms",
         "autotune_mode": config.autotune_mode,
+        "layout_shift": "on" if config.layout_shift else "off",
         "autotune_record": str(record) if record else None,
         "torch": torch.__version__,
         "triton": triton.__version__,

@@ -23,6 +23,7 @@ from pytest_abbench.cellconfig import CHILD_MODULE, SPAWN_TIME_ENV, CellConfig
 from pytest_abbench.child.autotune_pin import AutotunePin, AutotuneRecordError, install
 from pytest_abbench.child.identity import build_identity, write_identity
 from pytest_abbench.child.ircapture import enter_compile_only, install_capture
+from pytest_abbench.child.layout_shift import hold_pads, pad_sizes
 from pytest_abbench.child.timers import CapturePoisoned, time_with_fallback
 from pytest_abbench.fileio import append_jsonl, iter_jsonl, write_json_atomic
 from pytest_abbench.layout import IR_DIR, RESULTS_FILE, TIMING_FILE
@@ -125,7 +126,13 @@ def measure_shapes(config: CellConfig, op: Op, shapes: Sequence[Shape], results:
         if shape.id in already:
             continue
         record_base: dict[str, Any] = {"shape": shape.id, "params": dict(shape.params), "index": index}
+        pads: list[Any] = []
+        if config.layout_shift:
+            sizes = pad_sizes(config.op, config.round_no, config.role, index)
+            record_base["layout_pad_bytes"] = list(sizes)
         try:
+            if config.layout_shift:
+                pads = hold_pads(device, sizes)  # held while the shape is built and timed; released below
             t0 = time.perf_counter()
             built = op.build(shape, device)
             case = built if isinstance(built, Case) else Case(run=built)
@@ -154,6 +161,8 @@ def measure_shapes(config: CellConfig, op: Op, shapes: Sequence[Shape], results:
             traceback.print_exc(file=sys.stdout)
             append_jsonl(results, {**record_base, "status": "error", "error": f"{type(exc).__name__}: {exc}"[:500]})
             continue
+        finally:
+            del pads[:]
         samples = sorted(timing.samples_ms)
         median = samples[len(samples) // 2] if samples else None
         append_jsonl(results, {**record_base, "status": "ok", "timer": timing.timer, "samples_ms": timing.samples_ms,
