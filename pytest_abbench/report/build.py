@@ -238,7 +238,7 @@ def _op_geomean(rep: OpReport, per_shape: dict[str, _ShapeRounds]) -> None:
     geo_rounds = [statistics.fmean(per_shape[s.shape].log_ratios[i] for s in rep.shapes) for i in rounds]
     rep.geomean_pct = pct(statistics.fmean(geo_rounds))
     rep.geomean_ci_pct = _pct_pair(interval(geo_rounds))
-    # No op floor unless every judged shape has an A/A ratio in every round: the rounds must line up.
+    # No op A/A interval unless every judged shape has an A/A ratio in every round: the rounds must line up.
     if rep.control and all(len(per_shape[s.shape].aa_log_ratios) == rep.rounds_expected for s in rep.shapes):
         aa_rounds = [statistics.fmean(per_shape[s.shape].aa_log_ratios[i] for s in rep.shapes) for i in rounds]
         rep.aa_geomean_ci_pct = _pct_pair(interval(aa_rounds))

@@ -1,4 +1,4 @@
-"""``<root>/plots/<op>.png``: each round's delta as a dot, the interval as a bar, the A/A floor as a band.
+"""``<root>/plots/<op>.png``: each round's delta as a dot, the interval as a bar, the A/A interval as a band.
 
 Written only when matplotlib is installed (``pip install pytest-abbench[plot]``);
 the report never depends on it.
@@ -30,7 +30,7 @@ def plot_op(op: OpReport, path: Path) -> None:
     for x, s in enumerate(shapes):
         if s.aa_ci_pct is not None:
             ax.fill_between([x - 0.4, x + 0.4], s.aa_ci_pct[0], s.aa_ci_pct[1], color="0.85", zorder=0,
-                            label="A/A floor (95% CI)" if x == 0 else None)
+                            label="A/A interval (95% CI)" if x == 0 else None)
         if s.ci_pct is not None:
             ax.plot([x, x], list(s.ci_pct), color="tab:blue", linewidth=3, alpha=0.6, zorder=1,
                     label="B/A 95% CI" if x == 0 else None)
