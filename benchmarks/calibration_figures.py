@@ -66,20 +66,22 @@ def aa_table(root: Path) -> list[str]:
 def planted_table(root: Path, truth_path: Path) -> list[str]:
     _, shapes = shapes_of(root, "planted")
     truth = {t["shape"]: t for t in json.loads(truth_path.read_text())}
-    lines = [f"planted ({root.name}):",
+    lines = [f"planted ({root.name}) against {truth_path.name}:",
              f"  {'shape':<24} {'A ms':>9} {'truth':>8} {'truth CI':>15} {'campaign':>9} {'campaign CI':>15} "
-             f"{'verdict':<12} {'truth in CI':<11} settled"]
+             f"{'verdict':<12} {'truth in CI':<11} {'CIs overlap':<11} settled"]
     by_extra: dict[str, list[tuple[bool, bool]]] = {}
     for s in shapes:
         t = truth.get(s["shape"])
         extra = s["shape"].split("extra=")[-1]
         settle, _ = settled_after(s["per_round_pct"], s["margin_pct"])
         inside = t is not None and s["ci_pct"][0] <= t["truth_pct"] <= s["ci_pct"][1]
+        overlap = t is not None and s["ci_pct"][0] <= t["truth_ci_pct"][1] and t["truth_ci_pct"][0] <= s["ci_pct"][1]
         by_extra.setdefault(extra, []).append((s["verdict"] == "slower", inside))
         tt = f"{t['truth_pct']:+.2f}%" if t else "-"
         tci = f"{t['truth_ci_pct'][0]:+.2f}~{t['truth_ci_pct'][1]:+.2f}" if t else "-"
         lines.append(f"  {s['shape']:<24} {s['a_ms']:>9.4g} {tt:>8} {tci:>15} {s['delta_pct']:>+8.2f}% "
-                     f"{s['ci_pct'][0]:>+7.2f}~{s['ci_pct'][1]:>+6.2f} {s['verdict']:<12} {'yes' if inside else 'NO':<11} r{settle}")
+                     f"{s['ci_pct'][0]:>+7.2f}~{s['ci_pct'][1]:>+6.2f} {s['verdict']:<12} {'yes' if inside else 'NO':<11} "
+                     f"{'yes' if overlap else 'NO':<11} r{settle}")
     for extra, hits in sorted(by_extra.items()):
         lines.append(f"  planted +{float(extra) * 100:g}%: detected (slower) {sum(h for h, _ in hits)}/{len(hits)}, "
                      f"interval contains the truth {sum(i for _, i in hits)}/{len(hits)}")
@@ -89,14 +91,15 @@ def planted_table(root: Path, truth_path: Path) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--aa", action="append", default=[], type=Path)
-    parser.add_argument("--planted", type=Path)
-    parser.add_argument("--truth", type=Path)
+    parser.add_argument("--planted", action="append", default=[], type=Path)
+    parser.add_argument("--truth", action="append", default=[], type=Path)
     args = parser.parse_args()
     lines: list[str] = []
     for root in args.aa:
         lines += aa_table(root) + [""]
-    if args.planted and args.truth:
-        lines += planted_table(args.planted, args.truth)
+    for planted in args.planted:
+        for truth in args.truth:
+            lines += planted_table(planted, truth) + [""]
     print("\n".join(lines))
 
 
