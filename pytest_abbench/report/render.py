@@ -15,8 +15,11 @@ from pytest_abbench.report.model import OpReport, Report, ShapeReport
 
 
 def _range(ci: tuple[float, float] | None) -> str:
-    """An interval in percent, or - when there is none."""
-    return f"{ci[0]:+.1f} ~ {ci[1]:+.1f}%" if ci else "-"
+    """An interval in percent (two decimals when it is narrower than a point), or - when there is none."""
+    if not ci:
+        return "-"
+    digits = 2 if ci[1] - ci[0] < 1.0 else 1
+    return f"{ci[0]:+.{digits}f} ~ {ci[1]:+.{digits}f}%"
 
 
 def _fmt(v: float | None, unit: str = "%") -> str:
