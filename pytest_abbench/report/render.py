@@ -43,8 +43,8 @@ def _gate_text(o: OpReport) -> str:
     return str(o.gate["state"])
 
 
-RULE_TEXT = ("direction: t-test of the round deltas at 5% after Benjamini-Hochberg across the op's shapes, and a sign "
-             "test over the rounds (all rounds up to 7, then 7/8, 8/9, 9/10); same: 90% interval inside +-margin")
+RULE_TEXT = ("direction: t-test of the round deltas at 5% after Benjamini-Hochberg across the op's shapes, and more "
+             "than half of the rounds on that side; same: 90% interval inside +-margin")
 
 
 def header_lines(report: Report) -> list[str]:
@@ -116,7 +116,7 @@ def render_text(report: Report) -> str:
                              "directions no larger than it are withheld" if biased else "no shape shows a bias"))
         if o.sign_flips:
             lines.append(f"   {o.sign_flips} of {len(o.shapes)} shapes changed sign between rounds: a direction needs "
-                         "the sign test over the rounds as well as the interval")
+                         "more than half of the rounds on its side as well as the t-test")
         for m in o.mixed_timer_shapes:
             lines.append(f"   no verdict for {m} (timer differs between sides or shape missing)")
         lines += _shape_table(o)
