@@ -1,9 +1,11 @@
 """Hooks that exist only when pytest-xdist is loaded: op-scoped scheduling, most expensive op first,
-and the controller's root."""
+the controller's root, and each worker's progress and busy time."""
 
 from __future__ import annotations
 
 import re
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -11,11 +13,14 @@ import pytest
 
 from pytest_abbench.balance import op_costs, op_work, order_ops
 from pytest_abbench.campaign import CampaignError, CampaignSkipped, looks_like_campaign
+from pytest_abbench.fileio import write_json_atomic
 from pytest_abbench.layout import CellKey
+from pytest_abbench.outcome import OUTCOME_PROPERTY, CellOutcome
 from pytest_abbench.session import AbbenchSession
 
 # A cell test's node id ends in its cell id (``topk[r3-B]``), with xdist's ``@group`` suffix under loadgroup.
 CELL_NODEID = re.compile(r"\[r(\d+)-([AB]\d?)\](@\S+)?$")
+WORKER_GPU = "abbench_gpu"  # a worker's workeroutput key: the GPU it pinned its cells to
 
 
 def op_scope(nodeid: str) -> str:
@@ -32,15 +37,35 @@ def cell_key(nodeid: str) -> CellKey | None:
     return CellKey(int(match.group(1)), nodeid[: match.start()].rsplit("::", 1)[-1], match.group(2))
 
 
+@dataclass
+class WorkerLoad:
+    """What one worker ran this session: its cells' child time, their count, its ops in the order it got them."""
+
+    busy_s: float = 0.0
+    cells: int = 0
+    ops: list[str] = field(default_factory=list)
+
+
 class XdistHooks:
     """Registered by the plugin only when xdist is active."""
 
     def __init__(self, session: AbbenchSession) -> None:
         self.session = session
+        self.started = time.monotonic()
+        self.shown: set[str] = set()
+        self.loads: dict[str, WorkerLoad] = {}
+        self.gpus: dict[str, str | None] = {}
+        self.wall_s: float | None = None
+        workeroutput = getattr(session.config, "workeroutput", None)
+        if workeroutput is not None:
+            workeroutput[WORKER_GPU] = session.gpu  # the controller reads it when this worker goes down
 
     def pytest_configure_node(self, node: Any) -> None:
         # Workers write into the controller's root; they never choose their own.
         node.workerinput["abbench_root"] = str(self.session.root.path)
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.started = time.monotonic()
 
     # -- scheduling --------------------------------------------------------------
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
@@ -101,3 +126,66 @@ class XdistHooks:
             rootpath = node.config.rootpath
             files = list(dict.fromkeys(rootpath / nodeid.split("::")[0] for nodeid in cells))
             self.session.root.claim(files, self.session.settings.switch_env, self.session.plan)
+
+    # -- progress on the controller ---------------------------------------------
+    def say(self, line: str) -> None:
+        reporter = self.session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is None:
+            return
+        if getattr(reporter, "_width_of_current_line", 0):
+            reporter.write("\n")  # after xdist's progress dots, which write_line does not end
+        reporter.write_line(line)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """One line per cell as a worker finishes it: worker, op, cell, status, time."""
+        node = getattr(report, "node", None)  # set by xdist on the controller only
+        if node is None or report.nodeid in self.shown:
+            return
+        record = dict(report.user_properties).get(OUTCOME_PROPERTY)
+        if record is None:
+            return
+        self.shown.add(report.nodeid)  # the record rides on the cell's later reports too
+        outcome = CellOutcome.from_json(str(record))
+        worker = str(node.gateway.id)
+        load = self.loads.setdefault(worker, WorkerLoad())
+        if outcome.key.op not in load.ops:
+            load.ops.append(outcome.key.op)
+        took = ""
+        if outcome.resumed:
+            took = " (resumed)"
+        elif outcome.measured:
+            load.busy_s += outcome.elapsed_s
+            load.cells += 1
+            took = f" ({outcome.elapsed_s:.1f} s)"
+        self.say(f"abbench: {worker} {outcome.key.op} {outcome.key.cell_id} {outcome.status}{took}")
+
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        output = getattr(node, "workeroutput", None) or {}
+        if WORKER_GPU in output:
+            self.gpus[str(node.gateway.id)] = output[WORKER_GPU]
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        """Keep each worker's busy time in ``<root>/workers.json`` (before the session releases the root)."""
+        if self.session.is_worker or not self.loads:
+            return
+        self.wall_s = time.monotonic() - self.started
+        path = self.session.root.layout.workers
+        data = {"wall_s": round(self.wall_s, 3),
+                "workers": {worker: {"gpu": self.gpus.get(worker), "busy_s": round(load.busy_s, 3),
+                                     "cells": load.cells, "ops": load.ops}
+                            for worker, load in self.workers()}}
+        try:
+            write_json_atomic(path, data)
+        except OSError as exc:
+            self.session.write_line(f"abbench: cannot write {path}: {exc.strerror or exc}")
+
+    def workers(self) -> list[tuple[str, WorkerLoad]]:
+        return sorted(self.loads.items(), key=lambda item: (len(item[0]), item[0]))  # gw2 before gw10
+
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        if self.wall_s is None:
+            return
+        busy = ", ".join(f"{worker}{f' (GPU {gpu})' if (gpu := self.gpus.get(worker)) else ''} "
+                         f"busy {load.busy_s:.1f} s" for worker, load in self.workers())
+        terminalreporter.write_line(f"abbench: {busy} of {self.wall_s:.1f} s wall")

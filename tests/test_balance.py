@@ -2,12 +2,37 @@
 
 from __future__ import annotations
 
+import json
+import re
+import textwrap
 from pathlib import Path
 
+import pytest
+
 from pytest_abbench.balance import OpWork, op_costs, op_work, order_ops
+from pytest_abbench.layout import WORKERS_FILE
 from pytest_abbench.plan import CampaignPlan
 from pytest_abbench.root import CampaignRoot
-from pytest_abbench.status import StatusRow, append_status_row
+from pytest_abbench.status import StatusRow, append_status_row, read_status
+
+FAST = ("--ab-ir-target", "none", "-p", "no:cacheprovider")
+
+# Three ops of 1, 2 and 6 shapes, declared cheapest first.
+UNEVEN_CAMPAIGN = textwrap.dedent('''
+    from pytest_abbench import Case, Op, Switch
+
+    def build(shape, device):
+        import torch
+        x = torch.arange(shape["n"], dtype=torch.float32)
+        return Case(run=lambda: x + 1, expected=lambda: x + 1)
+
+    def shapes(count):
+        return {"smoke": [{"n": 8 * (i + 1)} for i in range(count)]}
+
+    OPS = [Op("small", build=build, shapes=shapes(1)), Op("mid", build=build, shapes=shapes(2)),
+           Op("big", build=build, shapes=shapes(6))]
+    SWITCH = Switch(env_b={"ABBENCH_TEST_SWITCH": "1"})
+''')
 
 
 def test_costs_from_shapes_and_from_a_resumed_roots_round_one(tmp_path: Path) -> None:
@@ -38,3 +63,42 @@ def test_costs_from_shapes_and_from_a_resumed_roots_round_one(tmp_path: Path) ->
     # unknown): the median cell of the others (4, 30, 2, 6 -> 5).
     assert costs == {"c.py::done": 0.0, "c.py::small": 60.0, "c.py::mid": 6.0, "c.py::big": 24.0, "c.py::hand": 20.0}
     assert order_ops(list(costs), costs) == ["c.py::small", "c.py::big", "c.py::hand", "c.py::mid", "c.py::done"]
+
+
+PROGRESS = re.compile(r"^abbench: (gw\d) (\w+) (r\d-[AB]) ok \((\d+\.\d) s\)$", re.M)
+
+
+def test_two_workers_start_with_the_two_costliest_ops_and_keep_each_op(campaign_dir: pytest.Pytester,
+                                                                       tmp_path: Path) -> None:
+    campaign_dir.makepyfile(c=UNEVEN_CAMPAIGN)
+    root = tmp_path / "root"
+    result = campaign_dir.runpytest_subprocess("c.py", "--ab-rounds", "1", "--ab-root", str(root), "-n", "2", *FAST)
+    result.assert_outcomes(passed=6)
+    out = result.stdout.str()
+    lines = PROGRESS.findall(out)
+    assert len(lines) == 6, out
+    by_worker: dict[str, list[tuple[str, str]]] = {}
+    for worker, op, cell, _ in lines:
+        by_worker.setdefault(worker, []).append((op, cell))
+    # Collected small, mid, big: the two workers began with big and mid, and small came after one of them.
+    assert {cells[0][0] for cells in by_worker.values()} == {"big", "mid"}, by_worker
+    ops = ("small", "mid", "big")
+    workers_of = {op: {w for w, cells in by_worker.items() for o, _ in cells if o == op} for op in ops}
+    assert all(len(w) == 1 for w in workers_of.values()), workers_of
+    for op in ops:  # side order within the op
+        assert [c for cells in by_worker.values() for o, c in cells if o == op] == ["r1-A", "r1-B"]
+
+    # The root keeps each worker's busy time: the sum of its cells' times in status.tsv.
+    data = json.loads((root / WORKERS_FILE).read_text())
+    elapsed = {(r.op, f"r{r.round}-{r.side}"): r.elapsed_s for r in read_status(root)}
+    assert sorted(data["workers"]) == sorted(by_worker)
+    for worker, cells in by_worker.items():
+        entry = data["workers"][worker]
+        assert entry["cells"] == 2 * len(entry["ops"]) == len(cells)
+        assert entry["ops"] == list(dict.fromkeys(op for op, _ in cells))
+        assert entry["busy_s"] == pytest.approx(sum(elapsed[c] for c in cells), abs=0.01)
+        assert entry["gpu"] is None  # the interpreter pins no GPU
+        assert 0 < entry["busy_s"] < data["wall_s"]
+    summary = re.search(r"^abbench: gw0 busy (\d+\.\d) s, gw1 busy (\d+\.\d) s of (\d+\.\d) s wall$", out, re.M)
+    assert summary is not None, out
+    assert float(summary.group(3)) == pytest.approx(data["wall_s"], abs=0.1)
