@@ -94,8 +94,9 @@ class XdistHooks:
                 # crashed worker's ops go back at its end.  Either way the costliest op goes next.
                 if self.costs is None:
                     self.costs = hooks.scope_costs(self.workqueue)
-                for scope in order_ops(list(self.workqueue), self.costs):
-                    self.workqueue.move_to_end(scope)
+                if self.costs:  # a session without cells keeps xdist's order, untouched
+                    for scope in order_ops(list(self.workqueue), self.costs):
+                        self.workqueue.move_to_end(scope)
                 super()._assign_work_unit(node)
 
         return CellsByOp(config, log)
