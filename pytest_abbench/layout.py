@@ -29,6 +29,7 @@ TRITON_CACHE_DIR = "cache"
 PLOTS_DIR = "plots"
 REPORT_MD = "report.md"
 REPORT_JSON = "report.json"
+WORKERS_FILE = "workers.json"  # an xdist session's per-worker busy time and GPU
 
 # Cell folder files.
 RUN_LOG = "run.log"
@@ -106,6 +107,10 @@ class RootLayout:
     @property
     def report_json(self) -> Path:
         return self.root / REPORT_JSON
+
+    @property
+    def workers(self) -> Path:
+        return self.root / WORKERS_FILE
 
     def autotune_record(self, op: str) -> Path:
         """Round 1 side A's autotune choices, replayed by every other cell of the op."""

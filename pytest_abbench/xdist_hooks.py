@@ -1,16 +1,26 @@
-"""Hooks that exist only when pytest-xdist is loaded: op-scoped scheduling and the controller's root."""
+"""Hooks that exist only when pytest-xdist is loaded: op-scoped scheduling, most expensive op first,
+the controller's root, and each worker's progress and busy time."""
 
 from __future__ import annotations
 
 import re
-from typing import Any
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
 
 import pytest
 
+from pytest_abbench.balance import op_costs, op_work, order_ops
+from pytest_abbench.campaign import CampaignError, CampaignSkipped, looks_like_campaign
+from pytest_abbench.fileio import write_json_atomic
+from pytest_abbench.layout import CellKey
+from pytest_abbench.outcome import OUTCOME_PROPERTY, CellOutcome
 from pytest_abbench.session import AbbenchSession
 
 # A cell test's node id ends in its cell id (``topk[r3-B]``), with xdist's ``@group`` suffix under loadgroup.
-CELL_NODEID = re.compile(r"\[r\d+-[AB]\d?\](@\S+)?$")
+CELL_NODEID = re.compile(r"\[r(\d+)-([AB]\d?)\](@\S+)?$")
+WORKER_GPU = "abbench_gpu"  # a worker's workeroutput key: the GPU it pinned its cells to
 
 
 def op_scope(nodeid: str) -> str:
@@ -19,16 +29,45 @@ def op_scope(nodeid: str) -> str:
     return nodeid[: match.start()] if match else nodeid
 
 
+def cell_key(nodeid: str) -> CellKey | None:
+    """The cell a test runs, read from its node id (the controller collects nothing): its op is the test's name."""
+    match = CELL_NODEID.search(nodeid)
+    if match is None:
+        return None
+    return CellKey(int(match.group(1)), nodeid[: match.start()].rsplit("::", 1)[-1], match.group(2))
+
+
+@dataclass
+class WorkerLoad:
+    """What one worker ran this session: its cells' child time, their count, its ops in the order it got them."""
+
+    busy_s: float = 0.0
+    cells: int = 0
+    ops: list[str] = field(default_factory=list)
+
+
 class XdistHooks:
     """Registered by the plugin only when xdist is active."""
 
     def __init__(self, session: AbbenchSession) -> None:
         self.session = session
+        self.started = time.monotonic()
+        self.shown: set[str] = set()
+        self.loads: dict[str, WorkerLoad] = {}
+        self.gpus: dict[str, str | None] = {}
+        self.wall_s: float | None = None
+        workeroutput = getattr(session.config, "workeroutput", None)
+        if workeroutput is not None:
+            workeroutput[WORKER_GPU] = session.gpu  # the controller reads it when this worker goes down
 
     def pytest_configure_node(self, node: Any) -> None:
         # Workers write into the controller's root; they never choose their own.
         node.workerinput["abbench_root"] = str(self.session.root.path)
 
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.started = time.monotonic()
+
+    # -- scheduling --------------------------------------------------------------
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
         """Every cell of an op on one worker, in collection order, whatever ``--dist`` load mode was asked for.
 
@@ -36,16 +75,51 @@ class XdistHooks:
         record before anything replays it.  xdist's own ``loadgroup`` relies on
         rewriting node ids, which pytest 9.2 no longer allows, so the grouping
         is done here, by scope: a cell's scope is its op; any other test is its own.
+        The most expensive op is handed out first (``balance.py``).
         """
         if config.getvalue("dist") in ("no", "each"):
             return None
         from xdist.scheduler import LoadScopeScheduling
 
+        hooks = self
+
         class CellsByOp(LoadScopeScheduling):  # type: ignore[misc]  # xdist ships no type information
+            costs: dict[str, float] | None = None
+
             def _split_scope(self, nodeid: str) -> str:
                 return op_scope(nodeid)
 
+            def _assign_work_unit(self, node: Any) -> None:
+                # schedule() fills the queue in collection order and then assigns from its front; a
+                # crashed worker's ops go back at its end.  Either way the costliest op goes next.
+                if self.costs is None:
+                    self.costs = hooks.scope_costs(self.workqueue)
+                if self.costs:  # a session without cells keeps xdist's order, untouched
+                    for scope in order_ops(list(self.workqueue), self.costs):
+                        self.workqueue.move_to_end(scope)
+                super()._assign_work_unit(node)
+
         return CellsByOp(config, log)
+
+    def scope_costs(self, units: Mapping[str, Iterable[str]]) -> dict[str, float]:
+        """The cost of each op scope among xdist's work units (node ids by scope); other tests get none."""
+        session = self.session
+        work = []
+        for scope, nodeids in units.items():
+            keys = [key for nodeid in nodeids if (key := cell_key(nodeid)) is not None]
+            if keys:
+                path = session.config.rootpath / scope.split("::")[0]
+                work.append(op_work(scope, keys, self.shape_count(path, keys[0].op), session.root.finished))
+        return op_costs(work)
+
+    def shape_count(self, path: Path, op: str) -> int | None:
+        """The op's shapes at the session's level; None when its file is not a campaign declaring it."""
+        if not looks_like_campaign(path):
+            return None  # a hand-written @pytest.mark.abbench test: its scope does not name the op
+        try:
+            return len(self.session.campaign(path).op(op).shapes_for(self.session.settings.level))
+        except (CampaignError, CampaignSkipped):
+            return None
 
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         cells = [nodeid for nodeid in ids if CELL_NODEID.search(nodeid)]
@@ -53,3 +127,66 @@ class XdistHooks:
             rootpath = node.config.rootpath
             files = list(dict.fromkeys(rootpath / nodeid.split("::")[0] for nodeid in cells))
             self.session.root.claim(files, self.session.settings.switch_env, self.session.plan)
+
+    # -- progress on the controller ---------------------------------------------
+    def say(self, line: str) -> None:
+        reporter = self.session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is None:
+            return
+        if getattr(reporter, "_width_of_current_line", 0):
+            reporter.write("\n")  # after xdist's progress dots, which write_line does not end
+        reporter.write_line(line)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """One line per cell as a worker finishes it: worker, op, cell, status, time."""
+        node = getattr(report, "node", None)  # set by xdist on the controller only
+        if node is None or report.nodeid in self.shown:
+            return
+        record = dict(report.user_properties).get(OUTCOME_PROPERTY)
+        if record is None:
+            return
+        self.shown.add(report.nodeid)  # the record rides on the cell's later reports too
+        outcome = CellOutcome.from_json(str(record))
+        worker = str(node.gateway.id)
+        load = self.loads.setdefault(worker, WorkerLoad())
+        if outcome.key.op not in load.ops:
+            load.ops.append(outcome.key.op)
+        took = ""
+        if outcome.resumed:
+            took = " (resumed)"
+        elif outcome.measured:
+            load.busy_s += outcome.elapsed_s
+            load.cells += 1
+            took = f" ({outcome.elapsed_s:.1f} s)"
+        self.say(f"abbench: {worker} {outcome.key.op} {outcome.key.cell_id} {outcome.status}{took}")
+
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        output = getattr(node, "workeroutput", None) or {}
+        if WORKER_GPU in output:
+            self.gpus[str(node.gateway.id)] = output[WORKER_GPU]
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        """Keep each worker's busy time in ``<root>/workers.json`` (before the session releases the root)."""
+        if self.session.is_worker or not self.loads:
+            return
+        self.wall_s = time.monotonic() - self.started
+        path = self.session.root.layout.workers
+        data = {"wall_s": round(self.wall_s, 3),
+                "workers": {worker: {"gpu": self.gpus.get(worker), "busy_s": round(load.busy_s, 3),
+                                     "cells": load.cells, "ops": load.ops}
+                            for worker, load in self.workers()}}
+        try:
+            write_json_atomic(path, data)
+        except OSError as exc:
+            self.session.write_line(f"abbench: cannot write {path}: {exc.strerror or exc}")
+
+    def workers(self) -> list[tuple[str, WorkerLoad]]:
+        return sorted(self.loads.items(), key=lambda item: (len(item[0]), item[0]))  # gw2 before gw10
+
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        if self.wall_s is None:
+            return
+        busy = ", ".join(f"{worker}{f' (GPU {gpu})' if (gpu := self.gpus.get(worker)) else ''} "
+                         f"busy {load.busy_s:.1f} s" for worker, load in self.workers())
+        terminalreporter.write_line(f"abbench: {busy} of {self.wall_s:.1f} s wall")
