@@ -9,12 +9,16 @@
 # no generated code; benchmarks/gpu_calibration.sh runs them every round with --ab-allow-no-ir-diff).
 set -uo pipefail
 source "$(dirname "$0")/gpu_env.sh"
+# ONLY=serial or ONLY=parallel runs one half (a machine whose calls are limited in time); roots and wall
+# times stay under $ROOT, so the second half finds the first's.
 CAMPAIGNS=${CAMPAIGNS:-"campaigns/mm.py campaigns/router_gemm.py campaigns/topk.py campaigns/replication_pad3d.py campaigns/calibration_aa.py campaigns/calibration_planted.py"}
+ONLY=${ONLY:-both}
 ROUNDS=${ROUNDS:-2}
 GPUS=${GPUS:-0,1}
 ROOT=${ROOT:-/tmp/abbench-scale}
 python3 -c "import xdist" || { echo "gpu_scale.sh: pytest-xdist is not importable (carry its wheel in .whl/)"; exit 2; }
-rm -rf "$ROOT/serial" "$ROOT/parallel"
+[ "$ONLY" = parallel ] || rm -rf "$ROOT/serial"
+[ "$ONLY" = serial ] || rm -rf "$ROOT/parallel"
 mkdir -p "$ROOT"
 nvidia-smi --query-gpu=index,name,driver_version,uuid --format=csv | tee "$OUT/env.txt"
 python3 -c "import torch, triton, xdist; print('torch', torch.__version__, 'triton', triton.__version__, 'xdist', xdist.__version__)" | tee -a "$OUT/env.txt"
@@ -26,14 +30,15 @@ run() {  # run NAME PYTEST-ARGS...: one campaign session into $ROOT/NAME; its wa
   # shellcheck disable=SC2086  # CAMPAIGNS is a list of files
   python3 -m pytest -p pytest_abbench.plugin $CAMPAIGNS --ab-rounds "$ROUNDS" --ab-level core \
     --ab-root "$ROOT/$name" --cell-timeout 300 -p no:cacheprovider -rs "$@" 2>&1 | tee "$OUT/$name.txt"
-  awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f\n", e - s }' > "$OUT/$name.wall"
-  echo "$name wall time: $(cat "$OUT/$name.wall") s" | tee -a "$OUT/$name.txt"
+  awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f\n", e - s }' > "$ROOT/$name.wall"
+  echo "$name wall time: $(cat "$ROOT/$name.wall") s" | tee -a "$OUT/$name.txt"
 }
 
-run serial -p no:xdist --ab-gpus "${GPUS%%,*}"
+[ "$ONLY" = parallel ] || run serial -p no:xdist --ab-gpus "${GPUS%%,*}"
+[ "$ONLY" = serial ] && exit 0
 run parallel -n 2 --ab-gpus "$GPUS"
 python3 benchmarks/scale_check.py "$ROOT/serial" "$ROOT/parallel" \
-  --wall-serial "$(cat "$OUT/serial.wall")" --wall-parallel "$(cat "$OUT/parallel.wall")" | tee "$OUT/scale_check.txt"
+  --wall-serial "$(cat "$ROOT/serial.wall")" --wall-parallel "$(cat "$ROOT/parallel.wall")" | tee "$OUT/scale_check.txt"
 for name in serial parallel; do
   python3 benchmarks/cell_timing.py "$ROOT/$name" > "$OUT/cell_timing_$name.txt"
   cp "$ROOT/$name/status.tsv" "$OUT/status_$name.tsv"
