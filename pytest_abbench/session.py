@@ -35,6 +35,10 @@ CELL_MARK = "abbench"  # @pytest.mark.abbench(campaign=..., op=...): a test whos
 PARENT_TIMEOUT_SLACK_S = 300
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def session_of(config: pytest.Config) -> "AbbenchSession":
     return config.stash[SESSION_KEY]
 
@@ -265,7 +269,8 @@ class AbbenchSession:
         if not cells:
             return []
         ops = {p.key.op for p in cells}
-        return [f"abbench: {len(cells)} cells, {len(ops)} ops, {self.settings.rounds} rounds, "
+        return [f"abbench: {_count(len(cells), 'cell')}, {_count(len(ops), 'op')}, "
+                f"{_count(self.settings.rounds, 'round')}, "
                 f"backend {self.settings.backend}, cell timeout {self.settings.cell_timeout_s:g}s "
                 f"({self.settings.sources['cell_timeout']})"]
 
@@ -329,7 +334,7 @@ class AbbenchSession:
         for line in report.render_text(self.final).splitlines():
             terminalreporter.write_line(line)
         if self.plots:
-            terminalreporter.write_line(f"plots: {layout.plots} ({len(self.plots)} ops)")
+            terminalreporter.write_line(f"plots: {layout.plots} ({_count(len(self.plots), 'op')})")
         terminalreporter.write_line(f"report: {layout.report_md}, {layout.report_json}")
         terminalreporter.write_line(f"abbench root: {self.root.path}")
         terminalreporter.write_line(self.final.exit_line())
