@@ -4,17 +4,21 @@ Each cell's ``run_identity.json`` is compared with the other side's before a
 single latency is read.  A mismatch is a ``!!! [caliber]`` line and exit 4;
 recording into a shared tuner cache is a warning; differing versions or
 hosts are notes.  A missing or unreadable identity is a mismatch, never a pass.
+Within one root both sides pin the one autotune record of the op; two cells of
+separate roots each pin their own root's record, and those must hold the same
+choices.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from pytest_abbench.fileio import CorruptFileError, read_json
-from pytest_abbench.identity import CALIBER_AXES, IDENTITY_FILE, INFO_FIELDS, LATER_AXES
-
+from pytest_abbench.identity import CALIBER_AXES, IDENTITY_FILE, INFO_FIELDS, LATER_AXES, file_hash
+from pytest_abbench.layout import RootLayout
 
 
 @dataclass
@@ -106,6 +110,61 @@ def judge_autotune(a: dict[str, Any], b: dict[str, Any]) -> str | None:
     return f"autotune modes {ma!r} and {mb!r} cannot be compared"
 
 
+def run_root(cell_dir: Path) -> Path | None:
+    """The campaign root a cell folder ``<root>/r<k>_<role>/<op>`` belongs to; None for any other folder."""
+    root = cell_dir.parent.parent
+    return root.resolve() if RootLayout(root).key_of(cell_dir) is not None else None
+
+
+def _record_entries(cell_dir: Path) -> tuple[list[str] | None, Path, str]:
+    """The autotune choices of the run a cell belongs to, as sorted JSON lines; None and why when unreadable."""
+    root = cell_dir.parent.parent
+    key = RootLayout(root).key_of(cell_dir)
+    record = RootLayout(root).autotune_record(key.op if key is not None else cell_dir.name)
+    if not record.exists():
+        return [], record, ""  # nothing recorded: no choice pinned, like an empty record
+    try:
+        data = read_json(record)
+        entries = data["entries"]
+        return sorted(json.dumps(e, sort_keys=True) for e in entries), record, ""
+    except (CorruptFileError, OSError, KeyError, TypeError) as exc:
+        return None, record, f"{record} cannot be read ({exc})"
+
+
+def _entries(n: int) -> str:
+    return f"{n} entr{'y' if n == 1 else 'ies'}"
+
+
+def judge_autotune_across_runs(a: dict[str, Any], dir_a: Path, b: dict[str, Any], dir_b: Path) -> str | None:
+    """Two cells of separate runs: each recorded or replayed its own run's record; those must hold the same choices.
+
+    None when they may be compared (two empty records are equal), else why not.
+    """
+    ma, mb = a.get("autotune_mode"), b.get("autotune_mode")
+    if ma == "off" and mb == "off":
+        return None
+    if "off" in (ma, mb):
+        return f"autotune modes {ma!r} and {mb!r} cannot be compared"
+    for side, ident, folder in (("A", a, dir_a), ("B", b, dir_b)):
+        if ident.get("autotune_mode") == "replay" and ident.get("autotune_record_hash"):
+            _, record, _ = _record_entries(folder)
+            now = file_hash(record) if record.exists() else "missing"
+            if now != ident["autotune_record_hash"]:
+                return (f"side {side} replayed {record} with hash {ident['autotune_record_hash']}, "
+                        f"which is now {now}: its run's record changed after it ran")
+    entries_a, record_a, why_a = _record_entries(dir_a)
+    entries_b, record_b, why_b = _record_entries(dir_b)
+    if entries_a is None or entries_b is None:
+        return why_a or why_b
+    if entries_a != entries_b:
+        return (f"the two runs pinned different autotune choices: {record_a} ({_entries(len(entries_a))}) and "
+                f"{record_b} ({_entries(len(entries_b))}) differ, so the sides timed different configs")
+    if ma == "replay" and mb == "replay" and a.get("tuner_cache_seed") != b.get("tuner_cache_seed"):
+        return (f"the library tuner started from different records (seed {a.get('tuner_cache_seed')!r} vs "
+                f"{b.get('tuner_cache_seed')!r})")
+    return None
+
+
 IdentityLoader = Callable[[Path], "tuple[dict[str, Any] | None, str]"]
 
 
@@ -131,7 +190,12 @@ def compare_identities(op: str, dir_a: Path, dir_b: Path, load: IdentityLoader |
     for axis in CALIBER_AXES + LATER_AXES:
         if a.get(axis) != b.get(axis):
             result.findings.append(CaliberFinding("mismatch", op, axis, a.get(axis), b.get(axis), "", files))
-    problem = judge_autotune(a, b)
+    root_a, root_b = run_root(dir_a), run_root(dir_b)
+    if root_a is not None and root_b is not None and root_a != root_b:
+        # Cells of two separate runs (abbench summary --ab): each side's own record, compared by content.
+        problem = judge_autotune_across_runs(a, dir_a, b, dir_b)
+    else:
+        problem = judge_autotune(a, b)
     if problem:
         result.findings.append(CaliberFinding("mismatch", op, "autotune_mode", a.get("autotune_mode"),
                                               b.get("autotune_mode"), problem, files))

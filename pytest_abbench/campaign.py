@@ -16,8 +16,11 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import math
 import re
 import sys
+import traceback
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -90,6 +93,7 @@ class Op:
         return [Shape.coerce(s) for s in self.shapes[level]]
 
 
+
 @dataclass
 class Switch:
     """What differs between side A (baseline) and side B (switch applied).
@@ -153,6 +157,21 @@ class Campaign:
     ops: list[Op]
     switch: Switch
 
+    def require_level(self, level: str) -> None:
+        """Refuse, at collection, an op to which the run's level (or a side's own) gives nothing to measure."""
+        levels = {level: "the level this run measures"}
+        for side in SIDES:
+            own = self.switch.options(side).get("level")
+            if own is not None:
+                levels.setdefault(own, f"the level side {side} measures (SWITCH.options_{side.lower()})")
+        for op in self.ops:
+            for lvl, which in levels.items():
+                if not op.shapes.get(lvl):
+                    known = ", ".join(f"{k} ({len(v)} shape{'' if len(v) == 1 else 's'})"
+                                      for k, v in op.shapes.items()) or "none"
+                    raise CampaignError(f"{self.path}: op {op.name!r} has no shapes for level {lvl!r}, {which} "
+                                        f"(it has: {known}); add some, or choose a level with --ab-level")
+
     def op(self, name: str) -> Op:
         for op in self.ops:
             if op.name == name:
@@ -169,19 +188,123 @@ def validate_name(name: object, what: str, path: Path) -> str:
     return name
 
 
-_CAMPAIGN_MARKERS = (re.compile(r"^OPS\s*[:=]", re.M), re.compile(r"\bpytest_abbench\b"))
+def _short(value: object, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _control_char(text: str) -> str | None:
+    return next((c for c in text if unicodedata.category(c) == "Cc"), None)
+
+
+def _check_value(value: object, where: str) -> None:
+    """A shape parameter must be JSON data with a stable ``str()``: it names the shape and keys its hash."""
+    if value is None or isinstance(value, (bool, int)):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise CampaignError(f"{where}: {value!r} is not a finite number (JSON has no NaN or infinity)")
+        return
+    if isinstance(value, str):
+        bad = _control_char(value)
+        if bad is not None:
+            raise CampaignError(f"{where}: {_short(value)} contains the control character {bad!r} "
+                                "(shape ids become status rows and terminal lines)")
+        return
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _check_value(item, f"{where}[{i}]")
+        return
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            _check_key(key, where)
+            _check_value(item, f"{where}[{key!r}]")
+        return
+    raise CampaignError(f"{where}: {_short(value)} is a {type(value).__name__}, not JSON data "
+                        "(use str, int, float, bool, None, or lists and dicts of them)")
+
+
+def _check_key(key: object, where: str) -> None:
+    if not isinstance(key, str):
+        raise CampaignError(f"{where}: parameter name {_short(key)} is a {type(key).__name__}, not a str")
+    bad = _control_char(key)
+    if bad is not None:
+        raise CampaignError(f"{where}: parameter name {_short(key)} contains the control character {bad!r}")
+
+
+def check_shapes(op: Op, path: Path) -> None:
+    """Every shape of every level: a mapping of parameter names to JSON data, no control characters.
+
+    Checked when the campaign is loaded, so a bad shape is a collection error
+    naming file, op, level and value rather than a failure of every cell.
+    """
+    if not isinstance(op.shapes, Mapping):
+        raise CampaignError(f"{path}: op {op.name!r}: shapes is a {type(op.shapes).__name__}, not a mapping "
+                            f"of level to a list of shapes (e.g. {{'smoke': [{{'n': 1024}}]}})")
+    for level, shapes in op.shapes.items():
+        where = f"{path}: op {op.name!r}, level {level!r}"
+        if level not in LEVELS:
+            raise CampaignError(f"{path}: op {op.name!r}: unknown level {level!r} (use {', '.join(LEVELS)})")
+        if not isinstance(shapes, (list, tuple)):
+            raise CampaignError(f"{where}: {_short(shapes)} is a {type(shapes).__name__}, not a list of shapes")
+        for i, shape in enumerate(shapes):
+            at = f"{where}, shape {i}"
+            if isinstance(shape, Shape):
+                if not isinstance(shape.id, str) or _control_char(shape.id) is not None:
+                    raise CampaignError(f"{at}: shape id {_short(shape.id)} must be a str without control characters")
+                params: object = shape.params
+            else:
+                params = shape
+            if not isinstance(params, Mapping):
+                raise CampaignError(f"{at}: {_short(params)} is a {type(params).__name__}, not a mapping of "
+                                    "parameter names to values (e.g. {'n': 1024})")
+            for key, value in params.items():
+                _check_key(key, at)
+                _check_value(value, f"{at}, parameter {key!r}")
+        ids = [Shape.coerce(s).id for s in shapes]
+        if len(set(ids)) != len(ids):
+            raise CampaignError(f"{path}: op {op.name!r}: duplicate shape ids at level {level!r}")
+
+
+_OPS_LINE = re.compile(r"^OPS\s*[:=]", re.M)
+_IMPORTS_PLUGIN = re.compile(r"\bpytest_abbench\b")
+_TEST_MODULE_PREFIXES = ("test_", "conftest")
+
+
+def _source(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
 
 
 def looks_like_campaign(path: Path) -> bool:
     """A .py file is a campaign when it imports pytest_abbench and assigns OPS at top level.
 
     Read as text so that collecting a directory imports nothing but campaigns.
+    Files pytest collects as test modules (``test_*``, ``conftest``) never are.
     """
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
+    if path.suffix != ".py" or path.name.startswith(_TEST_MODULE_PREFIXES):
         return False
-    return all(marker.search(text) for marker in _CAMPAIGN_MARKERS)
+    text = _source(path)
+    return text is not None and bool(_OPS_LINE.search(text) and _IMPORTS_PLUGIN.search(text))
+
+
+def why_not_campaign(path: Path) -> str | None:
+    """Why a .py file that mentions pytest_abbench or OPS is not collected as a campaign; None when unrelated."""
+    text = _source(path)
+    if text is None or path.suffix != ".py" or looks_like_campaign(path):
+        return None
+    has_ops, imports = bool(_OPS_LINE.search(text)), bool(_IMPORTS_PLUGIN.search(text))
+    if not (has_ops or imports):
+        return None
+    if path.name.startswith(_TEST_MODULE_PREFIXES):
+        return (f"{path.name} is collected as a test module, never as a campaign (files named test_*.py or "
+                "conftest.py): rename the campaign file")
+    if not has_ops:
+        return ("it has no top-level `OPS = [...]` line; a campaign is found by that line, read as text "
+                "(an OPS imported or built by a function is not seen)")
+    return "it does not import pytest_abbench (a campaign is found by `from pytest_abbench import ...` and OPS)"
 
 
 def module_name_for(path: Path) -> str:
@@ -205,7 +328,11 @@ def load_campaign(path: str | Path) -> Campaign:
     if folder not in sys.path:
         sys.path.insert(0, folder)
     sys.modules[name] = module
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        del sys.modules[name]
+        raise CampaignError(_import_failure(path, exc)) from None
 
     skip = getattr(module, "SKIP", None)
     if skip:
@@ -223,12 +350,7 @@ def load_campaign(path: str | Path) -> Campaign:
         seen.add(op.name)
         if not callable(op.build):
             raise CampaignError(f"{path}: op {op.name!r}: build is not callable")
-        for level, shapes in op.shapes.items():
-            if level not in LEVELS:
-                raise CampaignError(f"{path}: op {op.name!r}: unknown level {level!r} (use {', '.join(LEVELS)})")
-            ids = [Shape.coerce(s).id for s in shapes]
-            if len(set(ids)) != len(ids):
-                raise CampaignError(f"{path}: op {op.name!r}: duplicate shape ids at level {level!r}")
+        check_shapes(op, path)
     switch = getattr(module, "SWITCH", Switch())
     if not isinstance(switch, Switch):
         raise CampaignError(f"{path}: SWITCH is {type(switch).__name__}, not Switch")
@@ -238,6 +360,21 @@ def load_campaign(path: str | Path) -> Campaign:
             raise CampaignError(f"{path}: SWITCH.options_{side.lower()}: unknown option(s) {sorted(unknown)} "
                                 f"(use {', '.join(SIDE_OPTIONS)})")
     return Campaign(path, module, list(ops), switch)
+
+
+def _import_failure(path: Path, exc: Exception) -> str:
+    """One message for a campaign that cannot be imported: the error and the campaign's own frames."""
+    if isinstance(exc, SyntaxError) and exc.filename and Path(exc.filename).resolve() == path:
+        where = f"{path}:{exc.lineno}"
+        line = (exc.text or "").rstrip("\n")
+        caret = f"\n    {line}\n    {' ' * max((exc.offset or 1) - 1, 0)}^" if line else ""
+        return f"{where}: syntax error: {exc.msg}{caret}"
+    # The loader's and importlib's frames say nothing about the campaign: keep from its first line on.
+    frames = list(traceback.extract_tb(exc.__traceback__))
+    start = next((i for i, f in enumerate(frames) if Path(f.filename) == path), len(frames))
+    stack = "".join(traceback.format_list(frames[start:])).rstrip()
+    error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    return f"{path}: importing it raised {error}" + (f"\n{stack}" if stack else "")
 
 
 def shape_set_hash(shapes: Sequence[Shape]) -> str:

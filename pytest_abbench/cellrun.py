@@ -33,7 +33,7 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
     """Ask Linux to send SIGTERM to the child when its parent dies (pytest SIGKILLed).
 
     Runs between fork and exec.  The cell child turns that SIGTERM into a
-    SIGKILL of its whole process group (``guard_group`` in
+    SIGKILL of every descendant and of its process group (``guard_group`` in
     ``pytest_abbench/child/__main__.py``), so its own children die too.  Where
     prctl is unavailable the child's parent watchdog still notices; the
     process group kill on timeout holds.
@@ -63,7 +63,9 @@ def run_child(
 
     On timeout the whole group gets SIGTERM, then SIGKILL, and rc is 124.
     Whatever the outcome, the group is killed at the end, so no grandchild the
-    cell started (a compile worker, a stray ``sleep``) outlives its cell.
+    cell started (a compile worker, a stray ``sleep``) outlives its cell; one
+    that left the group (``setsid``) is killed by the cell child itself, a
+    child subreaper (``pytest_abbench/child/__main__.py``).
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
@@ -102,7 +104,13 @@ def run_child(
             proc.wait()
             log.write(f"\n[abbench] cell timeout after {timeout_s:g}s: process group {pgid} killed\n".encode())
         except BaseException:
-            # KeyboardInterrupt or a pytest-timeout in the parent: never leave the child behind.
+            # KeyboardInterrupt or a pytest-timeout in the parent: never leave the child behind.  SIGTERM
+            # first: the cell's supervisor then kills the descendants that left the group.
+            kill_group(pgid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=_TERM_GRACE_S)
+            except subprocess.TimeoutExpired:
+                pass
             kill_group(pgid, signal.SIGKILL)
             proc.wait()
             raise

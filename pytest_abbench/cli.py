@@ -1,7 +1,15 @@
-"""``abbench``: re-read a finished root (or one pair of cells) with the plugin's own checks.
+"""``abbench``: re-read a finished root (or two separate runs) with the plugin's own checks.
 
-    abbench summary ROOT --ab-rounds
-    abbench summary --ab DIR_A DIR_B
+    abbench summary ROOT
+    abbench summary --ab ROOT_A ROOT_B
+    abbench summary --ab CELL_A CELL_B
+
+``ROOT`` is a campaign root (a session's ``--ab-root``): its report, its plan
+from campaign.json, every round on disk.  ``--ab`` compares two separate runs:
+two roots, each cell of ROOT_A against the cell of the same round, side and op
+in ROOT_B (reported as op ``<op>@<side>``, ROOT_A's cell as side A), or two cell
+folders ``<root>/r<k>_<side>/<op>``, as one pair.  Each cell keeps its own
+run's autotune record; the two records must hold the same choices.
 
 Exit codes are the plugin's (one rule, ``exitcodes.session_exit_code``): 0 clean,
 1 a cell failed or planned cells never ran, 4 caliber mismatch, 7 regression
@@ -11,58 +19,102 @@ gate, 2 bad arguments or an unusable root.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Sequence
 
 from pytest_abbench import report
 from pytest_abbench.exitcodes import EXIT_CELL_FAILED
-from pytest_abbench.layout import RESULTS_FILE, CellKey, RootLayout, identity_file, results_file, run_log
+from pytest_abbench.layout import RESULTS_FILE, SIDES, CellKey, RootLayout, results_file
 from pytest_abbench.outcome import OK, CellOutcome
 from pytest_abbench.options import add_report_options
 from pytest_abbench.plan import CampaignPlan
+from pytest_abbench.report.build import discover
 
 EXIT_USAGE = 2
 
 
-def _is_cell(folder: Path) -> bool:
-    return any(f.exists() for f in (identity_file(folder), results_file(folder), run_log(folder)))
+class _Runs:
+    """The cells of the roots named by ``--ab``, with the status their own status.tsv gives them."""
 
+    def __init__(self) -> None:
+        self.cells: dict[Path, dict[CellKey, CellOutcome]] = {}
+        self.problems: list[str] = []
 
-def _pair_outcomes(dir_a: Path, dir_b: Path) -> tuple[list[CellOutcome], CampaignPlan]:
-    """Cells to compare for ``--ab``: two cell folders, or the same cells of two roots, as side A and side B."""
-    def outcome(rnd: int, op: str, role: str, folder: Path) -> CellOutcome:
+    def of_root(self, root: Path) -> dict[CellKey, CellOutcome]:
+        root = root.resolve()
+        if root not in self.cells:
+            layout = RootLayout(root)
+            self.cells[root] = {o.key: o for o in discover(layout, self.problems)} if layout.status.exists() else {}
+        return self.cells[root]
+
+    def outcome(self, folder: Path, key: CellKey) -> CellOutcome:
+        """``folder``'s cell as side ``key.role`` of pseudo-op ``key.op``: its status row, else what is on disk."""
+        found = RootLayout(folder.parent.parent).key_of(folder)
+        own = self.of_root(folder.parent.parent).get(found) if found is not None else None
+        if own is not None:
+            return dataclasses.replace(own, key=key, cell_dir=folder)
         status = OK if results_file(folder).exists() else f"missing {RESULTS_FILE}" if folder.is_dir() else "missing"
-        return CellOutcome(CellKey(rnd, op, role), folder, status)
+        return CellOutcome(key, folder, status)
 
-    if _is_cell(dir_a) and _is_cell(dir_b):
+
+def _pair_outcomes(dir_a: Path, dir_b: Path, runs: _Runs) -> tuple[list[CellOutcome], CampaignPlan] | str:
+    """Cells to compare for ``--ab``: two cell folders, or the same cells of two roots, as side A and side B.
+
+    A str says why the two folders cannot be compared.
+    """
+    cell_a, cell_b = RootLayout(dir_a.parent).key_of(dir_a), RootLayout(dir_b.parent).key_of(dir_b)
+    if cell_a is not None and cell_b is not None:
         op = dir_a.name if dir_a.name == dir_b.name else f"{dir_a.name}-vs-{dir_b.name}"
-        return [outcome(1, op, "A", dir_a), outcome(1, op, "B", dir_b)], CampaignPlan(1)
+        pair = [runs.outcome(d, CellKey(1, op, side)) for d, side in ((dir_a, "A"), (dir_b, "B"))]
+        return pair, CampaignPlan(1)
+    if (cell_a is None) != (cell_b is None):
+        cell, other = (dir_a, dir_b) if cell_a is not None else (dir_b, dir_a)
+        return f"{cell} is a cell folder but {other} is not: give two cell folders or two roots"
+    layouts = RootLayout(dir_a), RootLayout(dir_b)
+    keys = sorted({key for layout in layouts for key, _ in layout.cell_folders()})
     outcomes: list[CellOutcome] = []
-    layout_b = RootLayout(dir_b)
-    for key, cell in RootLayout(dir_a).cell_folders():
+    for key in keys:
         op = f"{key.op}@{key.role}"
-        outcomes += [outcome(key.round, op, "A", cell), outcome(key.round, op, "B", layout_b.cell(key))]
+        outcomes += [runs.outcome(layout.cell(key), CellKey(key.round, op, side))
+                     for layout, side in zip(layouts, SIDES)]
     return outcomes, CampaignPlan(max((o.key.round for o in outcomes), default=1))
 
 
 def summary(args: argparse.Namespace) -> int:
+    if args.ab_rounds is not None:
+        print("abbench summary: --ab-rounds is not a summary option: the summary reads every round in ROOT and "
+              "judges it against the plan in ROOT/campaign.json (--ab-rounds N sets the rounds a pytest session "
+              "runs); drop it", file=sys.stderr)
+        return EXIT_USAGE
     if args.ab:
         dir_a, dir_b = (Path(p) for p in args.ab)
         for d in (dir_a, dir_b):
             if not d.is_dir():
                 print(f"abbench summary: {d} does not exist or is not a folder", file=sys.stderr)
                 return EXIT_USAGE
-        outcomes, plan = _pair_outcomes(dir_a, dir_b)
+        if args.root is not None:
+            print(f"abbench summary: give ROOT or --ab A B, not both ({args.root} and --ab)", file=sys.stderr)
+            return EXIT_USAGE
+        runs = _Runs()
+        paired = _pair_outcomes(dir_a, dir_b, runs)
+        if isinstance(paired, str):
+            print(f"abbench summary: {paired}", file=sys.stderr)
+            return EXIT_USAGE
+        outcomes, plan = paired
+        for problem in runs.problems:
+            print(f"abbench summary: {problem}", file=sys.stderr)
         if not outcomes:
-            print(f"abbench summary: {dir_a} holds no cell folders (r<k>_<side>/<op>/)", file=sys.stderr)
+            print(f"abbench summary: neither {dir_a} nor {dir_b} holds cell folders (r<k>_<side>/<op>/)",
+                  file=sys.stderr)
             return EXIT_USAGE
         built = report.build_report(dir_a, outcomes, plan, margin_pct=args.ab_margin,
                                     fail_if_slower_pct=args.ab_fail_if_slower,
                                     allow_caliber_mismatch=args.allow_caliber_mismatch)
     else:
         if args.root is None:
-            print("abbench summary: give ROOT or --ab DIR_A DIR_B", file=sys.stderr)
+            print("abbench summary: give ROOT, or --ab A B (two roots or two cell folders)", file=sys.stderr)
             return EXIT_USAGE
         root = Path(args.root)
         if not root.is_dir():
@@ -92,9 +144,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="abbench", description=__doc__.splitlines()[0] if __doc__ else None)
     sub = parser.add_subparsers(dest="command", required=True)
     s = sub.add_parser("summary", help="the round-delta report of a finished root, with caliber checks")
-    s.add_argument("root", nargs="?", help="a campaign root (the --ab-root of a session)")
-    s.add_argument("--ab-rounds", action="store_true", help="aggregate every round present in ROOT (the default)")
-    s.add_argument("--ab", nargs=2, metavar=("DIR_A", "DIR_B"), help="compare one pair of cell folders or two roots")
+    s.add_argument("root", nargs="?", help="a campaign root (the --ab-root of a session): every round in it, "
+                                            "judged against the plan in its campaign.json")
+    # Once a do-nothing flag; kept only to refuse it with a reason (it reads like pytest's --ab-rounds N).
+    s.add_argument("--ab-rounds", nargs="?", const="", default=None, help=argparse.SUPPRESS)
+    s.add_argument("--ab", nargs=2, metavar=("A", "B"),
+                   help="compare two separate runs: two roots (each cell of A against the same round, side and op "
+                        "of B, reported as <op>@<side>) or two cell folders <root>/r<k>_<side>/<op> (one pair); "
+                        "each side keeps its own run's autotune record, and the two records must hold the same "
+                        "choices")
     add_report_options(s.add_argument)
     s.set_defaults(func=summary)
     return parser

@@ -9,12 +9,32 @@ from pathlib import Path
 from typing import Any, Iterator
 
 
+def current_umask() -> int:
+    """The process umask, read without changing it where Linux says it (os.umask alone must set one)."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON so that a reader sees the old file or the new one, never half of one."""
+    """Write JSON so that a reader sees the old file or the new one, never half of one.
+
+    The file gets the mode a plain ``open`` would give it (0644 under umask
+    022), like the logs beside it; mkstemp's own 0600 would hide it from
+    the other users who read a shared root.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as handle:
+            os.fchmod(handle.fileno(), 0o666 & ~current_umask())
             json.dump(data, handle, indent=1, sort_keys=True, default=str)
             handle.write("\n")
             handle.flush()

@@ -49,6 +49,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+MAX_ROUNDS = 1000  # far above any campaign; a typo of 1e6 would plan millions of cells
+
+
+def rounds_count(text: str) -> int:
+    """argparse type for --ab-rounds: a whole number from 1 to MAX_ROUNDS, the bad value named."""
+    value = positive_int(text)
+    if value > MAX_ROUNDS:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_ROUNDS} rounds, got {text!r}")
+    return value
+
+
 def percent(text: str) -> float:
     try:
         value = float(text.rstrip("%"))
@@ -117,7 +128,7 @@ def add_report_options(add: Callable[..., Any]) -> None:
 def register(parser: pytest.Parser) -> None:
     group = parser.getgroup("abbench", "A/B benchmark campaigns (pytest-abbench)")
     add = group.addoption
-    add("--ab-rounds", type=positive_int, default=None, metavar="N", help=f"rounds per op (default {DEFAULT_ROUNDS})")
+    add("--ab-rounds", type=rounds_count, default=None, metavar="N", help=f"rounds per op, 1 to {MAX_ROUNDS} (default {DEFAULT_ROUNDS})")
     add("--ab-root", default=None, metavar="DIR", help="output folder (default: a new timestamped folder under .abbench/)")
     add("--cell-timeout", type=positive_seconds, default=None, metavar="SECONDS", help=CELL_TIMEOUT_HELP)
     add("--ab-switch-env", type=env_assignment, action="append", default=[], metavar="KEY=VALUE",
@@ -204,7 +215,7 @@ def resolve(config: pytest.Config) -> Settings:
     opt = config.option
     timeout, timeout_src = _from_env_or_ini(config, opt.cell_timeout, "CELL_TIMEOUT", "cell_timeout",
                                             positive_seconds, DEFAULT_CELL_TIMEOUT_S)
-    rounds, rounds_src = _from_env_or_ini(config, opt.ab_rounds, None, "ab_rounds", positive_int, DEFAULT_ROUNDS)
+    rounds, rounds_src = _from_env_or_ini(config, opt.ab_rounds, None, "ab_rounds", rounds_count, DEFAULT_ROUNDS)
     if opt.ab_resume and opt.ab_root and Path(opt.ab_root).resolve() != opt.ab_resume:
         raise pytest.UsageError(f"--ab-root {opt.ab_root} and --ab-resume {opt.ab_resume} name different roots")
     if opt.ab_ir_only and opt.ab_ir_target in ("", "none"):

@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 import types
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Generator, Iterable
 
 import pytest
 
-from pytest_abbench.campaign import Campaign, CampaignError, CampaignSkipped, load_campaign, looks_like_campaign
+from pytest_abbench.campaign import (Campaign, CampaignError, CampaignSkipped, load_campaign, looks_like_campaign,
+                                     why_not_campaign)
 from pytest_abbench.fixtures import CALIBER_PROPERTY, CELL_TEST_ATTR, NOTICE_PROPERTY, PlannedCell, cell_test_for
 from pytest_abbench.layout import CellKey, run_log
 from pytest_abbench.options import Settings, visible_gpus
@@ -32,6 +33,10 @@ CELL_MARK = "abbench"  # @pytest.mark.abbench(campaign=..., op=...): a test whos
 # pytest-timeout guards the parent side of a cell: above the cell's own
 # timeout (which kills the child) plus time for the bookkeeping.
 PARENT_TIMEOUT_SLACK_S = 300
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def session_of(config: pytest.Config) -> "AbbenchSession":
@@ -84,6 +89,22 @@ class CampaignModule(pytest.Module):
         return items
 
 
+class NamedModule(pytest.Module):
+    """A file named on the command line that mentions pytest_abbench or OPS but is no campaign.
+
+    Collected as pytest would; when it holds no test, the collection error
+    says why it is not a campaign instead of a silent "collected 0 items".
+    """
+
+    not_campaign = ""
+
+    def collect(self) -> Iterable[pytest.Item | pytest.Collector]:
+        items = list(super().collect())
+        if not items:
+            raise self.CollectError(f"{self.path} is not a campaign: {self.not_campaign}")
+        return items
+
+
 class AbbenchSession:
     """Session state: settings, the root, the plan, round-1 gate decisions, the outcomes for the report."""
 
@@ -115,6 +136,7 @@ class AbbenchSession:
         path = path.resolve()
         if path not in self.campaigns:
             campaign = load_campaign(path)
+            campaign.require_level(self.settings.level)
             if self.settings.switch_env is not None:
                 campaign.switch = campaign.switch.with_env_b(self.settings.switch_env)
             self.campaigns[path] = campaign
@@ -163,11 +185,24 @@ class AbbenchSession:
             reporter.write_line(line)
 
     # -- collection ------------------------------------------------------------
-    def pytest_collect_file(self, file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
-        if file_path.suffix == ".py" and not file_path.name.startswith(("test_", "conftest")) \
-                and looks_like_campaign(file_path):
-            return CampaignModule.from_parent(parent, path=file_path)
-        return None
+    @pytest.hookimpl(wrapper=True)
+    def pytest_collect_file(self, file_path: Path,
+                            parent: pytest.Collector) -> Generator[None, list[Any], list[Any]]:
+        collectors = yield
+        if looks_like_campaign(file_path):
+            # pytest's own Module collects a file named on the command line: it would import
+            # the campaign a second time and report its import errors twice.
+            return [CampaignModule.from_parent(parent, path=file_path),
+                    *(c for c in collectors if not isinstance(c, pytest.Module))]
+        why = why_not_campaign(file_path) if parent.session.isinitpath(file_path) else None
+        if why is None:
+            return collectors
+        named = [c for c in collectors if type(c) is pytest.Module]
+        if not named:
+            return collectors
+        module = NamedModule.from_parent(parent, path=file_path)
+        module.not_campaign = why
+        return [module if c in named else c for c in collectors]
 
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
         """A test marked ``abbench(campaign, op)`` that requests ``abbench_cell`` runs once per planned cell."""
@@ -234,7 +269,8 @@ class AbbenchSession:
         if not cells:
             return []
         ops = {p.key.op for p in cells}
-        return [f"abbench: {len(cells)} cells, {len(ops)} ops, {self.settings.rounds} rounds, "
+        return [f"abbench: {_count(len(cells), 'cell')}, {_count(len(ops), 'op')}, "
+                f"{_count(self.settings.rounds, 'round')}, "
                 f"backend {self.settings.backend}, cell timeout {self.settings.cell_timeout_s:g}s "
                 f"({self.settings.sources['cell_timeout']})"]
 
@@ -298,7 +334,7 @@ class AbbenchSession:
         for line in report.render_text(self.final).splitlines():
             terminalreporter.write_line(line)
         if self.plots:
-            terminalreporter.write_line(f"plots: {layout.plots} ({len(self.plots)} ops)")
+            terminalreporter.write_line(f"plots: {layout.plots} ({_count(len(self.plots), 'op')})")
         terminalreporter.write_line(f"report: {layout.report_md}, {layout.report_json}")
         terminalreporter.write_line(f"abbench root: {self.root.path}")
         terminalreporter.write_line(self.final.exit_line())

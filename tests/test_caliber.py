@@ -102,7 +102,7 @@ def test_summary_refuses_each_mismatched_axis(tmp_path: Path, capsys: "object") 
         root = tmp_path / axis
         synthetic_root(root, {"s": [0.1, 0.1]})
         _edit_identity(root, "r2_B", **{axis: "other"})
-        assert main(["summary", str(root), "--ab-rounds"]) == 4
+        assert main(["summary", str(root)]) == 4
         out = capsys.readouterr().out  # type: ignore[attr-defined]
         assert f"!!! [caliber] op=op axis={axis}:" in out and "B='other'" in out
         assert main(["summary", str(root), "--allow-caliber-mismatch"]) == 0

@@ -1,46 +1,164 @@
-"""``python -m pytest_abbench.child``: the command the plugin runs for each cell."""
+"""``python -m pytest_abbench.child``: the command the plugin runs for each cell.
+
+Started by the plugin (as its process group's leader), the process becomes a
+small supervisor: a child subreaper that forks the process measuring the
+cell, waits for it, then kills every descendant still alive, including those
+that left the process group (``setsid sleep 1000 &`` in a build function), and
+exits with the measuring process's status.  Orphans of the cell are
+reparented to the supervisor, so none escapes the search.
+"""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import sys
 import threading
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 from pytest_abbench.cellconfig import CellConfig
-from pytest_abbench.child.measure import measure, run_ir_only
+
+_PR_SET_CHILD_SUBREAPER = 36
+_REAP_DEADLINE_S = 5.0
+
+
+def become_subreaper() -> bool:
+    """Orphaned descendants are reparented to this process instead of init (Linux 3.4+); False elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid``, read from /proc (zombies included until reaped)."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                stat = handle.read()
+        except OSError:
+            continue  # exited meanwhile
+        # The command name (field 2) may hold spaces and parentheses: the ppid follows its last ")".
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if len(fields) > 1:
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    found: list[int] = []
+    todo = list(children.get(pid, []))
+    while todo:
+        child = todo.pop()
+        found.append(child)
+        todo.extend(children.get(child, []))
+    return found
+
+
+def kill_descendants() -> None:
+    """SIGKILL every descendant of this process and reap those reparented to it, until none is left."""
+    me = os.getpid()
+    deadline = time.monotonic() + _REAP_DEADLINE_S
+    while time.monotonic() < deadline:
+        alive = descendants(me)
+        if not alive:
+            return
+        for pid in alive:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        while True:  # reap what is ours; the grandchildren of dead parents become ours next pass
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                time.sleep(0.01)
+                break
 
 
 def guard_group(poll_s: float = 0.5) -> None:
-    """Take this cell's whole process group down when the pytest that started it dies.
+    """Take this cell's processes down when the pytest that started it dies, or on the timeout's SIGTERM.
 
     The parent set a parent-death SIGTERM; its handler (and, for a parent that
     dies while this process sits in a long C call, a watchdog thread that sees
-    the parent pid change) SIGKILLs the group, grandchildren included.
+    the parent pid change) kills every descendant, then SIGKILLs the group.
     """
     parent = os.getppid()
 
-    def kill_group(*_: object) -> None:
+    def kill_all(*_: object) -> None:
+        kill_descendants()
         os.killpg(os.getpgid(0), signal.SIGKILL)
 
-    signal.signal(signal.SIGTERM, kill_group)
+    signal.signal(signal.SIGTERM, kill_all)
 
     def watch() -> None:
         while True:
             time.sleep(poll_s)
             if os.getppid() != parent:
-                kill_group()
+                kill_all()
 
     threading.Thread(target=watch, name="abbench-parent-watch", daemon=True).start()
+
+
+def _exit_like(status: int) -> int:
+    """Leave with the measuring process's status: its exit code, or death by the same signal."""
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        try:
+            signal.signal(sig, signal.SIG_DFL)
+        except (OSError, ValueError):
+            pass  # SIGKILL and SIGSTOP keep their default anyway
+        os.kill(os.getpid(), sig)
+        return 128 + sig  # a signal that does not kill by default
+    return os.waitstatus_to_exitcode(status)
+
+
+def supervise(run: Callable[[], int]) -> int:
+    """Run ``run`` in a forked process; then kill whatever it left behind and return its status."""
+    reaper = become_subreaper()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        return run()  # the measuring process: it exits with the cell's status, as before
+    guard_group()
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except ChildProcessError:
+            status = 0
+            break
+    if not reaper:
+        print("[abbench] not a child subreaper here: a descendant that left the process group may outlive the cell",
+              flush=True)
+    kill_descendants()
+    return _exit_like(status)
+
+
+def _measure(config: CellConfig) -> int:
+    from pytest_abbench.child.measure import measure, run_ir_only
+
+    return run_ir_only(config) if config.ir_only else measure(config)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     config = CellConfig.from_argv(sys.argv[1:] if argv is None else argv)
     if os.getpgid(0) == os.getpid():  # started by the plugin as its group's leader (not in-process)
-        guard_group()
-    return run_ir_only(config) if config.ir_only else measure(config)
+        return supervise(lambda: _measure(config))
+    return _measure(config)
 
 
 if __name__ == "__main__":

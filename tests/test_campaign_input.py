@@ -1,0 +1,133 @@
+"""Campaign input checked at collection: shapes, the run's level, files that are not campaigns, --ab-rounds."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from helpers import simple_campaign
+
+
+def shapes_campaign(shapes: str, name: str = "x") -> str:
+    return textwrap.dedent(f'''
+        from pytest_abbench import Case, Op, Shape, Switch
+
+        def build(shape, device):
+            return lambda: None
+
+        OPS = [Op({name!r}, build=build, shapes={shapes})]
+        SWITCH = Switch(env_b={{"ABBENCH_TEST_SWITCH": "1"}})
+    ''')
+
+
+def test_shape_that_is_not_a_mapping_is_a_campaign_error(campaign_dir: pytest.Pytester) -> None:
+    # The README's own placeholder, copied as is.
+    campaign_dir.makepyfile(bad=shapes_campaign('{"smoke": [...]}'))
+    result = campaign_dir.runpytest("bad.py", "--collect-only", "--ab-level", "smoke")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*campaign error: *bad.py: op 'x', level 'smoke', shape 0: Ellipsis is a ellipsis, "
+                                 "not a mapping of parameter names to values*"])
+    assert "TypeError" not in result.stdout.str()
+
+
+@pytest.mark.parametrize("shapes, message", [
+    ('{"smoke": [{"n": object()}]}', ", shape 0, parameter 'n': <object object at *> is a object, not JSON data*"),
+    ('{"smoke": [{"n": 1}, {"n": [1, {"k": object()}]}]}', ", shape 1, parameter 'n'[[]1[]][[]'k'[]]: <object*"),
+    ('{"smoke": [{"n": "a\\tb"}]}', ", shape 0, parameter 'n': 'a\\tb' contains the control character '\\t'*"),
+    ('{"smoke": [{"n\\nm": 1}]}', ", shape 0: parameter name 'n\\nm' contains the control character '\\n'*"),
+    ('{"smoke": [{1: 1}]}', ", shape 0: parameter name 1 is a int, not a str*"),
+    ('{"smoke": [{"n": float("nan")}]}', ", shape 0, parameter 'n': nan is not a finite number*"),
+    ('{"smoke": [Shape("a\\rb", {"n": 1})]}', ", shape 0: shape id 'a\\rb' must be a str without control*"),
+    ('{"smoke": {"n": 1}}', ": {'n': 1} is a dict, not a list of shapes*"),
+])
+def test_bad_shape_value_names_file_op_level_and_value(campaign_dir: pytest.Pytester, shapes: str,
+                                                       message: str) -> None:
+    campaign_dir.makepyfile(bad=shapes_campaign(shapes))
+    result = campaign_dir.runpytest("bad.py", "--collect-only", "--ab-level", "smoke")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines([f"*campaign error: *bad.py: op 'x', level 'smoke'{message}"])
+
+
+def test_json_data_shapes_are_accepted(campaign_dir: pytest.Pytester) -> None:
+    campaign_dir.makepyfile(good=shapes_campaign(
+        '{"smoke": [{"dims": [1, 2], "dtype": "float16", "alpha": 0.5, "flag": True, "none": None, "m": {"a": 1}}]}'))
+    result = campaign_dir.runpytest("good.py", "--collect-only", "-q", "--ab-rounds", "1", "--ab-level", "smoke")
+    result.stdout.fnmatch_lines(["2 tests collected*"])
+
+
+def test_op_without_shapes_for_the_level_is_reported_at_collection(campaign_dir: pytest.Pytester) -> None:
+    campaign_dir.makepyfile(lv=textwrap.dedent('''
+        from pytest_abbench import Op
+        def build(shape, device):
+            return lambda: None
+        OPS = [Op("x", build=build, shapes={"smoke": [{"n": 1}]}),
+               Op("y", build=build, shapes={"core": [{"n": 1}, {"n": 2}]})]
+    '''))
+    result = campaign_dir.runpytest("lv.py", "--collect-only", "--ab-level", "smoke")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*campaign error: *lv.py: op 'y' has no shapes for level 'smoke', the level this "
+                                 "run measures (it has: core (2 shapes))*"])
+
+
+def test_side_level_without_shapes_is_reported_at_collection(campaign_dir: pytest.Pytester) -> None:
+    campaign_dir.makepyfile(side=simple_campaign('"only"', switch='Switch(options_b={"level": "core"})'))
+    result = campaign_dir.runpytest("side.py", "--collect-only", "--ab-level", "smoke")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*side.py: op 'only' has no shapes for level 'core', the level side B measures "
+                                 "(SWITCH.options_b) (it has: smoke (2 shapes))*"])
+
+
+def test_named_file_without_ops_says_why(campaign_dir: pytest.Pytester) -> None:
+    campaign_dir.makepyfile(noops="from pytest_abbench import Op\nops = []\n")
+    result = campaign_dir.runpytest("noops.py")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*noops.py is not a campaign: it has no top-level `OPS = [[]...[]]` line*"])
+
+
+def test_named_campaign_called_test_star_says_why(campaign_dir: pytest.Pytester) -> None:
+    campaign_dir.makepyfile(test_mine=simple_campaign('"only"'))
+    result = campaign_dir.runpytest("test_mine.py", "--collect-only")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*test_mine.py is not a campaign: test_mine.py is collected as a test module*"])
+
+
+def test_named_ordinary_test_files_are_collected_as_before(campaign_dir: pytest.Pytester) -> None:
+    campaign_dir.makepyfile(plain="import pytest_abbench\n\ndef test_x():\n    pass\n", other="X = 1\n")
+    assert campaign_dir.runpytest("plain.py").ret == pytest.ExitCode.OK
+    assert campaign_dir.runpytest("other.py").ret == pytest.ExitCode.NO_TESTS_COLLECTED
+
+
+def test_named_campaign_is_imported_once(campaign_dir: pytest.Pytester) -> None:
+    count = 'import pathlib\nwith open(pathlib.Path(__file__).with_name("imports.txt"), "a") as f:\n    f.write("x")\n'
+    campaign_dir.makepyfile(once=simple_campaign('"only"', extra="") + count)
+    result = campaign_dir.runpytest("once.py", "--collect-only", "-q", "--ab-rounds", "1")
+    result.stdout.fnmatch_lines(["2 tests collected*"])
+    assert (campaign_dir.path / "imports.txt").read_text() == "x"
+
+
+@pytest.mark.parametrize("source, message", [
+    ("from pytest_abbench import Op\nOPS = [Op('x', build=print, shapes={}\n", "*syn.py:2: syntax error: *"),
+    ("import pytest_abbench\nimport no_such_module_abbench\nOPS = []\n",
+     "*syn.py: importing it raised ModuleNotFoundError: No module named 'no_such_module_abbench'"),
+])
+def test_named_campaign_import_error_reported_once(campaign_dir: pytest.Pytester, source: str, message: str) -> None:
+    campaign_dir.makepyfile(syn=source)
+    result = campaign_dir.runpytest("syn.py", "--collect-only")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines([message])
+    assert result.stdout.str().count("ERROR collecting syn.py") == 1
+    assert "_bootstrap" not in result.stdout.str()
+
+
+@pytest.mark.parametrize("args, ini, message", [
+    (["--ab-rounds", "1001"], "", "*--ab-rounds*must be at most 1000 rounds, got '1001'*"),
+    (["--ab-rounds", "1000000000000"], "", "*--ab-rounds*must be at most 1000 rounds, got '1000000000000'*"),
+    ([], "ab_rounds = 5000", "*ini option ab_rounds='5000': must be at most 1000 rounds, got '5000'*"),
+])
+def test_ab_rounds_is_bounded(campaign_dir: pytest.Pytester, args: list[str], ini: str, message: str) -> None:
+    campaign_dir.makeini(f"[pytest]\n{ini}\n")
+    campaign_dir.makepyfile(c=simple_campaign('"only"'))
+    result = campaign_dir.runpytest("c.py", "--collect-only", *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
