@@ -51,17 +51,25 @@ class CampaignRoot:
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.layout.lock, os.O_RDWR | os.O_CREAT, 0o644)
+        except (FileExistsError, NotADirectoryError):
+            blocker = next((p for p in (self.path, *self.path.parents) if p.exists() and not p.is_dir()), self.path)
+            pytest.exit(f"abbench: cannot use the root {self.path}: {blocker} is a file, not a folder; "
+                        "give --ab-root a folder", returncode=EXIT_ROOT)
         except OSError as exc:
             pytest.exit(f"abbench: cannot write the root {self.path}: {exc.strerror}", returncode=EXIT_ROOT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            # Empty only between the holder's lock and its write below: it is starting.
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
             os.close(fd)
-            pytest.exit(f"abbench: root {self.path} is in use by another pytest session (pid {holder}); "
+            who = f"pid {holder}" if holder else "a session still starting"
+            pytest.exit(f"abbench: root {self.path} is in use by another pytest session ({who}); "
                         "use another --ab-root", returncode=EXIT_ROOT)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        # Write, then cut: a reader never sees an empty file where a previous holder's pid was.
+        pid = str(os.getpid()).encode()
+        os.pwrite(fd, pid, 0)
+        os.ftruncate(fd, len(pid))
         self._lock_fd = fd
         self.claimed = True
         problem = self.write_manifest(campaign_files, switch_env, plan)

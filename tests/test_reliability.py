@@ -107,6 +107,17 @@ def test_resume_refuses_a_root_of_another_campaign(campaign_dir: pytest.Pytester
     missing.stderr.fnmatch_lines(["*is not a campaign root (no status.tsv in it)*"])
 
 
+def test_a_root_that_is_a_file_is_named_as_such(campaign_dir: pytest.Pytester, tmp_path: Path) -> None:
+    campaign_dir.makepyfile(c=simple_campaign('"one"'))
+    afile = tmp_path / "results.txt"
+    afile.write_text("not a folder")
+    for root in (afile, afile / "sub"):
+        result = campaign_dir.runpytest_subprocess("c.py", "--ab-root", str(root), *FAST)
+        assert result.ret == 6
+        result.stdout.fnmatch_lines([f"*cannot use the root {root}: {afile} is a file, not a folder*"])
+        assert "File exists" not in result.stdout.str() and "Not a directory" not in result.stdout.str()
+
+
 def test_a_second_session_on_a_busy_root_is_refused(campaign_dir: pytest.Pytester, tmp_path: Path) -> None:
     campaign_dir.makepyfile(c=CRASH_CAMPAIGN)
     root, hang, pidfile = tmp_path / "root", tmp_path / "hang", tmp_path / "pids"
