@@ -31,6 +31,18 @@ from pytest_abbench.markers import AUTOTUNE_REPLAY_FALLBACK
 
 EXIT_SETUP_ERROR = 3  # the campaign, the switch hook or the autotune record could not be used
 
+# CUDA errors that leave the context unusable: every later call of this process would fail the same way.
+# A device out-of-memory error is not among them: the next shape runs in the same process.
+STICKY_CUDA_ERRORS = ("illegal memory access", "illegal address", "unspecified launch failure",
+                      "misaligned address", "illegal instruction", "hardware stack error", "warp out-of-range",
+                      "an uncorrectable ecc error")
+
+
+def is_sticky_cuda_error(exc: BaseException) -> bool:
+    """True for an error after which this process's CUDA context cannot be trusted (see STICKY_CUDA_ERRORS)."""
+    text = str(exc).lower()
+    return any(marker in text for marker in STICKY_CUDA_ERRORS)
+
 
 def log(line: str) -> None:
     """One line of run.log, flushed so a cell killed on timeout leaves its last words."""
@@ -95,7 +107,7 @@ def measure(config: CellConfig) -> int:
         # measured by a fresh process (same cell, same log) that skips the
         # shapes already in results.jsonl.  exec keeps the pid, so the parent's
         # timeout and process group still cover it.
-        log("[abbench] capture poisoned the CUDA context: measuring the remaining shapes in a fresh process")
+        log("[abbench] the CUDA context is poisoned: measuring the remaining shapes in a fresh process")
         sys.stdout.flush()
         os.execv(sys.executable, child_command(config))
 
@@ -160,6 +172,9 @@ def measure_shapes(config: CellConfig, op: Op, shapes: Sequence[Shape], results:
             log(f"[abbench] shape {shape.id}: {type(exc).__name__}: {exc}")
             traceback.print_exc(file=sys.stdout)
             append_jsonl(results, {**record_base, "status": "error", "error": f"{type(exc).__name__}: {exc}"[:500]})
+            if is_sticky_cuda_error(exc):
+                log(f"[abbench] shape {shape.id}: sticky CUDA error; this shape is recorded as failed")
+                return True
             continue
         finally:
             del pads[:]
