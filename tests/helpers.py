@@ -10,6 +10,7 @@ module name, so importing from it is fragile.
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 from pathlib import Path
 
@@ -157,3 +158,12 @@ def synthetic_root(root: Path, deltas: dict[str, list[float]], failed: tuple[int
             status = "TIMEOUT" if failed == (rnd, side) else "ok"
             append_status_row(root, StatusRow(rnd, op, side, "X=1", 124 if status != "ok" else 0, status, 1.0,
                                               len(deltas), 0))
+
+
+def process_alive(pid: int) -> bool:
+    """True while ``pid`` runs; a zombie awaiting its reaper counts as dead."""
+    try:
+        os.kill(pid, 0)
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except (ProcessLookupError, OSError):
+        return False

@@ -8,20 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import FAULT_CAMPAIGN, simple_campaign
+from helpers import FAULT_CAMPAIGN, simple_campaign, process_alive
 from pytest_abbench.status import COLUMNS, read_status
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie awaiting its reaper is dead for our purpose.
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
 
 
 @pytest.fixture
@@ -80,9 +68,9 @@ def test_timeout_kills_the_whole_process_group(fault_run: tuple[pytest.RunResult
     _, _, pidfile = fault_run
     child, grandchild = (int(p) for p in pidfile.read_text().split())
     deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and (_alive(child) or _alive(grandchild)):
+    while time.monotonic() < deadline and (process_alive(child) or process_alive(grandchild)):
         time.sleep(0.1)
-    assert not _alive(child) and not _alive(grandchild)
+    assert not process_alive(child) and not process_alive(grandchild)
 
 
 def test_passing_cells_write_results_identity_and_junit_properties(campaign_dir: pytest.Pytester,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import simple_campaign
+from helpers import simple_campaign, process_alive
 from pytest_abbench.fileio import write_json_atomic
 
 FAST = ("--ab-ir-target", "none", "--ab-samples", "1", "-p", "no:cacheprovider")
@@ -87,14 +87,6 @@ DAEMON_CAMPAIGN = textwrap.dedent('''
 ''')
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except (ProcessLookupError, OSError):
-        return False
-
-
 def test_no_descendant_outlives_its_cell(campaign_dir: pytest.Pytester, tmp_path: Path,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     campaign_dir.makepyfile(d=DAEMON_CAMPAIGN)
@@ -108,12 +100,12 @@ def test_no_descendant_outlives_its_cell(campaign_dir: pytest.Pytester, tmp_path
         result.assert_outcomes(passed=1, failed=1)  # "crashes" exits 3 in build, after its daemon started
         assert sorted(daemons) == ["crashes", "finishes"]
         deadline = time.monotonic() + 10
-        while any(_alive(p) for p in daemons.values()) and time.monotonic() < deadline:
+        while any(process_alive(p) for p in daemons.values()) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert {name: _alive(pid) for name, pid in daemons.items()} == {"crashes": False, "finishes": False}
+        assert {name: process_alive(pid) for name, pid in daemons.items()} == {"crashes": False, "finishes": False}
     finally:
         for pid in daemons.values():  # never leave a sleep 1000 on a shared machine
-            if _alive(pid):
+            if process_alive(pid):
                 os.kill(pid, signal.SIGKILL)
 
 
@@ -135,11 +127,11 @@ def test_ctrl_c_during_a_cell_leaves_no_descendant(campaign_dir: pytest.Pytester
         assert session.wait(timeout=60) == pytest.ExitCode.INTERRUPTED
         pid = int(daemon.read_text())
         deadline = time.monotonic() + 10
-        while _alive(pid) and time.monotonic() < deadline:
+        while process_alive(pid) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not _alive(pid), "the setsid grandchild outlived its interrupted cell"
+        assert not process_alive(pid), "the setsid grandchild outlived its interrupted cell"
     finally:
         if session.poll() is None:
             session.kill()
-        if daemon.exists() and _alive(int(daemon.read_text())):
+        if daemon.exists() and process_alive(int(daemon.read_text())):
             os.kill(int(daemon.read_text()), signal.SIGKILL)

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import simple_campaign, synthetic_root
+from helpers import simple_campaign, synthetic_root, process_alive
 
 from pytest_abbench.cli import main as abbench
 from pytest_abbench.status import read_status
@@ -33,14 +33,6 @@ CRASH_CAMPAIGN = simple_campaign('"quick"', extra='''
                     time.sleep(0.1)
             return build(shape, device)
         ''') + 'OPS.append(Op("slow", build=slow, shapes={"smoke": [{"n": 8}]}))\n'
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except (ProcessLookupError, OSError):
-        return False
 
 
 def _wait_for(predicate: "object", timeout_s: float = 120.0) -> None:
@@ -72,7 +64,7 @@ def test_sigkilled_session_keeps_its_rows_kills_its_cells_and_resumes(campaign_d
     os.kill(session.pid, signal.SIGKILL)
     session.wait()
     cell, grandchild = (int(p) for p in pidfile.read_text().split())
-    _wait_for(lambda: not _alive(cell) and not _alive(grandchild), timeout_s=10)
+    _wait_for(lambda: not process_alive(cell) and not process_alive(grandchild), timeout_s=10)
 
     rows = read_status(root)  # every row written before the kill parses
     assert {(r.round, r.op, r.side, r.status) for r in rows} == {(1, "quick", "A", "ok"), (1, "quick", "B", "ok")}
