@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from pytest_abbench import interrupts
 from pytest_abbench.exitcodes import TIMEOUT, shell_rc
 
 # After SIGTERM the group gets this long to exit before SIGKILL.
@@ -53,6 +54,18 @@ def kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:
         pass
 
 
+def _wait_watching_interrupts(proc: subprocess.Popen[bytes], deadline: float) -> None:
+    """``proc.wait`` until ``deadline`` (then TimeoutExpired), raising a recorded Ctrl-C within half a second."""
+    while True:
+        try:
+            proc.wait(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
+            return
+        except subprocess.TimeoutExpired:
+            interrupts.raise_if_interrupted()
+            if time.monotonic() >= deadline:
+                raise
+
+
 def run_child(
     argv: Sequence[str],
     env: Mapping[str, str],
@@ -67,6 +80,8 @@ def run_child(
     that left the group (``setsid``) is killed by the cell child itself, a
     child subreaper (``pytest_abbench/child/__main__.py``).
     """
+    interrupts.install()
+    interrupts.raise_if_interrupted()  # a Ctrl-C swallowed since the last cell stops the session here
     log_path.parent.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     with open(log_path, "ab", buffering=0) as log:
@@ -92,7 +107,7 @@ def run_child(
         timed_out = False
         try:
             signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a Ctrl-C held during the spawn is raised here
-            proc.wait(timeout=timeout_s)
+            _wait_watching_interrupts(proc, time.monotonic() + timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
             kill_group(pgid, signal.SIGTERM)

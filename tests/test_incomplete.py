@@ -81,8 +81,11 @@ def test_sigint_after_round_3_reports_no_verdict(campaign_dir: pytest.Pytester, 
         if len(read_status(root)) >= 6 if (root / "status.tsv").exists() else False:
             break
         time.sleep(0.05)
+    running = proc.poll() is None
     proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=120) == 2  # pytest's "interrupted"
+    rc = proc.wait(timeout=120)
+    assert rc == 2, (f"rc {rc}, pytest {'was' if running else 'was NOT'} running at the SIGINT; "
+                     + (tmp_path / "out.txt").read_text()[-3000:])  # 2: pytest's "interrupted"
     out = (tmp_path / "out.txt").read_text()
     rows = read_status(root)
     assert len(rows) in (6, 7), out  # a cell that started before the signal may have finished

@@ -1,0 +1,59 @@
+"""A Ctrl-C is never lost, even when its KeyboardInterrupt is swallowed where it lands."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from helpers import simple_campaign
+
+from pytest_abbench.status import read_status
+
+# Stands for the places CPython swallows a KeyboardInterrupt (a finaliser, an at-fork
+# callback, both reported as "Exception ignored"): after the first cell, a real SIGINT
+# reaches pytest inside a block that discards the exception.
+SWALLOWING_CONFTEST = '''
+import os, signal, time
+
+_done = []
+
+def pytest_runtest_logreport(report):
+    if report.when == "call" and not _done:
+        _done.append(1)
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)
+        except KeyboardInterrupt:
+            pass  # swallowed, as in a __del__
+'''
+
+
+def test_a_swallowed_ctrl_c_stops_the_session_before_the_next_cell(campaign_dir: pytest.Pytester,
+                                                                   tmp_path: Path) -> None:
+    campaign_dir.makepyfile(c=simple_campaign('"one"'))
+    campaign_dir.makeconftest(SWALLOWING_CONFTEST)
+    root = tmp_path / "root"
+    result = campaign_dir.runpytest_subprocess("c.py", "--ab-rounds", "3", "--ab-root", str(root),
+                                               "--ab-ir-target", "none", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.INTERRUPTED, result.stdout.str()[-2000:]
+    assert len(read_status(root)) == 1  # the cell that was running finished; no other started
+    result.stdout.fnmatch_lines(["*abbench: exit 2: interrupted*"])
+
+
+def test_the_recorded_interrupt_is_raised_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_abbench import interrupts
+
+    original = signal.getsignal(signal.SIGINT)
+    monkeypatch.setattr(interrupts, "_seen", type(interrupts._seen)())
+    try:
+        interrupts.install()
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)
+        with pytest.raises(KeyboardInterrupt):
+            interrupts.raise_if_interrupted()
+    finally:
+        signal.signal(signal.SIGINT, original)
