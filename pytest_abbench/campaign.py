@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import inspect
 import json
 import math
 import re
@@ -171,6 +172,22 @@ class Campaign:
                                       for k, v in op.shapes.items()) or "none"
                     raise CampaignError(f"{self.path}: op {op.name!r} has no shapes for level {lvl!r}, {which} "
                                         f"(it has: {known}); add some, or choose a level with --ab-level")
+
+    def levels(self, level: str) -> list[str]:
+        """The run's level and any level a side measures on its own (``SWITCH.options_a/b``)."""
+        own = (self.switch.options(side).get("level") for side in SIDES)
+        return sorted({level, *(lvl for lvl in own if lvl)})
+
+    def fingerprint(self, name: str, level: str) -> dict[str, str]:
+        """What an op's finished cells stand for, part by part: its shapes at the levels measured, its
+        ``build``, the switch.  ``--ab-resume`` runs an op again when one part differs from the root's."""
+        op = self.op(name)
+        return {"shapes": _digest([[lvl, shape_set_hash(op.shapes_for(lvl))] for lvl in self.levels(level)]),
+                "build": _source_digest(op.build),
+                "switch": _digest({**{f"env_{s.lower()}": self.switch.env(s) for s in SIDES},
+                                   **{f"python_{s.lower()}": self.switch.python(s) for s in SIDES},
+                                   **{f"setup_{s.lower()}": _source_digest(self.switch.setup(s)) for s in SIDES},
+                                   **{f"options_{s.lower()}": self.switch.options(s) for s in SIDES}})}
 
     def op(self, name: str) -> Op:
         for op in self.ops:
@@ -379,5 +396,19 @@ def _import_failure(path: Path, exc: Exception) -> str:
 
 def shape_set_hash(shapes: Sequence[Shape]) -> str:
     """The identity's ``shape_mode``: same level name with other shapes must not compare equal."""
-    blob = json.dumps([[s.id, dict(s.params)] for s in shapes], sort_keys=True, default=str)
+    return _digest([[s.id, dict(s.params)] for s in shapes])
+
+
+def _digest(data: object) -> str:
+    blob = json.dumps(data, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _source_digest(fn: object) -> str:
+    """A function's source text, hashed; its qualified name where there is no source (a builtin, a partial)."""
+    if fn is None:
+        return "none"
+    try:
+        return _digest(inspect.getsource(fn))  # type: ignore[arg-type]
+    except (OSError, TypeError):
+        return str(getattr(fn, "__qualname__", type(fn).__name__))

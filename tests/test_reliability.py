@@ -93,11 +93,15 @@ def test_sigkilled_session_keeps_its_rows_kills_its_cells_and_resumes(campaign_d
     assert all(state == "verdict" for _, state, *_ in _report_shape(root))
 
 
-def test_resume_refuses_a_root_of_another_campaign(campaign_dir: pytest.Pytester, tmp_path: Path) -> None:
+def test_resume_refuses_an_old_root_of_another_campaign(campaign_dir: pytest.Pytester, tmp_path: Path) -> None:
+    """A root written before op fingerprints were kept is resumed only with the same files and switch."""
     campaign_dir.makepyfile(c=simple_campaign('"one"'))
     root = tmp_path / "root"
     campaign_dir.runpytest_subprocess("c.py", "--ab-rounds", "1", "--ab-root", str(root), *FAST).assert_outcomes(
         passed=2)
+    manifest = json.loads((root / "campaign.json").read_text())
+    del manifest["op_fingerprints"]
+    (root / "campaign.json").write_text(json.dumps(manifest))
     campaign_dir.makepyfile(c=simple_campaign('"one"', switch='Switch(env_b={"OTHER": "1"})'))
     result = campaign_dir.runpytest_subprocess("c.py", "--ab-resume", str(root), *FAST)
     assert result.ret == 6
