@@ -115,6 +115,8 @@ class CampaignRoot:
         fingerprint changed has its old cells set aside and runs again, ops of
         the root this session does not select are kept.  A root written before
         fingerprints were kept must have the same campaign files and switch.
+        Fewer rounds than the root's plan are refused: the report of the rounds
+        this session collects would replace the one of every round on disk.
         """
         manifest: dict[str, Any] = {"campaign_files": {str(p): file_hash(p) for p in sorted(set(campaign_files))},
                                     "switch_env": switch_env, OPS_FIELD: {k: dict(v) for k, v in fingerprints.items()},
@@ -126,6 +128,11 @@ class CampaignRoot:
                     else None
             except (CorruptFileError, KeyError, TypeError, ValueError) as exc:
                 return f"abbench: cannot resume {self.path}: {self.layout.manifest} is unreadable ({exc})"
+            if planned is not None and plan.rounds < planned.rounds:
+                return (f"abbench: cannot resume {self.path} with {_count(plan.rounds, 'round')}: it was planned with "
+                        f"{planned.rounds}, and a {plan.rounds}-round report would replace the one its "
+                        f"{planned.rounds} rounds make; resume with --ab-rounds {planned.rounds} (or more), or read "
+                        f"it as it is with `abbench summary {self.path}`")
             if not isinstance(before.get(OPS_FIELD), dict):
                 for field_name, what in (("campaign_files", "campaign file(s)"), ("switch_env", "--ab-switch-env")):
                     if before.get(field_name) != manifest[field_name]:

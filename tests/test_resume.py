@@ -1,4 +1,4 @@
-"""--ab-resume in the common cases: a campaign edited between runs, a subset of its ops.
+"""--ab-resume in the common cases: a campaign edited between runs, a subset of its ops, fewer rounds.
 
 Real pytest sessions on a real root; the root's files are the interface.
 """
@@ -64,3 +64,19 @@ def test_an_edited_op_runs_again_alone_and_a_subset_resumes(campaign_dir: pytest
                                  "they are"])
     manifest = json.loads((root / "campaign.json").read_text())
     assert set(manifest["op_fingerprints"]) == {"one", "two"} and set(manifest["plan"]["ops"]) == {"one", "two"}
+
+
+def test_resuming_with_fewer_rounds_is_refused_and_keeps_the_report(campaign_dir: pytest.Pytester,
+                                                                    tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    campaign_dir.makepyfile(c=two_ops(8))
+    campaign_dir.runpytest_subprocess("c.py", "-k", "one", "--ab-rounds", "2", "--ab-root", str(root),
+                                      *FAST).assert_outcomes(passed=4)
+    report = (root / "report.md").read_text()
+    fewer = campaign_dir.runpytest_subprocess("c.py", "-k", "one", "--ab-resume", str(root), "--ab-rounds", "1",
+                                              *FAST)
+    assert fewer.ret == 6
+    fewer.stdout.fnmatch_lines([f"*cannot resume {root} with 1 round: it was planned with 2, and a 1-round report "
+                                f"would replace the one its 2 rounds make; resume with --ab-rounds 2 (or more)*"])
+    assert (root / "report.md").read_text() == report
+    assert json.loads((root / "campaign.json").read_text())["plan"]["rounds"] == 2
