@@ -202,6 +202,10 @@ def validate_name(name: object, what: str, path: Path) -> str:
             f"{path}: {what} name {name!r} is not allowed: use letters, digits, '_', '-' and '.' "
             "(it becomes a folder name under the root)"
         )
+    if name.startswith("-"):
+        raise CampaignError(f"{path}: {what} name {name!r} is not allowed: it starts with '-', so a shell, pytest's "
+                            "-k and any command line that names it read it as an option; start it with a letter, "
+                            "a digit or '_'")
     return name
 
 

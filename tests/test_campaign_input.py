@@ -131,3 +131,11 @@ def test_ab_rounds_is_bounded(campaign_dir: pytest.Pytester, args: list[str], in
     result = campaign_dir.runpytest("c.py", "--collect-only", *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([message])
+
+
+def test_op_name_starting_with_a_dash_is_a_campaign_error(campaign_dir: pytest.Pytester) -> None:
+    # Before any cell runs: such a name reads as an option to a shell, to pytest's -k and to the child.
+    campaign_dir.makepyfile(dash=shapes_campaign('{"smoke": [{"n": 1}]}', name="-neg"))
+    result = campaign_dir.runpytest("dash.py", "--collect-only", "--ab-level", "smoke")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*campaign error: *dash.py: op name '-neg' is not allowed: it starts with '-'*"])
