@@ -13,12 +13,16 @@ import torch or triton; campaign files import their kernels inside ``build``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import inspect
 import json
 import math
+import os
 import re
+import shutil
+import subprocess
 import sys
 import traceback
 import unicodedata
@@ -172,6 +176,27 @@ class Campaign:
                                       for k, v in op.shapes.items()) or "none"
                     raise CampaignError(f"{self.path}: op {op.name!r} has no shapes for level {lvl!r}, {which} "
                                         f"(it has: {known}); add some, or choose a level with --ab-level")
+
+    def check_interpreters(self) -> None:
+        """Refuse, at collection, a ``SWITCH.python_a/b`` that cannot run a cell: missing, not executable, or
+        without torch or triton (looked up, not imported: importing torch alone takes seconds)."""
+        for side in SIDES:
+            python = self.switch.python(side)
+            if python is None:
+                continue
+            what = f"{self.path}: SWITCH.python_{side.lower()} {python!r}"
+            found = shutil.which(python) if os.sep not in python else python
+            if found is None:
+                raise CampaignError(f"{what} is not found on PATH")
+            path = Path(found)
+            if not path.exists():
+                raise CampaignError(f"{what} does not exist")
+            if not path.is_file() or not os.access(path, os.X_OK):
+                why = "it is a folder" if path.is_dir() else "no execute permission"
+                raise CampaignError(f"{what} is not an executable file ({why})")
+            problem = _interpreter_problem(found, tuple(sorted(self.switch.env(side).items())))
+            if problem:
+                raise CampaignError(f"{what} {problem}")
 
     def levels(self, level: str) -> list[str]:
         """The run's level and any level a side measures on its own (``SWITCH.options_a/b``)."""
@@ -401,6 +426,26 @@ def _import_failure(path: Path, exc: Exception) -> str:
 def shape_set_hash(shapes: Sequence[Shape]) -> str:
     """The identity's ``shape_mode``: same level name with other shapes must not compare equal."""
     return _digest([[s.id, dict(s.params)] for s in shapes])
+
+
+CELL_PACKAGES = ("torch", "triton")  # what every cell child imports
+
+
+@functools.lru_cache(maxsize=None)
+def _interpreter_problem(python: str, env: tuple[tuple[str, str], ...]) -> str | None:
+    """Why ``python`` (with its side's ``env``) cannot run a cell; None when it finds torch and triton."""
+    code = ("import importlib.util as u; "
+            f"print(' '.join(p for p in {CELL_PACKAGES!r} if u.find_spec(p) is None))")
+    try:
+        done = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60,
+                              env={**os.environ, **dict(env)})
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"cannot be started ({exc})"
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return f"exits {done.returncode} when asked for {', '.join(CELL_PACKAGES)} ({last})"
+    missing = done.stdout.split()
+    return f"cannot import {', '.join(missing)} (not installed for that interpreter)" if missing else None
 
 
 def _digest(data: object) -> str:

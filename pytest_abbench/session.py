@@ -137,6 +137,7 @@ class AbbenchSession:
         if path not in self.campaigns:
             campaign = load_campaign(path)
             campaign.require_level(self.settings.level)
+            campaign.check_interpreters()
             if self.settings.switch_env is not None:
                 campaign.switch = campaign.switch.with_env_b(self.settings.switch_env)
             self.campaigns[path] = campaign
