@@ -14,12 +14,14 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from pytest_abbench.exitcodes import TIMEOUT, shell_rc
 
 # After SIGTERM the group gets this long to exit before SIGKILL.
 _TERM_GRACE_S = 2.0
+# How often ``run_child`` asks its ``check`` whether the cell may go on.
+_CHECK_EVERY_S = 0.2
 _PR_SET_PDEATHSIG = 1
 
 
@@ -58,10 +60,13 @@ def run_child(
     env: Mapping[str, str],
     log_path: Path,
     timeout_s: float,
+    check: Callable[[], None] | None = None,
 ) -> ChildResult:
     """Start ``argv`` in a new session, wait at most ``timeout_s``, return its shell-style rc.
 
     On timeout the whole group gets SIGTERM, then SIGKILL, and rc is 124.
+    ``check``, called every 0.2 s while the child runs, ends the cell by
+    raising: the group is killed as on Ctrl-C and its exception propagates.
     Whatever the outcome, the group is killed at the end, so no grandchild the
     cell started (a compile worker, a stray ``sleep``) outlives its cell; one
     that left the group (``setsid``) is killed by the cell child itself, a
@@ -92,7 +97,7 @@ def run_child(
         timed_out = False
         try:
             signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a Ctrl-C held during the spawn is raised here
-            proc.wait(timeout=timeout_s)
+            _wait(proc, timeout_s, check)
         except subprocess.TimeoutExpired:
             timed_out = True
             kill_group(pgid, signal.SIGTERM)
@@ -119,6 +124,23 @@ def run_child(
     elapsed = time.monotonic() - start
     rc = TIMEOUT if timed_out else shell_rc(proc.returncode)
     return ChildResult(rc=rc, elapsed_s=elapsed)
+
+
+def _wait(proc: subprocess.Popen[bytes], timeout_s: float, check: Callable[[], None] | None) -> None:
+    """``proc.wait(timeout_s)``, calling ``check`` between short waits when there is one."""
+    if check is None:
+        proc.wait(timeout=timeout_s)
+        return
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            proc.wait(timeout=max(0.0, min(left, _CHECK_EVERY_S)))
+            return
+        except subprocess.TimeoutExpired:
+            if left <= _CHECK_EVERY_S:
+                raise
+        check()
 
 
 def log_tail(log_path: Path, max_bytes: int = 4000) -> str:
