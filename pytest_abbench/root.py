@@ -158,7 +158,7 @@ class CampaignRoot:
             differ = [k for k in shared if was[k] != mine[k]] if shared else ["definition"]
             if differ:
                 changed[op] = differ
-        moved = sum(self.set_aside_op(op, old[op]) for op in changed)
+        moved = sum(self.set_aside_op(op, old[op], planned) for op in changed)
         if changed:
             self._finished = None  # rows of the ops set aside are gone from status.tsv
         kept = [op for op in old if op not in now]
@@ -188,9 +188,10 @@ class CampaignRoot:
         if changed or new or kept:
             self.say("abbench: resume: " + "; ".join(parts))
 
-    def set_aside_op(self, op: str, fingerprint: object) -> int:
+    def set_aside_op(self, op: str, fingerprint: object, planned: CampaignPlan | None) -> int:
         """Move every file of ``op`` (cells, status rows, autotune and tuner records, IR-gate decision) into
-        ``attempts/<op>_<stamp>/``, laid out as a root of its own; returns how many cells it held."""
+        ``attempts/<op>_<stamp>/``, a root of its own that ``abbench summary`` reads; returns how many cells
+        it held."""
         dest = RootLayout(self.layout.op_attempt(op, time.time_ns()))
         cells = {key for key, _ in self.layout.cell_folders() if key.op == op}
         paths = [folder for key, folder in self.layout.cell_folders() if key.op == op]
@@ -202,7 +203,11 @@ class CampaignRoot:
                 path.rename(target)
         cells |= self._move_rows(op, dest)
         if dest.root.exists():
-            write_json_atomic(dest.manifest, {OPS_FIELD: {op: fingerprint}})
+            manifest: dict[str, Any] = {OPS_FIELD: {op: fingerprint}}
+            if planned is not None:
+                manifest[PLAN_FIELD] = CampaignPlan(planned.rounds, planned.control, planned.ir_only,
+                                                    {op: planned.ops.get(op, "")}).to_json()
+            write_json_atomic(dest.manifest, manifest)
         return len(cells)
 
     def _move_rows(self, op: str, dest: RootLayout) -> set[CellKey]:

@@ -6,6 +6,7 @@ Real pytest sessions on a real root; the root's files are the interface.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -53,6 +54,8 @@ def test_an_edited_op_runs_again_alone_and_a_subset_resumes(campaign_dir: pytest
     aside = next((root / "attempts").glob("two_*"))
     assert _shapes(aside / "r1_A" / "two") == ["n=8"], "its old cells are kept, not overwritten"
     assert {(r.op, r.side) for r in read_status(aside)} == {("two", "A"), ("two", "B")}
+    old_run = campaign_dir.run(sys.executable, "-m", "pytest_abbench.cli", "summary", str(aside))
+    assert old_run.ret == 0 and "== two: rounds 1/1" in old_run.stdout.str(), "the set-aside op is a root of its own"
     assert sorted((r.op, r.side) for r in read_status(root)) == [("one", "A"), ("one", "B"), ("two", "A"),
                                                                  ("two", "B")]
     assert all(o["state"] == "verdict" for o in json.loads((root / "report.json").read_text())["ops"])
