@@ -13,11 +13,16 @@ import torch or triton; campaign files import their kernels inside ``build``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
+import inspect
 import json
 import math
+import os
 import re
+import shutil
+import subprocess
 import sys
 import traceback
 import unicodedata
@@ -172,6 +177,43 @@ class Campaign:
                     raise CampaignError(f"{self.path}: op {op.name!r} has no shapes for level {lvl!r}, {which} "
                                         f"(it has: {known}); add some, or choose a level with --ab-level")
 
+    def check_interpreters(self) -> None:
+        """Refuse, at collection, a ``SWITCH.python_a/b`` that cannot run a cell: missing, not executable, or
+        without torch or triton (looked up, not imported: importing torch alone takes seconds)."""
+        for side in SIDES:
+            python = self.switch.python(side)
+            if python is None:
+                continue
+            what = f"{self.path}: SWITCH.python_{side.lower()} {python!r}"
+            found = shutil.which(python) if os.sep not in python else python
+            if found is None:
+                raise CampaignError(f"{what} is not found on PATH")
+            path = Path(found)
+            if not path.exists():
+                raise CampaignError(f"{what} does not exist")
+            if not path.is_file() or not os.access(path, os.X_OK):
+                why = "it is a folder" if path.is_dir() else "no execute permission"
+                raise CampaignError(f"{what} is not an executable file ({why})")
+            problem = _interpreter_problem(found, tuple(sorted(self.switch.env(side).items())))
+            if problem:
+                raise CampaignError(f"{what} {problem}")
+
+    def levels(self, level: str) -> list[str]:
+        """The run's level and any level a side measures on its own (``SWITCH.options_a/b``)."""
+        own = (self.switch.options(side).get("level") for side in SIDES)
+        return sorted({level, *(lvl for lvl in own if lvl)})
+
+    def fingerprint(self, name: str, level: str) -> dict[str, str]:
+        """What an op's finished cells stand for, part by part: its shapes at the levels measured, its
+        ``build``, the switch.  ``--ab-resume`` runs an op again when one part differs from the root's."""
+        op = self.op(name)
+        return {"shapes": _digest([[lvl, shape_set_hash(op.shapes_for(lvl))] for lvl in self.levels(level)]),
+                "build": _source_digest(op.build),
+                "switch": _digest({**{f"env_{s.lower()}": self.switch.env(s) for s in SIDES},
+                                   **{f"python_{s.lower()}": self.switch.python(s) for s in SIDES},
+                                   **{f"setup_{s.lower()}": _source_digest(self.switch.setup(s)) for s in SIDES},
+                                   **{f"options_{s.lower()}": self.switch.options(s) for s in SIDES}})}
+
     def op(self, name: str) -> Op:
         for op in self.ops:
             if op.name == name:
@@ -185,6 +227,10 @@ def validate_name(name: object, what: str, path: Path) -> str:
             f"{path}: {what} name {name!r} is not allowed: use letters, digits, '_', '-' and '.' "
             "(it becomes a folder name under the root)"
         )
+    if name.startswith("-"):
+        raise CampaignError(f"{path}: {what} name {name!r} is not allowed: it starts with '-', so a shell, pytest's "
+                            "-k and any command line that names it read it as an option; start it with a letter, "
+                            "a digit or '_'")
     return name
 
 
@@ -379,5 +425,39 @@ def _import_failure(path: Path, exc: Exception) -> str:
 
 def shape_set_hash(shapes: Sequence[Shape]) -> str:
     """The identity's ``shape_mode``: same level name with other shapes must not compare equal."""
-    blob = json.dumps([[s.id, dict(s.params)] for s in shapes], sort_keys=True, default=str)
+    return _digest([[s.id, dict(s.params)] for s in shapes])
+
+
+CELL_PACKAGES = ("torch", "triton")  # what every cell child imports
+
+
+@functools.lru_cache(maxsize=None)
+def _interpreter_problem(python: str, env: tuple[tuple[str, str], ...]) -> str | None:
+    """Why ``python`` (with its side's ``env``) cannot run a cell; None when it finds torch and triton."""
+    code = ("import importlib.util as u; "
+            f"print(' '.join(p for p in {CELL_PACKAGES!r} if u.find_spec(p) is None))")
+    try:
+        done = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60,
+                              env={**os.environ, **dict(env)})
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"cannot be started ({exc})"
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return f"exits {done.returncode} when asked for {', '.join(CELL_PACKAGES)} ({last})"
+    missing = done.stdout.split()
+    return f"cannot import {', '.join(missing)} (not installed for that interpreter)" if missing else None
+
+
+def _digest(data: object) -> str:
+    blob = json.dumps(data, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _source_digest(fn: object) -> str:
+    """A function's source text, hashed; its qualified name where there is no source (a builtin, a partial)."""
+    if fn is None:
+        return "none"
+    try:
+        return _digest(inspect.getsource(fn))  # type: ignore[arg-type]
+    except (OSError, TypeError):
+        return str(getattr(fn, "__qualname__", type(fn).__name__))

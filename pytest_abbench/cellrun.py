@@ -14,13 +14,15 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from pytest_abbench import interrupts
 from pytest_abbench.exitcodes import TIMEOUT, shell_rc
 
 # After SIGTERM the group gets this long to exit before SIGKILL.
 _TERM_GRACE_S = 2.0
+# How often ``run_child`` asks its ``check`` whether the cell may go on.
+_CHECK_EVERY_S = 0.2
 _PR_SET_PDEATHSIG = 1
 
 
@@ -54,27 +56,18 @@ def kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:
         pass
 
 
-def _wait_watching_interrupts(proc: subprocess.Popen[bytes], deadline: float) -> None:
-    """``proc.wait`` until ``deadline`` (then TimeoutExpired), raising a recorded Ctrl-C within half a second."""
-    while True:
-        try:
-            proc.wait(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
-            return
-        except subprocess.TimeoutExpired:
-            interrupts.raise_if_interrupted()
-            if time.monotonic() >= deadline:
-                raise
-
-
 def run_child(
     argv: Sequence[str],
     env: Mapping[str, str],
     log_path: Path,
     timeout_s: float,
+    check: Callable[[], None] | None = None,
 ) -> ChildResult:
     """Start ``argv`` in a new session, wait at most ``timeout_s``, return its shell-style rc.
 
     On timeout the whole group gets SIGTERM, then SIGKILL, and rc is 124.
+    ``check``, called every 0.2 s while the child runs, ends the cell by
+    raising: the group is killed as on Ctrl-C and its exception propagates.
     Whatever the outcome, the group is killed at the end, so no grandchild the
     cell started (a compile worker, a stray ``sleep``) outlives its cell; one
     that left the group (``setsid``) is killed by the cell child itself, a
@@ -107,7 +100,7 @@ def run_child(
         timed_out = False
         try:
             signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a Ctrl-C held during the spawn is raised here
-            _wait_watching_interrupts(proc, time.monotonic() + timeout_s)
+            _wait(proc, timeout_s, check)
         except subprocess.TimeoutExpired:
             timed_out = True
             kill_group(pgid, signal.SIGTERM)
@@ -134,6 +127,22 @@ def run_child(
     elapsed = time.monotonic() - start
     rc = TIMEOUT if timed_out else shell_rc(proc.returncode)
     return ChildResult(rc=rc, elapsed_s=elapsed)
+
+
+def _wait(proc: subprocess.Popen[bytes], timeout_s: float, check: Callable[[], None] | None) -> None:
+    """``proc.wait(timeout_s)`` in short waits; between them a recorded Ctrl-C is raised again and ``check`` runs."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            proc.wait(timeout=max(0.0, min(left, _CHECK_EVERY_S)))
+            return
+        except subprocess.TimeoutExpired:
+            if left <= _CHECK_EVERY_S:
+                raise
+        interrupts.raise_if_interrupted()
+        if check is not None:
+            check()
 
 
 def log_tail(log_path: Path, max_bytes: int = 4000) -> str:

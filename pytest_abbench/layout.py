@@ -134,6 +134,10 @@ class RootLayout:
         """Where a crashed or failed try of a cell is set aside when a resumed session runs it again."""
         return self.attempts / f"{key.round_dir}_{key.op}_{stamp}"
 
+    def op_attempt(self, op: str, stamp: int) -> Path:
+        """Where a resumed session sets aside every file of an op whose definition changed (a root of its own)."""
+        return self.attempts / f"{op}_{stamp}"
+
     def key_of(self, folder: Path) -> CellKey | None:
         """The cell a folder ``<root>/r<k>_<role>/<op>`` holds; None for anything else."""
         match = _ROUND_DIR.match(folder.parent.name)

@@ -8,19 +8,47 @@ from __future__ import annotations
 
 import fcntl
 import os
+import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import pytest
 
+from pytest_abbench.campaign import Campaign, CampaignError, CampaignSkipped, looks_like_campaign
 from pytest_abbench.exitcodes import EXIT_ROOT
-from pytest_abbench.fileio import CorruptFileError, read_json, write_json_atomic
+from pytest_abbench.fileio import CorruptFileError, current_umask, read_json, write_json_atomic
 from pytest_abbench.identity import file_hash
 from pytest_abbench.layout import CellKey, RootLayout
 from pytest_abbench.outcome import CellOutcome
 from pytest_abbench.plan import PLAN_FIELD, CampaignPlan
-from pytest_abbench.status import append_status_row, read_status
+from pytest_abbench.status import COLUMNS, append_status_row, read_status
+
+OPS_FIELD = "op_fingerprints"  # campaign.json: op -> its fingerprint parts (Campaign.fingerprint)
+Fingerprint = Mapping[str, str]
+
+
+def op_fingerprints(ops: Mapping[str, str | Path], load: Callable[[Path], Campaign],
+                    level: str) -> dict[str, dict[str, str]]:
+    """Each op's fingerprint, ``ops`` mapping an op to its file.
+
+    A file that is no campaign (a hand-written ``@pytest.mark.abbench`` test
+    seen from the xdist controller) is known only by its content hash.
+    """
+    found: dict[str, dict[str, str]] = {}
+    for op, where in ops.items():
+        path = Path(where)
+        try:
+            found[op] = load(path).fingerprint(op, level) if looks_like_campaign(path) else {}
+        except (CampaignError, CampaignSkipped):
+            found[op] = {}
+        if not found[op] and path.is_file():
+            found[op] = {"file": file_hash(path)}
+    return found
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 def default_root(rootpath: Path) -> Path:
     """A new folder per session: ``<rootdir>/.abbench/<timestamp>-<pid>``."""
@@ -44,7 +72,8 @@ class CampaignRoot:
     def path(self) -> Path:
         return self.layout.root
 
-    def claim(self, campaign_files: list[Path], switch_env: dict[str, str] | None, plan: CampaignPlan) -> None:
+    def claim(self, campaign_files: list[Path], switch_env: dict[str, str] | None, plan: CampaignPlan,
+              fingerprints: Mapping[str, Fingerprint] | None = None) -> None:
         """Create the root and hold its lock for the session; exit 6 when that is impossible."""
         if self.claimed:
             return
@@ -72,29 +101,140 @@ class CampaignRoot:
         os.ftruncate(fd, len(pid))
         self._lock_fd = fd
         self.claimed = True
-        problem = self.write_manifest(campaign_files, switch_env, plan)
+        problem = self.write_manifest(campaign_files, switch_env, plan, fingerprints or {})
         if problem:
             self.release()
             pytest.exit(problem, returncode=EXIT_ROOT)
         self.say(f"abbench root: {self.path}" + (" (resumed)" if self.resume else ""))
 
     def write_manifest(self, campaign_files: list[Path], switch_env: dict[str, str] | None,
-                       plan: CampaignPlan) -> str | None:
-        """Write ``campaign.json``; on --ab-resume first refuse a root written by another campaign or switch."""
+                       plan: CampaignPlan, fingerprints: Mapping[str, Fingerprint]) -> str | None:
+        """Write ``campaign.json``; on --ab-resume first reconcile it with the root's (a str: why not).
+
+        A root that keeps op fingerprints is resumed op by op: an op whose
+        fingerprint changed has its old cells set aside and runs again, ops of
+        the root this session does not select are kept.  A root written before
+        fingerprints were kept must have the same campaign files and switch.
+        Fewer rounds than the root's plan are refused: the report of the rounds
+        this session collects would replace the one of every round on disk.
+        """
         manifest: dict[str, Any] = {"campaign_files": {str(p): file_hash(p) for p in sorted(set(campaign_files))},
-                                    "switch_env": switch_env, PLAN_FIELD: plan.to_json()}
+                                    "switch_env": switch_env, OPS_FIELD: {k: dict(v) for k, v in fingerprints.items()},
+                                    PLAN_FIELD: plan.to_json()}
         if self.resume and self.layout.manifest.exists():
             try:
                 before = read_json(self.layout.manifest)
-            except CorruptFileError as exc:
-                return f"abbench: cannot resume {self.path}: {exc}"
-            for field_name, what in (("campaign_files", "campaign file(s)"), ("switch_env", "--ab-switch-env")):
-                if before.get(field_name) != manifest[field_name]:
-                    return (f"abbench: cannot resume {self.path}: it was written with {what} "
-                            f"{before.get(field_name)!r}, this session has {manifest[field_name]!r}; "
-                            "resume with the same campaign and switch, or start a new root")
+                planned = CampaignPlan.from_json(before[PLAN_FIELD]) if isinstance(before.get(PLAN_FIELD), dict) \
+                    else None
+            except (CorruptFileError, KeyError, TypeError, ValueError) as exc:
+                return f"abbench: cannot resume {self.path}: {self.layout.manifest} is unreadable ({exc})"
+            if planned is not None and plan.rounds < planned.rounds:
+                return (f"abbench: cannot resume {self.path} with {_count(plan.rounds, 'round')}: it was planned with "
+                        f"{planned.rounds}, and a {plan.rounds}-round report would replace the one its "
+                        f"{planned.rounds} rounds make; resume with --ab-rounds {planned.rounds} (or more), or read "
+                        f"it as it is with `abbench summary {self.path}`")
+            if not isinstance(before.get(OPS_FIELD), dict):
+                for field_name, what in (("campaign_files", "campaign file(s)"), ("switch_env", "--ab-switch-env")):
+                    if before.get(field_name) != manifest[field_name]:
+                        return (f"abbench: cannot resume {self.path}: it was written with {what} "
+                                f"{before.get(field_name)!r}, this session has {manifest[field_name]!r}; "
+                                "resume with the same campaign and switch, or start a new root")
+            else:
+                self._reconcile(before, manifest, plan, planned)
         write_json_atomic(self.layout.manifest, manifest)
         return None
+
+    def _reconcile(self, before: dict[str, Any], manifest: dict[str, Any], plan: CampaignPlan,
+                   planned: CampaignPlan | None) -> None:
+        """Set aside the ops whose fingerprint changed, keep the root's other ops in ``manifest``, say what changed."""
+        old: dict[str, Any] = before[OPS_FIELD]
+        now: dict[str, dict[str, str]] = manifest[OPS_FIELD]
+        changed: dict[str, list[str]] = {}
+        for op, mine in now.items():
+            was = old.get(op)
+            if not isinstance(was, dict):
+                continue
+            shared = [k for k in mine if k in was]
+            differ = [k for k in shared if was[k] != mine[k]] if shared else ["definition"]
+            if differ:
+                changed[op] = differ
+        moved = sum(self.set_aside_op(op, old[op], planned) for op in changed)
+        if changed:
+            self._finished = None  # rows of the ops set aside are gone from status.tsv
+        kept = [op for op in old if op not in now]
+        # The root's record covers every op it holds: a subset session leaves the others as they are.
+        manifest[OPS_FIELD] = {**{op: old[op] for op in kept}, **now}
+        files = before.get("campaign_files")
+        if isinstance(files, dict):
+            manifest["campaign_files"] = {**files, **manifest["campaign_files"]}
+        if planned is not None:
+            manifest[PLAN_FIELD]["ops"] = {**planned.ops, **plan.ops}
+        parts = []
+        if changed:
+            if len(changed) == 1:
+                (op, differ), = changed.items()
+                what = f"op {op} changed ({', '.join(differ)}), its"
+            else:
+                what = "ops " + ", ".join(f"{op} ({', '.join(d)})" for op, d in changed.items()) + " changed, their"
+            parts.append(f"{what} {_count(moved, 'cell')} run again (the old ones are kept in {self.layout.attempts})")
+        unchanged = sum(1 for op in now if op in old and op not in changed)
+        new = sum(1 for op in now if op not in old)
+        if changed or new or kept:
+            parts.append(f"{_count(unchanged, 'op')} unchanged")
+        if new:
+            parts.append(f"{_count(new, 'op')} new")
+        if kept:
+            parts.append(f"{_count(len(kept), 'op')} of the root not in this session, kept as they are")
+        if changed or new or kept:
+            self.say("abbench: resume: " + "; ".join(parts))
+
+    def set_aside_op(self, op: str, fingerprint: object, planned: CampaignPlan | None) -> int:
+        """Move every file of ``op`` (cells, status rows, autotune and tuner records, IR-gate decision) into
+        ``attempts/<op>_<stamp>/``, a root of its own that ``abbench summary`` reads; returns how many cells
+        it held."""
+        dest = RootLayout(self.layout.op_attempt(op, time.time_ns()))
+        cells = {key for key, _ in self.layout.cell_folders() if key.op == op}
+        paths = [folder for key, folder in self.layout.cell_folders() if key.op == op]
+        paths += [self.layout.autotune_record(op), self.layout.tuner_record(op), self.layout.gate_decision(op)]
+        for path in paths:
+            if path.exists():
+                target = dest.root / path.relative_to(self.path)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                path.rename(target)
+        cells |= self._move_rows(op, dest)
+        if dest.root.exists():
+            manifest: dict[str, Any] = {OPS_FIELD: {op: fingerprint}}
+            if planned is not None:
+                manifest[PLAN_FIELD] = CampaignPlan(planned.rounds, planned.control, planned.ir_only,
+                                                    {op: planned.ops.get(op, "")}).to_json()
+            write_json_atomic(dest.manifest, manifest)
+        return len(cells)
+
+    def _move_rows(self, op: str, dest: RootLayout) -> set[CellKey]:
+        """Move ``op``'s rows of status.tsv into ``dest``'s; every other line stays, byte for byte."""
+        if not self.layout.status.exists():
+            return set()
+        data = self.layout.status.read_bytes()
+        *lines, tail = data.split(b"\n")  # ``tail``: empty, or a row torn by a writer killed mid-write
+        header = "\t".join(COLUMNS).encode()
+        mine, others, keys = [], [], set()
+        for line in lines:
+            fields = line.split(b"\t")
+            if not line.startswith(b"round\t") and len(fields) == len(COLUMNS) and fields[1] == op.encode():
+                mine.append(line)
+                try:
+                    keys.add(CellKey(int(fields[0]), op, fields[2].decode()))
+                except (ValueError, UnicodeDecodeError):
+                    pass
+            else:
+                others.append(line)
+        if not mine:
+            return keys
+        dest.root.mkdir(parents=True, exist_ok=True)
+        # The rows reach their new file before they leave the old one: a crash between keeps them twice, never none.
+        _write_bytes(dest.status, b"".join(line + b"\n" for line in [header, *mine]))
+        _write_bytes(self.layout.status, b"".join(line + b"\n" for line in others) + tail)
+        return keys
 
     def release(self) -> None:
         if self._lock_fd is not None:
@@ -136,3 +276,22 @@ class CampaignRoot:
         if self.resume and folder.exists():
             self.layout.attempts.mkdir(exist_ok=True)
             folder.rename(self.layout.attempt(key, time.time_ns()))
+
+
+def _write_bytes(path: Path, data: bytes) -> None:
+    """Replace ``path`` atomically with ``data``, keeping its mode (a new file gets 0644 under umask 022)."""
+    mode = path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~current_umask()
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), mode)
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise

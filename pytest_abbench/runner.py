@@ -11,6 +11,9 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
+
+import pytest
 
 from pytest_abbench import tunercache
 from pytest_abbench.campaign import Campaign
@@ -35,6 +38,25 @@ class CellRun:
     failure: str | None
 
 
+def controller_check() -> Callable[[], None] | None:
+    """On an xdist worker: a check that stops the session once its controller (the worker's parent) is gone.
+
+    A worker hears of a SIGKILLed controller only when execnet gives up on
+    it (5 to 15 s later); its running cell must not measure, nor append a
+    row, that long after the session died.  Elsewhere: None.
+    """
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return None
+    controller = os.getppid()
+
+    def check() -> None:
+        if os.getppid() != controller:
+            pytest.exit(f"abbench: the xdist controller (pid {controller}) is gone: the running cell was stopped "
+                        "and wrote no row; --ab-resume runs it again")
+
+    return check
+
+
 class CellRunner:
     """Starts cell children for one session: settings, root layout and this worker's GPU are fixed."""
 
@@ -42,6 +64,7 @@ class CellRunner:
         self.settings = settings
         self.layout = layout
         self.gpu = gpu
+        self.check = controller_check()  # made now, while the controller that started this worker is alive
 
     def tuner_cache(self, campaign: Campaign, side: str) -> str:
         """The side's tuner cache as the identity names it (caliber axis ``tuner_cache``)."""
@@ -110,7 +133,7 @@ class CellRunner:
         if per_cell_tuner and not records_tuning:
             tunercache.seed_from_record(self.layout.root, key.op, cell_dir / tunercache.CELL_CACHE_DIR)
         child = run_child(self.argv(campaign, key, cell_dir), self.env(campaign, key, cell_dir), log_path,
-                          self.settings.cell_timeout_s)
+                          self.settings.cell_timeout_s, self.check)
         if per_cell_tuner and records_tuning:
             tunercache.keep_record(cell_dir / tunercache.CELL_CACHE_DIR, self.layout.root, key.op)
         problems: list[str]

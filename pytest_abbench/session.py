@@ -21,7 +21,7 @@ from pytest_abbench.layout import CellKey, run_log
 from pytest_abbench.options import Settings, visible_gpus
 from pytest_abbench.outcome import NO_IR_DIFF, OUTCOME_PROPERTY, CellOutcome
 from pytest_abbench.plan import CampaignPlan
-from pytest_abbench.root import CampaignRoot, default_root
+from pytest_abbench.root import CampaignRoot, default_root, op_fingerprints
 
 if TYPE_CHECKING:
     from pytest_abbench import irgate
@@ -137,6 +137,7 @@ class AbbenchSession:
         if path not in self.campaigns:
             campaign = load_campaign(path)
             campaign.require_level(self.settings.level)
+            campaign.check_interpreters()
             if self.settings.switch_env is not None:
                 campaign.switch = campaign.switch.with_env_b(self.settings.switch_env)
             self.campaigns[path] = campaign
@@ -262,7 +263,8 @@ class AbbenchSession:
             for item in ordered:
                 item.add_marker(pytest.mark.timeout(self.settings.cell_timeout_s + PARENT_TIMEOUT_SLACK_S))
         if not self.is_worker and not listing_only(config):
-            self.root.claim(list(files), self.settings.switch_env, self.plan)
+            self.root.claim(list(files), self.settings.switch_env, self.plan,
+                            op_fingerprints(self.plan.ops, self.campaign, self.settings.level))
 
     def pytest_report_collectionfinish(self, config: pytest.Config, items: list[pytest.Item]) -> list[str]:
         cells = [p for item in items if (p := planned_cell(item)) is not None]

@@ -16,6 +16,7 @@ from pytest_abbench.campaign import CampaignError, CampaignSkipped, looks_like_c
 from pytest_abbench.fileio import write_json_atomic
 from pytest_abbench.layout import CellKey
 from pytest_abbench.outcome import OUTCOME_PROPERTY, CellOutcome
+from pytest_abbench.root import op_fingerprints
 from pytest_abbench.session import AbbenchSession
 
 # A cell test's node id ends in its cell id (``topk[r3-B]``), with xdist's ``@group`` suffix under loadgroup.
@@ -126,7 +127,9 @@ class XdistHooks:
         if cells:
             rootpath = node.config.rootpath
             files = list(dict.fromkeys(rootpath / nodeid.split("::")[0] for nodeid in cells))
-            self.session.root.claim(files, self.session.settings.switch_env, self.session.plan)
+            ops = {key.op: rootpath / nodeid.split("::")[0] for nodeid in cells if (key := cell_key(nodeid))}
+            self.session.root.claim(files, self.session.settings.switch_env, self.session.plan,
+                                    op_fingerprints(ops, self.session.campaign, self.session.settings.level))
 
     # -- progress on the controller ---------------------------------------------
     def say(self, line: str) -> None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 import textwrap
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -131,3 +134,42 @@ def test_ab_rounds_is_bounded(campaign_dir: pytest.Pytester, args: list[str], in
     result = campaign_dir.runpytest("c.py", "--collect-only", *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([message])
+
+
+def test_op_name_starting_with_a_dash_is_a_campaign_error(campaign_dir: pytest.Pytester) -> None:
+    # Before any cell runs: such a name reads as an option to a shell, to pytest's -k and to the child.
+    campaign_dir.makepyfile(dash=shapes_campaign('{"smoke": [{"n": 1}]}', name="-neg"))
+    result = campaign_dir.runpytest("dash.py", "--collect-only", "--ab-level", "smoke")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*campaign error: *dash.py: op name '-neg' is not allowed: it starts with '-'*"])
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda d: d / "missing" / "python", "SWITCH.python_b '{p}' does not exist"),
+    (lambda d: d, "SWITCH.python_b '{p}' is not an executable file (it is a folder)"),
+    (lambda d: _script(d / "python", "", mode=0o644), "SWITCH.python_b '{p}' is not an executable file "
+                                                      "(no execute permission)"),
+    # The venv's interpreter without its site-packages: it runs, but finds neither torch nor triton.
+    (lambda d: _script(d / "python", f'exec {sys.executable} -S "$@"'),
+     "SWITCH.python_b '{p}' cannot import torch, triton (not installed for that interpreter)"),
+])
+def test_switch_interpreter_is_checked_at_collection(campaign_dir: pytest.Pytester, make: Any,
+                                                     message: str) -> None:
+    python = make(campaign_dir.path)
+    campaign_dir.makepyfile(py=simple_campaign('"one"', switch=f'Switch(python_b={str(python)!r})'))
+    result = campaign_dir.runpytest("py.py", "--collect-only")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines([f"*campaign error: *py.py: {message.format(p=python)}*"])
+    assert "FileNotFoundError" not in result.stdout.str()
+
+
+def test_switch_interpreter_that_has_torch_and_triton_is_accepted(campaign_dir: pytest.Pytester) -> None:
+    campaign_dir.makepyfile(py=simple_campaign('"one"', switch=f'Switch(python_b={sys.executable!r})'))
+    campaign_dir.runpytest("py.py", "--collect-only", "-q", "--ab-rounds", "1").stdout.fnmatch_lines(
+        ["2 tests collected*"])
+
+
+def _script(path: Path, body: str, mode: int = 0o755) -> Path:
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(mode)
+    return path

@@ -85,11 +85,40 @@ def test_sigkilled_session_keeps_its_rows_kills_its_cells_and_resumes(campaign_d
     assert all(state == "verdict" for _, state, *_ in _report_shape(root))
 
 
-def test_resume_refuses_a_root_of_another_campaign(campaign_dir: pytest.Pytester, tmp_path: Path) -> None:
+def test_sigkilled_xdist_controller_takes_its_running_cells_down_at_once(campaign_dir: pytest.Pytester,
+                                                                          tmp_path: Path) -> None:
+    """Under -n 2 the cell's parent is a worker, which outlives its SIGKILLed controller (execnet gives it up
+    5 to 15 s later): the worker stops the cell itself, as fast as a serial session's death does, and no row
+    is written after the session died."""
+    campaign_dir.makepyfile(c=CRASH_CAMPAIGN)
+    root, hang, pidfile = tmp_path / "root", tmp_path / "hang", tmp_path / "pids"
+    hang.touch()
+    session = _start_pytest(campaign_dir.path, "c.py", "-n", "2", "-k", "slow", "--ab-rounds", "1", "--ab-root",
+                            str(root), *FAST, env={"HANG_FILE": str(hang), "PID_FILE": str(pidfile)})
+    try:
+        _wait_for(lambda: pidfile.exists() and len(pidfile.read_text().split()) == 2)
+        cell, grandchild = (int(p) for p in pidfile.read_text().split())
+        os.kill(session.pid, signal.SIGKILL)
+        session.wait()
+        killed = time.monotonic()
+        _wait_for(lambda: not _alive(cell) and not _alive(grandchild), timeout_s=30)
+        took = time.monotonic() - killed
+        assert took < 2.0, f"the cell outlived its session by {took:.1f} s"
+        time.sleep(1.0)  # the worker has had time to write a row, if it were going to
+        assert not read_status(root), "a cell of a dead session wrote a row"
+    finally:
+        hang.unlink(missing_ok=True)
+
+
+def test_resume_refuses_an_old_root_of_another_campaign(campaign_dir: pytest.Pytester, tmp_path: Path) -> None:
+    """A root written before op fingerprints were kept is resumed only with the same files and switch."""
     campaign_dir.makepyfile(c=simple_campaign('"one"'))
     root = tmp_path / "root"
     campaign_dir.runpytest_subprocess("c.py", "--ab-rounds", "1", "--ab-root", str(root), *FAST).assert_outcomes(
         passed=2)
+    manifest = json.loads((root / "campaign.json").read_text())
+    del manifest["op_fingerprints"]
+    (root / "campaign.json").write_text(json.dumps(manifest))
     campaign_dir.makepyfile(c=simple_campaign('"one"', switch='Switch(env_b={"OTHER": "1"})'))
     result = campaign_dir.runpytest_subprocess("c.py", "--ab-resume", str(root), *FAST)
     assert result.ret == 6

@@ -1,6 +1,8 @@
-"""Terminal wording: counts read as English."""
+"""Terminal wording: counts read as English; a report says what happened to an op."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -16,3 +18,49 @@ def test_collection_line_counts_in_singular_and_plural(campaign_dir: pytest.Pyte
     campaign_dir.makepyfile(c=simple_campaign(ops))
     result = campaign_dir.runpytest("c.py", "--collect-only", "-q", "--ab-rounds", rounds)
     result.stdout.fnmatch_lines([line])
+
+
+# A Triton add kernel (the switch cannot change its TTGIR) whose side B gives a wrong result in round 1 only.
+GATED_ROUND_1_FAILS = '''
+import os
+from pathlib import Path
+
+import triton
+import triton.language as tl
+from pytest_abbench import Case, Op, Switch
+
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs) + 1)
+
+
+def build(shape, device):
+    import torch
+    x = torch.arange(shape["n"], device=device, dtype=torch.float32)
+    y = torch.empty_like(x)
+    wrong = os.environ.get("ABBENCH_TEST_SWITCH") == "1" and not Path(__file__).with_name("b_ran").exists()
+    if wrong:
+        Path(__file__).with_name("b_ran").touch()
+    return Case(run=lambda: (add_kernel[(1,)](x, y, N=shape["n"]), y)[1], expected=lambda: x + (2 if wrong else 1))
+
+
+OPS = [Op("add", build=build, shapes={"smoke": [{"n": 16}]})]
+SWITCH = Switch(env_b={"ABBENCH_TEST_SWITCH": "1"})
+'''
+
+
+def test_a_failed_round_1_says_what_the_gate_did_and_which_cells_lack_a_result(campaign_dir: pytest.Pytester,
+                                                                               tmp_path: Path) -> None:
+    campaign_dir.makepyfile(c=GATED_ROUND_1_FAILS)
+    result = campaign_dir.runpytest_subprocess("c.py", "--ab-rounds", "2", "--ab-samples", "1", "--ab-root",
+                                               str(tmp_path / "root"), "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1, skipped=2)
+    result.stdout.fnmatch_lines([
+        "== add: *, IR gate no_diff: round 2 skipped (round 1 showed the same code on both sides), but a round-1 "
+        "cell did not finish ok, so the op is not reported as unchanged",
+        "   no verdict: 3 of 4 planned cells have no result to compare: r1-B FAILED_SHAPES, "
+        "r2-A SWITCH_NO_IR_DIFF, r2-B SWITCH_NO_IR_DIFF",
+    ])
+    assert "overridden" not in result.stdout.str() and "reads exactly like" not in result.stdout.str()

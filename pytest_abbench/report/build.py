@@ -290,7 +290,9 @@ def build_op(op: str, cells: list[CellOutcome], root: Path, plan: CampaignPlan, 
                       f"({', '.join(bad)})")
         return rep
     if bad:
-        rep.reason = "no verdict: a report missing rounds reads exactly like a complete one (" + ", ".join(bad) + ")"
+        planned = rounds_expected * len(roles)
+        rep.reason = (f"no verdict: {len(bad)} of {planned} planned cells {'has' if len(bad) == 1 else 'have'} no "
+                      f"result to compare: {', '.join(bad)}")
         return rep
 
     per_shape = _read_rounds(rep, by_round)

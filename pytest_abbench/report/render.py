@@ -11,6 +11,7 @@ from pathlib import Path
 from pytest_abbench.fileio import write_json_atomic
 from pytest_abbench.report import plots
 from pytest_abbench.layout import RootLayout
+from pytest_abbench.outcome import NO_IR_DIFF
 from pytest_abbench.report.model import OpReport, Report, ShapeReport
 
 
@@ -34,10 +35,17 @@ def _caliber_text(o: OpReport) -> str:
 
 
 def _gate_text(o: OpReport) -> str:
+    """The gate's decision and what it did to the op's later rounds."""
     if o.gate is None:
         return "not decided"
     if o.gate["state"] == "no_diff" and o.state != "no_ir_diff" and o.rounds_expected > 1:
-        return "no_diff (overridden: every round run)"
+        if o.state == "verdict":  # a verdict needs every cell: none was skipped
+            return "no_diff (overridden: every round run)"
+        if NO_IR_DIFF in o.reason:  # the reason lists the cells it skipped
+            later = "round 2" if o.rounds_expected == 2 else f"rounds 2-{o.rounds_expected}"
+            return (f"no_diff: {later} skipped (round 1 showed the same code on both sides), but a round-1 cell "
+                    "did not finish ok, so the op is not reported as unchanged")
+        return "no_diff"
     if o.gate["state"] == "unavailable":
         return f"unavailable: {o.gate['reason']}" + ("" if o.state == "ir_only" else "; all rounds run")
     return str(o.gate["state"])

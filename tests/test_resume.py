@@ -1,0 +1,85 @@
+"""--ab-resume in the common cases: a campaign edited between runs, a subset of its ops, fewer rounds.
+
+Real pytest sessions on a real root; the root's files are the interface.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_abbench.status import read_status
+
+FAST = ("--ab-ir-target", "none", "-p", "no:cacheprovider")
+
+
+def two_ops(n_two: int) -> str:
+    """Ops ``one`` (n=8) and ``two`` (n=``n_two``), one shape each, one build."""
+    return f'''
+from pytest_abbench import Case, Op, Switch
+
+def build(shape, device):
+    import torch
+    x = torch.arange(shape["n"], dtype=torch.float32)
+    return Case(run=lambda: x + 1, expected=lambda: x + 1)
+
+OPS = [Op("one", build=build, shapes={{"smoke": [{{"n": 8}}]}}),
+       Op("two", build=build, shapes={{"smoke": [{{"n": {n_two}}}]}})]
+SWITCH = Switch(env_b={{"ABBENCH_TEST_SWITCH": "1"}})
+'''
+
+
+def _shapes(cell: Path) -> list[str]:
+    return [json.loads(line)["shape"] for line in (cell / "results.jsonl").read_text().splitlines()]
+
+
+def test_an_edited_op_runs_again_alone_and_a_subset_resumes(campaign_dir: pytest.Pytester, tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    campaign_dir.makepyfile(c=two_ops(8))
+    campaign_dir.runpytest_subprocess("c.py", "--ab-rounds", "1", "--ab-root", str(root), *FAST).assert_outcomes(
+        passed=4)
+    one_log = root / "r1_A" / "one" / "run.log"
+    written = one_log.stat().st_mtime_ns
+
+    campaign_dir.makepyfile(c=two_ops(16))  # a fix to op two's shapes; op one is untouched
+    edited = campaign_dir.runpytest_subprocess("c.py", "--ab-resume", str(root), "--ab-rounds", "1", *FAST)
+    edited.assert_outcomes(passed=4)
+    edited.stdout.fnmatch_lines([f"abbench: resume: op two changed (shapes), its 2 cells run again (the old ones "
+                                 f"are kept in {root / 'attempts'}); 1 op unchanged"])
+    assert one_log.stat().st_mtime_ns == written, "an unchanged op's finished cells are read from disk"
+    assert _shapes(root / "r1_B" / "two") == ["n=16"], "the changed op was measured again"
+    aside = next((root / "attempts").glob("two_*"))
+    assert _shapes(aside / "r1_A" / "two") == ["n=8"], "its old cells are kept, not overwritten"
+    assert {(r.op, r.side) for r in read_status(aside)} == {("two", "A"), ("two", "B")}
+    old_run = campaign_dir.run(sys.executable, "-m", "pytest_abbench.cli", "summary", str(aside))
+    assert old_run.ret == 0 and "== two: rounds 1/1" in old_run.stdout.str(), "the set-aside op is a root of its own"
+    assert sorted((r.op, r.side) for r in read_status(root)) == [("one", "A"), ("one", "B"), ("two", "A"),
+                                                                 ("two", "B")]
+    assert all(o["state"] == "verdict" for o in json.loads((root / "report.json").read_text())["ops"])
+
+    subset = campaign_dir.runpytest_subprocess("c.py", "-k", "one", "--ab-resume", str(root), "--ab-rounds", "1",
+                                               *FAST)
+    subset.assert_outcomes(passed=2)
+    subset.stdout.fnmatch_lines(["abbench: resume: 1 op unchanged; 1 op of the root not in this session, kept as "
+                                 "they are"])
+    manifest = json.loads((root / "campaign.json").read_text())
+    assert set(manifest["op_fingerprints"]) == {"one", "two"} and set(manifest["plan"]["ops"]) == {"one", "two"}
+
+
+def test_resuming_with_fewer_rounds_is_refused_and_keeps_the_report(campaign_dir: pytest.Pytester,
+                                                                    tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    campaign_dir.makepyfile(c=two_ops(8))
+    campaign_dir.runpytest_subprocess("c.py", "-k", "one", "--ab-rounds", "2", "--ab-root", str(root),
+                                      *FAST).assert_outcomes(passed=4)
+    report = (root / "report.md").read_text()
+    fewer = campaign_dir.runpytest_subprocess("c.py", "-k", "one", "--ab-resume", str(root), "--ab-rounds", "1",
+                                              *FAST)
+    assert fewer.ret == 6
+    fewer.stdout.fnmatch_lines([f"*cannot resume {root} with 1 round: it was planned with 2, and a 1-round report "
+                                f"would replace the one its 2 rounds make; resume with --ab-rounds 2 (or more)*"])
+    assert (root / "report.md").read_text() == report
+    assert json.loads((root / "campaign.json").read_text())["plan"]["rounds"] == 2
