@@ -101,7 +101,7 @@ def test_sigkilled_xdist_controller_takes_its_running_cells_down_at_once(campaig
         os.kill(session.pid, signal.SIGKILL)
         session.wait()
         killed = time.monotonic()
-        _wait_for(lambda: not _alive(cell) and not _alive(grandchild), timeout_s=30)
+        _wait_for(lambda: not process_alive(cell) and not process_alive(grandchild), timeout_s=30)
         took = time.monotonic() - killed
         assert took < 2.0, f"the cell outlived its session by {took:.1f} s"
         time.sleep(1.0)  # the worker has had time to write a row, if it were going to
@@ -206,7 +206,7 @@ def test_unwritable_and_vanished_roots_stop_with_exit_6(campaign_dir: pytest.Pyt
     blocker.write_text("")
     result = campaign_dir.runpytest_subprocess("c.py", "--ab-root", str(blocker / "root"), *FAST)
     assert result.ret == 6
-    result.stdout.fnmatch_lines([f"*cannot write the root {blocker / 'root'}: Not a directory*"])
+    result.stdout.fnmatch_lines([f"*cannot use the root {blocker / 'root'}: {blocker} is a file, not a folder*"])
 
     root = tmp_path / "root"
     os.environ["DOOMED_ROOT"] = str(root)
