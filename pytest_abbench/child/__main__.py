@@ -40,7 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = CellConfig.from_argv(sys.argv[1:] if argv is None else argv)
     if os.getpgid(0) == os.getpid():  # started by the plugin as its group's leader (not in-process)
         guard_group()
-    return run_ir_only(config) if config.ir_only else measure(config)
+    return run_ir_only(config.compile_only()) if config.ir_only else measure(config)
 
 
 if __name__ == "__main__":
