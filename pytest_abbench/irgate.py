@@ -191,43 +191,50 @@ def _passes(path: Path) -> list[list[str]] | None:
 
 
 def first_pass_difference(a: list[list[str]], b: list[list[str]]) -> str | None:
-    """Which pass first left different IR, from the two sides' ``[pass, argument, IR fingerprint]`` lists.
+    """Which pass first made the two sides' IR differ, from their ``[pass, argument, IR fingerprint]`` lists.
 
     Each entry is the IR *before* a pass.  The lists are aligned by pass
-    argument (pipelines differ where a switch removes a pass or between Triton
-    versions); the first aligned pair whose IR differs was changed by the last
-    pass both ran before it, or by a pass only one side ran since.  None when
-    every dumped IR is equal (the difference came after the last MLIR pass).
+    argument (pipelines differ where a switch removes a pass, and between
+    Triton versions).  The answer is the first aligned pass whose IR differs
+    after an aligned pass whose IR was equal: the last pass both ran before it,
+    or a pass only one side ran since, made the difference.  IR that differs
+    from the first dump on (the front end's output) and is never equal again
+    says so; IR that differs there and is equal after the TTIR passes is no
+    pass's doing (None), nor is IR equal throughout.
     """
     matcher = difflib.SequenceMatcher(None, [p[1] or p[0] for p in a], [p[1] or p[0] for p in b], autojunk=False)
-    last: str | None = None
+    last: str | None = None  # the last pass both ran whose IR before it was equal
     only: dict[str, list[str]] = {"A": [], "B": []}
+    front_differs = False
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag != "equal":
             only["A"] += [p[0] for p in a[i1:i2]]
             only["B"] += [p[0] for p in b[j1:j2]]
             continue
         for pa, pb in zip(a[i1:i2], b[j1:j2]):
-            if pa[2] != pb[2]:
-                extra = "; ".join(f"only side {side} runs {', '.join(names)}" for side, names in only.items() if names)
-                if last is None and not extra:
-                    return "before the first pass (the front end's output differs)"
-                where = f"after {last}" if last else "after the passes one side runs alone"
-                return f"{where} ({extra})" if extra else where
-            last, only = pa[0], {"A": [], "B": []}
-    return None
+            if pa[2] == pb[2]:
+                last, only = pa[0], {"A": [], "B": []}
+                continue
+            if last is None:
+                front_differs = True  # still the front end's difference: look for where the passes make it equal
+                only = {"A": [], "B": []}
+                continue
+            extra = "; ".join(f"only side {side} runs {', '.join(names)}" for side, names in only.items() if names)
+            return f"after {last} ({extra})" if extra else f"after {last}"
+    return "before the first pass (the front end's output differs)" if front_differs and last is None else None
 
 
 # Stages that are the kernel's source or its front end's IR, not yet its generated code.
 BEFORE_CODE = ("source", "ttir")
-PASS_DUMP_STAGES = ("ttir", "ttgir")  # the stages whose passes ircapture dumps
 
 
 def explain_variant(path_a: Path, path_b: Path) -> tuple[int, str, bool] | None:
-    """``(stage index, "first differs at <stage> (<stage before> identical), after <pass>", code after TTGIR differs)``.
+    """``(first differing stage's index, its description, whether code after TTGIR differs)`` for two variants.
 
-    None when the stage fingerprints of the two variants are equal or were
-    not captured (IR from an older capture has none).
+    The description reads ``first differs at ttgir (ttir identical), after
+    <pass>``, or, where a later stage is equal again, ``first differs at
+    source; ttir identical; differs at ttgir, llir, ptx; after <pass>``.  None
+    when the stage fingerprints are equal or were not captured (older IR).
     """
     stages_a, stages_b = _meta(path_a).get("stages") or {}, _meta(path_b).get("stages") or {}
     common = [s for s in stage_order(stages_a) if s in stages_b]
@@ -238,12 +245,17 @@ def explain_variant(path_a: Path, path_b: Path) -> tuple[int, str, bool] | None:
     text = f"first differs at {common[first]}"
     if first:
         text += f" ({common[first - 1]} identical)"
-    # The pass dumps cover the TTIR and TTGIR stages (ircapture: none of the LLVM lowering).
-    passes_a, passes_b = (_passes(path_a), _passes(path_b)) if common[first] in PASS_DUMP_STAGES else (None, None)
+    same_after = [i for i in range(first + 1, len(common)) if i not in differing]
+    if same_after:  # e.g. two front ends' outputs that the TTIR passes make equal again
+        text += f"; {', '.join(common[i] for i in same_after)} identical"
+        again = [common[i] for i in differing if i > same_after[0]]
+        if again:
+            text += f"; differs at {', '.join(again)}"
+    passes_a, passes_b = _passes(path_a), _passes(path_b)  # the TTIR and TTGIR passes (not the LLVM lowering)
     if passes_a and passes_b:
         where = first_pass_difference(passes_a, passes_b)
         if where:
-            text += f", {where}"
+            text += f"; {where}" if same_after else f", {where}"
     return first, text, any(common[i] not in (*BEFORE_CODE, "ttgir") for i in differing)
 
 
