@@ -79,7 +79,7 @@ def normalize_ttgir(text: str) -> str:
 
 
 def normalize_llir(text: str) -> str:
-    """LLVM IR without debug info (``!dbg`` attachments, ``!DI...`` nodes, debug records): they name the source folder."""
+    """LLVM IR without debug info (``!dbg`` attachments, ``!DI...`` nodes, debug records): it names the source."""
     lines = []
     for line in text.splitlines():
         if re.match(r"^\s*#dbg_\w+\(", line) or re.match(r"^!\d+ = (distinct )?!DI\w+\(", line):
