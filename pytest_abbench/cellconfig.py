@@ -10,7 +10,7 @@ imports neither torch nor triton, nor anything from ``pytest_abbench.child``.
 from __future__ import annotations
 
 import argparse
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -83,6 +83,12 @@ class CellConfig:
         "--ir-only", bool, help="compile every shape's kernels for --ir-target; time nothing"))
     layout_shift: bool = field(default=False, metadata=_flag(
         "--layout-shift", bool, help="pad allocations before each shape so buffers land differently in every cell"))
+    ir_level: str | None = field(default=None, metadata=_flag(
+        "--ir-level", choices=LEVELS, help="the shape set IR capture compiles (default: --level)"))
+
+    def compile_only(self) -> CellConfig:
+        """This cell as its IR capture runs it: the shapes of ``ir_level``, which may differ from the timed ones."""
+        return replace(self, level=self.ir_level or self.level)
 
     def to_argv(self) -> list[str]:
         """The arguments after ``python -m pytest_abbench.child``; ``from_argv`` reads them back unchanged.

@@ -9,13 +9,14 @@ so the report, a resumed session and ``abbench summary`` read the same answer.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from pytest_abbench.fileio import CorruptFileError, read_json, write_json_atomic
 from pytest_abbench.layout import RootLayout
@@ -28,7 +29,7 @@ WATCHED_OPS = (
 )
 
 
-def _strip_locations(line: str) -> str:
+def strip_locations(line: str) -> str:
     """Remove every ``loc(...)`` attribute (balanced parentheses) from one line."""
     out: list[str] = []
     i = 0
@@ -73,8 +74,48 @@ def normalize_ttgir(text: str) -> str:
     for line in text.splitlines():
         if re.match(r"^\s*#loc\d*\s*=", line):
             continue
-        lines.append(_strip_locations(line))
+        lines.append(strip_locations(line))
     return "\n".join(lines) + "\n"
+
+
+def normalize_llir(text: str) -> str:
+    """LLVM IR without debug info (``!dbg`` attachments, ``!DI...`` nodes, debug records): it names the source."""
+    lines = []
+    for line in text.splitlines():
+        if re.match(r"^\s*#dbg_\w+\(", line) or re.match(r"^!\d+ = (distinct )?!DI\w+\(", line):
+            continue
+        lines.append(re.sub(r",? !dbg !\d+", "", line).rstrip())
+    return "\n".join(lines) + "\n"
+
+
+def normalize_asm(text: str) -> str:
+    """PTX or AMDGCN without ``.file``/``.loc`` lines and the debug sections at the end (they name the source)."""
+    lines = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if re.match(r"^\.section\s+\.debug", stripped):
+            break
+        if stripped.startswith((".loc", ".file")):
+            continue
+        lines.append(line.rstrip())
+    return "\n".join(lines) + "\n"
+
+
+# Triton's compile stages in the order they run, as named in a kernel's ``asm``:
+# ``source`` is the front end's TTIR before any pass; ``ttir`` is after its passes.
+STAGES = ("source", "ttir", "ttgir", "llir", "ptx", "amdgcn")
+PASSES_SUFFIX = ".passes.json"
+
+
+def stage_order(asm: Mapping[str, Any]) -> list[str]:
+    """A kernel's ``asm`` keys in compile order (unknown ones after, by name)."""
+    return [s for s in STAGES if s in asm] + sorted(k for k in asm if k not in STAGES)
+
+
+def stage_fingerprint(stage: str, text: str) -> str:
+    """A short hash of one stage's text with its source locations removed (MLIR, LLVM IR or assembly)."""
+    normalize = {"llir": normalize_llir, "ptx": normalize_asm, "amdgcn": normalize_asm}.get(stage, normalize_ttgir)
+    return hashlib.sha256(normalize(text).encode()).hexdigest()[:16]
 
 
 def ttgir_files(ir_dir: Path) -> list[Path]:
@@ -133,10 +174,107 @@ class KernelDiff:
     ops_b: dict[str, int] = field(default_factory=dict)
     meta_a: dict[str, Any] = field(default_factory=dict)
     meta_b: dict[str, Any] = field(default_factory=dict)
+    first_diff: str = ""  # "first differs at ttgir (ttir identical), after <pass>" for a changed kernel
 
 
-def _per_kernel(ir_dir: Path, files: list[Path]) -> dict[str, tuple[str, Counter[str], dict[str, Any]]]:
-    """kernel -> (normalized text of all its variants, op counts, metadata of its first variant)."""
+def _stem(path: Path) -> str:
+    return path.name[: -len(".ttgir")]
+
+
+def _passes(path: Path) -> list[list[str]] | None:
+    passes_path = path.with_name(_stem(path) + PASSES_SUFFIX)
+    try:
+        data = json.loads(passes_path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, list) else None
+
+
+def first_pass_difference(a: list[list[str]], b: list[list[str]]) -> str | None:
+    """Which pass first made the two sides' IR differ, from their ``[pass, argument, IR fingerprint]`` lists.
+
+    Each entry is the IR *before* a pass.  The lists are aligned by pass
+    argument (pipelines differ where a switch removes a pass, and between
+    Triton versions).  The answer is the first aligned pass whose IR differs
+    after an aligned pass whose IR was equal: the last pass both ran before it,
+    or a pass only one side ran since, made the difference.  IR that differs
+    from the first dump on (the front end's output) and is never equal again
+    says so; IR that differs there and is equal after the TTIR passes is no
+    pass's doing (None), nor is IR equal throughout.
+    """
+    matcher = difflib.SequenceMatcher(None, [p[1] or p[0] for p in a], [p[1] or p[0] for p in b], autojunk=False)
+    last: str | None = None  # the last pass both ran whose IR before it was equal
+    only: dict[str, list[str]] = {"A": [], "B": []}
+    front_differs = False
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag != "equal":
+            only["A"] += [p[0] for p in a[i1:i2]]
+            only["B"] += [p[0] for p in b[j1:j2]]
+            continue
+        for pa, pb in zip(a[i1:i2], b[j1:j2]):
+            if pa[2] == pb[2]:
+                last, only = pa[0], {"A": [], "B": []}
+                continue
+            if last is None:
+                front_differs = True  # still the front end's difference: look for where the passes make it equal
+                only = {"A": [], "B": []}
+                continue
+            extra = "; ".join(f"only side {side} runs {', '.join(names)}" for side, names in only.items() if names)
+            return f"after {last} ({extra})" if extra else f"after {last}"
+    return "before the first pass (the front end's output differs)" if front_differs and last is None else None
+
+
+# Stages that are the kernel's source or its front end's IR, not yet its generated code.
+BEFORE_CODE = ("source", "ttir")
+
+
+def explain_variant(path_a: Path, path_b: Path) -> tuple[int, str, bool] | None:
+    """``(first differing stage's index, its description, whether code after TTGIR differs)`` for two variants.
+
+    The description reads ``first differs at ttgir (ttir identical), after
+    <pass>``, or, where a later stage is equal again, ``first differs at
+    source; ttir identical; differs at ttgir, llir, ptx; after <pass>``.  None
+    when the stage fingerprints are equal or were not captured (older IR).
+    """
+    stages_a, stages_b = _meta(path_a).get("stages") or {}, _meta(path_b).get("stages") or {}
+    common = [s for s in stage_order(stages_a) if s in stages_b]
+    differing = [i for i, s in enumerate(common) if stages_a[s] != stages_b[s]]
+    if not differing:
+        return None
+    first = differing[0]
+    text = f"first differs at {common[first]}"
+    if first:
+        text += f" ({common[first - 1]} identical)"
+    same_after = [i for i in range(first + 1, len(common)) if i not in differing]
+    if same_after:  # e.g. two front ends' outputs that the TTIR passes make equal again
+        text += f"; {', '.join(common[i] for i in same_after)} identical"
+        again = [common[i] for i in differing if i > same_after[0]]
+        if again:
+            text += f"; differs at {', '.join(again)}"
+    passes_a, passes_b = _passes(path_a), _passes(path_b)  # the TTIR and TTGIR passes (not the LLVM lowering)
+    if passes_a and passes_b:
+        where = first_pass_difference(passes_a, passes_b)
+        if where:
+            text += f"; {where}" if same_after else f", {where}"
+    return first, text, any(common[i] not in (*BEFORE_CODE, "ttgir") for i in differing)
+
+
+def explain_kernel(ir_a: Path, ir_b: Path, paths_a: list[Path], paths_b: list[Path]) -> tuple[str, bool]:
+    """The earliest stage difference among the variants both sides compiled (paired by name, or the only one),
+    and whether any pair's code after TTGIR (LLVM IR, assembly) differs."""
+    by_name_b = {p.relative_to(ir_b).as_posix(): p for p in paths_b}
+    pairs = [(p, by_name_b[p.relative_to(ir_a).as_posix()]) for p in paths_a
+             if p.relative_to(ir_a).as_posix() in by_name_b]
+    if not pairs and len(paths_a) == len(paths_b) == 1:
+        pairs = [(paths_a[0], paths_b[0])]
+    found = [e for e in (explain_variant(pa, pb) for pa, pb in pairs) if e is not None]
+    if not found:
+        return "", False
+    return min(found, key=lambda e: e[0])[1], any(e[2] for e in found)
+
+
+def _per_kernel(ir_dir: Path, files: list[Path]) -> dict[str, tuple[str, Counter[str], dict[str, Any], list[Path]]]:
+    """kernel -> (normalized text of all its variants, op counts, metadata of its first variant, variant files)."""
     grouped: dict[str, list[Path]] = {}
     for path in sorted(files):
         grouped.setdefault(path.relative_to(ir_dir).parts[0], []).append(path)
@@ -148,8 +286,9 @@ def _per_kernel(ir_dir: Path, files: list[Path]) -> dict[str, tuple[str, Counter
         for text in raw:
             counts += count_watched_ops(text)
         meta = _meta(paths[0])
-        meta.pop("autotune_candidate", None)
-        result[kernel] = ("".join(texts), counts, {"variants": len(paths), **meta})
+        for detail in ("autotune_candidate", "stages"):  # per variant; the stages are compared in explain_kernel
+            meta.pop(detail, None)
+        result[kernel] = ("".join(texts), counts, {"variants": len(paths), **meta}, paths)
     return result
 
 
@@ -163,8 +302,12 @@ def diff_kernels(ir_a: Path, ir_b: Path, files_a: list[Path], files_b: list[Path
         elif kernel not in a:
             diffs.append(KernelDiff(kernel, "added", {}, dict(b[kernel][1]), {}, b[kernel][2]))
         else:
-            state = "same" if a[kernel][0] == b[kernel][0] else "changed"
-            diffs.append(KernelDiff(kernel, state, dict(a[kernel][1]), dict(b[kernel][1]), a[kernel][2], b[kernel][2]))
+            # Equal TTGIR is not equal code when LLVM IR or assembly differ (two Triton builds, an LLVM switch).
+            where, code_after_ttgir = explain_kernel(ir_a, ir_b, a[kernel][3], b[kernel][3])
+            state = "same" if a[kernel][0] == b[kernel][0] and not code_after_ttgir else "changed"
+            where = where if state == "changed" else ""
+            diffs.append(KernelDiff(kernel, state, dict(a[kernel][1]), dict(b[kernel][1]), a[kernel][2], b[kernel][2],
+                                    where))
     return diffs
 
 
@@ -198,24 +341,31 @@ class GateDecision:
             moved = [f"{op.split('.')[-1]} {k.ops_a.get(op, 0)} -> {k.ops_b.get(op, 0)} "
                      f"({k.ops_b.get(op, 0) - k.ops_a.get(op, 0):+d})"
                      for op in WATCHED_OPS if k.ops_a.get(op, 0) != k.ops_b.get(op, 0)]
-            for meta in ("shared", "num_warps", "variants"):
+            for meta in ("shared", "num_warps", "variants", "triton"):
                 va, vb = k.meta_a.get(meta), k.meta_b.get(meta)
                 if va != vb:
                     moved.append(f"{meta} {va} -> {vb}")
-            lines.append(f"{k.kernel}: " + (", ".join(moved) if moved else "changed (no watched op count moved)"))
+            line = f"{k.kernel}: " + (", ".join(moved) if moved else "changed (no watched op count moved)")
+            lines.append(f"{line}; {k.first_diff}" if k.first_diff else line)
         return lines
 
 
 def decide(op: str, ir_a: Path, ir_b: Path) -> GateDecision:
-    """Compare round 1's two sides.  Never 'no_diff' without TTGIR on both sides."""
+    """Compare round 1's two sides: TTGIR, and the stages after it where captured.
+
+    Never 'no_diff' without TTGIR on both sides.
+    """
     files_a, files_b = gated_files(ir_a, ir_b), gated_files(ir_b, ir_a)
     fa, fb = fingerprint_ttgir(ir_a, files_a), fingerprint_ttgir(ir_b, files_b)
     if fa is None or fb is None:
         missing = " and ".join(str(d) for d, f in ((ir_a, fa), (ir_b, fb)) if f is None)
         return GateDecision(op, "unavailable", f"no TTGIR captured in {missing}", fa, fb)
     kernels = diff_kernels(ir_a, ir_b, files_a, files_b)
-    if fa == fb:
+    if fa == fb and all(k.state == "same" for k in kernels):
         return GateDecision(op, "no_diff", "switch changed no generated code", fa, fb, kernels)
+    if fa == fb:
+        return GateDecision(op, "diff", "switch changed generated code (TTGIR identical, LLVM IR or assembly not)",
+                            fa, fb, kernels)
     return GateDecision(op, "diff", "switch changed generated code", fa, fb, kernels)
 
 

@@ -11,7 +11,7 @@ import argparse
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Collection
 
 import pytest
 
@@ -133,7 +133,8 @@ def register(parser: pytest.Parser) -> None:
     add("--cell-timeout", type=positive_seconds, default=None, metavar="SECONDS", help=CELL_TIMEOUT_HELP)
     add("--ab-switch-env", type=env_assignment, action="append", default=[], metavar="KEY=VALUE",
         help="side B's environment replacing the campaign's switch (repeatable)")
-    add("--ab-level", type=choice(LEVELS), default="auto", help="shape set: smoke|core|comprehensive (auto: core on CUDA, smoke in the interpreter)")
+    add("--ab-level", type=choice(LEVELS), default="auto",
+        help="shape set: smoke|core|comprehensive (auto: core on CUDA and for IR capture, smoke when the interpreter times)")
     add("--ab-timer", type=choice(TIMERS), default="auto", help="cudagraph|direct (CUDA) or wall (interpreter); auto picks cudagraph / wall")
     add("--ab-backend", type=choice(BACKENDS), default="auto", help="cuda|interpreter (auto: cuda when a GPU device node exists)")
     add("--ab-samples", type=positive_int, default=None, metavar="N", help="timed samples per shape (default 10 on CUDA, 3 in the interpreter)")
@@ -173,7 +174,8 @@ class Settings:
     cell_timeout_s: float
     switch_env: dict[str, str] | None
     backend: str  # cuda | interpreter, decided once per session
-    level: str  # the shape set; "auto" resolved for the backend
+    level: str  # the shape set the cells time; "auto" resolved for the backend
+    given_level: str | None  # --ab-level when given; None for auto (IR capture: see ir_level_for)
     timer: str  # "auto" resolved for the backend
     samples: int
     direct_rep_ms: int
@@ -190,6 +192,24 @@ class Settings:
     fail_if_slower_pct: float | None
     layout_shift: bool = True
     sources: dict[str, str] = field(default_factory=dict)
+
+    def ir_level_for(self, op_levels: Collection[str], side_level: str | None = None) -> str:
+        """The shape set IR capture compiles for an op with shapes at ``op_levels``.
+
+        A level asked for (the side's campaign option, then --ab-level) is used
+        as given.  Otherwise IR triage (--ab-ir-only) compiles the GPU's default,
+        IR_LEVEL, where the op has it: compiling executes nothing, and the smoke
+        shapes may not reach the tile sizes where a switch changes code.  A timed
+        run, and an op without IR_LEVEL shapes, compiles the level its cells time.
+        """
+        asked = side_level or self.given_level
+        if asked:
+            return asked
+        if not self.ir_only:
+            # A timed interpreter run's gate compiles what it times: core compiles of some ops take minutes
+            # on a laptop (topk's side B), and interpreter timings say nothing about the GPU anyway.
+            return self.level
+        return IR_LEVEL if IR_LEVEL in op_levels else self.level
 
 
 def _from_env_or_ini(config: pytest.Config, cli: Any, env_name: str | None, ini_name: str,
@@ -225,13 +245,15 @@ def resolve(config: pytest.Config) -> Settings:
     allow_no_ir = bool(opt.ab_allow_no_ir_diff) or os.environ.get("SWITCH_ALLOW_NO_IR_DIFF", "") == "1"
     backend = detect_backend(opt.ab_backend)
     cuda = backend == "cuda"
+    given_level = opt.ab_level if opt.ab_level != "auto" else None
     settings = Settings(
         rounds=rounds,
         root=opt.ab_resume or (Path(opt.ab_root) if opt.ab_root else None),
         cell_timeout_s=timeout,
         switch_env=dict(opt.ab_switch_env) if opt.ab_switch_env else None,
         backend=backend,
-        level=opt.ab_level if opt.ab_level != "auto" else ("core" if cuda else "smoke"),
+        level=given_level or default_level(backend),
+        given_level=given_level,
         timer=opt.ab_timer if opt.ab_timer != "auto" else ("cudagraph" if cuda else "wall"),
         samples=opt.ab_samples or (10 if cuda else 3),
         direct_rep_ms=opt.ab_direct_rep,
@@ -254,6 +276,17 @@ def resolve(config: pytest.Config) -> Settings:
             f"--ab-fail-if-slower gates on GPU timings; this run times backend {settings.backend} with the "
             f"{settings.timer} timer, which says nothing about GPU speed (run it on a GPU, or drop the gate)")
     return settings
+
+
+def default_level(backend: str) -> str:
+    """The shape set ``--ab-level auto`` times: core on a GPU, smoke in the interpreter (it executes every op slowly)."""
+    return "core" if backend == "cuda" else "smoke"
+
+
+# What IR capture compiles for "auto" on every backend (Settings.ir_level_for): at
+# smoke shapes a tile may stay below the size where a switch matters (a 16-row dot
+# never becomes a Hopper wgmma), and IR triage would report a false "no change".
+IR_LEVEL = default_level("cuda")
 
 
 def visible_gpus() -> tuple[str, ...]:

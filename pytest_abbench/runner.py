@@ -116,6 +116,7 @@ class CellRunner:
             autotune_mode=autotune_mode_for(key.round, key.role), autotune_file=self.layout.autotune_record(key.op),
             switch=campaign.switch.describe(), tuner_cache=self.tuner_cache(campaign, key.side), ir_target=ir_target,
             ir_only=s.ir_only, layout_shift=s.layout_shift,
+            ir_level=s.ir_level_for(campaign.op(key.op).shapes, side_opts.get("level")) if ir_target else None,
         )
 
     def argv(self, campaign: Campaign, key: CellKey, cell_dir: Path) -> list[str]:

@@ -151,7 +151,7 @@ def supervise(run: Callable[[], int]) -> int:
 def _measure(config: CellConfig) -> int:
     from pytest_abbench.child.measure import measure, run_ir_only
 
-    return run_ir_only(config) if config.ir_only else measure(config)
+    return run_ir_only(config.compile_only()) if config.ir_only else measure(config)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

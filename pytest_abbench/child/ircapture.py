@@ -6,17 +6,25 @@ hit too, since a fresh process always passes through ``_do_compile``).
 Without a GPU a separate compile-only process installs a stand-in driver for
 the IR target (e.g. ``cuda:90``) so Triton compiles for it on the CPU and
 nothing is launched.
+
+Next to each TTGIR file: a fingerprint of every compiler stage (``.meta.json``
+``stages``), and, in a compile-only process, one of the IR before every MLIR
+pass (``.passes.json``, from Triton's ``MLIR_ENABLE_DUMP``), so the IR gate
+can say which stage and which pass first produced different code.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
 from pytest_abbench.child.autotune_pin import benchmarking
+from pytest_abbench.irgate import PASSES_SUFFIX, stage_fingerprint, stage_order, strip_locations
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.\-]")
 
@@ -45,13 +53,192 @@ def variant_name(kernel: str, key: Any, options: Any) -> str:
     return f"{_SAFE.sub('_', kernel)}/w{warps}_s{stages}_{digest}"
 
 
+# One MLIR pass dump: a header line (printed before each pass; 3.6 ``Canonicalizer
+# (canonicalize)``, 3.8 ``CanonicalizerPass: canonicalize{options}``), then the module.
+DUMP_HEADER = "// -----// "
+_PASS_HEADER = re.compile(r"// -----// IR Dump Before (\w+):? \(?([\w.-]*)")
+_LOC_REF = re.compile(r" loc\(#loc\d*\)")  # the common form, removed by one regular expression
+
+
+def dump_fingerprint(body: str) -> str:
+    """A short hash of one dumped module without its locations, as the IR gate compares TTGIR.
+
+    Locations name the source's path and, between Triton releases, move by a
+    column: code that is the same must hash the same.  A dump is megabytes a
+    kernel, so the common ``loc(#locN)`` goes by regular expression and only
+    the lines left with a location take the exact (slower) removal.
+    """
+    lines = []
+    for line in body.split("\n"):
+        if line.startswith("#loc"):
+            continue
+        if "loc(" in line:
+            line = _LOC_REF.sub("", line)
+            if "loc(" in line:
+                line = strip_locations(line)
+        lines.append(line.rstrip())
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
+
+
+def split_pass_dump(text: str) -> list[list[str]]:
+    """``[pass, pass argument, fingerprint of the IR before it]`` for each dump in ``text``, in order.
+
+    A dump runs from its header line to the next one.  Other dumps (the
+    software pipeliner's internal ones, on stderr in 3.6) are skipped.
+    """
+    passes: list[list[str]] = []
+    starts = [0] if text.startswith(DUMP_HEADER) else []
+    at = text.find("\n" + DUMP_HEADER)
+    while at >= 0:  # str.find, not a multi-line regular expression: several times faster on megabytes
+        starts.append(at + 1)
+        at = text.find("\n" + DUMP_HEADER, at + 1)
+    for begin, end in zip(starts, starts[1:] + [len(text)]):
+        header_end = text.find("\n", begin, end)
+        header = _PASS_HEADER.match(text, begin, end if header_end < 0 else header_end)
+        if header:
+            passes.append([header.group(1), header.group(2), dump_fingerprint(text[header_end + 1:end])])
+    return passes
+
+
+class PassDump:
+    """Triton's per-pass IR dump of each compile (``MLIR_ENABLE_DUMP=1`` into ``MLIR_DUMP_PATH``).
+
+    LLVM buffers that file (one block, a few KB); stderr, the alternative, is
+    unbuffered and makes a compile several times slower.  So at the
+    post-compile hook the end of a compile's dump may still be in memory: it is
+    complete once the next compile's first dump (the pipeline's first pass,
+    the same in every compile) has been written.  The last compile's dump is
+    read at exit, less its cut-off last module.  A hook that found no new dump
+    saw a kernel from Triton's disk cache: nothing was compiled.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.fd: int | None = None
+        self.read_to = 0
+        self.data = b""  # read, not yet assigned to a compile; starts at a compile's first dump
+        self.pending: list[Path] = []  # where each compile seen but not yet complete writes its passes
+        self.first_pass: bytes | None = None
+        self.broken = False
+
+    def compiled(self, target: Path) -> None:
+        """A kernel was reported: if it was compiled, its pass list goes to ``target`` once its dump is complete."""
+        if self._read() and not self.broken:
+            self.pending.append(target)
+        self._assign(final=False)
+
+    def finish(self) -> None:
+        """At exit: the last compile's passes from what reached the file, then remove it."""
+        self._read()
+        self._assign(final=True)
+        if self.fd is not None:
+            os.close(self.fd)
+        self.path.unlink(missing_ok=True)
+
+    def _read(self) -> bool:
+        if self.fd is None:
+            try:
+                self.fd = os.open(self.path, os.O_RDWR)
+            except FileNotFoundError:
+                return False  # nothing compiled yet
+        size = os.fstat(self.fd).st_size
+        if size <= self.read_to:
+            return False
+        if size - self.read_to + len(self.data) > MAX_PASS_DUMP_BYTES:
+            self.stop(f"{size - self.read_to} bytes of pass dumps for one kernel")
+        else:
+            self.data += os.pread(self.fd, size - self.read_to, self.read_to)
+        self.read_to = size
+        # LLVM writes on at its own offset: the file stays sparse instead of growing by megabytes a kernel.
+        os.ftruncate(self.fd, 0)
+        return True
+
+    def stop(self, why: str) -> None:
+        """No pass lists from here on (the IR gate then names the first differing stage only)."""
+        if not self.broken:
+            print(f"[abbench] per-pass IR dump stopped: {why}", file=sys.stderr, flush=True)
+        os.environ.pop("MLIR_ENABLE_DUMP", None)
+        self.broken, self.data, self.pending = True, b"", []
+
+    def _assign(self, final: bool) -> None:
+        """Write the pass list of every compile whose dump is complete (at exit: every compile)."""
+        if self.broken or not self.data:
+            return
+        if self.first_pass is None:  # the first compile's first dump starts the file
+            first = _PASS_HEADER.match(self.data[:400].decode(errors="replace"))
+            if first is None:
+                self.stop("the dump file does not start with a pass dump")
+                return
+            self.first_pass = f"{DUMP_HEADER}IR Dump Before {first.group(1)}".encode()
+        starts = [m.start() + 1 for m in re.finditer(b"\n" + re.escape(self.first_pass) + b"[ :]", self.data)]
+        starts = [0, *starts] if self.data.startswith(self.first_pass) else starts
+        if len(starts) != len(self.pending) or starts[:1] != [0]:
+            # More compiles than reported kernels (a compile outside the JIT), or a pipeline that runs its
+            # first pass twice: the dumps cannot be told apart, so none is kept from here on.
+            self.stop(f"{len(starts)} compiles' dumps for {len(self.pending)} reported kernels")
+            return
+        ends = starts[1:] + [len(self.data)]
+        complete = len(starts) if final else len(starts) - 1
+        for begin, end, target in zip(starts[:complete], ends[:complete], self.pending[:complete]):
+            chunk = self.data[begin:end]
+            if end == len(self.data):  # the last dump may be cut off where LLVM's buffer was not yet written
+                chunk = chunk[: chunk.rfind(b"\n" + DUMP_HEADER.encode()) + 1]
+            passes = split_pass_dump(chunk.decode(errors="replace"))
+            if passes:
+                target.write_text(json.dumps(passes))
+        self.data = self.data[starts[complete]:] if complete < len(starts) else b""
+        self.pending = self.pending[complete:]
+
+
+_pass_dump: PassDump | None = None  # set in a compile-only process (enter_compile_only, install_capture)
+PASS_DUMP_FILE = ".pass-dump.mlir"
+MAX_PASS_DUMP_BYTES = 512 * 1024 * 1024  # one kernel's TTIR and TTGIR dumps; far beyond what a kernel needs
+
+
+def _no_dump_in_llir() -> None:
+    """Dump the TTIR and TTGIR passes only: no pass of each backend's ``make_llir``.
+
+    Its LLVM-dialect modules are tens of times larger than the TTGIR: dumped
+    before each of its passes, an unrolled top-k kernel without layout
+    cleanup wrote gigabytes and compiled for many minutes.  Whether LLVM IR or
+    assembly differ is told by the stage fingerprints.
+    """
+    from triton.backends import backends
+
+    for backend in backends.values():
+        make_llir = getattr(backend.compiler, "make_llir", None)
+        if make_llir is None or getattr(make_llir, "abbench_no_dump", False):
+            continue
+
+        def without_dump(*args: Any, _make_llir: Any = make_llir, **kwargs: Any) -> Any:
+            os.environ.pop("MLIR_ENABLE_DUMP", None)  # Triton reads it at each pass manager it builds
+            try:
+                return _make_llir(*args, **kwargs)
+            finally:
+                if _pass_dump is None or not _pass_dump.broken:
+                    os.environ["MLIR_ENABLE_DUMP"] = "1"
+
+        setattr(without_dump, "abbench_no_dump", True)
+        backend.compiler.make_llir = without_dump
+
+
 def install_capture(ir_dir: Path) -> list[str]:
     """Write ``<ir_dir>/<kernel>/<variant>.ttgir`` (+ ``.meta.json``) for every compiled kernel.
 
-    Returns the list the hook appends written stems to, for the cell's log.
+    In a compile-only process also ``.passes.json``, the IR before each MLIR
+    pass.  Returns the list the hook appends written stems to, for the cell's log.
     """
+    import atexit
+
     from triton import knobs
 
+    global _pass_dump
+    if _pass_dump is None and _pass_dump_wanted:
+        ir_dir.mkdir(parents=True, exist_ok=True)
+        _pass_dump = PassDump(ir_dir / PASS_DUMP_FILE)
+        os.environ["MLIR_DUMP_PATH"] = str(_pass_dump.path)  # LLVM opens it at the first compile
+        atexit.register(_pass_dump.finish)
+    pass_dump = _pass_dump
     written: list[str] = []
     previous = knobs.runtime.jit_post_compile_hook
 
@@ -78,7 +265,12 @@ def install_capture(ir_dir: Path) -> list[str]:
                     "target": str(getattr(meta, "target", "")),
                     # Compiled as an autotune candidate: the IR gate counts it only if the other side has it.
                     "autotune_candidate": benchmarking(),
+                    "triton": _triton_version(),
+                    "stages": {stage: stage_fingerprint(stage, asm[stage])
+                               for stage in stage_order(asm) if isinstance(asm[stage], str)},
                 }, sort_keys=True))
+                if pass_dump is not None:
+                    pass_dump.compiled(ir_dir / f"{stem}{PASSES_SUFFIX}")
                 written.append(stem)
         if previous is not None:
             return previous(key=key, repr=repr, fn=fn, compile=compile, is_manual_warmup=is_manual_warmup,
@@ -127,14 +319,31 @@ class _TargetOnlyDriver:
         return torch.device("cpu")
 
 
+def _triton_version() -> str:
+    import triton
+
+    return str(triton.__version__)
+
+
+_pass_dump_wanted = False  # enter_compile_only switched Triton's dump on for this process
+
+
 def enter_compile_only(target_text: str) -> None:
     """Make every kernel launch of this process compile for ``target_text`` and launch nothing.
 
     Outputs of an op run this way are garbage; only the captured IR counts.
+    Triton's per-pass IR dump is switched on (``MLIR_ENABLE_DUMP=1``; the
+    file: ``install_capture``), unless the environment asks for a dump of its
+    own (``MLIR_ENABLE_DUMP``, ``MLIR_DUMP_PATH``) or sets ``ABBENCH_PASS_DUMP=0``.
     """
     from triton.runtime import jit
     from triton.runtime.driver import driver
 
+    global _pass_dump_wanted
+    if not ({"MLIR_ENABLE_DUMP", "MLIR_DUMP_PATH"} & set(os.environ)) and os.environ.get("ABBENCH_PASS_DUMP") != "0":
+        os.environ["MLIR_ENABLE_DUMP"] = "1"  # read by Triton's pass managers at each compile
+        _pass_dump_wanted = True
+        _no_dump_in_llir()
     driver.set_active(_TargetOnlyDriver(parse_target(target_text)))
     original_run = jit.JITFunction.run
 

@@ -1,0 +1,221 @@
+"""IR triage on a CPU machine predicts the GPU and says where the code first differs.
+
+- It compiles the shapes the GPU run would time.  TILE_CAMPAIGN's dot kernel
+  takes its tile from the shape: 16x16 at the smoke level, 64x64 at core.
+  For cuda:90 only the 64-row tile becomes a Hopper warpgroup MMA, so
+  DISABLE_MMA_V3=1 changes its code at core and not at smoke, the property of
+  router_gemm (BM 16 at its smoke shape, 64 at core) at a fraction of its
+  compile time.  (An op without core shapes compiles its smoke ones: the
+  IR-only tests of test_irgate.py run such a campaign.)
+- Each changed kernel names the first compiler stage and the first pass whose
+  output differs: real compilations under DISABLE_MMA_V3=1 and under the
+  layout-pass switch, and the pass-dump bookkeeping on synthetic dumps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_abbench import irgate
+from pytest_abbench.cellconfig import CHILD_MODULE, CellConfig
+from pytest_abbench.child.ircapture import PassDump, split_pass_dump
+from pytest_abbench.irgate import first_pass_difference
+from pytest_abbench.layout import IDENTITY_FILE, ir_dir
+
+CAMPAIGNS = Path(__file__).resolve().parents[1] / "campaigns"
+
+FAST = ("-p", "no:cacheprovider")
+
+TILE_CAMPAIGN = '''
+import triton
+import triton.language as tl
+from pytest_abbench import Case, Op, Switch
+
+
+@triton.jit
+def dot_kernel(a_ptr, b_ptr, c_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    a = tl.load(a_ptr + offs[:, None] * N + offs[None, :])
+    b = tl.load(b_ptr + offs[:, None] * N + offs[None, :])
+    tl.store(c_ptr + offs[:, None] * N + offs[None, :], tl.dot(a, b))
+
+
+def build_dot(shape, device):
+    import torch
+    n = shape["n"]
+    a = torch.randn(n, n, device=device, dtype=torch.float16)
+    b = torch.randn(n, n, device=device, dtype=torch.float16)
+    c = torch.empty(n, n, device=device, dtype=torch.float32)
+    return Case(run=lambda: (dot_kernel[(1,)](a, b, c, N=n), c)[1], expected=lambda: a.float() @ b.float(),
+                atol=1e-2, rtol=1e-2)
+
+
+OPS = [Op("dot", build=build_dot, shapes={"smoke": [{"n": 16}], "core": [{"n": 64}]})]
+SWITCH = Switch(env_b={"DISABLE_MMA_V3": "1"})
+'''
+
+CHANGED = "IR: dot_kernel: dot 0 -> 1 (+1), warp_group_dot 1 -> 0 (-1)"
+WHERE_MMA = "first differs at ttgir (ttir identical), after TritonGPUAccelerateMatmul"
+
+
+@pytest.mark.slow
+def test_ir_only_triage_compiles_the_gpu_level_unless_a_level_is_given(pytester: pytest.Pytester,
+                                                                       tmp_path: Path) -> None:
+    pytester.makeini("[pytest]\n")
+    pytester.makepyfile(tilecamp=TILE_CAMPAIGN)
+    result = pytester.runpytest_subprocess("tilecamp.py", "--ab-ir-only", "--ab-ir-target", "cuda:90",
+                                           "--ab-root", str(tmp_path / "auto"), *FAST)
+    result.assert_outcomes(passed=2)
+    out = result.stdout.str()
+    # The README's laptop line: the dot's core tile is a wgmma that the switch turns off.
+    assert "IR triage: the switch changes the generated code of 1 of 1 ops: dot (worth GPU time)" in out
+    assert f"{CHANGED}, local_load 0 -> 2 (+2); {WHERE_MMA}" in out
+    assert not list((tmp_path / "auto").rglob(".pass-dump.mlir"))  # the dump file is gone with the process
+
+    # --ab-level names the shapes: at smoke the 16-row tile is no wgmma on either side.
+    result = pytester.runpytest_subprocess("tilecamp.py", "--ab-ir-only", "--ab-ir-target", "cuda:90",
+                                           "--ab-level", "smoke", "--ab-root", str(tmp_path / "smoke"), *FAST)
+    result.assert_outcomes(passed=2)
+    assert "IR triage: the switch changes the generated code of 0 of 1 ops" in result.stdout.str()
+
+
+@pytest.mark.slow
+def test_a_timed_interpreter_run_gates_on_the_level_it_times(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    # Only triage (--ab-ir-only) pays for the GPU's shapes; a timed run compiles what it times, so the
+    # README's main job stays minutes.  At smoke the 16-row tile is no wgmma: nothing changes.
+    pytester.makeini("[pytest]\n")
+    pytester.makepyfile(tilecamp=TILE_CAMPAIGN)
+    root = tmp_path / "root"
+    result = pytester.runpytest_subprocess("tilecamp.py", "--ab-rounds", "1", "--ab-root", str(root), *FAST)
+    result.assert_outcomes(passed=2)
+    assert CHANGED not in result.stdout.str() and "IR gate no_diff" in result.stdout.str()
+    for side in ("A", "B"):
+        cell = root / f"r1_{side}" / "dot"
+        assert json.loads((cell / IDENTITY_FILE).read_text())["bench_level"] == "smoke"
+        assert [json.loads(line)["shape"] for line in (cell / "results.jsonl").read_text().splitlines()] == ["n=16"]
+
+
+# One 16x16 tile summed along rows: the reduction's layout differs from the
+# store's, so the remove-layout-conversions pass has conversions to remove.
+LAYOUT_CAMPAIGN = f'''
+import sys
+sys.path.insert(0, {str(CAMPAIGNS)!r})
+import triton
+import triton.language as tl
+from pytest_abbench import Case, Op, Switch
+from _kernels.switches import skip_remove_layout_conversions
+
+
+@triton.jit
+def rowsum_kernel(x_ptr, y_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    x = tl.load(x_ptr + offs[:, None] * N + offs[None, :])
+    tl.store(y_ptr + offs, tl.sum(x, axis=1))
+
+
+def build_rowsum(shape, device):
+    import torch
+    n = shape["n"]
+    x = torch.ones(n, n, device=device)
+    y = torch.empty(n, device=device)
+    return Case(run=lambda: (rowsum_kernel[(1,)](x, y, N=n), y)[1], expected=lambda: x.sum(dim=1))
+
+
+OPS = [Op("rowsum", build=build_rowsum, shapes={{"smoke": [{{"n": 16}}]}})]
+SWITCH = Switch(setup_b=skip_remove_layout_conversions)
+'''
+
+
+def compile_side(folder: Path, side: str) -> Path:
+    """The IR-only cell child for one side of LAYOUT_CAMPAIGN, as --ab-ir-only runs it; its IR folder."""
+    campaign = folder / "layoutcamp.py"
+    campaign.write_text(LAYOUT_CAMPAIGN)
+    out = folder / f"cell-{side}"
+    config = CellConfig(campaign=campaign, op="rowsum", round_no=1, side=side, role=side, out=out,
+                        backend="interpreter", timer="wall", level="smoke", ir_target="cuda:90", ir_only=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "MLIR_ENABLE_DUMP", "MLIR_DUMP_PATH")}
+    env["TRITON_CACHE_DIR"] = str(folder / f"triton-cache-{side}")
+    done = subprocess.run([sys.executable, "-m", CHILD_MODULE, *config.to_argv()], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return ir_dir(out)
+
+
+@pytest.mark.slow
+def test_the_layout_switch_differs_where_side_a_runs_the_pass(tmp_path: Path) -> None:
+    decision = irgate.decide("rowsum", compile_side(tmp_path, "A"), compile_side(tmp_path, "B"))
+    assert decision.state == "diff"
+    [line] = decision.headline()
+    assert line.startswith("rowsum_kernel: convert_layout ")
+    # Side B runs no TritonGPURemoveLayoutConversions; the IR parts where side A's first run of it changed it.
+    assert line.endswith("; first differs at ttgir (ttir identical), after TritonGPUPlanCTAPass "
+                         "(only side A runs TritonGPURemoveLayoutConversions)"), line
+
+
+def dump(*passes: tuple[str, str]) -> str:
+    """A pass dump as Triton 3.6 prints it: (pass, module body) per pass, with a path in a location."""
+    return "".join(f"// -----// IR Dump Before {name} ({name.lower()}) ('builtin.module' operation) //----- //\n"
+                   f'#loc = loc("/src/k.py":1:0)\nmodule {{\n  {body} loc(#loc)\n}} loc(#loc)\n\n\n'
+                   for name, body in passes)
+
+
+def test_pass_lists_name_the_pass_whose_output_differs() -> None:
+    a = split_pass_dump(dump(("Inliner", "x"), ("Coalesce", "y"), ("AccelerateMatmul", "z"), ("Prefetch", "mma")))
+    same = split_pass_dump(dump(("Inliner", "x"), ("Coalesce", "y"), ("AccelerateMatmul", "z"), ("Prefetch", "mma"))
+                           .replace("/src", "/elsewhere"))
+    assert [p[0] for p in a] == ["Inliner", "Coalesce", "AccelerateMatmul", "Prefetch"]
+    assert same == a  # where the source lives is not the code
+    assert first_pass_difference(a, same) is None
+    b = split_pass_dump(dump(("Inliner", "x"), ("Coalesce", "y"), ("AccelerateMatmul", "z"), ("Prefetch", "fma")))
+    assert first_pass_difference(a, b) == "after AccelerateMatmul"
+    front = split_pass_dump(dump(("Inliner", "w"), ("Coalesce", "y2")))
+    assert first_pass_difference(a, front) == "before the first pass (the front end's output differs)"
+    # The front end differs, the TTIR passes make it equal, a later pass makes it differ again.
+    again = split_pass_dump(dump(("Inliner", "w"), ("Coalesce", "y"), ("AccelerateMatmul", "z"), ("Prefetch", "fma")))
+    assert first_pass_difference(a, again) == "after AccelerateMatmul"
+    assert first_pass_difference(a, again[:3]) is None
+    # A pass one side leaves out: its output is what differs.
+    skipped = split_pass_dump(dump(("Inliner", "x"), ("Coalesce", "y"), ("Prefetch", "z2")))
+    assert first_pass_difference(a, skipped) == "after Coalesce (only side A runs AccelerateMatmul)"
+
+
+class BufferedWriter:
+    """Writes a file as LLVM's raw_fd_ostream does: whole blocks, the rest held back until more comes."""
+
+    def __init__(self, path: Path, block: int = 4096) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        self.block = block
+        self.held = b""
+
+    def write(self, text: str) -> None:
+        self.held += text.encode()
+        cut = len(self.held) - len(self.held) % self.block
+        os.write(self.fd, self.held[:cut])
+        self.held = self.held[cut:]
+
+
+def test_each_compile_gets_its_own_passes_though_the_file_lags(tmp_path: Path) -> None:
+    path = tmp_path / ".pass-dump.mlir"
+    pass_dump = PassDump(path)
+    writer = BufferedWriter(path)
+    compile_1 = dump(("Inliner", "a1"), ("Coalesce", "b1" * 20000), ("Last", "c1"))
+    compile_2 = dump(("Inliner", "a2"), ("Coalesce", "b2"), ("Last", "c2" * 3000))
+    out = tmp_path / "ir"
+    out.mkdir()
+    writer.write(compile_1)
+    pass_dump.compiled(out / "one.passes.json")  # the end of compile 1 is still held back
+    assert not (out / "one.passes.json").exists()
+    pass_dump.compiled(out / "cached.passes.json")  # a disk-cache hit: nothing was compiled
+    writer.write(compile_2)
+    pass_dump.compiled(out / "two.passes.json")  # compile 2's first dump completes compile 1
+    assert json.loads((out / "one.passes.json").read_text()) == split_pass_dump(compile_1)
+    assert os.stat(path).st_size == 0  # what was read is freed; the writer goes on at its offset (a sparse file)
+    pass_dump.finish()  # compile 2's last dump was cut off by the buffer: dropped, the rest kept
+    assert json.loads((out / "two.passes.json").read_text()) == split_pass_dump(compile_2)[:2]
+    assert not (out / "cached.passes.json").exists() and not path.exists()
