@@ -99,7 +99,8 @@ def gpu_list(text: str) -> tuple[str, ...]:
 
 def existing_root(text: str) -> Path:
     path = Path(text)
-    if not (path / STATUS_FILE).is_file():
+    # An xdist worker (maybe on another host) never reads the controller's root: the controller checks it.
+    if not (path / STATUS_FILE).is_file() and "PYTEST_XDIST_WORKER" not in os.environ:
         raise argparse.ArgumentTypeError(f"{text!r} is not a campaign root (no {STATUS_FILE} in it)")
     return path.resolve()
 
@@ -141,6 +142,9 @@ def register(parser: pytest.Parser) -> None:
     add("--ab-direct-warmup", type=positive_int, default=cellconfig.DEFAULT_DIRECT_WARMUP_MS, metavar="MS", help="direct timer: do_bench warmup in ms (identity axis direct_repeat)")
     add("--ab-gpus", type=gpu_list, default=None, metavar="0,1,...",
         help="GPUs for xdist workers, one each (default: the visible GPUs); a serial run uses the first")
+    add("--ab-worker-scratch", default=None, metavar="DIR",
+        help="xdist workers measure into a private root under DIR on their own host (default: the host's temporary "
+             "folder); full run.log and TTGIR stay there, everything the report needs travels to the controller")
     add("--ab-resume", type=existing_root, default=None, metavar="ROOT",
         help="continue the campaign in ROOT: cells with a finished row are read from disk, not run again")
     add("--ab-layout-shift", type=choice(("on", "off")), default="on",
@@ -189,6 +193,7 @@ class Settings:
     margin_pct: float | None
     fail_if_slower_pct: float | None
     layout_shift: bool = True
+    worker_scratch: Path | None = None
     sources: dict[str, str] = field(default_factory=dict)
 
 
@@ -247,6 +252,7 @@ def resolve(config: pytest.Config) -> Settings:
         margin_pct=opt.ab_margin,
         fail_if_slower_pct=opt.ab_fail_if_slower,
         layout_shift=opt.ab_layout_shift == "on",
+        worker_scratch=Path(opt.ab_worker_scratch) if opt.ab_worker_scratch else None,
         sources={"cell_timeout": timeout_src, "rounds": rounds_src},
     )
     if settings.fail_if_slower_pct is not None and (settings.backend != "cuda" or settings.timer == "wall"):

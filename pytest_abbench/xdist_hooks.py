@@ -16,7 +16,8 @@ from pytest_abbench.campaign import CampaignError, CampaignSkipped, looks_like_c
 from pytest_abbench.fileio import write_json_atomic
 from pytest_abbench.layout import CellKey
 from pytest_abbench.outcome import OUTCOME_PROPERTY, CellOutcome
-from pytest_abbench.session import AbbenchSession
+from pytest_abbench.session import SEED_INPUT, AbbenchSession
+from pytest_abbench.transport import CampaignLocator, campaign_name, resume_seed
 
 # A cell test's node id ends in its cell id (``topk[r3-B]``), with xdist's ``@group`` suffix under loadgroup.
 CELL_NODEID = re.compile(r"\[r(\d+)-([AB]\d?)\](@\S+)?$")
@@ -59,10 +60,16 @@ class XdistHooks:
         workeroutput = getattr(session.config, "workeroutput", None)
         if workeroutput is not None:
             workeroutput[WORKER_GPU] = session.gpu  # the controller reads it when this worker goes down
+        else:
+            config = session.config
+            rsynced = [*(config.getoption("rsyncdir", None) or []), *config.getini("rsyncdirs")]
+            session.locator = CampaignLocator(config.rootpath, (Path(p) for p in rsynced))
 
     def pytest_configure_node(self, node: Any) -> None:
-        # Workers write into the controller's root; they never choose their own.
-        node.workerinput["abbench_root"] = str(self.session.root.path)
+        # Workers never see the controller's root: they measure into scratch roots of their own hosts and
+        # ship each cell back on its report.  A resumed campaign sends what its remaining cells read.
+        if self.session.settings.resume is not None:
+            node.workerinput[SEED_INPUT] = resume_seed(self.session.root.layout)
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.started = time.monotonic()
@@ -108,13 +115,18 @@ class XdistHooks:
         for scope, nodeids in units.items():
             keys = [key for nodeid in nodeids if (key := cell_key(nodeid)) is not None]
             if keys:
-                path = session.config.rootpath / scope.split("::")[0]
+                path = self.locator.locate(campaign_name(scope))
                 work.append(op_work(scope, keys, self.shape_count(path, keys[0].op), session.root.finished))
         return op_costs(work)
 
-    def shape_count(self, path: Path, op: str) -> int | None:
+    @property
+    def locator(self) -> CampaignLocator:
+        assert self.session.locator is not None, "the controller's campaign locator is made with the hooks"
+        return self.session.locator
+
+    def shape_count(self, path: Path | None, op: str) -> int | None:
         """The op's shapes at the session's level; None when its file is not a campaign declaring it."""
-        if not looks_like_campaign(path):
+        if path is None or not looks_like_campaign(path):
             return None  # a hand-written @pytest.mark.abbench test: its scope does not name the op
         try:
             return len(self.session.campaign(path).op(op).shapes_for(self.session.settings.level))
@@ -122,11 +134,29 @@ class XdistHooks:
             return None
 
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
-        cells = [nodeid for nodeid in ids if CELL_NODEID.search(nodeid)]
-        if cells:
-            rootpath = node.config.rootpath
-            files = list(dict.fromkeys(rootpath / nodeid.split("::")[0] for nodeid in cells))
-            self.session.root.claim(files, self.session.settings.switch_env, self.session.plan)
+        """Claim the root once the first worker collected: its campaign files as the controller holds them.
+
+        A worker's node ids are relative to its own rootdir; the locator finds
+        the controller's copy by the name relative to the rsync'd folder
+        (``transport.CampaignLocator``); each cell's content hash is checked
+        against it when the cell lands.
+        """
+        session = self.session
+        cells = [(nodeid, key) for nodeid in ids if (key := cell_key(nodeid)) is not None]
+        if not cells or session.root.claimed:
+            return
+        files: list[Path] = []
+        for name in dict.fromkeys(campaign_name(nodeid) for nodeid, _ in cells):
+            path = self.locator.locate(name)
+            if path is None:
+                session.write_line(f"abbench: {node.gateway.id} collected {name}, which the controller cannot find "
+                                   f"(looked in {self.locator.looked_in(name)}): campaign.json leaves it out")
+            else:
+                files.append(path)
+        for nodeid, key in cells:
+            path = self.locator.locate(campaign_name(nodeid))
+            session.plan.ops.setdefault(key.op, str(path) if path is not None else campaign_name(nodeid))
+        session.root.claim(files, session.settings.switch_env, session.plan)
 
     # -- progress on the controller ---------------------------------------------
     def say(self, line: str) -> None:

@@ -1,0 +1,78 @@
+"""Many hosts: workers that measure into scratch roots of their own and ship each cell to the controller,
+campaign files found by name under the rsync'd folder.
+
+No second host here: two popen workers, each in a folder of its own with the
+campaign sent by ``--rsyncdir``, are what xdist does with ``ssh`` workers.
+Real pytest processes, real signals.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from helpers import simple_campaign
+
+from pytest_abbench.layout import IDENTITY_FILE, LOG_TAIL_FILE, ORIGIN_FILE, RESULTS_FILE, RUN_LOG, TIMING_FILE
+from pytest_abbench.status import read_status
+
+FAST = ("--ab-ir-target", "none", "-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning")
+
+
+def _workers_in_own_folders(tmp_path: Path, campaign: Path) -> list[str]:
+    """xdist's remote recipe on one machine: each worker in a folder of its own, the campaign sent by rsync."""
+    args = ["--dist", "load", "--rsyncdir", str(campaign), "--ab-worker-scratch", str(tmp_path / "scratch")]
+    for name in ("w1", "w2"):
+        (tmp_path / name).mkdir()
+        args += ["--tx", f"popen//chdir={tmp_path / name}"]
+    return args
+
+
+def _report(root: Path) -> list[tuple[str, str, int, int, list[tuple[str, str]]]]:
+    data = json.loads((root / "report.json").read_text())
+    return [(o["op"], o["state"], o["rounds_completed"], o["rounds_expected"],
+             [(s["shape"], s["verdict"]) for s in o["shapes"]]) for o in data["ops"]]
+
+
+def _rows(root: Path) -> set[tuple[int, str, str, str, int]]:
+    return {(r.round, r.op, r.side, r.status, r.success) for r in read_status(root)}
+
+
+def test_workers_in_folders_of_their_own_ship_every_cell_to_the_controllers_root(campaign_dir: pytest.Pytester,
+                                                                                 tmp_path: Path) -> None:
+    # The campaign folder lies outside the controller's rootdir: a worker's node id (camp/c.py, relative
+    # to its own folder) names no file there.  That was an INTERNALERROR at collection.
+    campaign = tmp_path / "camp"
+    campaign.mkdir()
+    (campaign / "c.py").write_text(simple_campaign())
+    serial, parallel = tmp_path / "serial", tmp_path / "parallel"
+    campaign_dir.runpytest_subprocess(str(campaign), "--ab-rounds", "1", "--ab-root", str(serial), "-p", "no:xdist",
+                                      *FAST).assert_outcomes(passed=4)
+    result = campaign_dir.runpytest_subprocess(str(campaign), "--ab-rounds", "1", "--ab-root", str(parallel),
+                                               *_workers_in_own_folders(tmp_path, campaign), *FAST)
+    out = result.stdout.str()
+    assert "INTERNALERROR" not in out and result.ret == 0, out
+    result.assert_outcomes(passed=4)
+
+    # The controller alone wrote its root: every row, every cell's small files, the same report as serial.
+    assert _rows(parallel) == _rows(serial) and len(_rows(parallel)) == 4
+    assert _report(parallel) == _report(serial)
+    manifest = json.loads((parallel / "campaign.json").read_text())
+    assert list(manifest["campaign_files"]) == [str(campaign / "c.py")]
+    assert set(manifest["plan"]["ops"].values()) == {str(campaign / "c.py")}
+    scratch = (tmp_path / "scratch").resolve()
+    for folder in sorted(parallel.glob("r1_*/*")):
+        for name in (RESULTS_FILE, IDENTITY_FILE, TIMING_FILE, LOG_TAIL_FILE, ORIGIN_FILE):
+            assert (folder / name).is_file(), f"{folder / name} missing"
+        assert not (folder / RUN_LOG).exists(), "the full log stays on the worker's host"
+        origin = json.loads((folder / ORIGIN_FILE).read_text())
+        measured = Path(origin["cell_dir"])
+        # Measured in the worker's own scratch root, outside the controller's root; the full log stayed there.
+        assert measured.is_relative_to(scratch) and not measured.is_relative_to(parallel)
+        assert origin["worker"] in ("gw0", "gw1") and Path(origin["run_log"]).stat().st_size == origin["run_log_bytes"]
+        assert (folder / RESULTS_FILE).read_bytes() == (measured / RESULTS_FILE).read_bytes()
+        tail = (folder / LOG_TAIL_FILE).read_bytes()
+        assert tail and (measured / RUN_LOG).read_bytes().endswith(tail)
+    # Round 1 side A's autotune record came back too: a resumed session sends it to whichever worker resumes.
+    assert sorted(p.name for p in (parallel / "autotune").iterdir()) == ["one.json", "two.json"]
