@@ -87,8 +87,13 @@ def tuner_cache_mode(text: str) -> str:
     raise argparse.ArgumentTypeError(f"expected per-cell or shared:DIR, got {text!r}")
 
 
-def gpu_list(text: str) -> tuple[str, ...]:
-    """``0,1,2`` or GPU UUIDs: the GPUs xdist workers are pinned to, one per worker."""
+GPUS_AUTO = "auto"
+
+
+def gpu_list(text: str) -> tuple[str, ...] | None:
+    """``auto`` (None: the host's visible GPUs) or ``0,1,2`` / GPU UUIDs: the GPUs each host's workers claim from."""
+    if text == GPUS_AUTO:
+        return None
     gpus = tuple(g.strip() for g in text.split(","))
     if not all(g.isdigit() or g.startswith(("GPU-", "MIG-")) for g in gpus):
         raise argparse.ArgumentTypeError(f"expected GPU indices or UUIDs separated by commas, got {text!r}")
@@ -140,8 +145,9 @@ def register(parser: pytest.Parser) -> None:
     add("--ab-samples", type=positive_int, default=None, metavar="N", help="timed samples per shape (default 10 on CUDA, 3 in the interpreter)")
     add("--ab-direct-rep", type=positive_int, default=cellconfig.DEFAULT_DIRECT_REP_MS, metavar="MS", help="direct timer: do_bench rep in ms (identity axis direct_repeat)")
     add("--ab-direct-warmup", type=positive_int, default=cellconfig.DEFAULT_DIRECT_WARMUP_MS, metavar="MS", help="direct timer: do_bench warmup in ms (identity axis direct_repeat)")
-    add("--ab-gpus", type=gpu_list, default=None, metavar="0,1,...",
-        help="GPUs for xdist workers, one each (default: the visible GPUs); a serial run uses the first")
+    add("--ab-gpus", type=gpu_list, default=None, metavar="auto|0,1,...",
+        help="auto (default): each worker (or a serial run) claims a free GPU of its own host among the visible "
+             "ones, through a lock file under /tmp, for the session; 0,1,...: claim among these, on every host")
     add("--ab-worker-scratch", default=None, metavar="DIR",
         help="xdist workers measure into a private root under DIR on their own host (default: the host's temporary "
              "folder); full run.log and TTGIR stay there, everything the report needs travels to the controller")
@@ -183,7 +189,7 @@ class Settings:
     direct_rep_ms: int
     direct_warmup_ms: int
     tuner_cache: str
-    gpus: tuple[str, ...] | None
+    gpus: tuple[str, ...] | None  # None: auto, the host's visible GPUs
     resume: Path | None
     control: bool
     allow_no_ir_diff: bool

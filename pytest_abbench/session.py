@@ -8,6 +8,8 @@ cells exist.
 from __future__ import annotations
 
 import json
+import os
+import socket
 import types
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generator, Iterable
@@ -18,6 +20,7 @@ from pytest_abbench.campaign import (Campaign, CampaignError, CampaignSkipped, l
                                      why_not_campaign)
 from pytest_abbench.fixtures import (CALIBER_PROPERTY, CELL_TEST_ATTR, GATE_PROPERTY, NOTICE_PROPERTY, PlannedCell,
                                      cell_test_for)
+from pytest_abbench.gpuclaim import GpuClaim, claim_gpu
 from pytest_abbench.layout import CellKey, run_log
 from pytest_abbench.options import Settings, visible_gpus
 from pytest_abbench.outcome import NO_IR_DIFF, OUTCOME_PROPERTY, CellOutcome
@@ -138,7 +141,7 @@ class AbbenchSession:
         else:
             path = settings.root.resolve() if settings.root is not None else default_root(config.rootpath)
         self.root = CampaignRoot(path, settings.resume is not None, self.write_line)
-        self.gpu, self.gpu_problem = self.pin_gpu(workerinput)
+        self._gpu: GpuClaim | None = None  # claimed at the first cell this process runs (an xdist controller runs none)
 
     # -- state the fixtures use -------------------------------------------------
     def campaign(self, path: Path) -> Campaign:
@@ -168,26 +171,50 @@ class AbbenchSession:
                 self.gates[op] = decision
         return self.gates.get(op)
 
-    def pin_gpu(self, workerinput: dict[str, Any] | None) -> tuple[str | None, str | None]:
-        """This worker's GPU, decided once: xdist worker gw<i> gets the i-th of --ab-gpus (or of the visible GPUs).
+    @property
+    def gpu(self) -> str | None:
+        return self.gpu_claim().gpu
 
-        Every cell of an op runs on one worker (the plugin's op-scoped
-        scheduler), hence on one GPU.  A serial run is pinned only when
-        --ab-gpus is given.  More workers than GPUs would time two cells on
-        one GPU at once: each cell of such a worker fails with that reason.
+    @property
+    def gpu_problem(self) -> str | None:
+        return self.gpu_claim().problem
+
+    @property
+    def claimed_gpu(self) -> str | None:
+        """The GPU this process pinned its cells to, without claiming one."""
+        return self._gpu.gpu if self._gpu is not None else None
+
+    def gpu_claim(self) -> GpuClaim:
+        if self._gpu is None:
+            self._gpu = self.pin_gpu()
+        return self._gpu
+
+    def pin_gpu(self) -> GpuClaim:
+        """This process's GPU, decided at its first cell and kept for the session.
+
+        On CUDA each worker, and a serial run, claims a free GPU of its own
+        host among --ab-gpus (auto: the visible GPUs) through a host-local
+        lock (``gpuclaim.py``); every cell of an op runs on one worker (the
+        plugin's op-scoped scheduler), hence on one GPU.  A worker that finds
+        none fails each of its cells with that reason.  Without a GPU (the
+        interpreter) nothing is claimed: an explicit list pins xdist worker
+        gw<i> to its i-th entry (a serial run to the first), as before.
         """
         gpus = self.settings.gpus
-        if workerinput is None:
-            return (gpus[0] if gpus else None), None
-        if gpus is None:
-            gpus = visible_gpus() if self.settings.backend == "cuda" else ()
-        if not gpus:
-            return None, None  # no GPU to share (the interpreter): nothing to pin
-        index = int(str(workerinput.get("workerid", "gw0")).removeprefix("gw"))
-        if index >= len(gpus):
-            return None, (f"xdist worker gw{index} has no GPU of its own (GPUs: {', '.join(gpus)}); "
-                          f"run with -n {len(gpus)} or fewer, or list more with --ab-gpus")
-        return gpus[index], None
+        if self.settings.backend != "cuda":
+            if gpus is None:
+                return GpuClaim(None)
+            if not self.is_worker:
+                return GpuClaim(gpus[0])
+            index = int(self.worker.removeprefix("gw"))
+            if index >= len(gpus):
+                return GpuClaim(None, f"xdist worker gw{index} has no GPU of its own (GPUs: {', '.join(gpus)}); "
+                                      f"run with -n {len(gpus)} or fewer, or list more with --ab-gpus")
+            return GpuClaim(gpus[index])
+        candidates = gpus if gpus is not None else visible_gpus()
+        if not candidates:
+            return GpuClaim(None)  # nothing visible to claim: the cell's own CUDA error says so
+        return claim_gpu(candidates, f"pid {os.getpid()} ({self.worker} on {socket.gethostname()})")
 
     def write_line(self, line: str) -> None:
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
@@ -393,6 +420,10 @@ class AbbenchSession:
         session.exitstatus = self.final.decide_exit(int(session.exitstatus), settings.allow_caliber_mismatch)
         self.plots = report.write_report(self.root.path, self.final)
         self.root.release()
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self._gpu is not None:
+            self._gpu.release()  # an in-process session (pytester) must not keep the GPU after it ends
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter, exitstatus: int,
                                 config: pytest.Config) -> None:

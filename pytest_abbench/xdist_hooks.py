@@ -57,10 +57,7 @@ class XdistHooks:
         self.loads: dict[str, WorkerLoad] = {}
         self.gpus: dict[str, str | None] = {}
         self.wall_s: float | None = None
-        workeroutput = getattr(session.config, "workeroutput", None)
-        if workeroutput is not None:
-            workeroutput[WORKER_GPU] = session.gpu  # the controller reads it when this worker goes down
-        else:
+        if not session.is_worker:
             config = session.config
             rsynced = [*(config.getoption("rsyncdir", None) or []), *config.getini("rsyncdirs")]
             session.locator = CampaignLocator(config.rootpath, (Path(p) for p in rsynced))
@@ -198,7 +195,11 @@ class XdistHooks:
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         """Keep each worker's busy time in ``<root>/workers.json`` (before the session releases the root)."""
-        if self.session.is_worker or not self.loads:
+        workeroutput = getattr(self.session.config, "workeroutput", None)
+        if workeroutput is not None:
+            workeroutput[WORKER_GPU] = self.session.claimed_gpu  # the controller reads it when this worker goes down
+            return
+        if not self.loads:
             return
         self.wall_s = time.monotonic() - self.started
         path = self.session.root.layout.workers

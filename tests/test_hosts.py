@@ -1,5 +1,5 @@
 """Many hosts: workers that measure into scratch roots of their own and ship each cell to the controller,
-campaign files found by name under the rsync'd folder.
+campaign files found by name under the rsync'd folder, and a host-local GPU claim.
 
 No second host here: two popen workers, each in a folder of its own with the
 campaign sent by ``--rsyncdir``, are what xdist does with ``ssh`` workers.
@@ -9,6 +9,10 @@ Real pytest processes, real signals.
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -76,3 +80,41 @@ def test_workers_in_folders_of_their_own_ship_every_cell_to_the_controllers_root
         assert tail and (measured / RUN_LOG).read_bytes().endswith(tail)
     # Round 1 side A's autotune record came back too: a resumed session sends it to whichever worker resumes.
     assert sorted(p.name for p in (parallel / "autotune").iterdir()) == ["one.json", "two.json"]
+
+
+def _claimer(lock_dir: Path, who: str) -> subprocess.Popen[str]:
+    """A process that claims one of GPUs 0 and 1 under ``lock_dir``, prints the result, and holds it until killed."""
+    code = textwrap.dedent(f'''
+        import sys, time
+        from pathlib import Path
+        from pytest_abbench.gpuclaim import claim_gpu
+        claim = claim_gpu(["0", "1"], {who!r}, Path({str(lock_dir)!r}))
+        print(claim.gpu, claim.problem, sep="|", flush=True)
+        time.sleep(600)
+    ''')
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+
+
+def test_each_process_claims_its_own_gpu_and_one_too_many_gets_none(tmp_path: Path) -> None:
+    processes = []
+    try:
+        answers = []
+        for who in ("gw0 on a", "gw1 on a", "gw2 on a"):
+            processes.append(_claimer(tmp_path, who))
+            assert processes[-1].stdout is not None
+            answers.append(processes[-1].stdout.readline().strip().split("|"))
+        assert [a[0] for a in answers[:2]] == ["0", "1"] and answers[0][1] == answers[1][1] == "None"
+        gpu, problem = answers[2]
+        assert gpu == "None"
+        assert "no free GPU on host" in problem and "held by gw0 on a" in problem and "held by gw1 on a" in problem
+
+        # A worker killed outright frees its GPU: the next one claims it.
+        processes[0].send_signal(signal.SIGKILL)
+        processes[0].wait()
+        processes.append(_claimer(tmp_path, "gw3 on a"))
+        assert processes[-1].stdout is not None
+        assert processes[-1].stdout.readline().strip() == "0|None"
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait()
