@@ -4,6 +4,9 @@ the controller's root, and each worker's progress and busy time."""
 from __future__ import annotations
 
 import re
+import signal
+import socket
+import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,9 +18,10 @@ from pytest_abbench.balance import op_costs, op_work, order_ops
 from pytest_abbench.campaign import CampaignError, CampaignSkipped, looks_like_campaign
 from pytest_abbench.fileio import write_json_atomic
 from pytest_abbench.layout import CellKey
-from pytest_abbench.outcome import OUTCOME_PROPERTY, CellOutcome
+from pytest_abbench.exitcodes import shell_rc
+from pytest_abbench.outcome import OUTCOME_PROPERTY, WORKER_LOST, CellOutcome
 from pytest_abbench.session import SEED_INPUT, AbbenchSession
-from pytest_abbench.transport import CampaignLocator, campaign_name, resume_seed
+from pytest_abbench.transport import SHIPPED_ATTR, CampaignLocator, ShippedCell, campaign_name, resume_seed
 
 # A cell test's node id ends in its cell id (``topk[r3-B]``), with xdist's ``@group`` suffix under loadgroup.
 CELL_NODEID = re.compile(r"\[r(\d+)-([AB]\d?)\](@\S+)?$")
@@ -56,6 +60,8 @@ class XdistHooks:
         self.shown: set[str] = set()
         self.loads: dict[str, WorkerLoad] = {}
         self.gpus: dict[str, str | None] = {}
+        self.origins: dict[str, tuple[str, int]] = {}  # worker -> (host, pid), as its shipped cells say
+        self.down: dict[str, str] = {}  # worker -> xdist's error when it went down
         self.wall_s: float | None = None
         if not session.is_worker:
             config = session.config
@@ -103,7 +109,85 @@ class XdistHooks:
                         self.workqueue.move_to_end(scope)
                 super()._assign_work_unit(node)
 
+            def remove_node(self, node: Any) -> str | None:
+                # A worker that died mid-op took the op's round-1 records (its scratch root) with it: the op's
+                # remaining cells fail here, each with the reason, instead of replaying nothing on another
+                # worker.  Ops it had not started go back to the queue.
+                lost = hooks.take_lost_op(self.assigned_work.get(node))
+                crashitem: str | None = super().remove_node(node)
+                if lost:
+                    hooks.fail_lost_cells(node, lost)
+                    return None  # each lost cell has its report; xdist's "crashed while running" would be a second
+                return crashitem
+
         return CellsByOp(config, log)
+
+    @staticmethod
+    def take_lost_op(workload: Any) -> list[str]:
+        """Remove from a dead worker's workload the op it was running; its cells still to run (xdist's order).
+
+        xdist sends a worker its ops' cells in the order it assigned the ops,
+        so the first op with cells still pending is the one in flight.
+        """
+        for scope, unit in (workload or {}).items():
+            pending = [nodeid for nodeid, done in unit.items() if not done]
+            if pending:
+                if cell_key(pending[0]) is None:
+                    return []  # not a cell: xdist's own crash report
+                del workload[scope]
+                return pending
+        return []
+
+    def worker_death(self, node: Any) -> tuple[str, int]:
+        """Who died and how: ``worker gw1 (host h, pid 4242) died: killed by SIGKILL``, and a shell-style rc (0: unknown)."""
+        worker = str(node.gateway.id)
+        spec = node.gateway.spec
+        host, pid = self.origins.get(worker, (None, None))
+        # execnet's own process for the gateway: the worker itself for popen, the ssh client otherwise.
+        process = getattr(getattr(node.gateway, "_io", None), "popen", None)
+        local = bool(spec.popen) and not spec.via
+        if host is None:
+            host = socket.gethostname() if local else (spec.ssh or spec.socket or str(spec))
+        rc = None
+        if local and process is not None:
+            pid = pid or process.pid
+            try:
+                rc = process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                rc = None
+        if rc is not None and rc < 0:
+            how = f"killed by {signal.Signals(-rc).name}" if -rc in signal.valid_signals() else f"killed by signal {-rc}"
+        elif rc is not None:
+            how = f"exited with status {rc}"
+        else:
+            how = f"lost ({self.down.get(worker) or 'no exit status known'})"
+        who = f"worker {worker} (host {host}" + (f", pid {pid}" if pid else "") + ")"
+        return f"{who} died: {how}", shell_rc(rc) if rc is not None else 0
+
+    def fail_lost_cells(self, node: Any, nodeids: list[str]) -> None:
+        """Report each cell of a dead worker's op as failed (WORKER_LOST); the controller writes its row."""
+        session = self.session
+        death, rc = self.worker_death(node)
+        first = cell_key(nodeids[0])
+        op = first.op if first is not None else "?"
+        done = [o for o in session.outcomes.values() if o.key.op == op]
+        switch = done[0].switch if done else ""
+        resume = f"--ab-resume {session.root.path} runs them again"
+        self.say(f"abbench: {death}; {len(nodeids)} cell(s) of op {op} fail with it; {resume}")
+        for nodeid in nodeids:
+            key = cell_key(nodeid)
+            assert key is not None
+            outcome = CellOutcome(key, session.root.layout.cell(key), WORKER_LOST, switch,
+                                  session.plan.ops.get(key.op, ""), rc)
+            reason = (f"cell {key} {'was running' if nodeid == nodeids[0] else 'not run'}: {death}; the op's "
+                      f"round-1 records were in that worker's scratch root; {resume}")
+            report = pytest.TestReport(nodeid, (campaign_name(nodeid), None, nodeid.rsplit("::", 1)[-1]), {},
+                                       "failed", reason, "call", user_properties=outcome.report_properties())
+            shipped = ShippedCell(outcome, str(self.origins.get(str(node.gateway.id), ("", 0))[0] or ""),
+                                  str(node.gateway.id), 0, "")
+            setattr(report, SHIPPED_ATTR, shipped.to_json())
+            report.node = node  # type: ignore[attr-defined]  # as xdist marks the reports of a worker
+            session.config.hook.pytest_runtest_logreport(report=report)
 
     def scope_costs(self, units: Mapping[str, Iterable[str]]) -> dict[str, float]:
         """The cost of each op scope among xdist's work units (node ids by scope); other tests get none."""
@@ -176,6 +260,11 @@ class XdistHooks:
         self.shown.add(report.nodeid)  # the record rides on the cell's later reports too
         outcome = CellOutcome.from_json(str(record))
         worker = str(node.gateway.id)
+        payload = getattr(report, SHIPPED_ATTR, None)
+        if payload is not None and worker not in self.origins:
+            shipped = ShippedCell.from_json(str(payload))
+            if shipped.pid:
+                self.origins[worker] = (shipped.host, shipped.pid)
         load = self.loads.setdefault(worker, WorkerLoad())
         if outcome.key.op not in load.ops:
             load.ops.append(outcome.key.op)
@@ -189,6 +278,8 @@ class XdistHooks:
         self.say(f"abbench: {worker} {outcome.key.op} {outcome.key.cell_id} {outcome.status}{took}")
 
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        if error:
+            self.down[str(node.gateway.id)] = str(error)
         output = getattr(node, "workeroutput", None) or {}
         if WORKER_GPU in output:
             self.gpus[str(node.gateway.id)] = output[WORKER_GPU]

@@ -1,5 +1,5 @@
 """Many hosts: workers that measure into scratch roots of their own and ship each cell to the controller,
-campaign files found by name under the rsync'd folder, and a host-local GPU claim.
+campaign files found by name under the rsync'd folder, a host-local GPU claim, and a worker that dies.
 
 No second host here: two popen workers, each in a folder of its own with the
 campaign sent by ``--rsyncdir``, are what xdist does with ``ssh`` workers.
@@ -118,3 +118,53 @@ def test_each_process_claims_its_own_gpu_and_one_too_many_gets_none(tmp_path: Pa
         for process in processes:
             process.kill()
             process.wait()
+
+
+# "victim" SIGKILLs its xdist worker (the nearest ancestor that is not the cell's own process) from the
+# third cell process that builds it: round 2's first cell.  "steady" runs on the other worker.
+KILL_CAMPAIGN = simple_campaign('"steady"', extra='''
+        def worker_pid():
+            pid = os.getppid()
+            while b"pytest_abbench.child" in open(f"/proc/{pid}/cmdline", "rb").read():
+                pid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+            return pid
+
+        def victim(shape, device):
+            pids = PIDS_FILE.read_text().split() if PIDS_FILE.exists() else []
+            if str(os.getpid()) not in pids:
+                pids.append(str(os.getpid()))
+                PIDS_FILE.write_text(" ".join(pids))
+                if len(pids) == 3:
+                    os.kill(worker_pid(), signal.SIGKILL)
+                    time.sleep(60)  # the worker's death takes this cell with it
+            return build(shape, device)
+        ''')
+
+
+def test_a_killed_worker_fails_its_ops_remaining_cells_and_resume_runs_exactly_those(campaign_dir: pytest.Pytester,
+                                                                                   tmp_path: Path) -> None:
+    header = f"import os, signal, time\nfrom pathlib import Path\nPIDS_FILE = Path({str(tmp_path / 'pids')!r})\n"
+    source = KILL_CAMPAIGN.replace("OPS = [", header + "OPS = [")
+    campaign_dir.makepyfile(c=source + 'OPS.append(Op("victim", build=victim, shapes={"smoke": [{"n": 8}]}))\n')
+    root = tmp_path / "root"
+    args = ("--ab-rounds", "2", "--ab-root", str(root), "-n", "2", "--ab-worker-scratch", str(tmp_path / "s"), *FAST)
+    first = campaign_dir.runpytest_subprocess("c.py", *args)
+    out = first.stdout.str()
+    first.assert_outcomes(passed=6, failed=2)
+    lost = {(r.round, r.side) for r in read_status(root) if r.op == "victim" and r.status == "WORKER_LOST"}
+    assert lost == {(2, "A"), (2, "B")}, out
+    assert {r.status for r in read_status(root) if r.op == "steady"} == {"ok"}
+    first.stdout.fnmatch_lines(["*abbench: worker gw? (host *, pid *) died: killed by SIGKILL; 2 cell(s) of op victim "
+                                f"fail with it; --ab-resume {root} runs them again*"])
+    assert "crashed while running" not in out  # one report per lost cell, ours
+
+    resumed = campaign_dir.runpytest_subprocess("c.py", *args[2:], "--ab-resume", str(root))
+    out = resumed.stdout.str()
+    resumed.assert_outcomes(passed=8)
+    ran = sorted(line.split()[2:4] for line in out.splitlines()
+                 if line.startswith("abbench: gw") and line.endswith("s)") and "resumed" not in line)
+    assert ran == [["victim", "r2-A"], ["victim", "r2-B"]], out
+    # Round 1's records reached the worker that resumed: its replays match, the report judges all rounds.
+    assert resumed.ret == 0, out
+    assert [(op, state, done) for op, state, done, _, _ in _report(root)] == [("steady", "verdict", 2),
+                                                                              ("victim", "verdict", 2)]
