@@ -386,11 +386,12 @@ class AbbenchSession:
         props = dict(report.user_properties)
         if OUTCOME_PROPERTY not in props:
             return
-        outcome = landed or CellOutcome.from_json(str(props[OUTCOME_PROPERTY]))
+        measured = CellOutcome.from_json(str(props[OUTCOME_PROPERTY]))  # its folder where it ran
+        outcome = landed or measured
         if outcome.key in self.outcomes and landed is None and not self.is_worker:
             outcome = self.outcomes[outcome.key]  # later reports of the cell carry the worker's record again
         if outcome.key not in self.outcomes and outcome.non_utf8_sequences:
-            self.write_line(f"abbench: {run_log(outcome.cell_dir)}: {outcome.non_utf8_sequences} byte sequence(s) "
+            self.write_line(f"abbench: {run_log(measured.cell_dir)}: {outcome.non_utf8_sequences} byte sequence(s) "
                             "not UTF-8 (kept as written)")
         self.outcomes[outcome.key] = outcome
         if not self.plan.ops.get(outcome.key.op):

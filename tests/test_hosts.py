@@ -158,7 +158,7 @@ def test_a_killed_worker_fails_its_ops_remaining_cells_and_resume_runs_exactly_t
                                 f"fail with it; --ab-resume {root} runs them again*"])
     assert "crashed while running" not in out  # one report per lost cell, ours
 
-    resumed = campaign_dir.runpytest_subprocess("c.py", *args[2:], "--ab-resume", str(root))
+    resumed = campaign_dir.runpytest_subprocess("c.py", *args, "--ab-resume", str(root))
     out = resumed.stdout.str()
     resumed.assert_outcomes(passed=8)
     ran = sorted(line.split()[2:4] for line in out.splitlines()
