@@ -186,6 +186,8 @@ def land(shipped: ShippedCell, root: "CampaignRoot", campaign: str | None = None
     in_place = Path(shipped.root).resolve() == root.path.resolve()  # a serial session measured into the root
     if shipped.ran:
         try:
+            if not root.layout.lock.exists():  # writing would make the folders again, a root without its rows
+                raise FileNotFoundError(root.layout.lock)
             if not in_place:
                 root.set_aside(outcome.key)  # a resumed root: an earlier try is kept aside, never mixed in
                 files = dict(shipped.files)
@@ -201,7 +203,7 @@ def land(shipped: ShippedCell, root: "CampaignRoot", campaign: str | None = None
 
             from pytest_abbench.exitcodes import EXIT_ROOT
 
-            why = "the root vanished" if not root.path.is_dir() else str(exc)
+            why = "the root vanished" if not root.layout.lock.exists() else str(exc)
             pytest.exit(f"abbench: cannot write cell {outcome.key} into {folder}: {why}", returncode=EXIT_ROOT)
     root.append(landed)
     return landed
