@@ -17,6 +17,7 @@ fixtures and naming its campaign and op with ``@pytest.mark.abbench``.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
@@ -67,10 +68,21 @@ class Cell:
         return self.session.root.layout.cell(self.key)
 
     def record(self, outcome: CellOutcome) -> None:
-        """Append the status row and carry the outcome on the test's reports."""
+        """Carry the outcome on the test's reports, and its files to the process that writes the root.
+
+        That process (the xdist controller, or this one in a serial session)
+        lands them and appends the status row (``transport.land``).
+        """
+        from pytest_abbench.cellconfig import autotune_mode_for
+        from pytest_abbench.session import SHIPPED_KEY
+        from pytest_abbench.transport import pack
+
         self.outcome = outcome
-        if not outcome.resumed:
-            self.session.root.append(outcome)
+        session = self.session
+        name = os.path.relpath(self.planned.campaign_path, session.config.rootpath)
+        records = outcome.measured and autotune_mode_for(self.key.round, self.key.role) == "record"
+        self.node.stash[SHIPPED_KEY] = pack(outcome, session.root.layout, session.worker, Path(name).as_posix(),
+                                            records)
         self.node.user_properties.extend(outcome.report_properties())
         self.node.user_properties.extend((NOTICE_PROPERTY, line) for line in self.session.root.notices)
         self.session.root.notices.clear()

@@ -30,6 +30,7 @@ PLOTS_DIR = "plots"
 REPORT_MD = "report.md"
 REPORT_JSON = "report.json"
 WORKERS_FILE = "workers.json"  # an xdist session's per-worker busy time and GPU
+SCRATCH_DIR = "abbench-scratch"  # under --ab-worker-scratch: each xdist worker's own root on its host
 
 # Cell folder files.
 RUN_LOG = "run.log"
@@ -37,6 +38,8 @@ RESULTS_FILE = "results.jsonl"
 IDENTITY_FILE = "run_identity.json"
 TIMING_FILE = "cell_timing.json"
 IR_DIR = "ir"
+ORIGIN_FILE = "origin.json"  # where a cell ran: host, worker, its folder there (full run.log, TTGIR)
+LOG_TAIL_FILE = "run_tail.log"  # the end of run.log, for a cell whose full log stayed on its worker's host
 CELL_TUNER_CACHE_DIR = "tuner_cache"
 
 _ROUND_DIR = re.compile(r"^r(\d+)_(A|B|A2)$")
@@ -172,3 +175,11 @@ def identity_file(cell_dir: Path) -> Path:
 
 def ir_dir(cell_dir: Path) -> Path:
     return cell_dir / IR_DIR
+
+
+def origin_file(cell_dir: Path) -> Path:
+    return cell_dir / ORIGIN_FILE
+
+
+def log_tail_file(cell_dir: Path) -> Path:
+    return cell_dir / LOG_TAIL_FILE

@@ -87,8 +87,13 @@ def tuner_cache_mode(text: str) -> str:
     raise argparse.ArgumentTypeError(f"expected per-cell or shared:DIR, got {text!r}")
 
 
-def gpu_list(text: str) -> tuple[str, ...]:
-    """``0,1,2`` or GPU UUIDs: the GPUs xdist workers are pinned to, one per worker."""
+GPUS_AUTO = "auto"
+
+
+def gpu_list(text: str) -> tuple[str, ...] | None:
+    """``auto`` (None: the host's visible GPUs) or ``0,1,2`` / GPU UUIDs: the GPUs each host's workers claim from."""
+    if text == GPUS_AUTO:
+        return None
     gpus = tuple(g.strip() for g in text.split(","))
     if not all(g.isdigit() or g.startswith(("GPU-", "MIG-")) for g in gpus):
         raise argparse.ArgumentTypeError(f"expected GPU indices or UUIDs separated by commas, got {text!r}")
@@ -99,7 +104,8 @@ def gpu_list(text: str) -> tuple[str, ...]:
 
 def existing_root(text: str) -> Path:
     path = Path(text)
-    if not (path / STATUS_FILE).is_file():
+    # An xdist worker (maybe on another host) never reads the controller's root: the controller checks it.
+    if not (path / STATUS_FILE).is_file() and "PYTEST_XDIST_WORKER" not in os.environ:
         raise argparse.ArgumentTypeError(f"{text!r} is not a campaign root (no {STATUS_FILE} in it)")
     return path.resolve()
 
@@ -140,8 +146,12 @@ def register(parser: pytest.Parser) -> None:
     add("--ab-samples", type=positive_int, default=None, metavar="N", help="timed samples per shape (default 10 on CUDA, 3 in the interpreter)")
     add("--ab-direct-rep", type=positive_int, default=cellconfig.DEFAULT_DIRECT_REP_MS, metavar="MS", help="direct timer: do_bench rep in ms (identity axis direct_repeat)")
     add("--ab-direct-warmup", type=positive_int, default=cellconfig.DEFAULT_DIRECT_WARMUP_MS, metavar="MS", help="direct timer: do_bench warmup in ms (identity axis direct_repeat)")
-    add("--ab-gpus", type=gpu_list, default=None, metavar="0,1,...",
-        help="GPUs for xdist workers, one each (default: the visible GPUs); a serial run uses the first")
+    add("--ab-gpus", type=gpu_list, default=None, metavar="auto|0,1,...",
+        help="auto (default): each worker (or a serial run) claims a free GPU of its own host among the visible "
+             "ones, through a lock file under /tmp, for the session; 0,1,...: claim among these, on every host")
+    add("--ab-worker-scratch", default=None, metavar="DIR",
+        help="xdist workers measure into a private root under DIR on their own host (default: the host's temporary "
+             "folder); full run.log and TTGIR stay there, everything the report needs travels to the controller")
     add("--ab-resume", type=existing_root, default=None, metavar="ROOT",
         help="continue the campaign in ROOT: cells with a finished row are read from disk, not run again")
     add("--ab-layout-shift", type=choice(("on", "off")), default="on",
@@ -181,7 +191,7 @@ class Settings:
     direct_rep_ms: int
     direct_warmup_ms: int
     tuner_cache: str
-    gpus: tuple[str, ...] | None
+    gpus: tuple[str, ...] | None  # None: auto, the host's visible GPUs
     resume: Path | None
     control: bool
     allow_no_ir_diff: bool
@@ -191,6 +201,7 @@ class Settings:
     margin_pct: float | None
     fail_if_slower_pct: float | None
     layout_shift: bool = True
+    worker_scratch: Path | None = None
     sources: dict[str, str] = field(default_factory=dict)
 
     def ir_level_for(self, op_levels: Collection[str], side_level: str | None = None) -> str:
@@ -269,6 +280,7 @@ def resolve(config: pytest.Config) -> Settings:
         margin_pct=opt.ab_margin,
         fail_if_slower_pct=opt.ab_fail_if_slower,
         layout_shift=opt.ab_layout_shift == "on",
+        worker_scratch=Path(opt.ab_worker_scratch) if opt.ab_worker_scratch else None,
         sources={"cell_timeout": timeout_src, "rounds": rounds_src},
     )
     if settings.fail_if_slower_pct is not None and (settings.backend != "cuda" or settings.timer == "wall"):

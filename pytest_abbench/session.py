@@ -8,6 +8,8 @@ cells exist.
 from __future__ import annotations
 
 import json
+import os
+import socket
 import types
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generator, Iterable
@@ -16,12 +18,15 @@ import pytest
 
 from pytest_abbench.campaign import (Campaign, CampaignError, CampaignSkipped, load_campaign, looks_like_campaign,
                                      why_not_campaign)
-from pytest_abbench.fixtures import CALIBER_PROPERTY, CELL_TEST_ATTR, NOTICE_PROPERTY, PlannedCell, cell_test_for
+from pytest_abbench.fixtures import (CALIBER_PROPERTY, CELL_TEST_ATTR, GATE_PROPERTY, NOTICE_PROPERTY, PlannedCell,
+                                     cell_test_for)
+from pytest_abbench.gpuclaim import GpuClaim, claim_gpu
 from pytest_abbench.layout import CellKey, run_log
 from pytest_abbench.options import Settings, visible_gpus
 from pytest_abbench.outcome import NO_IR_DIFF, OUTCOME_PROPERTY, CellOutcome
 from pytest_abbench.plan import CampaignPlan
 from pytest_abbench.root import CampaignRoot, default_root, op_fingerprints
+from pytest_abbench.transport import SERIAL_WORKER, SHIPPED_ATTR, CampaignLocator, ShippedCell, scratch_root
 
 if TYPE_CHECKING:
     from pytest_abbench import irgate
@@ -29,6 +34,8 @@ if TYPE_CHECKING:
     from pytest_abbench.runner import CellRunner
 
 SESSION_KEY = pytest.StashKey["AbbenchSession"]()
+SHIPPED_KEY = pytest.StashKey[ShippedCell]()  # a cell's payload until the report of the phase that recorded it
+SEED_INPUT = "abbench_seed"  # workerinput: a resumed root's rows, gate decisions and records (transport.resume_seed)
 CELL_MARK = "abbench"  # @pytest.mark.abbench(campaign=..., op=...): a test whose parameters are an op's cells
 # pytest-timeout guards the parent side of a cell: above the cell's own
 # timeout (which kills the child) plus time for the bookkeeping.
@@ -121,14 +128,20 @@ class AbbenchSession:
         self.final: Report | None = None
         self.plots: list[Path] = []
         self._runner: CellRunner | None = None
+        self.landed: set[CellKey] = set()
+        self.landed_gates: set[str] = set()
+        self.locator: CampaignLocator | None = None  # the controller's own campaign files (xdist_hooks)
         workerinput = getattr(config, "workerinput", None)
         self.is_worker = workerinput is not None
-        if workerinput is not None and "abbench_root" in workerinput:
-            path = Path(workerinput["abbench_root"])
+        self.worker = str(workerinput["workerid"]) if workerinput is not None else SERIAL_WORKER
+        self.seed = dict(workerinput.get(SEED_INPUT) or {}) if workerinput is not None else {}
+        if workerinput is not None:
+            # A worker measures into a private root of its own host; the controller alone writes the campaign root.
+            path = scratch_root(settings.worker_scratch, self.worker)
         else:
             path = settings.root.resolve() if settings.root is not None else default_root(config.rootpath)
         self.root = CampaignRoot(path, settings.resume is not None, self.write_line)
-        self.gpu, self.gpu_problem = self.pin_gpu(workerinput)
+        self._gpu: GpuClaim | None = None  # claimed at the first cell this process runs (an xdist controller runs none)
 
     # -- state the fixtures use -------------------------------------------------
     def campaign(self, path: Path) -> Campaign:
@@ -159,26 +172,50 @@ class AbbenchSession:
                 self.gates[op] = decision
         return self.gates.get(op)
 
-    def pin_gpu(self, workerinput: dict[str, Any] | None) -> tuple[str | None, str | None]:
-        """This worker's GPU, decided once: xdist worker gw<i> gets the i-th of --ab-gpus (or of the visible GPUs).
+    @property
+    def gpu(self) -> str | None:
+        return self.gpu_claim().gpu
 
-        Every cell of an op runs on one worker (the plugin's op-scoped
-        scheduler), hence on one GPU.  A serial run is pinned only when
-        --ab-gpus is given.  More workers than GPUs would time two cells on
-        one GPU at once: each cell of such a worker fails with that reason.
+    @property
+    def gpu_problem(self) -> str | None:
+        return self.gpu_claim().problem
+
+    @property
+    def claimed_gpu(self) -> str | None:
+        """The GPU this process pinned its cells to, without claiming one."""
+        return self._gpu.gpu if self._gpu is not None else None
+
+    def gpu_claim(self) -> GpuClaim:
+        if self._gpu is None:
+            self._gpu = self.pin_gpu()
+        return self._gpu
+
+    def pin_gpu(self) -> GpuClaim:
+        """This process's GPU, decided at its first cell and kept for the session.
+
+        On CUDA each worker, and a serial run, claims a free GPU of its own
+        host among --ab-gpus (auto: the visible GPUs) through a host-local
+        lock (``gpuclaim.py``); every cell of an op runs on one worker (the
+        plugin's op-scoped scheduler), hence on one GPU.  A worker that finds
+        none fails each of its cells with that reason.  Without a GPU (the
+        interpreter) nothing is claimed: an explicit list pins xdist worker
+        gw<i> to its i-th entry (a serial run to the first), as before.
         """
         gpus = self.settings.gpus
-        if workerinput is None:
-            return (gpus[0] if gpus else None), None
-        if gpus is None:
-            gpus = visible_gpus() if self.settings.backend == "cuda" else ()
-        if not gpus:
-            return None, None  # no GPU to share (the interpreter): nothing to pin
-        index = int(str(workerinput.get("workerid", "gw0")).removeprefix("gw"))
-        if index >= len(gpus):
-            return None, (f"xdist worker gw{index} has no GPU of its own (GPUs: {', '.join(gpus)}); "
-                          f"run with -n {len(gpus)} or fewer, or list more with --ab-gpus")
-        return gpus[index], None
+        if self.settings.backend != "cuda":
+            if gpus is None:
+                return GpuClaim(None)
+            if not self.is_worker:
+                return GpuClaim(gpus[0])
+            index = int(self.worker.removeprefix("gw"))
+            if index >= len(gpus):
+                return GpuClaim(None, f"xdist worker gw{index} has no GPU of its own (GPUs: {', '.join(gpus)}); "
+                                      f"run with -n {len(gpus)} or fewer, or list more with --ab-gpus")
+            return GpuClaim(gpus[index])
+        candidates = gpus if gpus is not None else visible_gpus()
+        if not candidates:
+            return GpuClaim(None)  # nothing visible to claim: the cell's own CUDA error says so
+        return claim_gpu(candidates, f"pid {os.getpid()} ({self.worker} on {socket.gethostname()})")
 
     def write_line(self, line: str) -> None:
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
@@ -262,9 +299,16 @@ class AbbenchSession:
         if config.pluginmanager.hasplugin("timeout"):
             for item in ordered:
                 item.add_marker(pytest.mark.timeout(self.settings.cell_timeout_s + PARENT_TIMEOUT_SLACK_S))
-        if not self.is_worker and not listing_only(config):
-            self.root.claim(list(files), self.settings.switch_env, self.plan,
-                            op_fingerprints(self.plan.ops, self.campaign, self.settings.level))
+        if listing_only(config):
+            return
+        unclaimed = not self.root.claimed
+        # On a worker: its own scratch root.
+        self.root.claim(list(files), self.settings.switch_env, self.plan,
+                        op_fingerprints(self.plan.ops, self.campaign, self.settings.level))
+        if unclaimed and self.seed:
+            from pytest_abbench.transport import plant_seed
+
+            plant_seed(self.root.layout, self.seed)
 
     def pytest_report_collectionfinish(self, config: pytest.Config, items: list[pytest.Item]) -> list[str]:
         cells = [p for item in items if (p := planned_cell(item)) is not None]
@@ -283,18 +327,74 @@ class AbbenchSession:
         if folder is not None and self.config.option.verbose > 0:
             self.write_line(f"running {nodeid.rsplit('::', 1)[-1]}: tail -f {run_log(folder)}")
 
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item,
+                                  call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        """A recorded cell's payload rides on the report of the phase that recorded it, once."""
+        report = yield
+        shipped = item.stash.get(SHIPPED_KEY, None)
+        if shipped is not None:
+            del item.stash[SHIPPED_KEY]
+            setattr(report, SHIPPED_ATTR, shipped.to_json())
+        return report
+
+    def land(self, report: pytest.TestReport) -> CellOutcome | None:
+        """Write a cell's payload into the campaign root (the controller, or a serial session: never a worker)."""
+        payload = getattr(report, SHIPPED_ATTR, None)
+        props = dict(report.user_properties)
+        gate = props.get(GATE_PROPERTY)
+        if gate is not None and not self.is_worker:
+            from pytest_abbench import irgate
+
+            decision = irgate.GateDecision.from_json(json.loads(str(gate)))
+            if decision.op not in self.landed_gates:
+                self.landed_gates.add(decision.op)
+                irgate.save_decision(self.root.path, decision)
+                self.gates.setdefault(decision.op, decision)
+        if payload is None or self.is_worker:
+            return None
+        from pytest_abbench.transport import land
+
+        shipped = ShippedCell.from_json(str(payload))
+        if shipped.outcome.key in self.landed:
+            return None
+        self.landed.add(shipped.outcome.key)
+        return land(shipped, self.root, self.controller_campaign(shipped))
+
+    def controller_campaign(self, shipped: ShippedCell) -> str | None:
+        """The controller's own path of the campaign file a cell ran (None in a serial session: the same file)."""
+        if self.locator is None or not shipped.campaign_name:
+            return None
+        path = self.locator.locate(shipped.campaign_name)
+        if path is None:
+            return None
+        from pytest_abbench.identity import file_hash
+
+        if shipped.campaign_hash is not None and file_hash(path) != shipped.campaign_hash:
+            line = (f"abbench: {shipped.worker} ({shipped.host}) ran {shipped.campaign_name} with content hash "
+                    f"{shipped.campaign_hash}; the controller's {path} is {file_hash(path)}: the root's "
+                    "campaign.json does not describe what ran")
+            if line not in self.notices_shown:
+                self.notices_shown.add(line)
+                self.write_line(line)
+        return str(path)
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        """Gather outcomes (here on the xdist controller too) and print caliber lines as cells show them."""
+        """Land cells into the root, gather outcomes (here on the xdist controller too), print caliber lines."""
         for name, value in report.user_properties:
             if name == NOTICE_PROPERTY and value not in self.notices_shown:
                 self.notices_shown.add(str(value))
                 self.write_line(str(value))
+        landed = self.land(report)
         props = dict(report.user_properties)
         if OUTCOME_PROPERTY not in props:
             return
-        outcome = CellOutcome.from_json(str(props[OUTCOME_PROPERTY]))
+        measured = CellOutcome.from_json(str(props[OUTCOME_PROPERTY]))  # its folder where it ran
+        outcome = landed or measured
+        if outcome.key in self.outcomes and landed is None and not self.is_worker:
+            outcome = self.outcomes[outcome.key]  # later reports of the cell carry the worker's record again
         if outcome.key not in self.outcomes and outcome.non_utf8_sequences:
-            self.write_line(f"abbench: {run_log(outcome.cell_dir)}: {outcome.non_utf8_sequences} byte sequence(s) "
+            self.write_line(f"abbench: {run_log(measured.cell_dir)}: {outcome.non_utf8_sequences} byte sequence(s) "
                             "not UTF-8 (kept as written)")
         self.outcomes[outcome.key] = outcome
         if not self.plan.ops.get(outcome.key.op):
@@ -324,6 +424,10 @@ class AbbenchSession:
         session.exitstatus = self.final.decide_exit(int(session.exitstatus), settings.allow_caliber_mismatch)
         self.plots = report.write_report(self.root.path, self.final)
         self.root.release()
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self._gpu is not None:
+            self._gpu.release()  # an in-process session (pytester) must not keep the GPU after it ends
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter, exitstatus: int,
                                 config: pytest.Config) -> None:

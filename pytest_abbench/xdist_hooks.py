@@ -4,6 +4,9 @@ the controller's root, and each worker's progress and busy time."""
 from __future__ import annotations
 
 import re
+import signal
+import socket
+import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,9 +18,11 @@ from pytest_abbench.balance import op_costs, op_work, order_ops
 from pytest_abbench.campaign import CampaignError, CampaignSkipped, looks_like_campaign
 from pytest_abbench.fileio import write_json_atomic
 from pytest_abbench.layout import CellKey
-from pytest_abbench.outcome import OUTCOME_PROPERTY, CellOutcome
+from pytest_abbench.exitcodes import shell_rc
+from pytest_abbench.outcome import OUTCOME_PROPERTY, WORKER_LOST, CellOutcome
 from pytest_abbench.root import op_fingerprints
-from pytest_abbench.session import AbbenchSession
+from pytest_abbench.session import SEED_INPUT, AbbenchSession
+from pytest_abbench.transport import SHIPPED_ATTR, CampaignLocator, ShippedCell, campaign_name, resume_seed
 
 # A cell test's node id ends in its cell id (``topk[r3-B]``), with xdist's ``@group`` suffix under loadgroup.
 CELL_NODEID = re.compile(r"\[r(\d+)-([AB]\d?)\](@\S+)?$")
@@ -56,14 +61,19 @@ class XdistHooks:
         self.shown: set[str] = set()
         self.loads: dict[str, WorkerLoad] = {}
         self.gpus: dict[str, str | None] = {}
+        self.origins: dict[str, tuple[str, int]] = {}  # worker -> (host, pid), as its shipped cells say
+        self.down: dict[str, str] = {}  # worker -> xdist's error when it went down
         self.wall_s: float | None = None
-        workeroutput = getattr(session.config, "workeroutput", None)
-        if workeroutput is not None:
-            workeroutput[WORKER_GPU] = session.gpu  # the controller reads it when this worker goes down
+        if not session.is_worker:
+            config = session.config
+            rsynced = [*(config.getoption("rsyncdir", None) or []), *config.getini("rsyncdirs")]
+            session.locator = CampaignLocator(config.rootpath, (Path(p) for p in rsynced))
 
     def pytest_configure_node(self, node: Any) -> None:
-        # Workers write into the controller's root; they never choose their own.
-        node.workerinput["abbench_root"] = str(self.session.root.path)
+        # Workers never see the controller's root: they measure into scratch roots of their own hosts and
+        # ship each cell back on its report.  A resumed campaign sends what its remaining cells read.
+        if self.session.settings.resume is not None:
+            node.workerinput[SEED_INPUT] = resume_seed(self.session.root.layout)
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.started = time.monotonic()
@@ -100,7 +110,85 @@ class XdistHooks:
                         self.workqueue.move_to_end(scope)
                 super()._assign_work_unit(node)
 
+            def remove_node(self, node: Any) -> str | None:
+                # A worker that died mid-op took the op's round-1 records (its scratch root) with it: the op's
+                # remaining cells fail here, each with the reason, instead of replaying nothing on another
+                # worker.  Ops it had not started go back to the queue.
+                lost = hooks.take_lost_op(self.assigned_work.get(node))
+                crashitem: str | None = super().remove_node(node)
+                if lost:
+                    hooks.fail_lost_cells(node, lost)
+                    return None  # each lost cell has its report; xdist's "crashed while running" would be a second
+                return crashitem
+
         return CellsByOp(config, log)
+
+    @staticmethod
+    def take_lost_op(workload: Any) -> list[str]:
+        """Remove from a dead worker's workload the op it was running; its cells still to run (xdist's order).
+
+        xdist sends a worker its ops' cells in the order it assigned the ops,
+        so the first op with cells still pending is the one in flight.
+        """
+        for scope, unit in (workload or {}).items():
+            pending = [nodeid for nodeid, done in unit.items() if not done]
+            if pending:
+                if cell_key(pending[0]) is None:
+                    return []  # not a cell: xdist's own crash report
+                del workload[scope]
+                return pending
+        return []
+
+    def worker_death(self, node: Any) -> tuple[str, int]:
+        """Who died and how: ``worker gw1 (host h, pid 4242) died: killed by SIGKILL``, and a shell-style rc (0: unknown)."""
+        worker = str(node.gateway.id)
+        spec = node.gateway.spec
+        host, pid = self.origins.get(worker, (None, None))
+        # execnet's own process for the gateway: the worker itself for popen, the ssh client otherwise.
+        process = getattr(getattr(node.gateway, "_io", None), "popen", None)
+        local = bool(spec.popen) and not spec.via
+        if host is None:
+            host = socket.gethostname() if local else (spec.ssh or spec.socket or str(spec))
+        rc = None
+        if local and process is not None:
+            pid = pid or process.pid
+            try:
+                rc = process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                rc = None
+        if rc is not None and rc < 0:
+            how = f"killed by {signal.Signals(-rc).name}" if -rc in signal.valid_signals() else f"killed by signal {-rc}"
+        elif rc is not None:
+            how = f"exited with status {rc}"
+        else:
+            how = f"lost ({self.down.get(worker) or 'no exit status known'})"
+        who = f"worker {worker} (host {host}" + (f", pid {pid}" if pid else "") + ")"
+        return f"{who} died: {how}", shell_rc(rc) if rc is not None else 0
+
+    def fail_lost_cells(self, node: Any, nodeids: list[str]) -> None:
+        """Report each cell of a dead worker's op as failed (WORKER_LOST); the controller writes its row."""
+        session = self.session
+        death, rc = self.worker_death(node)
+        first = cell_key(nodeids[0])
+        op = first.op if first is not None else "?"
+        done = [o for o in session.outcomes.values() if o.key.op == op]
+        switch = done[0].switch if done else ""
+        resume = f"--ab-resume {session.root.path} runs them again"
+        self.say(f"abbench: {death}; {len(nodeids)} cell(s) of op {op} fail with it; {resume}")
+        for nodeid in nodeids:
+            key = cell_key(nodeid)
+            assert key is not None
+            outcome = CellOutcome(key, session.root.layout.cell(key), WORKER_LOST, switch,
+                                  session.plan.ops.get(key.op, ""), rc)
+            reason = (f"cell {key} {'was running' if nodeid == nodeids[0] else 'not run'}: {death}; the op's "
+                      f"round-1 records were in that worker's scratch root; {resume}")
+            report = pytest.TestReport(nodeid, (campaign_name(nodeid), None, nodeid.rsplit("::", 1)[-1]), {},
+                                       "failed", reason, "call", user_properties=outcome.report_properties())
+            shipped = ShippedCell(outcome, str(self.origins.get(str(node.gateway.id), ("", 0))[0] or ""),
+                                  str(node.gateway.id), 0, "")
+            setattr(report, SHIPPED_ATTR, shipped.to_json())
+            report.node = node  # type: ignore[attr-defined]  # as xdist marks the reports of a worker
+            session.config.hook.pytest_runtest_logreport(report=report)
 
     def scope_costs(self, units: Mapping[str, Iterable[str]]) -> dict[str, float]:
         """The cost of each op scope among xdist's work units (node ids by scope); other tests get none."""
@@ -109,13 +197,18 @@ class XdistHooks:
         for scope, nodeids in units.items():
             keys = [key for nodeid in nodeids if (key := cell_key(nodeid)) is not None]
             if keys:
-                path = session.config.rootpath / scope.split("::")[0]
+                path = self.locator.locate(campaign_name(scope))
                 work.append(op_work(scope, keys, self.shape_count(path, keys[0].op), session.root.finished))
         return op_costs(work)
 
-    def shape_count(self, path: Path, op: str) -> int | None:
+    @property
+    def locator(self) -> CampaignLocator:
+        assert self.session.locator is not None, "the controller's campaign locator is made with the hooks"
+        return self.session.locator
+
+    def shape_count(self, path: Path | None, op: str) -> int | None:
         """The op's shapes at the session's level; None when its file is not a campaign declaring it."""
-        if not looks_like_campaign(path):
+        if path is None or not looks_like_campaign(path):
             return None  # a hand-written @pytest.mark.abbench test: its scope does not name the op
         try:
             return len(self.session.campaign(path).op(op).shapes_for(self.session.settings.level))
@@ -123,13 +216,33 @@ class XdistHooks:
             return None
 
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
-        cells = [nodeid for nodeid in ids if CELL_NODEID.search(nodeid)]
-        if cells:
-            rootpath = node.config.rootpath
-            files = list(dict.fromkeys(rootpath / nodeid.split("::")[0] for nodeid in cells))
-            ops = {key.op: rootpath / nodeid.split("::")[0] for nodeid in cells if (key := cell_key(nodeid))}
-            self.session.root.claim(files, self.session.settings.switch_env, self.session.plan,
-                                    op_fingerprints(ops, self.session.campaign, self.session.settings.level))
+        """Claim the root once the first worker collected: its campaign files as the controller holds them.
+
+        A worker's node ids are relative to its own rootdir; the locator finds
+        the controller's copy by the name relative to the rsync'd folder
+        (``transport.CampaignLocator``); each cell's content hash is checked
+        against it when the cell lands.
+        """
+        session = self.session
+        cells = [(nodeid, key) for nodeid in ids if (key := cell_key(nodeid)) is not None]
+        if not cells or session.root.claimed:
+            return
+        files: list[Path] = []
+        for name in dict.fromkeys(campaign_name(nodeid) for nodeid, _ in cells):
+            path = self.locator.locate(name)
+            if path is None:
+                session.write_line(f"abbench: {node.gateway.id} collected {name}, which the controller cannot find "
+                                   f"(looked in {self.locator.looked_in(name)}): campaign.json leaves it out")
+            else:
+                files.append(path)
+        located: dict[str, Path] = {}
+        for nodeid, key in cells:
+            path = self.locator.locate(campaign_name(nodeid))
+            session.plan.ops.setdefault(key.op, str(path) if path is not None else campaign_name(nodeid))
+            if path is not None:
+                located.setdefault(key.op, path)
+        session.root.claim(files, session.settings.switch_env, session.plan,
+                           op_fingerprints(located, session.campaign, session.settings.level))
 
     # -- progress on the controller ---------------------------------------------
     def say(self, line: str) -> None:
@@ -152,6 +265,11 @@ class XdistHooks:
         self.shown.add(report.nodeid)  # the record rides on the cell's later reports too
         outcome = CellOutcome.from_json(str(record))
         worker = str(node.gateway.id)
+        payload = getattr(report, SHIPPED_ATTR, None)
+        if payload is not None and worker not in self.origins:
+            shipped = ShippedCell.from_json(str(payload))
+            if shipped.pid:
+                self.origins[worker] = (shipped.host, shipped.pid)
         load = self.loads.setdefault(worker, WorkerLoad())
         if outcome.key.op not in load.ops:
             load.ops.append(outcome.key.op)
@@ -165,13 +283,19 @@ class XdistHooks:
         self.say(f"abbench: {worker} {outcome.key.op} {outcome.key.cell_id} {outcome.status}{took}")
 
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        if error:
+            self.down[str(node.gateway.id)] = str(error)
         output = getattr(node, "workeroutput", None) or {}
         if WORKER_GPU in output:
             self.gpus[str(node.gateway.id)] = output[WORKER_GPU]
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         """Keep each worker's busy time in ``<root>/workers.json`` (before the session releases the root)."""
-        if self.session.is_worker or not self.loads:
+        workeroutput = getattr(self.session.config, "workeroutput", None)
+        if workeroutput is not None:
+            workeroutput[WORKER_GPU] = self.session.claimed_gpu  # the controller reads it when this worker goes down
+            return
+        if not self.loads:
             return
         self.wall_s = time.monotonic() - self.started
         path = self.session.root.layout.workers

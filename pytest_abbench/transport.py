@@ -1,0 +1,280 @@
+"""A finished cell on the wire: what the process that ran it sends to the process that writes the root.
+
+A cell measures into the root of the process that runs it: the campaign
+root itself in a serial session, a private scratch root on an xdist worker
+(its own host, its own disk; never the controller's root).  Everything the
+report needs travels on the cell's test report as one JSON payload
+(``ShippedCell``): the outcome (the status row), the cell folder's small
+files (``results.jsonl``, ``run_identity.json``, ``cell_timing.json``), the
+end of ``run.log``, the IR fingerprint, and for round 1 side A the op's
+autotune and tuner records.  The controller, or the serial session itself,
+*lands* it: the files into the cell folder, ``origin.json`` naming the host
+and folder where the full log and the TTGIR stay, then the status row.
+One path for one host and many.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import socket
+import tempfile
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable
+
+from pytest_abbench.fileio import write_json_atomic
+from pytest_abbench.identity import file_hash
+from pytest_abbench.layout import (AUTOTUNE_DIR, GATE_DIR, IDENTITY_FILE, RESULTS_FILE, SCRATCH_DIR, STATUS_FILE,
+                                   TIMING_FILE, TUNER_RECORD_DIR, RootLayout, ir_dir, log_tail_file,
+                                   origin_file, run_log)
+from pytest_abbench.outcome import CellOutcome
+
+if TYPE_CHECKING:
+    from pytest_abbench.root import CampaignRoot
+
+SHIPPED_ATTR = "abbench_shipped"  # the payload's attribute on a test report (xdist serialises report attributes)
+CELL_FILES = (RESULTS_FILE, IDENTITY_FILE, TIMING_FILE)  # the cell folder files the report reads
+LOG_TAIL_BYTES = 4000
+SERIAL_WORKER = "main"  # the worker name of a session without xdist: it is its own controller
+
+Blob = dict[str, str]  # {"text": ...} for UTF-8 files, {"b64": ...} for any other bytes
+
+
+def to_blob(data: bytes) -> Blob:
+    try:
+        return {"text": data.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"b64": base64.b64encode(data).decode("ascii")}
+
+
+def from_blob(blob: Blob) -> bytes:
+    return blob["text"].encode("utf-8") if "text" in blob else base64.b64decode(blob["b64"])
+
+
+def read_blobs(base: Path, paths: Iterable[Path]) -> dict[str, Blob]:
+    """Each existing file as a blob, keyed by its path relative to ``base``."""
+    return {p.relative_to(base).as_posix(): to_blob(p.read_bytes()) for p in paths if p.is_file()}
+
+
+def write_blobs(base: Path, blobs: dict[str, Blob]) -> None:
+    """Write each blob under ``base``; a name that would leave ``base`` is refused."""
+    for name, blob in blobs.items():
+        target = base / name
+        if ".." in Path(name).parts or Path(name).is_absolute():
+            raise ValueError(f"refusing to write {name!r} outside {base}")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.landing")
+        tmp.write_bytes(from_blob(blob))
+        os.replace(tmp, target)  # a reader sees the old file or the new one
+
+
+def record_files(layout: RootLayout, op: str) -> list[Path]:
+    """The op's records that round 1 side A writes and every later cell replays: autotune and library tuner."""
+    tuner = layout.tuner_record(op)
+    return [layout.autotune_record(op), *(sorted(p for p in tuner.rglob("*") if p.is_file()) if tuner.is_dir() else [])]
+
+
+def read_log_tail(log: Path, max_bytes: int = LOG_TAIL_BYTES) -> tuple[bytes, int]:
+    """The last ``max_bytes`` of a log (whole lines where it can) and the log's size; (b"", 0) when missing."""
+    try:
+        with open(log, "rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, size - max_bytes))
+            data = handle.read()
+    except FileNotFoundError:
+        return b"", 0
+    if size > max_bytes and b"\n" in data:
+        data = data[data.index(b"\n") + 1:]
+    return data, size
+
+
+@dataclass
+class ShippedCell:
+    """One finished cell as it travels: its outcome, its small files, and where the large ones stay."""
+
+    outcome: CellOutcome
+    host: str
+    worker: str
+    pid: int
+    root: str  # the root the cell measured into (a worker's scratch root, or the campaign root itself)
+    campaign_name: str = ""  # the campaign file as the test's node id names it (relative to the worker's rootdir)
+    campaign_hash: str | None = None
+    files: dict[str, Blob] = field(default_factory=dict)  # cell folder files by name
+    root_files: dict[str, Blob] = field(default_factory=dict)  # the op's records, relative to the root
+    log_tail: Blob = field(default_factory=lambda: {"text": ""})
+    log_bytes: int = 0
+    ir_fingerprint: str | None = None
+
+    @property
+    def ran(self) -> bool:
+        """The child started: there is a folder, a log, files to land."""
+        return bool(self.files or self.log_bytes)
+
+    def to_json(self) -> str:
+        return json.dumps({"outcome": json.loads(self.outcome.to_json()), "host": self.host, "worker": self.worker,
+                           "pid": self.pid, "root": self.root, "campaign_name": self.campaign_name,
+                           "campaign_hash": self.campaign_hash, "files": self.files, "root_files": self.root_files,
+                           "log_tail": self.log_tail, "log_bytes": self.log_bytes,
+                           "ir_fingerprint": self.ir_fingerprint})
+
+    @classmethod
+    def from_json(cls, text: str) -> "ShippedCell":
+        d: dict[str, Any] = json.loads(text)
+        return cls(CellOutcome.from_json(json.dumps(d["outcome"])), str(d["host"]), str(d["worker"]), int(d["pid"]),
+                   str(d["root"]), str(d["campaign_name"]), d["campaign_hash"], dict(d["files"]),
+                   dict(d["root_files"]), dict(d["log_tail"]), int(d["log_bytes"]), d["ir_fingerprint"])
+
+    def origin(self) -> dict[str, Any]:
+        """``origin.json``: where the cell ran and where its full log and TTGIR stay."""
+        return {"host": self.host, "worker": self.worker, "pid": self.pid,
+                "cell_dir": str(self.outcome.cell_dir), "run_log": str(run_log(self.outcome.cell_dir)),
+                "run_log_bytes": self.log_bytes, "ir_dir": str(ir_dir(self.outcome.cell_dir)),
+                "ir_fingerprint": self.ir_fingerprint, "campaign": self.campaign_name,
+                "campaign_hash": self.campaign_hash}
+
+
+def pack(outcome: CellOutcome, layout: RootLayout, worker: str, campaign_name: str = "",
+         records: bool = False) -> ShippedCell:
+    """What a cell the process just ran (or skipped) sends; ``records``: it recorded the op's autotune choices."""
+    from pytest_abbench.irgate import fingerprint_ttgir
+
+    folder = outcome.cell_dir
+    if outcome.resumed:  # finished in an earlier session: the root holds its files already
+        return ShippedCell(outcome, socket.gethostname(), worker, os.getpid(), str(layout.root), campaign_name)
+    tail, size = read_log_tail(run_log(folder))
+    campaign = Path(outcome.campaign) if outcome.campaign else None
+    return ShippedCell(
+        outcome, socket.gethostname(), worker, os.getpid(), str(layout.root), campaign_name,
+        file_hash(campaign) if campaign is not None and campaign.is_file() else None,
+        read_blobs(folder, (folder / name for name in CELL_FILES)),
+        read_blobs(layout.root, record_files(layout, outcome.key.op)) if records else {},
+        to_blob(tail), size, fingerprint_ttgir(ir_dir(folder)) if folder.is_dir() else None)
+
+
+def _rewrite_identity(identity: bytes, measured_root: str, root: Path) -> bytes:
+    """The identity as the root holds it: its autotune record named under this root, where a copy is kept.
+
+    Two cells of one op may have run on two workers (a resumed campaign);
+    each replayed a copy of the same record, and the caliber check compares
+    the record's path between sides.
+    """
+    try:
+        data = json.loads(identity)
+    except ValueError:
+        return identity  # a corrupt identity lands as written: the caliber check names it
+    record = data.get("autotune_record") if isinstance(data, dict) else None
+    if not isinstance(record, str) or not record.startswith(measured_root.rstrip("/") + "/"):
+        return identity
+    data["autotune_record"] = str(root / record[len(measured_root.rstrip("/")) + 1:])
+    return json.dumps(data, indent=1, sort_keys=True).encode() + b"\n"
+
+
+def land(shipped: ShippedCell, root: "CampaignRoot", campaign: str | None = None) -> CellOutcome:
+    """Write a shipped cell into ``root``: its files, ``origin.json``, then its status row (a row means a whole folder).
+
+    Returns the outcome as the root holds it (its folder there, ``campaign``
+    the controller's own path of the campaign file when it has one).
+    """
+    outcome = shipped.outcome
+    folder = root.layout.cell(outcome.key)
+    landed = replace(outcome, cell_dir=folder, campaign=campaign or outcome.campaign)
+    if outcome.resumed:
+        return landed  # read from this root's status.tsv: landed by the session that ran it
+    in_place = Path(shipped.root).resolve() == root.path.resolve()  # a serial session measured into the root
+    if shipped.ran:
+        try:
+            if not root.layout.lock.exists():  # writing would make the folders again, a root without its rows
+                raise FileNotFoundError(root.layout.lock)
+            if not in_place:
+                root.set_aside(outcome.key)  # a resumed root: an earlier try is kept aside, never mixed in
+                files = dict(shipped.files)
+                if IDENTITY_FILE in files:
+                    files[IDENTITY_FILE] = to_blob(_rewrite_identity(from_blob(files[IDENTITY_FILE]),
+                                                                     shipped.root, root.path))
+                files[log_tail_file(Path()).name] = shipped.log_tail
+                write_blobs(folder, files)
+                write_blobs(root.path, shipped.root_files)
+            write_json_atomic(origin_file(folder), shipped.origin())
+        except (OSError, ValueError) as exc:
+            import pytest
+
+            from pytest_abbench.exitcodes import EXIT_ROOT
+
+            why = "the root vanished" if not root.layout.lock.exists() else str(exc)
+            pytest.exit(f"abbench: cannot write cell {outcome.key} into {folder}: {why}", returncode=EXIT_ROOT)
+    root.append(landed)
+    return landed
+
+
+# -- the worker's own root ------------------------------------------------------
+def scratch_root(base: Path | None, worker: str) -> Path:
+    """A worker's private root on its host: ``<base>/abbench-scratch/<time>-<worker>-<pid>``, new per session.
+
+    ``base`` is --ab-worker-scratch; by default the host's temporary folder.
+    """
+    if base is None:
+        base = Path(tempfile.gettempdir()) / f"{SCRATCH_DIR}-{os.getuid()}"
+    else:
+        base = base / SCRATCH_DIR
+    return (base / f"{time.strftime('%Y%m%d-%H%M%S')}-{worker}-{os.getpid()}").resolve()
+
+
+def resume_seed(layout: RootLayout) -> dict[str, Blob]:
+    """What a worker of a resumed campaign needs from the controller's root: the rows, gate decisions, records."""
+    root = layout.root
+    paths = [layout.status]
+    for folder in (root / GATE_DIR, root / AUTOTUNE_DIR, root / TUNER_RECORD_DIR):
+        if folder.is_dir():
+            paths += sorted(p for p in folder.rglob("*") if p.is_file())
+    return read_blobs(root, paths)
+
+
+def plant_seed(layout: RootLayout, seed: dict[str, Blob]) -> None:
+    """Write a resume seed into a worker's scratch root before its first cell reads it."""
+    write_blobs(layout.root, seed)
+
+
+# -- campaign files both sides know -------------------------------------------
+class CampaignLocator:
+    """The controller's own copy of a campaign file a worker names by its node id.
+
+    A worker's node id is relative to the worker's rootdir, which is not the
+    controller's under ``--rsyncdir`` and ``--tx popen//chdir=...`` or
+    ``ssh=...``: there the campaign folder arrives as ``<rootdir>/<folder
+    name>/...``.  A name is looked up under each rsync'd folder (by the
+    folder's name), then under the controller's rootdir (a checkout at the
+    same path on every host, or ``-n N`` on one host).  The content hash each
+    cell reports is compared with the copy found.
+    """
+
+    def __init__(self, rootpath: Path, rsync_roots: Iterable[Path]) -> None:
+        self.rootpath = rootpath
+        self.rsync_roots = [Path(r).resolve() for r in rsync_roots]
+        self.found: dict[str, Path | None] = {}
+
+    def candidates(self, name: str) -> list[Path]:
+        parts = Path(name).parts
+        found: list[Path] = []
+        for rsynced in self.rsync_roots:
+            if rsynced.name in parts:
+                found.append(rsynced.joinpath(*parts[parts.index(rsynced.name) + 1:]))
+            found.append(rsynced / name)
+        found.append(self.rootpath / name)
+        return found
+
+    def locate(self, name: str) -> Path | None:
+        if name not in self.found:
+            self.found[name] = next((p.resolve() for p in self.candidates(name) if p.is_file()), None)
+        return self.found[name]
+
+    def looked_in(self, name: str) -> str:
+        return ", ".join(str(p) for p in self.candidates(name))
+
+
+
+def campaign_name(nodeid: str) -> str:
+    """The campaign file part of a cell test's node id."""
+    return nodeid.split("::", 1)[0]

@@ -1,0 +1,170 @@
+"""Many hosts: workers that measure into scratch roots of their own and ship each cell to the controller,
+campaign files found by name under the rsync'd folder, a host-local GPU claim, and a worker that dies.
+
+No second host here: two popen workers, each in a folder of its own with the
+campaign sent by ``--rsyncdir``, are what xdist does with ``ssh`` workers.
+Real pytest processes, real signals.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from helpers import simple_campaign
+
+from pytest_abbench.layout import IDENTITY_FILE, LOG_TAIL_FILE, ORIGIN_FILE, RESULTS_FILE, RUN_LOG, TIMING_FILE
+from pytest_abbench.status import read_status
+
+FAST = ("--ab-ir-target", "none", "-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning")
+
+
+def _workers_in_own_folders(tmp_path: Path, campaign: Path) -> list[str]:
+    """xdist's remote recipe on one machine: each worker in a folder of its own, the campaign sent by rsync."""
+    args = ["--dist", "load", "--rsyncdir", str(campaign), "--ab-worker-scratch", str(tmp_path / "scratch")]
+    for name in ("w1", "w2"):
+        (tmp_path / name).mkdir()
+        args += ["--tx", f"popen//chdir={tmp_path / name}"]
+    return args
+
+
+def _report(root: Path) -> list[tuple[str, str, int, int, list[tuple[str, str]]]]:
+    data = json.loads((root / "report.json").read_text())
+    return [(o["op"], o["state"], o["rounds_completed"], o["rounds_expected"],
+             [(s["shape"], s["verdict"]) for s in o["shapes"]]) for o in data["ops"]]
+
+
+def _rows(root: Path) -> set[tuple[int, str, str, str, int]]:
+    return {(r.round, r.op, r.side, r.status, r.success) for r in read_status(root)}
+
+
+def test_workers_in_folders_of_their_own_ship_every_cell_to_the_controllers_root(campaign_dir: pytest.Pytester,
+                                                                                 tmp_path: Path) -> None:
+    # The campaign folder lies outside the controller's rootdir: a worker's node id (camp/c.py, relative
+    # to its own folder) names no file there.  That was an INTERNALERROR at collection.
+    campaign = tmp_path / "camp"
+    campaign.mkdir()
+    (campaign / "c.py").write_text(simple_campaign())
+    serial, parallel = tmp_path / "serial", tmp_path / "parallel"
+    campaign_dir.runpytest_subprocess(str(campaign), "--ab-rounds", "1", "--ab-root", str(serial), "-p", "no:xdist",
+                                      *FAST).assert_outcomes(passed=4)
+    result = campaign_dir.runpytest_subprocess(str(campaign), "--ab-rounds", "1", "--ab-root", str(parallel),
+                                               *_workers_in_own_folders(tmp_path, campaign), *FAST)
+    out = result.stdout.str()
+    assert "INTERNALERROR" not in out and result.ret == 0, out
+    result.assert_outcomes(passed=4)
+
+    # The controller alone wrote its root: every row, every cell's small files, the same report as serial.
+    assert _rows(parallel) == _rows(serial) and len(_rows(parallel)) == 4
+    assert _report(parallel) == _report(serial)
+    manifest = json.loads((parallel / "campaign.json").read_text())
+    assert list(manifest["campaign_files"]) == [str(campaign / "c.py")]
+    assert set(manifest["plan"]["ops"].values()) == {str(campaign / "c.py")}
+    scratch = (tmp_path / "scratch").resolve()
+    for folder in sorted(parallel.glob("r1_*/*")):
+        for name in (RESULTS_FILE, IDENTITY_FILE, TIMING_FILE, LOG_TAIL_FILE, ORIGIN_FILE):
+            assert (folder / name).is_file(), f"{folder / name} missing"
+        assert not (folder / RUN_LOG).exists(), "the full log stays on the worker's host"
+        origin = json.loads((folder / ORIGIN_FILE).read_text())
+        measured = Path(origin["cell_dir"])
+        # Measured in the worker's own scratch root, outside the controller's root; the full log stayed there.
+        assert measured.is_relative_to(scratch) and not measured.is_relative_to(parallel)
+        assert origin["worker"] in ("gw0", "gw1") and Path(origin["run_log"]).stat().st_size == origin["run_log_bytes"]
+        assert (folder / RESULTS_FILE).read_bytes() == (measured / RESULTS_FILE).read_bytes()
+        tail = (folder / LOG_TAIL_FILE).read_bytes()
+        assert tail and (measured / RUN_LOG).read_bytes().endswith(tail)
+    # Round 1 side A's autotune record came back too: a resumed session sends it to whichever worker resumes.
+    assert sorted(p.name for p in (parallel / "autotune").iterdir()) == ["one.json", "two.json"]
+
+
+def _claimer(lock_dir: Path, who: str) -> subprocess.Popen[str]:
+    """A process that claims one of GPUs 0 and 1 under ``lock_dir``, prints the result, and holds it until killed."""
+    code = textwrap.dedent(f'''
+        import sys, time
+        from pathlib import Path
+        from pytest_abbench.gpuclaim import claim_gpu
+        claim = claim_gpu(["0", "1"], {who!r}, Path({str(lock_dir)!r}))
+        print(claim.gpu, claim.problem, sep="|", flush=True)
+        time.sleep(600)
+    ''')
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+
+
+def test_each_process_claims_its_own_gpu_and_one_too_many_gets_none(tmp_path: Path) -> None:
+    processes = []
+    try:
+        answers = []
+        for who in ("gw0 on a", "gw1 on a", "gw2 on a"):
+            processes.append(_claimer(tmp_path, who))
+            assert processes[-1].stdout is not None
+            answers.append(processes[-1].stdout.readline().strip().split("|"))
+        assert [a[0] for a in answers[:2]] == ["0", "1"] and answers[0][1] == answers[1][1] == "None"
+        gpu, problem = answers[2]
+        assert gpu == "None"
+        assert "no free GPU on host" in problem and "held by gw0 on a" in problem and "held by gw1 on a" in problem
+
+        # A worker killed outright frees its GPU: the next one claims it.
+        processes[0].send_signal(signal.SIGKILL)
+        processes[0].wait()
+        processes.append(_claimer(tmp_path, "gw3 on a"))
+        assert processes[-1].stdout is not None
+        assert processes[-1].stdout.readline().strip() == "0|None"
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait()
+
+
+# "victim" SIGKILLs its xdist worker (the nearest ancestor that is not the cell's own process) from the
+# third cell process that builds it: round 2's first cell.  "steady" runs on the other worker.
+KILL_CAMPAIGN = simple_campaign('"steady"', extra='''
+        def worker_pid():
+            pid = os.getppid()
+            while b"pytest_abbench.child" in open(f"/proc/{pid}/cmdline", "rb").read():
+                pid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+            return pid
+
+        def victim(shape, device):
+            pids = PIDS_FILE.read_text().split() if PIDS_FILE.exists() else []
+            if str(os.getpid()) not in pids:
+                pids.append(str(os.getpid()))
+                PIDS_FILE.write_text(" ".join(pids))
+                if len(pids) == 3:
+                    os.kill(worker_pid(), signal.SIGKILL)
+                    time.sleep(60)  # the worker's death takes this cell with it
+            return build(shape, device)
+        ''')
+
+
+def test_a_killed_worker_fails_its_ops_remaining_cells_and_resume_runs_exactly_those(campaign_dir: pytest.Pytester,
+                                                                                   tmp_path: Path) -> None:
+    header = f"import os, signal, time\nfrom pathlib import Path\nPIDS_FILE = Path({str(tmp_path / 'pids')!r})\n"
+    source = KILL_CAMPAIGN.replace("OPS = [", header + "OPS = [")
+    campaign_dir.makepyfile(c=source + 'OPS.append(Op("victim", build=victim, shapes={"smoke": [{"n": 8}]}))\n')
+    root = tmp_path / "root"
+    args = ("--ab-rounds", "2", "--ab-root", str(root), "-n", "2", "--ab-worker-scratch", str(tmp_path / "s"), *FAST)
+    first = campaign_dir.runpytest_subprocess("c.py", *args)
+    out = first.stdout.str()
+    first.assert_outcomes(passed=6, failed=2)
+    lost = {(r.round, r.side) for r in read_status(root) if r.op == "victim" and r.status == "WORKER_LOST"}
+    assert lost == {(2, "A"), (2, "B")}, out
+    assert {r.status for r in read_status(root) if r.op == "steady"} == {"ok"}
+    first.stdout.fnmatch_lines(["*abbench: worker gw? (host *, pid *) died: killed by SIGKILL; 2 cell(s) of op victim "
+                                f"fail with it; --ab-resume {root} runs them again*"])
+    assert "crashed while running" not in out  # one report per lost cell, ours
+
+    resumed = campaign_dir.runpytest_subprocess("c.py", *args, "--ab-resume", str(root))
+    out = resumed.stdout.str()
+    resumed.assert_outcomes(passed=8)
+    ran = sorted(line.split()[2:4] for line in out.splitlines()
+                 if line.startswith("abbench: gw") and line.endswith("s)") and "resumed" not in line)
+    assert ran == [["victim", "r2-A"], ["victim", "r2-B"]], out
+    # Round 1's records reached the worker that resumed: its replays match, the report judges all rounds.
+    assert resumed.ret == 0, out
+    assert [(op, state, done) for op, state, done, _, _ in _report(root)] == [("steady", "verdict", 2),
+                                                                              ("victim", "verdict", 2)]
