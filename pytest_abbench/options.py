@@ -103,11 +103,8 @@ def gpu_list(text: str) -> tuple[str, ...] | None:
 
 
 def existing_root(text: str) -> Path:
-    path = Path(text)
-    # An xdist worker (maybe on another host) never reads the controller's root: the controller checks it.
-    if not (path / STATUS_FILE).is_file() and "PYTEST_XDIST_WORKER" not in os.environ:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a campaign root (no {STATUS_FILE} in it)")
-    return path.resolve()
+    """The --ab-resume path; ``resolve`` checks it is a root (not on an xdist worker, which may be on another host)."""
+    return Path(text).resolve()
 
 
 def choice(options: tuple[str, ...]) -> Callable[[str], str]:
@@ -247,6 +244,10 @@ def resolve(config: pytest.Config) -> Settings:
     timeout, timeout_src = _from_env_or_ini(config, opt.cell_timeout, "CELL_TIMEOUT", "cell_timeout",
                                             positive_seconds, DEFAULT_CELL_TIMEOUT_S)
     rounds, rounds_src = _from_env_or_ini(config, opt.ab_rounds, None, "ab_rounds", rounds_count, DEFAULT_ROUNDS)
+    # An xdist worker (maybe on another host) never reads the controller's root: the controller checks it.
+    # (config.workerinput, not PYTEST_XDIST_WORKER: that variable leaks into every process a worker starts.)
+    if opt.ab_resume and not hasattr(config, "workerinput") and not (opt.ab_resume / STATUS_FILE).is_file():
+        raise pytest.UsageError(f"--ab-resume: {str(opt.ab_resume)!r} is not a campaign root (no {STATUS_FILE} in it)")
     if opt.ab_resume and opt.ab_root and Path(opt.ab_root).resolve() != opt.ab_resume:
         raise pytest.UsageError(f"--ab-root {opt.ab_root} and --ab-resume {opt.ab_resume} name different roots")
     if opt.ab_ir_only and opt.ab_ir_target in ("", "none"):
