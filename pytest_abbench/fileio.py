@@ -23,20 +23,20 @@ def current_umask() -> int:
     return mask
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON so that a reader sees the old file or the new one, never half of one.
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Replace ``path`` so that a reader sees the old file or the new one, never half of one.
 
-    The file gets the mode a plain ``open`` would give it (0644 under umask
-    022), like the logs beside it; mkstemp's own 0600 would hide it from
-    the other users who read a shared root.
+    An existing file keeps its mode; a new one gets the mode a plain ``open``
+    would give it (0644 under umask 022), like the logs beside it: mkstemp's
+    own 0600 would hide it from the other users who read a shared root.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
+    mode = path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~current_umask()
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as handle:
-            os.fchmod(handle.fileno(), 0o666 & ~current_umask())
-            json.dump(data, handle, indent=1, sort_keys=True, default=str)
-            handle.write("\n")
+        with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), mode)
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
@@ -46,6 +46,11 @@ def write_json_atomic(path: Path, data: Any) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON atomically (``write_bytes_atomic``): indented, keys sorted, one trailing newline."""
+    write_bytes_atomic(path, (json.dumps(data, indent=1, sort_keys=True, default=str) + "\n").encode())
 
 
 class CorruptFileError(ValueError):

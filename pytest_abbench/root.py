@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -17,7 +16,7 @@ import pytest
 
 from pytest_abbench.campaign import Campaign, CampaignError, CampaignSkipped, looks_like_campaign
 from pytest_abbench.exitcodes import EXIT_ROOT
-from pytest_abbench.fileio import CorruptFileError, current_umask, read_json, write_json_atomic
+from pytest_abbench.fileio import CorruptFileError, read_json, write_bytes_atomic, write_json_atomic
 from pytest_abbench.identity import file_hash
 from pytest_abbench.layout import CellKey, RootLayout
 from pytest_abbench.outcome import CellOutcome
@@ -232,8 +231,8 @@ class CampaignRoot:
             return keys
         dest.root.mkdir(parents=True, exist_ok=True)
         # The rows reach their new file before they leave the old one: a crash between keeps them twice, never none.
-        _write_bytes(dest.status, b"".join(line + b"\n" for line in [header, *mine]))
-        _write_bytes(self.layout.status, b"".join(line + b"\n" for line in others) + tail)
+        write_bytes_atomic(dest.status, b"".join(line + b"\n" for line in [header, *mine]))
+        write_bytes_atomic(self.layout.status, b"".join(line + b"\n" for line in others) + tail)
         return keys
 
     def release(self) -> None:
@@ -277,21 +276,3 @@ class CampaignRoot:
             self.layout.attempts.mkdir(exist_ok=True)
             folder.rename(self.layout.attempt(key, time.time_ns()))
 
-
-def _write_bytes(path: Path, data: bytes) -> None:
-    """Replace ``path`` atomically with ``data``, keeping its mode (a new file gets 0644 under umask 022)."""
-    mode = path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~current_umask()
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            os.fchmod(handle.fileno(), mode)
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise

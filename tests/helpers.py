@@ -62,11 +62,9 @@ SWITCH = Switch(env_b={"ABBENCH_TEST_SWITCH": "1"})
 '''
 
 
-# Real Triton kernels at the smallest sizes that prove the IR gate: a 64x64
-# tl.dot (a Hopper warpgroup MMA for cuda:90 unless DISABLE_MMA_V3=1), an
-# element-wise add (no dot: the switch cannot change it), and a torch-only op
-# (no Triton kernel: the gate has nothing to compare).
-IR_CAMPAIGN = '''
+# A tl.dot of one NxN tile: a Hopper warpgroup MMA for cuda:90 at N=64 unless DISABLE_MMA_V3=1;
+# at N=16 no wgmma on either side.  Campaign sources add their OPS and SWITCH lines.
+DOT_SOURCE = '''
 import triton
 import triton.language as tl
 from pytest_abbench import Case, Op, Switch
@@ -78,13 +76,9 @@ def dot_kernel(a_ptr, b_ptr, c_ptr, N: tl.constexpr):
     a = tl.load(a_ptr + offs[:, None] * N + offs[None, :])
     b = tl.load(b_ptr + offs[:, None] * N + offs[None, :])
     tl.store(c_ptr + offs[:, None] * N + offs[None, :], tl.dot(a, b))
+'''
 
-
-@triton.jit
-def add_kernel(x_ptr, y_ptr, N: tl.constexpr):
-    offs = tl.arange(0, N)
-    tl.store(y_ptr + offs, tl.load(x_ptr + offs) + 1)
-
+BUILD_DOT_SOURCE = '''
 
 def build_dot(shape, device):
     import torch
@@ -94,7 +88,21 @@ def build_dot(shape, device):
     c = torch.empty(n, n, device=device, dtype=torch.float32)
     return Case(run=lambda: (dot_kernel[(1,)](a, b, c, N=n), c)[1], expected=lambda: a.float() @ b.float(),
                 atol=1e-2, rtol=1e-2)
+'''
 
+
+# Real Triton kernels at the smallest sizes that prove the IR gate: a 64x64
+# tl.dot (a Hopper warpgroup MMA for cuda:90 unless DISABLE_MMA_V3=1), an
+# element-wise add (no dot: the switch cannot change it), and a torch-only op
+# (no Triton kernel: the gate has nothing to compare).
+IR_CAMPAIGN = DOT_SOURCE + '''
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs) + 1)
+
+''' + BUILD_DOT_SOURCE + '''
 
 def build_add(shape, device):
     import torch

@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import BUILD_DOT_SOURCE, DOT_SOURCE
 
 from pytest_abbench import irgate
 from pytest_abbench.cellconfig import CHILD_MODULE, CellConfig
@@ -32,28 +33,7 @@ CAMPAIGNS = Path(__file__).resolve().parents[1] / "campaigns"
 
 FAST = ("-p", "no:cacheprovider")
 
-TILE_CAMPAIGN = '''
-import triton
-import triton.language as tl
-from pytest_abbench import Case, Op, Switch
-
-
-@triton.jit
-def dot_kernel(a_ptr, b_ptr, c_ptr, N: tl.constexpr):
-    offs = tl.arange(0, N)
-    a = tl.load(a_ptr + offs[:, None] * N + offs[None, :])
-    b = tl.load(b_ptr + offs[:, None] * N + offs[None, :])
-    tl.store(c_ptr + offs[:, None] * N + offs[None, :], tl.dot(a, b))
-
-
-def build_dot(shape, device):
-    import torch
-    n = shape["n"]
-    a = torch.randn(n, n, device=device, dtype=torch.float16)
-    b = torch.randn(n, n, device=device, dtype=torch.float16)
-    c = torch.empty(n, n, device=device, dtype=torch.float32)
-    return Case(run=lambda: (dot_kernel[(1,)](a, b, c, N=n), c)[1], expected=lambda: a.float() @ b.float(),
-                atol=1e-2, rtol=1e-2)
+TILE_CAMPAIGN = DOT_SOURCE + BUILD_DOT_SOURCE + '''
 
 
 OPS = [Op("dot", build=build_dot, shapes={"smoke": [{"n": 16}], "core": [{"n": 64}]})]

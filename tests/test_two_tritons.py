@@ -25,6 +25,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+from helpers import BUILD_DOT_SOURCE, DOT_SOURCE
 
 from pytest_abbench.layout import IDENTITY_FILE
 
@@ -39,28 +40,7 @@ pytestmark = [
                        reason="compares the pinned Triton 3.6.0 (side A, this environment) with 3.8.0"),
 ]
 
-CAMPAIGN = '''
-import triton
-import triton.language as tl
-from pytest_abbench import Case, Op, Switch
-
-
-@triton.jit
-def dot_kernel(a_ptr, b_ptr, c_ptr, N: tl.constexpr):
-    offs = tl.arange(0, N)
-    a = tl.load(a_ptr + offs[:, None] * N + offs[None, :])
-    b = tl.load(b_ptr + offs[:, None] * N + offs[None, :])
-    tl.store(c_ptr + offs[:, None] * N + offs[None, :], tl.dot(a, b))
-
-
-def build_dot(shape, device):
-    import torch
-    n = shape["n"]
-    a = torch.randn(n, n, device=device, dtype=torch.float16)
-    b = torch.randn(n, n, device=device, dtype=torch.float16)
-    c = torch.empty(n, n, device=device, dtype=torch.float32)
-    return Case(run=lambda: (dot_kernel[(1,)](a, b, c, N=n), c)[1], expected=lambda: a.float() @ b.float(),
-                atol=1e-2, rtol=1e-2)
+CAMPAIGN = DOT_SOURCE + BUILD_DOT_SOURCE + '''
 
 
 OPS = [Op("dot", build=build_dot, shapes={{"smoke": [{{"n": 16}}], "core": [{{"n": 64}}]}})]
