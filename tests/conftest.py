@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import signal
+
 import pytest
+
+# A run started in the background by a shell without job control has SIGINT ignored, and every process it
+# starts inherits that: the Ctrl-C tests would send a signal nobody hears.  Restore Python's default here.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # helpers.py holds campaign sources as strings (lines starting "OPS =") and imports
 # pytest_abbench: the plugin's looks_like_campaign would collect it as a campaign.
