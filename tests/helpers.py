@@ -175,3 +175,36 @@ def process_alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
     except (ProcessLookupError, OSError):
         return False
+
+
+CAMPAIGNS = Path(__file__).resolve().parents[1] / "campaigns"
+
+# One 16x16 tile summed along rows: the reduction's sliced layout differs from
+# the store's, so the pass has conversions to remove.
+ROWSUM_LAYOUT_CAMPAIGN = f'''
+import sys
+sys.path.insert(0, {str(CAMPAIGNS)!r})
+import triton
+import triton.language as tl
+from pytest_abbench import Case, Op, Switch
+from _kernels.switches import skip_remove_layout_conversions
+
+
+@triton.jit
+def rowsum_kernel(x_ptr, y_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    x = tl.load(x_ptr + offs[:, None] * N + offs[None, :])
+    tl.store(y_ptr + offs, tl.sum(x, axis=1))
+
+
+def build_rowsum(shape, device):
+    import torch
+    n = shape["n"]
+    x = torch.ones(n, n, device=device)
+    y = torch.empty(n, device=device)
+    return Case(run=lambda: (rowsum_kernel[(1,)](x, y, N=n), y)[1], expected=lambda: x.sum(dim=1))
+
+
+OPS = [Op("rowsum", build=build_rowsum, shapes={{"smoke": [{{"n": 16}}]}})]
+SWITCH = Switch(setup_b=skip_remove_layout_conversions)
+'''

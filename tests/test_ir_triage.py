@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import BUILD_DOT_SOURCE, DOT_SOURCE
+from helpers import BUILD_DOT_SOURCE, DOT_SOURCE, ROWSUM_LAYOUT_CAMPAIGN
 
 from pytest_abbench import irgate
 from pytest_abbench.cellconfig import CHILD_MODULE, CellConfig
@@ -81,35 +81,7 @@ def test_a_timed_interpreter_run_gates_on_the_level_it_times(pytester: pytest.Py
         assert [json.loads(line)["shape"] for line in (cell / "results.jsonl").read_text().splitlines()] == ["n=16"]
 
 
-# One 16x16 tile summed along rows: the reduction's layout differs from the
-# store's, so the remove-layout-conversions pass has conversions to remove.
-LAYOUT_CAMPAIGN = f'''
-import sys
-sys.path.insert(0, {str(CAMPAIGNS)!r})
-import triton
-import triton.language as tl
-from pytest_abbench import Case, Op, Switch
-from _kernels.switches import skip_remove_layout_conversions
-
-
-@triton.jit
-def rowsum_kernel(x_ptr, y_ptr, N: tl.constexpr):
-    offs = tl.arange(0, N)
-    x = tl.load(x_ptr + offs[:, None] * N + offs[None, :])
-    tl.store(y_ptr + offs, tl.sum(x, axis=1))
-
-
-def build_rowsum(shape, device):
-    import torch
-    n = shape["n"]
-    x = torch.ones(n, n, device=device)
-    y = torch.empty(n, device=device)
-    return Case(run=lambda: (rowsum_kernel[(1,)](x, y, N=n), y)[1], expected=lambda: x.sum(dim=1))
-
-
-OPS = [Op("rowsum", build=build_rowsum, shapes={{"smoke": [{{"n": 16}}]}})]
-SWITCH = Switch(setup_b=skip_remove_layout_conversions)
-'''
+LAYOUT_CAMPAIGN = ROWSUM_LAYOUT_CAMPAIGN
 
 
 def compile_side(folder: Path, side: str) -> Path:

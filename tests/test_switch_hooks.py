@@ -24,6 +24,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from helpers import ROWSUM_LAYOUT_CAMPAIGN
 
 from pytest_abbench import irgate
 from pytest_abbench.cellconfig import CHILD_MODULE, CellConfig
@@ -31,35 +32,7 @@ from pytest_abbench.layout import ir_dir
 
 CAMPAIGNS = Path(__file__).resolve().parents[1] / "campaigns"
 
-# One 16x16 tile summed along rows: the reduction's sliced layout differs from
-# the store's, so the pass has conversions to remove.
-SWITCH_CAMPAIGN = f'''
-import sys
-sys.path.insert(0, {str(CAMPAIGNS)!r})
-import triton
-import triton.language as tl
-from pytest_abbench import Case, Op, Switch
-from _kernels.switches import skip_remove_layout_conversions
-
-
-@triton.jit
-def rowsum_kernel(x_ptr, y_ptr, N: tl.constexpr):
-    offs = tl.arange(0, N)
-    x = tl.load(x_ptr + offs[:, None] * N + offs[None, :])
-    tl.store(y_ptr + offs, tl.sum(x, axis=1))
-
-
-def build_rowsum(shape, device):
-    import torch
-    n = shape["n"]
-    x = torch.ones(n, n, device=device)
-    y = torch.empty(n, device=device)
-    return Case(run=lambda: (rowsum_kernel[(1,)](x, y, N=n), y)[1], expected=lambda: x.sum(dim=1))
-
-
-OPS = [Op("rowsum", build=build_rowsum, shapes={{"smoke": [{{"n": 16}}]}})]
-SWITCH = Switch(setup_b=skip_remove_layout_conversions)
-'''
+SWITCH_CAMPAIGN = ROWSUM_LAYOUT_CAMPAIGN
 
 
 def load_switches() -> ModuleType:
