@@ -22,6 +22,8 @@ BACKENDS = ("cuda", "interpreter")
 TIMERS = ("cudagraph", "direct", "wall")
 # off: the autotuner runs unpinned (a child started by hand); the plugin always records or replays.
 AUTOTUNE_MODES = ("record", "replay", "off")
+# fork: forked from a server that imported torch and Triton once (pytest_abbench/forkserver.py); exec: a fresh process.
+SPAWN_METHODS = ("fork", "exec")
 SPAWN_TIME_ENV = "ABBENCH_SPAWN_TIME"  # when the parent started the child: the child's start-up cost
 DEFAULT_DIRECT_REP_MS = 100
 DEFAULT_DIRECT_WARMUP_MS = 25
@@ -85,6 +87,8 @@ class CellConfig:
         "--layout-shift", bool, help="pad allocations before each shape so buffers land differently in every cell"))
     ir_level: str | None = field(default=None, metadata=_flag(
         "--ir-level", choices=LEVELS, help="the shape set IR capture compiles (default: --level)"))
+    spawn: str = field(default="exec", metadata=_flag(
+        "--spawn", choices=SPAWN_METHODS, help="how the plugin started this process (identity axis spawn)"))
 
     def compile_only(self) -> CellConfig:
         """This cell as its IR capture runs it: the shapes of ``ir_level``, which may differ from the timed ones."""

@@ -14,10 +14,13 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, BinaryIO, Callable, Mapping, Protocol, Sequence
 
 from pytest_abbench import interrupts
 from pytest_abbench.exitcodes import TIMEOUT, shell_rc
+
+if TYPE_CHECKING:
+    from pytest_abbench.forkserver import ForkServer
 
 # After SIGTERM the group gets this long to exit before SIGKILL.
 _TERM_GRACE_S = 2.0
@@ -30,6 +33,15 @@ _PR_SET_PDEATHSIG = 1
 class ChildResult:
     rc: int
     elapsed_s: float
+
+
+class _Child(Protocol):
+    """What ``run_child`` needs of a started cell: ``subprocess.Popen``, or a cell a fork server forked."""
+
+    pid: int
+    returncode: int | None
+
+    def wait(self, timeout: float | None = None) -> int: ...
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
@@ -62,8 +74,13 @@ def run_child(
     log_path: Path,
     timeout_s: float,
     check: Callable[[], None] | None = None,
+    server: ForkServer | None = None,
 ) -> ChildResult:
     """Start ``argv`` in a new session, wait at most ``timeout_s``, return its shell-style rc.
+
+    With a ``server`` the cell is forked from it (``argv`` without the
+    interpreter and ``-m``, see ``forkserver.py``); otherwise ``argv`` is
+    executed.  Everything after the start is the same for both.
 
     On timeout the whole group gets SIGTERM, then SIGKILL, and rc is 124.
     ``check``, called every 0.2 s while the child runs, ends the cell by
@@ -77,59 +94,78 @@ def run_child(
     interrupts.raise_if_interrupted()  # a Ctrl-C swallowed since the last cell stops the session here
     log_path.parent.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
+    proc: _Child
     with open(log_path, "ab", buffering=0) as log:
         # A Ctrl-C that lands while Python forks is raised inside its at-fork callbacks
         # (logging's lock release), where it is reported as ignored and lost: the session
-        # then ran every remaining cell.  SIGINT is held during the spawn and delivered
-        # right after, inside the try below that kills the new child.
+        # then ran every remaining cell.  And between a fork server's fork and its answer
+        # the new cell's pid is not known yet.  SIGINT is held during the spawn and
+        # delivered right after, inside the try of _supervise that kills the new cell.
         held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
-            proc = subprocess.Popen(
-                list(argv),
-                env=dict(env),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=_die_with_parent,
-            )
+            if server is not None:
+                proc = server.spawn(argv, env, log_path)
+            else:
+                proc = subprocess.Popen(
+                    list(argv),
+                    env=dict(env),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    preexec_fn=_die_with_parent,
+                )
         except BaseException:
             signal.pthread_sigmask(signal.SIG_SETMASK, held)
             raise
-        pgid = proc.pid  # start_new_session makes the child its group's leader
-        timed_out = False
-        try:
+        return _supervise(proc, log, timeout_s, check, start, held)
+
+
+def _supervise(proc: _Child, log: BinaryIO, timeout_s: float, check: Callable[[], None] | None, start: float,
+               held: set[int | signal.Signals] | None = None) -> ChildResult:
+    """Wait for a started cell, kill its group on timeout, Ctrl-C or any error, and at the end in any case.
+
+    ``held``: the signal mask to restore (SIGINT was blocked for the spawn);
+    restored inside the ``try`` so a Ctrl-C delivered then still kills the cell.
+    """
+    pgid = proc.pid  # a new session makes the cell its group's leader
+    timed_out = False
+    try:
+        if held is not None:
             signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a Ctrl-C held during the spawn is raised here
-            _wait(proc, timeout_s, check)
+        _wait(proc, timeout_s, check)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        kill_group(pgid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=_TERM_GRACE_S)
         except subprocess.TimeoutExpired:
-            timed_out = True
-            kill_group(pgid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=_TERM_GRACE_S)
-            except subprocess.TimeoutExpired:
-                pass
-            kill_group(pgid, signal.SIGKILL)
-            proc.wait()
-            log.write(f"\n[abbench] cell timeout after {timeout_s:g}s: process group {pgid} killed\n".encode())
-        except BaseException:
-            # KeyboardInterrupt or a pytest-timeout in the parent: never leave the child behind.  SIGTERM
-            # first: the cell's supervisor then kills the descendants that left the group.
-            kill_group(pgid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=_TERM_GRACE_S)
-            except subprocess.TimeoutExpired:
-                pass
-            kill_group(pgid, signal.SIGKILL)
-            proc.wait()
-            raise
-        finally:
-            kill_group(pgid, signal.SIGKILL)
-    elapsed = time.monotonic() - start
-    rc = TIMEOUT if timed_out else shell_rc(proc.returncode)
-    return ChildResult(rc=rc, elapsed_s=elapsed)
+            pass
+        kill_group(pgid, signal.SIGKILL)
+        proc.wait()
+        log.write(f"\n[abbench] cell timeout after {timeout_s:g}s: process group {pgid} killed\n".encode())
+    except BaseException:
+        # KeyboardInterrupt or a pytest-timeout in the parent: never leave the child behind.  SIGTERM
+        # first: the cell's supervisor then kills the descendants that left the group.
+        kill_group(pgid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=_TERM_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+        kill_group(pgid, signal.SIGKILL)
+        proc.wait()
+        raise
+    finally:
+        kill_group(pgid, signal.SIGKILL)
+    lost = getattr(proc, "lost", None)
+    if lost:
+        log.write(f"\n[abbench] {lost}\n".encode())
+    returncode = proc.returncode if proc.returncode is not None else proc.wait()
+    rc = TIMEOUT if timed_out else shell_rc(returncode)
+    return ChildResult(rc=rc, elapsed_s=time.monotonic() - start)
 
 
-def _wait(proc: subprocess.Popen[bytes], timeout_s: float, check: Callable[[], None] | None) -> None:
+def _wait(proc: _Child, timeout_s: float, check: Callable[[], None] | None) -> None:
     """``proc.wait(timeout_s)`` in short waits; between them a recorded Ctrl-C is raised again and ``check`` runs."""
     deadline = time.monotonic() + timeout_s
     while True:

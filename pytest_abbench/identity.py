@@ -14,7 +14,7 @@ from pytest_abbench.layout import IDENTITY_FILE as IDENTITY_FILE  # the name rea
 # Axes that must be equal between sides (autotune_mode is judged by rule in caliber.py).
 CALIBER_AXES = ("backend", "device", "timer", "bench_level", "shape_mode", "tuner_cache", "direct_repeat")
 # Axes added later: compared like the others, but an identity written before them may lack them.
-LATER_AXES = ("layout_shift",)
+LATER_AXES = ("layout_shift", "spawn")
 INFO_FIELDS = ("torch", "triton", "driver", "python", "host", "gpu_uuid", "campaign_hash")
 
 

@@ -30,6 +30,7 @@ PLOTS_DIR = "plots"
 REPORT_MD = "report.md"
 REPORT_JSON = "report.json"
 WORKERS_FILE = "workers.json"  # an xdist session's per-worker busy time and GPU
+SERVERS_DIR = "servers"  # --ab-spawn fork: each fork server's log (its imports' warnings, its death)
 SCRATCH_DIR = "abbench-scratch"  # under --ab-worker-scratch: each xdist worker's own root on its host
 
 # Cell folder files.
@@ -114,6 +115,10 @@ class RootLayout:
     @property
     def workers(self) -> Path:
         return self.root / WORKERS_FILE
+
+    @property
+    def servers(self) -> Path:
+        return self.root / SERVERS_DIR
 
     def autotune_record(self, op: str) -> Path:
         """Round 1 side A's autotune choices, replayed by every other cell of the op."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Collection
@@ -154,6 +155,9 @@ def register(parser: pytest.Parser) -> None:
     add("--ab-layout-shift", type=choice(("on", "off")), default="on",
         help="on: each cell pads its allocations before every shape (sizes from op, round, side and shape), so a "
              "buffer-layout effect varies between rounds instead of repeating in all of them (identity axis)")
+    add("--ab-spawn", type=choice(("auto", *cellconfig.SPAWN_METHODS)), default="auto",
+        help="fork: each cell is forked from a per-side server that imported torch and Triton once (under 1 s "
+             "instead of seconds per cell); exec: a fresh interpreter per cell; auto: fork on Linux (identity axis)")
     add("--ab-control", action="store_true", default=False,
         help="A/A control: a third cell per round and op ([r<k>-A2]) runs side A again; each shape's A/A interval "
              "is printed, and where it excludes zero, directions no larger than that bias are withheld")
@@ -198,6 +202,7 @@ class Settings:
     margin_pct: float | None
     fail_if_slower_pct: float | None
     layout_shift: bool = True
+    spawn: str = "exec"
     worker_scratch: Path | None = None
     sources: dict[str, str] = field(default_factory=dict)
 
@@ -281,6 +286,7 @@ def resolve(config: pytest.Config) -> Settings:
         margin_pct=opt.ab_margin,
         fail_if_slower_pct=opt.ab_fail_if_slower,
         layout_shift=opt.ab_layout_shift == "on",
+        spawn=resolve_spawn(opt.ab_spawn),
         worker_scratch=Path(opt.ab_worker_scratch) if opt.ab_worker_scratch else None,
         sources={"cell_timeout": timeout_src, "rounds": rounds_src},
     )
@@ -289,6 +295,18 @@ def resolve(config: pytest.Config) -> Settings:
             f"--ab-fail-if-slower gates on GPU timings; this run times backend {settings.backend} with the "
             f"{settings.timer} timer, which says nothing about GPU speed (run it on a GPU, or drop the gate)")
     return settings
+
+
+def resolve_spawn(requested: str) -> str:
+    """``auto``: fork where the fork server works (Linux), else exec; ``fork`` elsewhere is a usage error."""
+    from pytest_abbench.forkserver import fork_supported
+
+    if requested == "exec" or (requested == "auto" and not fork_supported()):
+        return "exec"
+    if not fork_supported():
+        raise pytest.UsageError(f"--ab-spawn fork: the fork server needs Linux (this is {sys.platform}); "
+                                "use --ab-spawn exec")
+    return "fork"
 
 
 def default_level(backend: str) -> str:

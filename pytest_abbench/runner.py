@@ -18,8 +18,9 @@ import pytest
 from pytest_abbench import tunercache
 from pytest_abbench.campaign import Campaign
 from pytest_abbench.cellconfig import CHILD_MODULE, SPAWN_TIME_ENV, CellConfig, autotune_mode_for
-from pytest_abbench.cellrun import log_tail, run_child
+from pytest_abbench.cellrun import ChildResult, log_tail, run_child
 from pytest_abbench.exitcodes import describe, status_word
+from pytest_abbench.forkserver import ForkServerError, ForkServers
 from pytest_abbench.fileio import CorruptFileError, iter_jsonl
 from pytest_abbench.irgate import ttgir_files
 from pytest_abbench.layout import CellKey, RootLayout, ir_dir, results_file, run_log
@@ -28,6 +29,7 @@ from pytest_abbench.options import Settings
 from pytest_abbench.outcome import FAILED_SHAPES, IR_ONLY, NO_SHAPES, OK, CellOutcome
 
 PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
+EXIT_NO_SERVER = 3  # the cell could not be started: its side's fork server failed (the cell's setup-error code)
 
 
 @dataclass
@@ -65,6 +67,12 @@ class CellRunner:
         self.layout = layout
         self.gpu = gpu
         self.check = controller_check()  # made now, while the controller that started this worker is alive
+        self.servers = ForkServers(layout.servers) if settings.spawn == "fork" else None
+
+    def close(self) -> None:
+        """End the session's fork servers (they would also die with this process)."""
+        if self.servers is not None:
+            self.servers.close()
 
     def tuner_cache(self, campaign: Campaign, side: str) -> str:
         """The side's tuner cache as the identity names it (caliber axis ``tuner_cache``)."""
@@ -117,11 +125,33 @@ class CellRunner:
             switch=campaign.switch.describe(), tuner_cache=self.tuner_cache(campaign, key.side), ir_target=ir_target,
             ir_only=s.ir_only, layout_shift=s.layout_shift,
             ir_level=s.ir_level_for(campaign.op(key.op).shapes, side_opts.get("level")) if ir_target else None,
+            spawn=s.spawn,
         )
+
+    def python(self, campaign: Campaign, key: CellKey) -> str:
+        return campaign.switch.python(key.side) or sys.executable
 
     def argv(self, campaign: Campaign, key: CellKey, cell_dir: Path) -> list[str]:
         config = self.config(campaign, key, cell_dir)
-        return [campaign.switch.python(key.side) or sys.executable, "-m", CHILD_MODULE, *config.to_argv()]
+        return [self.python(campaign, key), "-m", CHILD_MODULE, *config.to_argv()]
+
+    def start_cell(self, campaign: Campaign, key: CellKey, cell_dir: Path, log_path: Path) -> ChildResult:
+        """Run the cell's child: forked from its side's server (--ab-spawn fork) or a fresh interpreter."""
+        argv = self.argv(campaign, key, cell_dir)
+        env = self.env(campaign, key, cell_dir)
+        if self.servers is None:
+            return run_child(argv, env, log_path, self.settings.cell_timeout_s, self.check)
+        try:
+            server = self.servers.server(argv[0], env, f"side-{key.side}")
+        except ForkServerError as exc:
+            with open(log_path, "a", encoding="utf-8") as log:
+                log.write(f"[abbench] {exc}\n[abbench] --ab-spawn exec starts each cell in a fresh interpreter\n")
+            return ChildResult(rc=EXIT_NO_SERVER, elapsed_s=0.0)
+        for notice in self.servers.notices:
+            with open(log_path, "a", encoding="utf-8") as log:
+                log.write(f"[abbench] {notice}\n")
+        self.servers.notices.clear()
+        return run_child(argv[3:], env, log_path, self.settings.cell_timeout_s, self.check, server)
 
     def run(self, campaign: Campaign, key: CellKey) -> CellRun:
         """Run the cell's child to the end (or its timeout) and read what it left."""
@@ -133,8 +163,7 @@ class CellRunner:
         records_tuning = autotune_mode_for(key.round, key.role) == "record"
         if per_cell_tuner and not records_tuning:
             tunercache.seed_from_record(self.layout.root, key.op, cell_dir / tunercache.CELL_CACHE_DIR)
-        child = run_child(self.argv(campaign, key, cell_dir), self.env(campaign, key, cell_dir), log_path,
-                          self.settings.cell_timeout_s, self.check)
+        child = self.start_cell(campaign, key, cell_dir, log_path)
         if per_cell_tuner and records_tuning:
             tunercache.keep_record(cell_dir / tunercache.CELL_CACHE_DIR, self.layout.root, key.op)
         problems: list[str]

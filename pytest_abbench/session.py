@@ -426,6 +426,8 @@ class AbbenchSession:
         self.root.release()
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self._runner is not None:
+            self._runner.close()  # the fork servers; an in-process session (pytester) must not leave them running
         if self._gpu is not None:
             self._gpu.release()  # an in-process session (pytester) must not keep the GPU after it ends
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import socket
 import subprocess
 import sys
@@ -21,11 +22,29 @@ from pytest_abbench.identity import IDENTITY_FILE, file_hash
 SCHEMA = 1
 
 
-def _nvidia_smi(query: str) -> str | None:
-    """One field of GPU 0 as nvidia-smi reports it (the driver version); None where nvidia-smi is missing or fails."""
+DRIVER_VERSION_FILE = Path("/proc/driver/nvidia/version")
+_DRIVER_VERSION = re.compile(r"\s(\d+\.\d+(?:\.\d+)?)\s")
+
+
+def driver_version(version_file: Path = DRIVER_VERSION_FILE) -> str | None:
+    """The NVIDIA kernel driver's version, read from /proc (microseconds); nvidia-smi (tens of ms) where it is absent.
+
+    The file's first line reads ``NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  <date>``
+    (the open modules: ``... Open Kernel Module for x86_64  580.159.04  Release Build ...``).
+    """
+    try:
+        first = version_file.read_text(errors="replace").splitlines()[0]
+    except (OSError, IndexError):
+        return _nvidia_smi_driver()
+    found = _DRIVER_VERSION.search(first)
+    return found.group(1) if found else _nvidia_smi_driver()
+
+
+def _nvidia_smi_driver() -> str | None:
+    """The driver version as nvidia-smi reports it for GPU 0; None where nvidia-smi is missing or fails."""
     try:
         out = subprocess.run(
-            ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader", "-i", "0"],
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader", "-i", "0"],
             capture_output=True, text=True, timeout=20, check=True,
         )
     except (OSError, subprocess.SubprocessError):
@@ -46,7 +65,7 @@ def device_facts(backend: str) -> dict[str, Any]:
         return {
             "device": torch.cuda.get_device_name(index),
             "gpu_uuid": uuid,
-            "driver": _nvidia_smi("driver_version"),
+            "driver": driver_version(),
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         }
     return {"device": f"cpu:{platform.machine()}", "gpu_uuid": None, "driver": None,
@@ -73,6 +92,7 @@ def build_identity(config: CellConfig, shape_mode: str, tuner_dir: Path | None) 
         "direct_repeat": f"rep={config.direct_rep}ms,warmup={config.direct_warmup}ms",
         "autotune_mode": config.autotune_mode,
         "layout_shift": "on" if config.layout_shift else "off",
+        "spawn": config.spawn,
         "autotune_record": str(record) if record else None,
         "torch": torch.__version__,
         "triton": triton.__version__,

@@ -1,0 +1,131 @@
+"""``python -m pytest_abbench.child.server``: a fork server for one side's cells (``--ab-spawn fork``).
+
+The plugin starts one per (interpreter, side environment).  It imports torch,
+Triton and the cell code once, never initialises CUDA, then forks one cell per
+request: the forked process starts its own session, points stdout and stderr
+at the cell's run.log, takes the cell's full environment, and runs exactly
+what ``python -m pytest_abbench.child`` runs.  Each cell still gets its own
+process, process group and CUDA context; the server only saves the imports.
+
+Protocol, one JSON object per line: requests on stdin
+(``{"argv": [...], "env": {...}, "log": path}``); on the reply pipe
+``{"ready": ...}`` once, then per request ``{"pid": N}`` at the fork and
+``{"pid": N, "status": S}`` (``os.waitpid``'s status) when the cell ends.
+The server exits at end of input, and with its parent (parent-death signal).
+
+Why the campaign is not imported here: ``FLAGGEMS_CACHE_DIR`` differs per cell
+and FlagGems reads it once and keeps it, so a campaign module imported before
+the fork could pin every cell to one library tuner cache.  The per-cell
+variables (``PER_CELL_ENV`` in ``pytest_abbench.forkserver``) are read by
+nothing this server imports.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+from typing import IO, Any
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _parent_death_signal(sig: int) -> None:
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _send(reply: IO[str], message: dict[str, Any]) -> None:
+    reply.write(json.dumps(message) + "\n")
+    reply.flush()
+
+
+def _run_cell(request: dict[str, Any], server_pid: int, reply_fd: int) -> int:  # pragma: no cover - forked
+    """In the forked process: become the cell's session leader with its log and environment, run the cell."""
+    os.setsid()
+    # The cell's supervisor turns SIGTERM into a kill of all it started (child/__main__.py guard_group).
+    _parent_death_signal(signal.SIGTERM)
+    if os.getppid() != server_pid:
+        return 1  # the server died between fork and prctl: nobody waits for this cell
+    os.close(reply_fd)
+    log = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(null)
+    os.close(log)
+    os.environ.clear()
+    os.environ.update(request["env"])  # putenv too: CUDA reads CUDA_VISIBLE_DEVICES from the C environment
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    from pytest_abbench.cellconfig import CHILD_MODULE
+    from pytest_abbench.child.__main__ import main
+
+    argv = list(request["argv"])
+    sys.argv = [sys.executable, "-m", CHILD_MODULE, *argv]
+    try:
+        return main(argv)
+    except SystemExit as exc:  # argparse's usage error, or a campaign calling sys.exit
+        if isinstance(exc.code, int) or exc.code is None:
+            return exc.code or 0
+        print(exc.code, file=sys.stderr)
+        return 1
+
+
+def serve(requests: IO[str], reply: IO[str]) -> int:
+    """Fork one cell per request line, one at a time, until end of input."""
+    me = os.getpid()
+    for line in requests:
+        if not line.strip():
+            continue
+        request = json.loads(line)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the cell
+            rc = 1
+            try:
+                rc = _run_cell(request, me, reply.fileno())
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                try:
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                finally:
+                    os._exit(rc if isinstance(rc, int) and 0 <= rc < 256 else 1)
+        _send(reply, {"pid": pid})
+        _, status = os.waitpid(pid, 0)
+        _send(reply, {"pid": pid, "status": status})
+    return 0
+
+
+def main() -> int:
+    started = time.monotonic()
+    _parent_death_signal(signal.SIGKILL)  # pytest died: so do we (our cells follow through their own signal)
+    # The reply pipe is fd 1 as started; anything imports print goes to stderr (the server log) instead.
+    reply = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    import torch
+    import triton  # noqa: F401
+
+    import pytest_abbench.child.__main__  # noqa: F401
+    import pytest_abbench.child.measure  # noqa: F401  (what a cell imports before its campaign)
+
+    if torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+        # A forked child cannot use a CUDA context its parent created.
+        _send(reply, {"error": "CUDA was initialised while importing torch and triton; fork cannot be used"})
+        return 3
+    _send(reply, {"ready": True, "pid": os.getpid(), "import_s": round(time.monotonic() - started, 3)})
+    return serve(sys.stdin, reply)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

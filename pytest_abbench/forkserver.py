@@ -1,0 +1,216 @@
+"""The parent side of ``--ab-spawn fork``: one fork server per (interpreter, side environment), cells forked from it.
+
+A fresh ``python -m pytest_abbench.child`` spends seconds importing torch; a
+server (``pytest_abbench/child/server.py``) imports it once and forks each cell
+from there.  ``ForkedCell`` has the part of ``subprocess.Popen`` that
+``cellrun.run_child`` uses (``pid``, ``wait``, ``returncode``), so timeouts,
+Ctrl-C and the process-group kill are the same code for both spawn methods.
+Imports neither torch nor triton.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from pytest_abbench.cellconfig import SPAWN_TIME_ENV
+
+SERVER_MODULE = "pytest_abbench.child.server"
+# Variables that differ from cell to cell of one side.  A server is shared by
+# cells whose environments agree on everything else, so whatever torch or
+# Triton read at import (which the server did once) is what the cell would
+# have read: none of these is read there.  FlagGems reads FLAGGEMS_CACHE_DIR
+# once and keeps it, which is why the server never imports the campaign.
+# PYTEST_CURRENT_TEST is pytest's name of the running test (the cell).
+PER_CELL_ENV = (SPAWN_TIME_ENV, "FLAGGEMS_CACHE_DIR", "PYTEST_CURRENT_TEST")
+_START_TIMEOUT_S = 300.0  # importing torch cold on a loaded machine
+_PR_SET_PDEATHSIG = 1
+
+
+class ForkServerError(RuntimeError):
+    """A server could not be started, or died: the message says which and why."""
+
+
+def fork_supported() -> bool:
+    """Linux only: the server relies on fork, setsid and parent-death signals."""
+    return sys.platform.startswith("linux") and hasattr(os, "fork")
+
+
+def server_key(python: str, env: Mapping[str, str]) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """Cells with equal keys may share a server: same interpreter, same environment but for PER_CELL_ENV."""
+    return python, tuple(sorted((k, v) for k, v in env.items() if k not in PER_CELL_ENV))
+
+
+class _Lines:
+    """Line reader on a pipe with a timeout (``select``); no buffering surprises."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.buffer = b""
+
+    def readline(self, timeout_s: float | None) -> bytes | None:
+        """One line without its newline; None on timeout; b"" at end of file."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while b"\n" not in self.buffer:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, _, _ = select.select([self.fd], [], [], left)
+            if not ready:
+                return None
+            chunk = os.read(self.fd, 65536)
+            if not chunk:
+                rest, self.buffer = self.buffer, b""
+                return rest or b""
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return line
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child before exec
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+class ForkServer:
+    """One running server: started with a side's environment, forks cells on request."""
+
+    def __init__(self, python: str, env: Mapping[str, str], log_path: Path) -> None:
+        self.python = python
+        self.log_path = log_path
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        with open(log_path, "ab", buffering=0) as log:
+            self.proc = subprocess.Popen(
+                [python, "-m", SERVER_MODULE], env={k: v for k, v in env.items() if k not in PER_CELL_ENV},
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                start_new_session=True,  # a Ctrl-C at the terminal is the session's to handle, not the server's
+                preexec_fn=_die_with_parent,
+            )
+        assert self.proc.stdout is not None and self.proc.stdin is not None
+        self.replies = _Lines(self.proc.stdout.fileno())
+        line = self.replies.readline(_START_TIMEOUT_S)
+        message = self._parse(line) if line else {}
+        if not message.get("ready"):
+            self.close()
+            why = message.get("error") or ("no answer in {:g}s".format(_START_TIMEOUT_S) if line is None
+                                           else f"exited with rc {self.proc.returncode}")
+            raise ForkServerError(f"the fork server ({python} -m {SERVER_MODULE}) did not start: {why}; "
+                                  f"its log: {log_path}\n{_tail(log_path)}")
+        self.import_s = float(message.get("import_s", 0.0))
+        self.start_s = time.monotonic() - started
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def _parse(self, line: bytes) -> dict[str, Any]:
+        try:
+            message = json.loads(line)
+        except ValueError:
+            raise ForkServerError(f"the fork server sent {line[:200]!r}, not a JSON line") from None
+        if not isinstance(message, dict):
+            raise ForkServerError(f"the fork server sent {message!r}, not an object")
+        return message
+
+    def spawn(self, argv: Sequence[str], env: Mapping[str, str], log_path: Path) -> ForkedCell:
+        """Fork one cell with ``argv`` (after ``-m pytest_abbench.child``) and its full environment."""
+        assert self.proc.stdin is not None
+        request = {"argv": list(argv), "env": dict(env), "log": str(log_path)}
+        try:
+            self.proc.stdin.write((json.dumps(request) + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError) as exc:
+            raise ForkServerError(f"the fork server (pid {self.proc.pid}) is gone: {exc}") from None
+        line = self.replies.readline(_START_TIMEOUT_S)
+        if not line:
+            raise ForkServerError(f"the fork server (pid {self.proc.pid}) did not fork the cell "
+                                  f"({'no answer' if line is None else 'it exited'}); its log: {self.log_path}")
+        return ForkedCell(self, int(self._parse(line)["pid"]))
+
+    def close(self) -> None:
+        """End of input: the server exits; killed if it does not within a few seconds."""
+        if self.proc.stdin is not None and not self.proc.stdin.closed:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+class ForkedCell:
+    """A cell forked by a server, waited on through the server's replies (the ``Popen`` subset run_child uses)."""
+
+    def __init__(self, server: ForkServer, pid: int) -> None:
+        self.server = server
+        self.pid = pid
+        self.returncode: int | None = None
+        self.lost: str | None = None  # why the cell ended without the server reporting its status
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is not None:
+            return self.returncode
+        line = self.server.replies.readline(timeout)
+        if line is None:
+            raise subprocess.TimeoutExpired([SERVER_MODULE, str(self.pid)], timeout or 0.0)
+        if not line:
+            # The server died; the cell got its parent-death SIGTERM and took its processes down.
+            self.returncode = -signal.SIGKILL
+            self.lost = (f"the fork server (pid {self.server.proc.pid}) died while this cell (pid {self.pid}) ran; "
+                         f"its log: {self.server.log_path}")
+            return self.returncode
+        status = int(self.server._parse(line)["status"])
+        self.returncode = os.waitstatus_to_exitcode(status)  # -N for death by signal N, as Popen says
+        return self.returncode
+
+
+class ForkServers:
+    """This session's servers, one per key, started on first use, restarted when dead, closed at the end."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.servers: dict[tuple[str, tuple[tuple[str, str], ...]], ForkServer] = {}
+        self.started = 0
+        self.notices: list[str] = []
+
+    def server(self, python: str, env: Mapping[str, str], name: str) -> ForkServer:
+        """The live server for ``python`` and ``env`` (``name`` labels its log: the side)."""
+        key = server_key(python, env)
+        server = self.servers.get(key)
+        if server is not None and not server.alive:
+            self.notices.append(f"the fork server for {name} (pid {server.proc.pid}) died "
+                                f"(rc {server.proc.returncode}); starting a new one")
+            server.close()
+            server = None
+        if server is None:
+            self.started += 1
+            server = ForkServer(python, env, self.log_dir / f"{name}-{self.started}.log")
+            self.servers[key] = server
+        return server
+
+    def close(self) -> None:
+        for server in self.servers.values():
+            server.close()
+        self.servers.clear()
+
+
+def _tail(path: Path, max_bytes: int = 2000) -> str:
+    try:
+        data = path.read_bytes()[-max_bytes:]
+    except OSError:
+        return ""
+    return data.decode("utf-8", errors="replace")

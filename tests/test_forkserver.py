@@ -1,0 +1,151 @@
+"""``--ab-spawn fork``: cells forked from one server per side, isolated as fresh processes are.
+
+Real pytest sessions in the interpreter: the servers import torch and Triton
+once; each cell records, from inside its measuring process, the pids of its
+process chain and the environment it saw.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from helpers import process_alive
+from pytest_abbench.layout import IDENTITY_FILE
+from pytest_abbench.status import read_status
+
+FAST = ("--ab-ir-target", "none", "--ab-samples", "1", "-p", "no:cacheprovider")
+
+# Each cell appends one line to $SEEN_FILE: its op and side, its pids, and the variables fork must honour.
+CHAIN_CAMPAIGN = textwrap.dedent('''
+    import json, os, signal, time
+    import torch
+    from pytest_abbench.campaign import Case, Op, Switch
+
+    def ppid_of(pid):
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+        return int(stat[stat.rfind(b")") + 2:].split()[1])
+
+    def record(op, shape):
+        supervisor = os.getppid()  # the cell's own process, forked by its server (or exec'd by pytest)
+        line = {"op": op, "shape": shape["n"], "measuring": os.getpid(), "cell": supervisor,
+                "server": ppid_of(supervisor), "switch": os.environ.get("ABBENCH_TEST_SWITCH"),
+                "tuner_cache": os.environ.get("FLAGGEMS_CACHE_DIR"), "sid": os.getsid(0)}
+        with open(os.environ["SEEN_FILE"], "a") as handle:
+            handle.write(json.dumps(line) + "\\n")
+
+    def ok(shape, device):
+        record("ok", shape)
+        x = torch.ones(4)
+        return Case(run=lambda: x * 2, expected=lambda: torch.full((4,), 2.0))
+
+    def crash(shape, device):
+        record("crash", shape)
+        if os.environ.get("ABBENCH_TEST_SWITCH") == "1":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        return ok(shape, device)
+
+    def kill_server(shape, device):
+        record("kill_server", shape)
+        once = os.environ.get("KILL_SERVER")
+        if os.environ.get("ABBENCH_TEST_SWITCH") == "1" and once and not os.path.exists(once):
+            open(once, "w").close()
+            os.kill(ppid_of(os.getppid()), signal.SIGKILL)
+            time.sleep(30)  # the parent-death signal ends this cell
+        return ok(shape, device)
+
+    OPS = [Op("crash", build=crash, shapes={"smoke": [{"n": 4}]}),
+           Op("ok", build=ok, shapes={"smoke": [{"n": 4}, {"n": 8}]}),
+           Op("kill_server", build=kill_server, shapes={"smoke": [{"n": 4}]})]
+    SWITCH = Switch(env_b={"ABBENCH_TEST_SWITCH": "1"})
+''')
+
+
+def _seen(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_forked_cells_share_one_server_per_side_and_keep_their_own_environment(
+        campaign_dir: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    campaign_dir.makepyfile(c=CHAIN_CAMPAIGN)
+    seen, root = tmp_path / "seen", tmp_path / "root"
+    monkeypatch.setenv("SEEN_FILE", str(seen))
+    result = campaign_dir.runpytest_subprocess("c.py", "-k", "ok", "--ab-rounds", "2", "--ab-spawn", "fork",
+                                               "--ab-root", str(root), *FAST)
+    result.assert_outcomes(passed=4)
+    cells = [line for line in _seen(seen) if line["shape"] == 4]
+    by_side = {side: [c for c in cells if c["switch"] == ("1" if side == "B" else None)] for side in "AB"}
+    assert [len(by_side["A"]), len(by_side["B"])] == [2, 2]
+    servers = {side: {c["server"] for c in by_side[side]} for side in "AB"}
+    assert all(len(s) == 1 for s in servers.values()), f"one server per side: {servers}"
+    assert servers["A"] != servers["B"], "the two sides' environments differ: two servers"
+    assert len({c["cell"] for c in cells}) == 4, "every cell is a process of its own"
+    assert all(c["sid"] == c["cell"] for c in cells), "every cell leads its own session (process group)"
+    # A per-cell variable is the cell's own although the server was started once.
+    assert len({c["tuner_cache"] for c in cells}) == 4
+    for c in cells:
+        assert str(c["tuner_cache"]).startswith(str(root))
+    identity = json.loads((root / "r2_B" / "ok" / IDENTITY_FILE).read_text())
+    assert identity["spawn"] == "fork"
+    # The servers end with the session.
+    assert not any(process_alive(int(pid)) for pid in servers["A"] | servers["B"])  # type: ignore[call-overload]
+    assert sorted(p.name for p in (root / "servers").iterdir()) == ["side-A-1.log", "side-B-2.log"]
+
+
+def test_exec_spawns_a_fresh_interpreter_per_cell(
+        campaign_dir: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    campaign_dir.makepyfile(c=CHAIN_CAMPAIGN)
+    seen, root = tmp_path / "seen", tmp_path / "root"
+    monkeypatch.setenv("SEEN_FILE", str(seen))
+    result = campaign_dir.runpytest_subprocess("c.py", "-k", "ok", "--ab-rounds", "1", "--ab-spawn", "exec",
+                                               "--ab-root", str(root), *FAST)
+    result.assert_outcomes(passed=2)
+    cells = [line for line in _seen(seen) if line["shape"] == 4]
+    assert len({c["server"] for c in cells}) == 1, "an exec'd cell's parent is the session itself"
+    assert [c["switch"] for c in cells] == [None, "1"]
+    assert json.loads((root / "r1_A" / "ok" / IDENTITY_FILE).read_text())["spawn"] == "exec"
+    assert not (root / "servers").exists()
+
+
+def test_a_crashed_forked_cell_costs_only_itself(
+        campaign_dir: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Side B of ``crash`` dies of SIGSEGV in round 1; its server and every later cell carry on."""
+    campaign_dir.makepyfile(c=CHAIN_CAMPAIGN)
+    seen, root = tmp_path / "seen", tmp_path / "root"
+    monkeypatch.setenv("SEEN_FILE", str(seen))
+    result = campaign_dir.runpytest_subprocess("c.py", "-k", "crash or ok", "--ab-rounds", "2", "--ab-spawn", "fork",
+                                               "--ab-root", str(root), *FAST)
+    assert result.ret == 1
+    rows = {(r.round, r.op, r.side): r.status for r in read_status(root)}
+    assert rows[(1, "crash", "B")] == "SEGFAULT"
+    assert [rows[(n, "ok", side)] for n in (1, 2) for side in "AB"] == ["ok"] * 4
+    side_b = [c for c in _seen(seen) if c["switch"] == "1"]
+    assert [c["op"] for c in side_b][:2] == ["crash", "ok"], "ok's side B ran after the crash"
+    assert len({c["server"] for c in side_b}) == 1, "the crash did not take the server down"
+
+
+def test_a_dead_server_fails_its_cell_by_name_and_is_replaced(
+        campaign_dir: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """kill_server's side B SIGKILLs its own server in round 1: that cell fails saying so, its processes die
+    with the server, and the next side-B cell runs on a new server and says why there is one."""
+    campaign_dir.makepyfile(c=CHAIN_CAMPAIGN)
+    seen, root = tmp_path / "seen", tmp_path / "root"
+    monkeypatch.setenv("SEEN_FILE", str(seen))
+    monkeypatch.setenv("KILL_SERVER", str(tmp_path / "killed-once"))
+    result = campaign_dir.runpytest_subprocess("c.py", "-k", "kill_server or ok", "--ab-rounds", "2",
+                                               "--ab-spawn", "fork", "--ab-root", str(root), *FAST)
+    assert result.ret == 1
+    rows = {(r.round, r.op, r.side): r.status for r in read_status(root)}
+    assert rows[(1, "kill_server", "B")] != "ok"
+    assert rows[(2, "ok", "B")] == "ok"
+    log = (root / "r1_B" / "kill_server" / "run.log").read_text()
+    assert "the fork server (pid" in log and "died while this cell" in log, log
+    killer = next(c for c in _seen(seen) if c["op"] == "kill_server" and c["switch"] == "1")
+    assert not process_alive(int(killer["measuring"])) and not process_alive(int(killer["cell"]))  # type: ignore[call-overload]
+    side_b = [c for c in _seen(seen) if c["switch"] == "1"]
+    assert len({c["server"] for c in side_b}) == 2, "a new server after the first one was killed"
+    assert "starting a new one" in (root / "r2_B" / "ok" / "run.log").read_text()
