@@ -30,6 +30,7 @@ PLOTS_DIR = "plots"
 REPORT_MD = "report.md"
 REPORT_JSON = "report.json"
 WORKERS_FILE = "workers.json"  # an xdist session's per-worker busy time and GPU
+PRECOMPILE_DIR = "precompile"  # --ab-precompile: each op's compile-only processes (logs, TTGIR)
 SERVERS_DIR = "servers"  # --ab-spawn fork: each fork server's log (its imports' warnings, its death)
 SCRATCH_DIR = "abbench-scratch"  # under --ab-worker-scratch: each xdist worker's own root on its host
 
@@ -44,6 +45,8 @@ LOG_TAIL_FILE = "run_tail.log"  # the end of run.log, for a cell whose full log 
 CELL_TUNER_CACHE_DIR = "tuner_cache"
 
 _ROUND_DIR = re.compile(r"^r(\d+)_(A|B|A2)$")
+# A cell test's node id ends in its cell id (``topk[r3-B]``), with xdist's ``@group`` suffix under loadgroup.
+CELL_NODEID = re.compile(r"\[r(\d+)-([AB]\d?)\](@\S+)?$")
 
 
 @dataclass(frozen=True, order=True)
@@ -116,6 +119,9 @@ class RootLayout:
     def workers(self) -> Path:
         return self.root / WORKERS_FILE
 
+    def precompile(self, op: str) -> Path:
+        return self.root / PRECOMPILE_DIR / op
+
     @property
     def servers(self) -> Path:
         return self.root / SERVERS_DIR
@@ -164,6 +170,14 @@ class RootLayout:
                 key = self.key_of(folder)
                 if key is not None:
                     yield key, folder
+
+
+def cell_key(nodeid: str) -> CellKey | None:
+    """The cell a test runs, read from its node id (an xdist controller collects nothing): its op is the test's name."""
+    match = CELL_NODEID.search(nodeid)
+    if match is None:
+        return None
+    return CellKey(int(match.group(1)), nodeid[: match.start()].rsplit("::", 1)[-1], match.group(2))
 
 
 def run_log(cell_dir: Path) -> Path:

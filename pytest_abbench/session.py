@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import time
 import types
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generator, Iterable
@@ -21,10 +22,11 @@ from pytest_abbench.campaign import (Campaign, CampaignError, CampaignSkipped, l
 from pytest_abbench.fixtures import (CALIBER_PROPERTY, CELL_TEST_ATTR, GATE_PROPERTY, NOTICE_PROPERTY, PlannedCell,
                                      cell_test_for)
 from pytest_abbench.gpuclaim import GpuClaim, claim_gpu
-from pytest_abbench.layout import CellKey, run_log
+from pytest_abbench.layout import CellKey, cell_key, run_log
 from pytest_abbench.options import Settings, visible_gpus
 from pytest_abbench.outcome import NO_IR_DIFF, OUTCOME_PROPERTY, CellOutcome
 from pytest_abbench.plan import CampaignPlan
+from pytest_abbench.progress import RoundProgress
 from pytest_abbench.root import CampaignRoot, default_root, op_fingerprints
 from pytest_abbench.transport import SERIAL_WORKER, SHIPPED_ATTR, CampaignLocator, ShippedCell, scratch_root
 
@@ -142,6 +144,9 @@ class AbbenchSession:
             path = settings.root.resolve() if settings.root is not None else default_root(config.rootpath)
         self.root = CampaignRoot(path, settings.resume is not None, self.write_line)
         self._gpu: GpuClaim | None = None  # claimed at the first cell this process runs (an xdist controller runs none)
+        self.started = time.monotonic()
+        self.progress: RoundProgress | None = None  # set once the selected cells are known (never on a worker)
+        self.workers_seen: set[str] = set()  # xdist workers that reported a cell (the controller's idle time)
 
     # -- state the fixtures use -------------------------------------------------
     def campaign(self, path: Path) -> Campaign:
@@ -295,6 +300,8 @@ class AbbenchSession:
         chosen = set(ordered)
         items[:] = [i for i in items if i not in chosen] + ordered
         self.plan.ops = {p.key.op: str(p.campaign_path) for _, p in cells}
+        if not self.is_worker:
+            self.progress = RoundProgress((p.key for _, p in cells), self.plan.rounds, self.started)
         self.cell_folders = {item.nodeid: self.root.layout.cell(p.key) for item, p in cells}
         if config.pluginmanager.hasplugin("timeout"):
             for item in ordered:
@@ -381,6 +388,14 @@ class AbbenchSession:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Land cells into the root, gather outcomes (here on the xdist controller too), print caliber lines."""
+        node = getattr(report, "node", None)  # set by xdist on the controller only
+        if node is not None:
+            self.workers_seen.add(str(node.gateway.id))
+        if report.when == "teardown" and self.progress is not None and not self.is_worker:
+            key = cell_key(report.nodeid)
+            line = self.progress.cell_done(key) if key is not None else None
+            if line is not None:
+                self.write_line(line)
         for name, value in report.user_properties:
             if name == NOTICE_PROPERTY and value not in self.notices_shown:
                 self.notices_shown.add(str(value))
@@ -420,7 +435,8 @@ class AbbenchSession:
         settings = self.settings
         self.final = report.build_report(self.root.path, self.outcomes.values(), self.plan,
                                          margin_pct=settings.margin_pct, fail_if_slower_pct=settings.fail_if_slower_pct,
-                                         allow_caliber_mismatch=settings.allow_caliber_mismatch)
+                                         allow_caliber_mismatch=settings.allow_caliber_mismatch,
+                                         wall_s=time.monotonic() - self.started, workers=max(1, len(self.workers_seen)))
         session.exitstatus = self.final.decide_exit(int(session.exitstatus), settings.allow_caliber_mismatch)
         self.plots = report.write_report(self.root.path, self.final)
         self.root.release()

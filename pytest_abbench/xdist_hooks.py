@@ -3,7 +3,6 @@ the controller's root, and each worker's progress and busy time."""
 
 from __future__ import annotations
 
-import re
 import signal
 import socket
 import subprocess
@@ -17,15 +16,14 @@ import pytest
 from pytest_abbench.balance import op_costs, op_work, order_ops
 from pytest_abbench.campaign import CampaignError, CampaignSkipped, looks_like_campaign
 from pytest_abbench.fileio import write_json_atomic
-from pytest_abbench.layout import CellKey
+from pytest_abbench.layout import CELL_NODEID, CellKey, cell_key
 from pytest_abbench.exitcodes import shell_rc
 from pytest_abbench.outcome import OUTCOME_PROPERTY, WORKER_LOST, CellOutcome
+from pytest_abbench.progress import RoundProgress
 from pytest_abbench.root import op_fingerprints
 from pytest_abbench.session import SEED_INPUT, AbbenchSession
 from pytest_abbench.transport import SHIPPED_ATTR, CampaignLocator, ShippedCell, campaign_name, resume_seed
 
-# A cell test's node id ends in its cell id (``topk[r3-B]``), with xdist's ``@group`` suffix under loadgroup.
-CELL_NODEID = re.compile(r"\[r(\d+)-([AB]\d?)\](@\S+)?$")
 WORKER_GPU = "abbench_gpu"  # a worker's workeroutput key: the GPU it pinned its cells to
 
 
@@ -33,14 +31,6 @@ def op_scope(nodeid: str) -> str:
     """The xdist scheduling scope of a test: ``campaign::op`` for a cell, the node id for anything else."""
     match = CELL_NODEID.search(nodeid)
     return nodeid[: match.start()] if match else nodeid
-
-
-def cell_key(nodeid: str) -> CellKey | None:
-    """The cell a test runs, read from its node id (the controller collects nothing): its op is the test's name."""
-    match = CELL_NODEID.search(nodeid)
-    if match is None:
-        return None
-    return CellKey(int(match.group(1)), nodeid[: match.start()].rsplit("::", 1)[-1], match.group(2))
 
 
 @dataclass
@@ -241,6 +231,7 @@ class XdistHooks:
             session.plan.ops.setdefault(key.op, str(path) if path is not None else campaign_name(nodeid))
             if path is not None:
                 located.setdefault(key.op, path)
+        session.progress = RoundProgress((key for _, key in cells), session.plan.rounds, session.started)
         session.root.claim(files, session.settings.switch_env, session.plan,
                            op_fingerprints(located, session.campaign, session.settings.level))
 

@@ -9,6 +9,7 @@ and both sides time the same configs.  Installed by patching
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -67,6 +68,7 @@ class AutotunePin:
         self.recorded: dict[tuple[str, tuple[str, ...]], dict[str, Any]] = {}
         self.fallback_keys: set[tuple[str, tuple[str, ...]]] = set()
         self.bench_calls = 0
+        self.bench_s = 0.0  # wall time inside the autotuner's benchmarking (candidate compiles included)
         if mode == "replay":
             self.recorded = self._load()
 
@@ -82,6 +84,11 @@ class AutotunePin:
 
     def choose(self, autotuner: Any, key: TuningKey, pruned: list[Any]) -> Any | None:
         """The config to use for ``key``, or None to let the autotuner tune."""
+        if self.mode == "compile-all":
+            # Let the autotuner "benchmark" every candidate with one compile-only call each.
+            autotuner._do_bench = _compile_once
+            autotuner.__dict__["do_bench"] = _compile_once  # Triton caches do_bench on the instance
+            return None
         ident = (kernel_name(autotuner), tuple(_key_strings(key)))
         if self.mode == "replay":
             wanted = self.recorded.get(ident)
@@ -119,6 +126,12 @@ class AutotunePin:
 _BENCHMARKING = [0]
 
 
+def _compile_once(kernel_call: Callable[[], Any], quantiles: Any = None, **_: Any) -> Any:
+    """A benchmarker that launches once (compile-only: compiles, runs nothing) and times nothing."""
+    kernel_call()
+    return [0.0] * len(quantiles) if quantiles else 0.0
+
+
 def benchmarking() -> bool:
     return _BENCHMARKING[0] > 0
 
@@ -133,10 +146,13 @@ def install(pin: AutotunePin) -> None:
     def counted_bench(self: Any, *args: Any, **kwargs: Any) -> Any:
         pin.bench_calls += 1
         _BENCHMARKING[0] += 1
+        started = time.perf_counter()
         try:
             return original_bench(self, *args, **kwargs)
         finally:
             _BENCHMARKING[0] -= 1
+            if not _BENCHMARKING[0]:
+                pin.bench_s += time.perf_counter() - started
 
     def pinned_run(self: Any, *args: Any, **kwargs: Any) -> Any:
         if len(self.configs) > 1:

@@ -18,6 +18,7 @@ from pytest_abbench.layout import (CONTROL, IDENTITY_FILE, SIDES, CellKey, RootL
                                    run_log)
 from pytest_abbench.markers import count_markers
 from pytest_abbench.options import DEFAULT_MARGIN_PCT
+from pytest_abbench.report import cost
 from pytest_abbench.report.model import SCHEMA_VERSION, OpReport, Report, ShapeReport
 from pytest_abbench.report.stats import (aa_bias, bh_adjust, cv_pct, interval, judge, median_or_none, pct, robust_cv,
                                          sign_flip, stdev, t_test_p, SAME_LEVEL)
@@ -334,11 +335,12 @@ def _gpu_timed(setup: dict[str, str]) -> bool:
 
 def build_report(root: Path, outcomes: Iterable[CellOutcome] | None = None, plan: CampaignPlan | None = None,
                  margin_pct: float | None = None, fail_if_slower_pct: float | None = None,
-                 allow_caliber_mismatch: bool = False) -> Report:
+                 allow_caliber_mismatch: bool = False, wall_s: float | None = None, workers: int = 1) -> Report:
     """The report of ``root`` judged against ``plan``: of ``outcomes`` (a session's cells), else of every row and
     folder on disk; without a plan, the one in the root's campaign.json.
 
-    ``fail_if_slower_pct`` names the ops in ``slower_ops``.
+    ``fail_if_slower_pct`` names the ops in ``slower_ops``.  ``wall_s`` (a live
+    session's wall time over ``workers`` workers) adds idle time to ``time_spent``.
     """
     problems: list[str] = []
     layout = RootLayout(root)
@@ -367,4 +369,5 @@ def build_report(root: Path, outcomes: Iterable[CellOutcome] | None = None, plan
     failed = sorted(str(c.key) for c in cells if not c.finished)
     return Report(SCHEMA_VERSION, str(root), margin, source, ops, [f.line() for f in result.findings],
                   bool(result.mismatches), slower, problems, complete=planned <= ran, failed_cells=failed,
-                  rounds_planned=plan.rounds, setup=setup, gpu_timed=gpu_timed)
+                  rounds_planned=plan.rounds, setup=setup, gpu_timed=gpu_timed,
+                  time_spent=cost.time_spent(cells, wall_s, workers))

@@ -15,7 +15,8 @@ from pytest_abbench.layout import REPORT_MD as REPORT_MD
 from pytest_abbench.exitcodes import exit_reason, session_exit_code
 from pytest_abbench.options import DEFAULT_MARGIN_PCT
 
-SCHEMA_VERSION = 5  # 3: OpReport.caliber_mismatch; 4: Report.complete and failed_cells; 5: the BH/sign-test rule
+SCHEMA_VERSION = 6  # 3: OpReport.caliber_mismatch; 4: Report.complete and failed_cells; 5: the BH/sign-test rule;
+# 6: Report.time_spent
 
 
 @dataclass
@@ -95,6 +96,7 @@ class Report:
     rounds_planned: int = 0
     setup: dict[str, str] = field(default_factory=dict)  # switch, backend, timer, device (from the identities)
     gpu_timed: bool = True  # False: interpreter or wall-clock numbers, which say nothing about GPU speed
+    time_spent: dict[str, Any] = field(default_factory=dict)  # report/cost.py: where the cells' time went
 
     def decide_exit(self, pytest_status: int, allow_caliber_mismatch: bool) -> int:
         """Set ``exit_code`` and ``exit_reason`` by the one rule of ``exitcodes``; returns the code."""

@@ -12,6 +12,7 @@ from pytest_abbench.fileio import write_json_atomic
 from pytest_abbench.report import plots
 from pytest_abbench.layout import RootLayout
 from pytest_abbench.outcome import NO_IR_DIFF
+from pytest_abbench.report import cost
 from pytest_abbench.report.model import OpReport, Report, ShapeReport
 
 
@@ -130,6 +131,9 @@ def render_text(report: Report) -> str:
         lines += _shape_table(o)
     if report.slower_ops:
         lines.append(f"REGRESSION GATE: slower beyond the threshold: {', '.join(report.slower_ops)}")
+    spent = cost.describe(report.time_spent)
+    if spent:
+        lines.append(spent)
     return "\n".join(lines)
 
 

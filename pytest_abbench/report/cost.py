@@ -1,0 +1,77 @@
+"""Where a campaign's time went: start-up, compile, autotune, timing, checks, the rest, and idle GPUs.
+
+Each cell's child writes ``cell_timing.json`` (``child/measure.py``); its
+status row's ``elapsed_s`` is the cell's wall time seen from the parent.  A
+cell that ran is counted whole: what its timing file does not account for
+(the fork or exec, IR capture, teardown, a cell that crashed before writing
+the file) is ``other``.  ``idle`` is worker time with no cell running:
+workers x session wall time minus the cells' time (plugin, pytest, waiting).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from pytest_abbench.fileio import CorruptFileError, read_json
+from pytest_abbench.layout import TIMING_FILE
+from pytest_abbench.outcome import CellOutcome
+
+# The parts of a cell, in the order they are printed: (report key, cell_timing.json field, words).
+PARTS = (("startup_s", "startup_s", "start-up"), ("compile_s", None, "compile"),
+         ("autotune_s", "autotune_s", "autotune"), ("timing_s", "timing_s", "timing"),
+         ("checks_s", "check_s", "checks"), ("other_s", None, "other"))
+
+
+def time_spent(cells: Iterable[CellOutcome], wall_s: float | None = None, workers: int = 1) -> dict[str, Any]:
+    """Seconds per part over every cell that ran; ``wall_s`` (the session's) adds ``idle_s`` and ``wall_s``."""
+    spent = {key: 0.0 for key, _, _ in PARTS}
+    cells_s, counted, without = 0.0, 0, 0
+    for cell in cells:
+        if cell.resumed or not cell.measured or cell.elapsed_s <= 0:
+            continue  # run by an earlier session, skipped by the IR gate, or never started
+        counted += 1
+        try:
+            timing = read_json(cell.cell_dir / TIMING_FILE)
+        except (CorruptFileError, OSError):
+            timing = {}
+        if not isinstance(timing, dict) or not timing:
+            without += 1
+            spent["other_s"] += cell.elapsed_s
+            cells_s += cell.elapsed_s
+            continue
+        parts = {key: float(timing.get(field) or 0.0) for key, field, _ in PARTS if field}
+        # first_call_s is the first call of every shape: compilation, plus the autotuner's benchmarking.
+        # precompile_s: the parallel compile before the op's round 1 (runner.precompile), in this cell's time.
+        parts["compile_s"] = max(0.0, float(timing.get("first_call_s") or 0.0) - parts["autotune_s"]) \
+            + float(timing.get("precompile_s") or 0.0)
+        for key, value in parts.items():
+            spent[key] += value
+        # The child's clock starts when the parent stamps the spawn, a moment before the parent's own clock.
+        whole = max(cell.elapsed_s, sum(parts.values()))
+        spent["other_s"] += whole - sum(parts.values())
+        cells_s += whole
+    out: dict[str, Any] = {key: round(value, 3) for key, value in spent.items()}
+    out.update(cells=counted, cells_without_timing=without, cells_s=round(cells_s, 3))
+    if wall_s is not None:
+        out["wall_s"] = round(wall_s, 3)
+        out["workers"] = workers
+        out["idle_s"] = round(max(0.0, workers * wall_s - cells_s), 3)
+    return out
+
+
+def describe(spent: dict[str, Any]) -> str:
+    """One line: ``time: 12 cells 80.0 s: start-up 12%, compile 20%, ...; wall 90.0 s on 1 worker, idle 10%``."""
+    total = float(spent.get("cells_s") or 0.0)
+    if not spent.get("cells") or total <= 0:
+        return ""
+    parts = ", ".join(f"{words} {100 * float(spent[key]) / total:.0f}%" for key, _, words in PARTS)
+    line = f"time: {spent['cells']} cells {total:.1f} s: {parts}"
+    if spent.get("cells_without_timing"):
+        line += f" ({spent['cells_without_timing']} cell(s) without cell_timing.json counted as other)"
+    if "wall_s" in spent:
+        capacity = float(spent["wall_s"]) * int(spent["workers"])
+        idle = 100 * float(spent["idle_s"]) / capacity if capacity > 0 else 0.0
+        workers = int(spent["workers"])
+        line += (f"; wall {float(spent['wall_s']):.1f} s on {workers} worker{'s' if workers != 1 else ''}, "
+                 f"idle {idle:.0f}%")
+    return line

@@ -1,0 +1,49 @@
+"""Progress while a campaign runs (one line per finished round) and where its time went (report.json, the end)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from helpers import simple_campaign
+from pytest_abbench.layout import CellKey
+from pytest_abbench.progress import RoundProgress, duration
+from pytest_abbench.report import cost
+
+FAST = ("--ab-ir-target", "none", "--ab-samples", "1", "-p", "no:cacheprovider")
+
+
+def test_a_line_when_a_round_is_complete_with_the_time_left() -> None:
+    cells = [CellKey(r, op, side) for r in (1, 2) for op in ("one", "two") for side in "AB"]
+    progress = RoundProgress(cells, rounds=2, started=0.0)
+    lines = [progress.cell_done(key, now=10.0 * (n + 1)) for n, key in enumerate(cells)]
+    assert lines[:3] == [None, None, None]
+    assert lines[3] == "abbench: round 1 done, 1 of 2 rounds (4 of 8 cells), 40s elapsed, about 40s left"
+    assert lines[7] == "abbench: round 2 done, 2 of 2 rounds (8 of 8 cells), 1m20s elapsed"
+    assert progress.cell_done(cells[0]) is None, "a cell reported twice counts once"
+    assert progress.cell_done(CellKey(3, "one", "A")) is None, "a cell the session did not select is ignored"
+    assert [duration(s) for s in (5, 185, 7620)] == ["5s", "3m05s", "2h07m"]
+
+
+def test_a_session_prints_each_round_and_where_the_time_went(campaign_dir: pytest.Pytester, tmp_path: Path) -> None:
+    campaign_dir.makepyfile(c=simple_campaign())
+    root = tmp_path / "root"
+    result = campaign_dir.runpytest_subprocess("c.py", "--ab-rounds", "2", "--ab-root", str(root), *FAST)
+    result.assert_outcomes(passed=8)
+    out = result.stdout.str()
+    rounds = re.findall(r"abbench: round (\d) done, (\d) of 2 rounds \((\d) of 8 cells\)", out)
+    assert rounds == [("1", "1", "4"), ("2", "2", "8")]
+    assert re.search(r"round 1 done.*elapsed, about \S+ left", out)
+
+    spent = json.loads((root / "report.json").read_text())["time_spent"]
+    assert spent["cells"] == 8 and spent["cells_without_timing"] == 0 and spent["workers"] == 1
+    parts = sum(spent[key] for key, _, _ in cost.PARTS)
+    assert parts == pytest.approx(spent["cells_s"], abs=0.01), "every second of a cell is in exactly one part"
+    assert spent["startup_s"] > 0 and spent["timing_s"] > 0
+    assert spent["idle_s"] == pytest.approx(spent["wall_s"] - spent["cells_s"], abs=0.01)
+    line = next(line for line in out.splitlines() if line.startswith("time: 8 cells"))
+    assert re.search(r"start-up \d+%, compile \d+%, autotune \d+%, timing \d+%, checks \d+%, other \d+%; "
+                     r"wall \S+ s on 1 worker, idle \d+%", line), line
