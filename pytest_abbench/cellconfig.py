@@ -21,7 +21,8 @@ CHILD_MODULE = "pytest_abbench.child"
 BACKENDS = ("cuda", "interpreter")
 TIMERS = ("cudagraph", "direct", "wall")
 # off: the autotuner runs unpinned (a child started by hand); the plugin always records or replays.
-AUTOTUNE_MODES = ("record", "replay", "off")
+# compile-all: a compile-only precompile process compiles every candidate config and chooses nothing.
+AUTOTUNE_MODES = ("record", "replay", "off", "compile-all")
 # fork: forked from a server that imported torch and Triton once (pytest_abbench/forkserver.py); exec: a fresh process.
 SPAWN_METHODS = ("fork", "exec")
 SPAWN_TIME_ENV = "ABBENCH_SPAWN_TIME"  # when the parent started the child: the child's start-up cost
@@ -87,6 +88,8 @@ class CellConfig:
         "--layout-shift", bool, help="pad allocations before each shape so buffers land differently in every cell"))
     ir_level: str | None = field(default=None, metadata=_flag(
         "--ir-level", choices=LEVELS, help="the shape set IR capture compiles (default: --level)"))
+    shard: str | None = field(default=None, metadata=_flag(
+        "--shard", help="I/N: only the shapes whose index is I modulo N (a parallel precompile's share)"))
     spawn: str = field(default="exec", metadata=_flag(
         "--spawn", choices=SPAWN_METHODS, help="how the plugin started this process (identity axis spawn)"))
 
@@ -126,4 +129,19 @@ class CellConfig:
         config = cls(**vars(parser.parse_args(list(argv))))
         if config.ir_only and config.ir_target is None:
             parser.error("--ir-only needs --ir-target: the target to compile for")
+        if config.shard is not None:
+            try:
+                config.shard_of()
+            except ValueError as exc:
+                parser.error(f"--shard {config.shard!r}: {exc}")
         return config
+
+    def shard_of(self) -> tuple[int, int]:
+        """(I, N) of ``--shard I/N``; (0, 1) without one."""
+        if self.shard is None:
+            return 0, 1
+        index, _, count = self.shard.partition("/")
+        i, n = int(index), int(count)  # ValueError names the bad text
+        if not 0 <= i < n:
+            raise ValueError(f"needs 0 <= I < N, got {i}/{n}")
+        return i, n

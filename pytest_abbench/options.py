@@ -158,6 +158,9 @@ def register(parser: pytest.Parser) -> None:
     add("--ab-spawn", type=choice(("auto", *cellconfig.SPAWN_METHODS)), default="auto",
         help="fork: each cell is forked from a per-side server that imported torch and Triton once (under 1 s "
              "instead of seconds per cell); exec: a fresh interpreter per cell; auto: fork on Linux (identity axis)")
+    add("--ab-precompile", type=choice(("on", "off")), default="on",
+        help="on: before an op's round 1 on a GPU, compile its kernels for both sides in parallel compile-only "
+             "processes (one share of the shapes each, every autotune candidate) into each side's Triton cache")
     add("--ab-control", action="store_true", default=False,
         help="A/A control: a third cell per round and op ([r<k>-A2]) runs side A again; each shape's A/A interval "
              "is printed, and where it excludes zero, directions no larger than that bias are withheld")
@@ -203,6 +206,7 @@ class Settings:
     fail_if_slower_pct: float | None
     layout_shift: bool = True
     spawn: str = "exec"
+    precompile: bool = True
     worker_scratch: Path | None = None
     sources: dict[str, str] = field(default_factory=dict)
 
@@ -287,6 +291,7 @@ def resolve(config: pytest.Config) -> Settings:
         fail_if_slower_pct=opt.ab_fail_if_slower,
         layout_shift=opt.ab_layout_shift == "on",
         spawn=resolve_spawn(opt.ab_spawn),
+        precompile=opt.ab_precompile == "on",
         worker_scratch=Path(opt.ab_worker_scratch) if opt.ab_worker_scratch else None,
         sources={"cell_timeout": timeout_src, "rounds": rounds_src},
     )

@@ -9,21 +9,21 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
 import pytest
 
-from pytest_abbench import tunercache
+from pytest_abbench import precompile, tunercache
 from pytest_abbench.campaign import Campaign
 from pytest_abbench.cellconfig import CHILD_MODULE, SPAWN_TIME_ENV, CellConfig, autotune_mode_for
 from pytest_abbench.cellrun import ChildResult, log_tail, run_child
 from pytest_abbench.exitcodes import describe, status_word
 from pytest_abbench.forkserver import ForkServerError, ForkServers
-from pytest_abbench.fileio import CorruptFileError, iter_jsonl
+from pytest_abbench.fileio import CorruptFileError, iter_jsonl, read_json, write_json_atomic
 from pytest_abbench.irgate import ttgir_files
-from pytest_abbench.layout import CellKey, RootLayout, ir_dir, results_file, run_log
+from pytest_abbench.layout import SIDES, TIMING_FILE, CellKey, RootLayout, ir_dir, results_file, run_log
 from pytest_abbench.markers import scan_log
 from pytest_abbench.options import Settings
 from pytest_abbench.outcome import FAILED_SHAPES, IR_ONLY, NO_SHAPES, OK, CellOutcome
@@ -68,6 +68,8 @@ class CellRunner:
         self.gpu = gpu
         self.check = controller_check()  # made now, while the controller that started this worker is alive
         self.servers = ForkServers(layout.servers) if settings.spawn == "fork" else None
+        self.precompiled: set[str] = set()
+        self._target: str | None | bool = False  # the GPU's Triton target, looked up once (False: not yet)
 
     def close(self) -> None:
         """End the session's fork servers (they would also die with this process)."""
@@ -141,17 +143,53 @@ class CellRunner:
         env = self.env(campaign, key, cell_dir)
         if self.servers is None:
             return run_child(argv, env, log_path, self.settings.cell_timeout_s, self.check)
+        started = time.monotonic()
         try:
             server = self.servers.server(argv[0], env, f"side-{key.side}")
         except ForkServerError as exc:
             with open(log_path, "a", encoding="utf-8") as log:
                 log.write(f"[abbench] {exc}\n[abbench] --ab-spawn exec starts each cell in a fresh interpreter\n")
-            return ChildResult(rc=EXIT_NO_SERVER, elapsed_s=0.0)
+            return ChildResult(rc=EXIT_NO_SERVER, elapsed_s=time.monotonic() - started)
         for notice in self.servers.notices:
             with open(log_path, "a", encoding="utf-8") as log:
                 log.write(f"[abbench] {notice}\n")
         self.servers.notices.clear()
-        return run_child(argv[3:], env, log_path, self.settings.cell_timeout_s, self.check, server)
+        waited = time.monotonic() - started  # a server started for this cell: its imports are this cell's start-up
+        child = run_child(argv[3:], env, log_path, self.settings.cell_timeout_s, self.check, server)
+        return ChildResult(child.rc, child.elapsed_s + waited)
+
+    def precompile(self, campaign: Campaign, key: CellKey, log_path: Path) -> float:
+        """Before an op's first round-1 cell on a GPU: compile its kernels for both sides in parallel.
+
+        Returns the seconds it took (0 when nothing ran); says what it did in the cell's log.
+        """
+        s = self.settings
+        if not s.precompile or s.backend != "cuda" or s.ir_only or key.round != 1 or key.op in self.precompiled:
+            return 0.0
+        self.precompiled.add(key.op)
+        if self._target is False:
+            self._target = precompile.gpu_target(self.gpu)
+        with open(log_path, "a", encoding="utf-8") as log:
+            if not isinstance(self._target, str):
+                log.write("[abbench] precompile skipped: nvidia-smi did not give the GPU's compute capability\n")
+                return 0.0
+            parallel = precompile.worker_share()
+            jobs = []
+            for side in SIDES:
+                side_key = CellKey(1, key.op, side)
+                config = self.config(campaign, side_key, self.layout.precompile(key.op))
+                n = precompile.shares(len(campaign.op(key.op).shapes_for(config.level)), parallel)
+                for i in range(n):
+                    out = self.layout.precompile(key.op) / f"{side}-{i + 1}of{n}"
+                    share = replace(config, out=out, ir_only=True, ir_target=self._target, ir_level=None,
+                                    autotune_mode="compile-all", shard=f"{i}/{n}")
+                    jobs.append(precompile.Job(out.name, [self.python(campaign, side_key), "-m", CHILD_MODULE,
+                                                          *share.to_argv()],
+                                               precompile.env_for(self.env(campaign, side_key, out)),
+                                               out / "compile.log"))
+            result = precompile.run_jobs(jobs, parallel, s.cell_timeout_s, self.check)
+            log.write(result.line(key.op) + "\n")
+        return result.seconds
 
     def run(self, campaign: Campaign, key: CellKey) -> CellRun:
         """Run the cell's child to the end (or its timeout) and read what it left."""
@@ -159,11 +197,15 @@ class CellRunner:
         cell_dir = self.layout.cell(key)
         log_path = run_log(cell_dir)
         cell_dir.mkdir(parents=True, exist_ok=True)
+        precompile_s = self.precompile(campaign, key, log_path)
         per_cell_tuner = self.tuner_cache(campaign, key.side) == "per-cell"
         records_tuning = autotune_mode_for(key.round, key.role) == "record"
         if per_cell_tuner and not records_tuning:
             tunercache.seed_from_record(self.layout.root, key.op, cell_dir / tunercache.CELL_CACHE_DIR)
         child = self.start_cell(campaign, key, cell_dir, log_path)
+        if precompile_s:
+            child = ChildResult(child.rc, child.elapsed_s + precompile_s)
+            add_timing(cell_dir, "precompile_s", precompile_s)
         if per_cell_tuner and records_tuning:
             tunercache.keep_record(cell_dir / tunercache.CELL_CACHE_DIR, self.layout.root, key.op)
         problems: list[str]
@@ -192,6 +234,17 @@ class CellRunner:
             failure = (f"{header} after {child.elapsed_s:.1f}s\n{detail}\n"
                        f"--- tail of {log_path} ---\n{log_tail(log_path)}")
         return CellRun(outcome, failure)
+
+
+def add_timing(cell_dir: Path, name: str, seconds: float) -> None:
+    """Add a parent-side part (the precompile) to the cell's cell_timing.json, if the child wrote one."""
+    path = cell_dir / TIMING_FILE
+    try:
+        timing = read_json(path)
+    except (CorruptFileError, OSError):
+        return
+    if isinstance(timing, dict):
+        write_json_atomic(path, {**timing, name: seconds})
 
 
 def count_shapes(cell_dir: Path) -> tuple[int, int, list[str]]:

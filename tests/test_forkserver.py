@@ -149,3 +149,16 @@ def test_a_dead_server_fails_its_cell_by_name_and_is_replaced(
     side_b = [c for c in _seen(seen) if c["switch"] == "1"]
     assert len({c["server"] for c in side_b}) == 2, "a new server after the first one was killed"
     assert "starting a new one" in (root / "r2_B" / "ok" / "run.log").read_text()
+
+
+@pytest.mark.parametrize("first_line, version", [
+    ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Thu Oct  2 12:00:00 UTC 2025", "580.159.04"),
+    ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.86.15  Release Build  (dvs-builder@U16)", "570.86.15"),
+])
+def test_the_driver_version_is_read_from_proc(tmp_path: Path, first_line: str, version: str) -> None:
+    """Each cell's identity names the driver; /proc has it without an nvidia-smi process per cell."""
+    from pytest_abbench.child.identity import driver_version
+
+    path = tmp_path / "version"
+    path.write_text(first_line + "\nGCC version:  gcc version 12.3.0\n")
+    assert driver_version(path) == version

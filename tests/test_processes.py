@@ -87,14 +87,15 @@ DAEMON_CAMPAIGN = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.parametrize("spawn", ["fork", "exec"])
 def test_no_descendant_outlives_its_cell(campaign_dir: pytest.Pytester, tmp_path: Path,
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
+                                         monkeypatch: pytest.MonkeyPatch, spawn: str) -> None:
     campaign_dir.makepyfile(d=DAEMON_CAMPAIGN)
     pids = tmp_path / "pids"
     pids.mkdir()
     monkeypatch.setenv("DAEMON_DIR", str(pids))
     result = campaign_dir.runpytest_subprocess("d.py", "--ab-rounds", "1", "-k", "r1-A and not hangs", "--ab-root",
-                                               str(tmp_path / "root"), *FAST)
+                                               str(tmp_path / "root"), "--ab-spawn", spawn, *FAST)
     daemons = {f.name: int(f.read_text()) for f in pids.iterdir()}
     try:
         result.assert_outcomes(passed=1, failed=1)  # "crashes" exits 3 in build, after its daemon started
@@ -109,12 +110,13 @@ def test_no_descendant_outlives_its_cell(campaign_dir: pytest.Pytester, tmp_path
                 os.kill(pid, signal.SIGKILL)
 
 
-def test_ctrl_c_during_a_cell_leaves_no_descendant(campaign_dir: pytest.Pytester, tmp_path: Path) -> None:
+@pytest.mark.parametrize("spawn", ["fork", "exec"])
+def test_ctrl_c_during_a_cell_leaves_no_descendant(campaign_dir: pytest.Pytester, tmp_path: Path, spawn: str) -> None:
     campaign_dir.makepyfile(d=DAEMON_CAMPAIGN)
     pids = tmp_path / "pids"
     pids.mkdir()
     session = subprocess.Popen([sys.executable, "-m", "pytest", "d.py", "--ab-rounds", "1", "-k", "hangs and r1-A",
-                                "--ab-root", str(tmp_path / "root"), *FAST], cwd=campaign_dir.path,
+                                "--ab-root", str(tmp_path / "root"), "--ab-spawn", spawn, *FAST], cwd=campaign_dir.path,
                                env={**os.environ, "DAEMON_DIR": str(pids)},
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     daemon = pids / "hangs"

@@ -98,6 +98,7 @@ def measure(config: CellConfig) -> int:
     if tuner_dir is not None and config.autotune_mode == "replay":
         tunercache.report_growth(tuner_rows_before, tunercache.row_counts(tuner_dir), log, AUTOTUNE_REPLAY_FALLBACK)
     phases["autotune_bench_calls"] = pin.bench_calls
+    phases["autotune_s"] = pin.bench_s  # part of first_call_s
     phases["ir_variants"] = len(ir_written)
     phases["total_s"] = time.time() - spawned
     write_json_atomic(out / TIMING_FILE, phases)
@@ -222,10 +223,15 @@ def run_ir_only(config: CellConfig) -> int:
     if hook is not None:
         hook()
     record = config.autotune_file
-    pin = AutotunePin("replay" if record and record.exists() else "off", record, log, can_benchmark=lambda _: False)
+    mode = config.autotune_mode if config.autotune_mode == "compile-all" else \
+        "replay" if record and record.exists() else "off"
+    pin = AutotunePin(mode, record, log, can_benchmark=lambda _: False)
     install(pin)
     written = install_capture(out / IR_DIR)
-    for shape in op.shapes_for(config.level):
+    shard, shards = config.shard_of()
+    for index, shape in enumerate(op.shapes_for(config.level)):
+        if index % shards != shard:
+            continue
         built = op.build(shape, "cpu")
         run = built.run if isinstance(built, Case) else built
         run()

@@ -1,0 +1,117 @@
+"""Compile an op's kernels for both sides in parallel before its round 1 is timed (``--ab-precompile``).
+
+Round 1 otherwise compiles every shape's kernels one after another inside
+the timed cells while the host's other cores idle.  Before an op's first
+round-1 cell, the runner starts compile-only children (the ``--ab-ir-only``
+machinery: a stand-in driver for the GPU's target, nothing launched), one
+share of the shapes each, for both sides, each with exactly its side's cell
+environment, so they fill each side's own ``TRITON_CACHE_DIR`` under the
+keys the timed cells look up.  Autotuned kernels compile every candidate
+config (``autotune_mode=compile-all``); nothing is chosen or recorded.  The
+timed cells then load kernels from the cache.  A failed precompile costs
+nothing but time: the cell compiles what is missing itself.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+from pytest_abbench.cellrun import kill_group
+
+# The pass dump of IR triage (MLIR_ENABLE_DUMP) would change nothing in the cache key but cost time.
+QUIET_ENV = {"ABBENCH_PASS_DUMP": "0"}
+
+
+def gpu_target(gpu: str | None) -> str | None:
+    """The Triton target of the GPU cells time on (``cuda:90`` for an H200), from nvidia-smi; None if unknown."""
+    index = gpu if gpu is not None and gpu.isdigit() else "0"
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader", "-i", index],
+                             capture_output=True, text=True, timeout=20, check=True).stdout.strip()
+        major, minor = out.splitlines()[0].strip().split(".")
+        return f"cuda:{int(major)}{int(minor)}"
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
+
+
+def worker_share() -> int:
+    """Compile processes this pytest process may run at once: the host's cores over its xdist workers."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+    return max(1, cores // max(1, workers))
+
+
+@dataclass
+class Job:
+    """One compile-only child: a side's share of the shapes."""
+
+    name: str  # e.g. "B-2of6": side B, share 2 of 6
+    argv: list[str]
+    env: dict[str, str]
+    log: Path
+
+
+@dataclass
+class PrecompileResult:
+    seconds: float
+    jobs: int
+    failed: list[str]  # "B-2of6 rc 1 (log ...)"
+
+    def line(self, op: str) -> str:
+        text = f"[abbench] precompiled {op} for both sides: {self.jobs} compile-only processes in {self.seconds:.1f}s"
+        if self.failed:
+            text += f"; failed (the cells compile those kernels themselves): {'; '.join(self.failed)}"
+        return text
+
+
+def run_jobs(jobs: Sequence[Job], parallel: int, timeout_s: float,
+             check: Callable[[], None] | None = None) -> PrecompileResult:
+    """Run ``jobs``, at most ``parallel`` at a time, each in its own session; kill what is left at the end."""
+    started = time.monotonic()
+    deadline = started + timeout_s
+    pending = list(jobs)
+    running: dict[str, tuple[subprocess.Popen[bytes], Job]] = {}
+    failed: list[str] = []
+    try:
+        while pending or running:
+            while pending and len(running) < parallel:
+                job = pending.pop(0)
+                job.log.parent.mkdir(parents=True, exist_ok=True)
+                with open(job.log, "wb") as log:
+                    proc = subprocess.Popen(job.argv, env=job.env, stdin=subprocess.DEVNULL, stdout=log,
+                                            stderr=subprocess.STDOUT, start_new_session=True)
+                running[job.name] = (proc, job)
+            for name, (proc, job) in list(running.items()):
+                if proc.poll() is not None:
+                    del running[name]
+                    kill_group(proc.pid)
+                    if proc.returncode != 0:
+                        failed.append(f"{name} rc {proc.returncode} (log {job.log})")
+            if time.monotonic() > deadline:
+                failed += [f"{name} timed out after {timeout_s:g}s" for name in running]
+                failed += [f"{job.name} not started (timeout)" for job in pending]
+                pending.clear()
+                break
+            if check is not None:
+                check()
+            time.sleep(0.05)
+    finally:
+        for proc, _ in running.values():
+            kill_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return PrecompileResult(time.monotonic() - started, len(jobs), failed)
+
+
+def shares(shape_count: int, parallel: int) -> int:
+    """Shares per side: every process gets work, and both sides together fit the cores when they can."""
+    return max(1, min(shape_count, max(1, parallel // 2)))
+
+
+def env_for(env: Mapping[str, str]) -> dict[str, str]:
+    return {**env, **QUIET_ENV}

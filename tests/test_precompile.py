@@ -1,0 +1,107 @@
+"""Parallel precompile (``--ab-precompile``): compile-only shares fill a side's Triton cache, every autotune candidate.
+
+Without a GPU the timed cells cannot run, so the test drives what the runner
+starts before an op's round 1: compile-only cell children for cuda:90 with
+``--autotune-mode compile-all --shard I/N`` (``precompile.run_jobs``), and
+checks the Triton cache they leave.  Whether a GPU cell then loads from that
+cache is measured on the H200 (docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_abbench import precompile
+from pytest_abbench.cellconfig import CHILD_MODULE, CellConfig
+
+AUTOTUNED_CAMPAIGN = '''
+import torch
+import triton
+import triton.language as tl
+from pytest_abbench import Case, Op, Switch
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 32}, num_warps=1), triton.Config({"BLOCK": 64}, num_warps=2)],
+                 key=["n"])
+@triton.jit
+def scale_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2, mask=mask)
+
+
+def build(shape, device):
+    x = torch.ones(shape["n"], device=device)
+    y = torch.empty_like(x)
+    grid = lambda meta: (triton.cdiv(shape["n"], meta["BLOCK"]),)
+    return Case(run=lambda: scale_kernel[grid](x, y, shape["n"]) or y)
+
+
+OPS = [Op("scale", build=build, shapes={"core": [{"n": 256}, {"n": 1000}, {"n": 4096}]})]
+SWITCH = Switch(env_b={"ABBENCH_TEST_SWITCH": "1"})
+'''
+
+
+def job(tmp_path: Path, campaign: Path, shard: str, cache: Path) -> precompile.Job:
+    out = tmp_path / f"share-{shard.replace('/', 'of')}"
+    config = CellConfig(campaign=campaign, op="scale", round_no=1, side="A", role="A", out=out, backend="cuda",
+                        timer="cudagraph", level="core", ir_target="cuda:90", ir_only=True,
+                        autotune_mode="compile-all", shard=shard)
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET",)}
+    env["TRITON_CACHE_DIR"] = str(cache)
+    return precompile.Job(out.name, [sys.executable, "-m", CHILD_MODULE, *config.to_argv()],
+                          precompile.env_for(env), out / "compile.log")
+
+
+def cubins(cache: Path) -> list[Path]:
+    return sorted(cache.rglob("*.cubin"))
+
+
+@pytest.mark.slow
+def test_shares_compile_every_candidate_of_their_own_shapes_into_the_side_cache(tmp_path: Path) -> None:
+    campaign = tmp_path / "camp.py"
+    campaign.write_text(AUTOTUNED_CAMPAIGN)
+    cache = tmp_path / "triton_A"
+    # Shapes 0 and 2 (n=256, n=4096) in share 0 of 2, shape 1 (n=1000) in share 1: the key is n, so
+    # 3 keys x 2 configs; n=256 and n=4096 specialise alike (both divisible by 16), n=1000 does not.
+    result = precompile.run_jobs([job(tmp_path, campaign, "0/2", cache), job(tmp_path, campaign, "1/2", cache)],
+                                 parallel=2, timeout_s=600)
+    assert result.failed == [], result.failed
+    assert result.jobs == 2
+    compiled = cubins(cache)
+    # Two configs x two specialisations of n (divisible by 16 or not); each compiled once, shared by the shares.
+    assert len(compiled) == 4, [p.parent.name for p in compiled]
+    for share in ("0of2", "1of2"):
+        log = (tmp_path / f"share-{share}" / "compile.log").read_text()
+        assert "kernel variants" in log, log
+    assert "precompiled scale for both sides: 2 compile-only processes" in result.line("scale")
+
+
+def test_a_failing_share_is_named_and_the_rest_still_runs(tmp_path: Path) -> None:
+    bad = precompile.Job("B-1of2", [sys.executable, "-c", "import sys; sys.exit(3)"], dict(os.environ),
+                         tmp_path / "bad" / "compile.log")
+    good = precompile.Job("B-2of2", [sys.executable, "-c", "open(%r, 'w').close()" % str(tmp_path / "ran")],
+                          dict(os.environ), tmp_path / "good" / "compile.log")
+    slow = precompile.Job("A-1of1", [sys.executable, "-c", "import time; time.sleep(60)"], dict(os.environ),
+                          tmp_path / "slow" / "compile.log")
+    result = precompile.run_jobs([bad, good, slow], parallel=3, timeout_s=5)
+    assert (tmp_path / "ran").exists()
+    assert any(f.startswith("B-1of2 rc 3 (log ") for f in result.failed), result.failed
+    assert "A-1of1 timed out after 5s" in result.failed
+    assert result.seconds < 30
+    assert "the cells compile those kernels themselves" in result.line("op")
+
+
+def test_shard_values_are_checked() -> None:
+    config = CellConfig(campaign=Path("c.py"), op="o", round_no=1, side="A", role="A", out=Path("x"),
+                        backend="cuda", timer="cudagraph", level="core", shard="1/3")
+    assert config.shard_of() == (1, 3)
+    assert CellConfig.from_argv(config.to_argv()) == config
+    others = [a for a in config.to_argv() if not a.startswith("--shard")]
+    for bad in ("3/3", "x/2", "1"):
+        with pytest.raises(SystemExit):
+            CellConfig.from_argv([*others, f"--shard={bad}"])
