@@ -9,9 +9,9 @@
 3. 10,000 status rows appended by 8 concurrent processes: time, rows lost, rows torn.
 4. Reading a root of 10,000 cells (200 ops x 25 rounds x 2 sides, 5 shapes each) into the report.
 5. What the process that writes the root pays per cell, and the bytes a cell weighs on the wire, for one
-   campaign of 8 cells (5 shapes each) run twice: serially (the cell measures into the root, landed in place) and with
-   ``-n 2`` (each worker measures into its scratch root and ships the cell on its test report; the
-   controller lands it).  A probe plugin loaded into every process (``PYTEST_PLUGINS``) times the
+   campaign of 8 cells (5 shapes each) run twice: serially (the cell measures into the root, landed in
+   place) and with ``-n 2`` (each worker measures into its scratch root and ships the cell on its test
+   report; the controller lands it).  A probe plugin loaded into every process (``PYTEST_PLUGINS``) times the
    hooks and functions involved and weighs each report as execnet encodes it.
 """
 
