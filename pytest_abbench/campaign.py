@@ -359,6 +359,45 @@ def module_name_for(path: Path) -> str:
     return f"abbench_campaign_{re.sub(r'[^A-Za-z0-9_]', '_', path.stem)}_{digest}"
 
 
+# Campaign files import helpers that sit beside them (``from _kernels.switches import x``), by top-level
+# name.  Two campaign folders may each have a ``_kernels``, and one process (collection, an xdist worker)
+# imports campaigns of both, while sys.modules holds one module per name.  So each folder keeps the
+# helper modules its campaigns imported, and they are in sys.modules only while a campaign of that
+# folder is imported.  A cell child imports one campaign, so its build and setup hook, which may import
+# more helpers later, find that folder first on sys.path and its helpers in sys.modules.
+_FOLDER_HELPERS: dict[Path, dict[str, ModuleType]] = {}
+
+
+def _enter_folder(folder: Path) -> set[str]:
+    """Make ``folder``'s helpers the ones an import finds; returns the module names imported before."""
+    entry = str(folder)
+    sys.path[:] = [entry, *(p for p in sys.path if p != entry)]
+    for other, helpers in _FOLDER_HELPERS.items():
+        if other != folder:
+            for name, module in helpers.items():
+                if sys.modules.get(name) is module:
+                    del sys.modules[name]
+    sys.modules.update(_FOLDER_HELPERS.get(folder, {}))
+    return set(sys.modules)
+
+
+def _helpers_imported(folder: Path, before: set[str]) -> dict[str, ModuleType]:
+    """The modules imported since ``before`` whose top-level module or package is a file or folder in
+    ``folder`` (its ``_kernels``); a library the helpers import lives elsewhere and is shared."""
+    found: dict[str, ModuleType] = {}
+    for name in set(sys.modules) - before:
+        top = name.partition(".")[0]
+        spec = getattr(sys.modules.get(top), "__spec__", None)
+        if spec is None:
+            continue
+        places = list(spec.submodule_search_locations or ()) or ([spec.origin] if spec.origin else [])
+        if any(Path(p).parent == folder and Path(p).name.partition(".")[0] == top for p in places):
+            module = sys.modules.get(name)
+            if module is not None:
+                found[name] = module
+    return found
+
+
 def load_campaign(path: str | Path) -> Campaign:
     """Import a campaign file and validate what it declares."""
     path = Path(path).resolve()
@@ -369,16 +408,15 @@ def load_campaign(path: str | Path) -> Campaign:
     if spec is None or spec.loader is None:
         raise CampaignError(f"{path}: cannot be imported as a Python file")
     module = importlib.util.module_from_spec(spec)
-    # Campaign files import helpers that sit beside them (campaigns/_kernels).
-    folder = str(path.parent)
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
+    before = _enter_folder(path.parent)
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
     except Exception as exc:
         del sys.modules[name]
         raise CampaignError(_import_failure(path, exc)) from None
+    finally:
+        _FOLDER_HELPERS.setdefault(path.parent, {}).update(_helpers_imported(path.parent, before))
 
     skip = getattr(module, "SKIP", None)
     if skip:

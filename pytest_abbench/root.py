@@ -46,6 +46,22 @@ def op_fingerprints(ops: Mapping[str, str | Path], load: Callable[[Path], Campai
     return found
 
 
+class RootStop(pytest.exit.Exception):  # type: ignore[name-defined,misc]
+    """Stops the session with exit 6, the root cannot be used; the user reads ``abbench: <why>``."""
+
+    # pytest prints an exit as "<module>.<class>: <message>", i.e. "_pytest.outcomes.Exit: ...". A class of
+    # module "builtins" is printed without its module (pytest's own Interrupted is declared so for that
+    # reason), and the class is named for the product: the line reads as the product's own error.
+    __module__ = "builtins"
+    __qualname__ = "abbench"
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why, returncode=EXIT_ROOT)
+
+
+RootStop.__name__ = "abbench"  # an exit before the session started is printed as "<__name__>: <message>"
+
+
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
@@ -81,10 +97,10 @@ class CampaignRoot:
             fd = os.open(self.layout.lock, os.O_RDWR | os.O_CREAT, 0o644)
         except (FileExistsError, NotADirectoryError):
             blocker = next((p for p in (self.path, *self.path.parents) if p.exists() and not p.is_dir()), self.path)
-            pytest.exit(f"abbench: cannot use the root {self.path}: {blocker} is a file, not a folder; "
-                        "give --ab-root a folder", returncode=EXIT_ROOT)
+            raise RootStop(f"cannot use the root {self.path}: {blocker} is a file, not a folder; "
+                           "give --ab-root a folder")
         except OSError as exc:
-            pytest.exit(f"abbench: cannot write the root {self.path}: {exc.strerror}", returncode=EXIT_ROOT)
+            raise RootStop(f"cannot write the root {self.path}: {exc.strerror}")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -92,8 +108,8 @@ class CampaignRoot:
             holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
             os.close(fd)
             who = f"pid {holder}" if holder else "a session still starting"
-            pytest.exit(f"abbench: root {self.path} is in use by another pytest session ({who}); "
-                        "use another --ab-root", returncode=EXIT_ROOT)
+            raise RootStop(f"root {self.path} is in use by another pytest session ({who}); "
+                           "use another --ab-root")
         # Write, then cut: a reader never sees an empty file where a previous holder's pid was.
         pid = str(os.getpid()).encode()
         os.pwrite(fd, pid, 0)
@@ -103,7 +119,7 @@ class CampaignRoot:
         problem = self.write_manifest(campaign_files, switch_env, plan, fingerprints or {})
         if problem:
             self.release()
-            pytest.exit(problem, returncode=EXIT_ROOT)
+            raise RootStop(problem)
         self.say(f"abbench root: {self.path}" + (" (resumed)" if self.resume else ""))
 
     def write_manifest(self, campaign_files: list[Path], switch_env: dict[str, str] | None,
@@ -126,16 +142,16 @@ class CampaignRoot:
                 planned = CampaignPlan.from_json(before[PLAN_FIELD]) if isinstance(before.get(PLAN_FIELD), dict) \
                     else None
             except (CorruptFileError, KeyError, TypeError, ValueError) as exc:
-                return f"abbench: cannot resume {self.path}: {self.layout.manifest} is unreadable ({exc})"
+                return f"cannot resume {self.path}: {self.layout.manifest} is unreadable ({exc})"
             if planned is not None and plan.rounds < planned.rounds:
-                return (f"abbench: cannot resume {self.path} with {_count(plan.rounds, 'round')}: it was planned with "
+                return (f"cannot resume {self.path} with {_count(plan.rounds, 'round')}: it was planned with "
                         f"{planned.rounds}, and a {plan.rounds}-round report would replace the one its "
                         f"{planned.rounds} rounds make; resume with --ab-rounds {planned.rounds} (or more), or read "
                         f"it as it is with `abbench summary {self.path}`")
             if not isinstance(before.get(OPS_FIELD), dict):
                 for field_name, what in (("campaign_files", "campaign file(s)"), ("switch_env", "--ab-switch-env")):
                     if before.get(field_name) != manifest[field_name]:
-                        return (f"abbench: cannot resume {self.path}: it was written with {what} "
+                        return (f"cannot resume {self.path}: it was written with {what} "
                                 f"{before.get(field_name)!r}, this session has {manifest[field_name]!r}; "
                                 "resume with the same campaign and switch, or start a new root")
             else:
@@ -243,9 +259,8 @@ class CampaignRoot:
     def check_alive(self) -> None:
         """A root deleted or unmounted mid-campaign stops the session instead of being silently recreated."""
         if not self.layout.lock.exists():
-            pytest.exit(f"abbench: the root {self.path} vanished or lost its {self.layout.lock.name} during the "
-                        "session; every row written before is in its status.tsv if the folder still exists",
-                        returncode=EXIT_ROOT)
+            raise RootStop(f"the root {self.path} vanished or lost its {self.layout.lock.name} during the "
+                           "session; every row written before is in its status.tsv if the folder still exists")
 
     def append(self, outcome: CellOutcome) -> None:
         """Append the outcome's status row; a root that cannot take it stops the session (exit 6)."""
@@ -253,7 +268,7 @@ class CampaignRoot:
             append_status_row(self.path, outcome.to_row())
         except OSError as exc:
             why = "the root vanished" if not self.path.is_dir() else (exc.strerror or str(exc))
-            pytest.exit(f"abbench: cannot append to {self.layout.status}: {why}", returncode=EXIT_ROOT)
+            raise RootStop(f"cannot append to {self.layout.status}: {why}")
 
     def finished(self, key: CellKey) -> CellOutcome | None:
         """On --ab-resume: the cell's outcome when it finished before (the last row of each cell decides)."""

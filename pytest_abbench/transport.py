@@ -199,12 +199,10 @@ def land(shipped: ShippedCell, root: "CampaignRoot", campaign: str | None = None
                 write_blobs(root.path, shipped.root_files)
             write_json_atomic(origin_file(folder), shipped.origin())
         except (OSError, ValueError) as exc:
-            import pytest
-
-            from pytest_abbench.exitcodes import EXIT_ROOT
+            from pytest_abbench.root import RootStop
 
             why = "the root vanished" if not root.layout.lock.exists() else str(exc)
-            pytest.exit(f"abbench: cannot write cell {outcome.key} into {folder}: {why}", returncode=EXIT_ROOT)
+            raise RootStop(f"cannot write cell {outcome.key} into {folder}: {why}") from None
     root.append(landed)
     return landed
 

@@ -169,6 +169,46 @@ def test_switch_interpreter_that_has_torch_and_triton_is_accepted(campaign_dir: 
         ["2 tests collected*"])
 
 
+def helper_folder_campaign(who: str) -> str:
+    """A campaign in folder ``who`` whose switch hook and build come from its own ``_kernels`` package."""
+    return textwrap.dedent(f'''
+        from pytest_abbench import Case, Op, Switch
+        from _kernels.switches import {who}_hook
+
+        def build(shape, device):
+            import torch
+            from _kernels import switches  # a build imports its kernels in the cell
+            print(f"BUILD {{switches.WHO}}")
+            x = torch.arange(shape["n"], dtype=torch.float32)
+            return Case(run=lambda: x + 1, expected=lambda: x + 1)
+
+        OPS = [Op("{who}_op", build=build, shapes={{"smoke": [{{"n": 8}}]}})]
+        SWITCH = Switch(setup_b={who}_hook)
+    ''')
+
+
+def test_two_campaign_folders_each_with_its_own_kernels_package(campaign_dir: pytest.Pytester,
+                                                                tmp_path: Path) -> None:
+    # Both folders have a _kernels.switches, with different names in it: each campaign must see its own,
+    # at collection (one process imports both) and in its cells (each imports one).
+    for who in ("alpha", "beta"):
+        kernels = campaign_dir.path / who / "_kernels"
+        kernels.mkdir(parents=True)
+        (kernels / "__init__.py").write_text("")
+        (kernels / "switches.py").write_text(f'WHO = "{who}"\n\ndef {who}_hook():\n    print("HOOK {who}")\n')
+        (campaign_dir.path / who / f"{who}_camp.py").write_text(helper_folder_campaign(who))
+    root = tmp_path / "root"
+    result = campaign_dir.runpytest_subprocess("alpha", "beta", "--ab-rounds", "1", "--ab-level", "smoke",
+                                               "--ab-root", str(root), "--ab-ir-target", "none",
+                                               "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=4)
+    for who in ("alpha", "beta"):
+        for side in ("A", "B"):
+            log = (root / f"r1_{side}" / f"{who}_op" / "run.log").read_text()
+            assert f"BUILD {who}\n" in log, log
+            assert (f"HOOK {who}\n" in log) == (side == "B"), log
+
+
 def _script(path: Path, body: str, mode: int = 0o755) -> Path:
     path.write_text(f"#!/bin/sh\n{body}\n")
     path.chmod(mode)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,30 @@ def test_collection_line_counts_in_singular_and_plural(campaign_dir: pytest.Pyte
     campaign_dir.makepyfile(c=simple_campaign(ops))
     result = campaign_dir.runpytest("c.py", "--collect-only", "-q", "--ab-rounds", rounds)
     result.stdout.fnmatch_lines([line])
+
+
+def test_a_root_error_reads_as_abbench_s_own_line(campaign_dir: pytest.Pytester, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # Stopped at collection (the root is a file) and while cells run (the root vanished under a cell).
+    campaign_dir.makepyfile(c=simple_campaign('"one"', extra='''
+        def vanish(shape, device):
+            import os, shutil
+            shutil.rmtree(os.environ["DOOMED_ROOT"])
+            return build(shape, device)
+        ''') + 'OPS.append(Op("vanish", build=vanish, shapes={"smoke": [{"n": 8}]}))\n')
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    root = tmp_path / "root"
+    fast = ("--ab-rounds", "1", "--ab-ir-target", "none", "-p", "no:cacheprovider")
+    stopped = campaign_dir.runpytest_subprocess("c.py", "--ab-root", str(blocker / "root"), *fast)
+    monkeypatch.setenv("DOOMED_ROOT", str(root))
+    vanished = campaign_dir.runpytest_subprocess("c.py", "-k", "vanish", "--ab-root", str(root), *fast)
+    for result, line in ((stopped, re.escape(f"cannot use the root {blocker / 'root'}: {blocker} is a file, "
+                                             "not a folder; give --ab-root a folder")),
+                         (vanished, re.escape(f"cannot append to {root / 'status.tsv'}: the root vanished"))):
+        assert result.ret == 6
+        result.stdout.re_match_lines([rf"^!+ abbench: {line} !+$"])
+        assert "_pytest.outcomes.Exit" not in result.stdout.str() + result.stderr.str()
 
 
 # A Triton add kernel (the switch cannot change its TTGIR) whose side B gives a wrong result in round 1 only.
