@@ -97,14 +97,13 @@ def resolve_pass(pass_name: str, who: str) -> tuple[str, str, Any]:
             raise RuntimeError(f"{who}: Triton {version} has no pass group {group!r} for pass {pass_name!r} "
                                f"(groups: {', '.join(sorted(groups))})")
         found = [group] if callable(getattr(groups[group], binding, None)) else []
-        searched = [tritoncompat.pass_module_path(group)]
+        where = f"{tritoncompat.pass_module_path(group)}.{binding}"
     else:
-        found = [g for g, m in groups.items() if callable(getattr(m, binding, None))]
-        searched = [tritoncompat.pass_module_path(g) for g in sorted(groups)]
+        found = sorted(g for g, m in groups.items() if callable(getattr(m, binding, None)))
+        where = f"{binding} in any group of triton._C.libtriton[.<backend>].passes: {', '.join(sorted(groups))}"
     if not found:
         known = sorted({f"{g}.{n[4:]}" for g, m in groups.items() for n in dir(m) if n.startswith("add_")})
         close = difflib.get_close_matches(pass_name, known + [k.rpartition(".")[2] for k in known], n=3)
-        where = f"{searched[0]}.{binding}" if len(searched) == 1 else f"{binding} in any of {', '.join(searched)}"
         raise RuntimeError(f"{who}: Triton {version} has no pass {pass_name!r} (no {where})"
                            + (f"; close: {', '.join(dict.fromkeys(close))}" if close else ""))
     if len(found) > 1:
