@@ -49,7 +49,8 @@ def knobs(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     from triton import knobs
 
     monkeypatch.setattr(knobs.runtime, "add_stages_inspection_hook", None)
-    return knobs
+    module: ModuleType = knobs
+    return module
 
 
 def triton_minor() -> tuple[int, int]:

@@ -36,7 +36,8 @@ def knobs(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     from triton import knobs
 
     monkeypatch.setattr(knobs.runtime, "add_stages_inspection_hook", None)
-    return knobs
+    module: ModuleType = knobs
+    return module
 
 
 def test_importing_the_api_imports_neither_torch_nor_triton() -> None:
