@@ -130,7 +130,7 @@ def pass_groups() -> dict[str, ModuleType]:
 
 
 def pass_module_path(group: str) -> str:
-    """The import path of a pass group, for messages: ``nvidia.ttnvgpuir`` -> ``triton._C.libtriton.nvidia.passes.ttnvgpuir``."""
+    """A pass group's import path: ``nvidia.ttnvgpuir`` -> ``triton._C.libtriton.nvidia.passes.ttnvgpuir``."""
     backend, dot, name = group.rpartition(".")
     return f"triton._C.libtriton.{backend}{dot}passes.{name}"
 
