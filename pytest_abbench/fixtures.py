@@ -164,7 +164,10 @@ def abbench_ir_gate(abbench_cell: Cell, request: pytest.FixtureRequest) -> Itera
     folders = {side: session.root.layout.cell(CellKey(1, key.op, side)) for side in SIDES}
     if key.op in session.gates or not all(run_log(f).exists() for f in folders.values()):
         return  # decided already, or the other side has not run yet (or was deselected)
-    decision = irgate.decide(key.op, ir_dir(folders["A"]), ir_dir(folders["B"]))
+    switch = cell.campaign.switch
+    basis = session.settings.ir_basis(cell.campaign.op(key.op).shapes,
+                                      {side: switch.options(side).get("level") for side in SIDES})
+    decision = irgate.decide(key.op, ir_dir(folders["A"]), ir_dir(folders["B"]), basis)
     irgate.save_decision(session.root.path, decision)
     session.gates[key.op] = decision
     request.node.user_properties.append((GATE_PROPERTY, json.dumps(decision.to_json())))

@@ -319,6 +319,7 @@ class GateDecision:
     fingerprint_a: str | None = None
     fingerprint_b: str | None = None
     kernels: list[KernelDiff] = field(default_factory=list)
+    basis: str = ""  # what round 1 compiled, e.g. "core for cuda:90" (options.Settings.ir_basis)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -327,7 +328,7 @@ class GateDecision:
     def from_json(cls, data: dict[str, Any]) -> "GateDecision":
         kernels = [KernelDiff(**k) for k in data.get("kernels", [])]
         return cls(data["op"], data["state"], data["reason"], data.get("fingerprint_a"), data.get("fingerprint_b"),
-                   kernels)
+                   kernels, data.get("basis", ""))
 
     def headline(self) -> list[str]:
         """Lines like ``convert_layout 41 -> 9 (-32)`` for the kernels that changed."""
@@ -350,11 +351,18 @@ class GateDecision:
         return lines
 
 
-def decide(op: str, ir_a: Path, ir_b: Path) -> GateDecision:
+def decide(op: str, ir_a: Path, ir_b: Path, basis: str = "") -> GateDecision:
     """Compare round 1's two sides: TTGIR, and the stages after it where captured.
 
-    Never 'no_diff' without TTGIR on both sides.
+    Never 'no_diff' without TTGIR on both sides.  ``basis`` says what was
+    compiled (shape level and target), for the report's line.
     """
+    decision = _decide(op, ir_a, ir_b)
+    decision.basis = basis
+    return decision
+
+
+def _decide(op: str, ir_a: Path, ir_b: Path) -> GateDecision:
     files_a, files_b = gated_files(ir_a, ir_b), gated_files(ir_b, ir_a)
     fa, fb = fingerprint_ttgir(ir_a, files_a), fingerprint_ttgir(ir_b, files_b)
     if fa is None or fb is None:

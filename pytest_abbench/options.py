@@ -12,7 +12,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Collection
+from typing import Any, Callable, Collection, Mapping
 
 import pytest
 
@@ -227,6 +227,27 @@ class Settings:
             # on a laptop (topk's side B), and interpreter timings say nothing about the GPU anyway.
             return self.level
         return IR_LEVEL if IR_LEVEL in op_levels else self.level
+
+    def ir_target_for(self, round_no: int) -> str | None:
+        """The target a cell of ``round_no`` compiles for without running (None: it captures what it runs, or nothing).
+
+        --ab-ir-only is triage: every cell compiles for the IR target through a
+        stand-in driver.  Without a GPU, round 1 compiles for it so the gate has
+        TTGIR to compare.
+        """
+        return self.ir_target if self.ir_only or (self.backend != "cuda" and round_no == 1) else None
+
+    def ir_basis(self, op_levels: Collection[str], side_levels: Mapping[str, str | None]) -> str:
+        """What round 1's IR capture compiled, as the gate's line says it: ``core for cuda:90``, ``core on the GPU``.
+
+        ``side_levels``: each side's own ``level`` option (None where it has none).
+        """
+        target = self.ir_target_for(1)
+        levels = {side: self.ir_level_for(op_levels, level) if target else level or self.level
+                  for side, level in side_levels.items()}
+        text = (next(iter(levels.values())) if len(set(levels.values())) == 1
+                else ", ".join(f"{level} ({side})" for side, level in levels.items()))
+        return f"{text} for {target}" if target else f"{text} on the GPU"
 
 
 def _from_env_or_ini(config: pytest.Config, cli: Any, env_name: str | None, ini_name: str,

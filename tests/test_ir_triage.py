@@ -7,6 +7,8 @@
   router_gemm (BM 16 at its smoke shape, 64 at core) at a fraction of its
   compile time.  (An op without core shapes compiles its smoke ones: the
   IR-only tests of test_irgate.py run such a campaign.)
+- The report's gate line says what its decision rests on: the level and
+  the target compiled (``IR gate diff (compiled at core for cuda:90)``).
 - Each changed kernel names the first compiler stage and the first pass whose
   output differs: real compilations under DISABLE_MMA_V3=1 and under the
   layout-pass switch, and the pass-dump bookkeeping on synthetic dumps.
@@ -19,6 +21,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import BUILD_DOT_SOURCE, DOT_SOURCE, ROWSUM_LAYOUT_CAMPAIGN
@@ -28,6 +31,7 @@ from pytest_abbench.cellconfig import CHILD_MODULE, CellConfig
 from pytest_abbench.child.ircapture import PassDump, split_pass_dump
 from pytest_abbench.irgate import first_pass_difference
 from pytest_abbench.layout import IDENTITY_FILE, ir_dir
+from pytest_abbench.options import Settings
 
 CAMPAIGNS = Path(__file__).resolve().parents[1] / "campaigns"
 
@@ -56,6 +60,7 @@ def test_ir_only_triage_compiles_the_gpu_level_unless_a_level_is_given(pytester:
     # The README's laptop line: the dot's core tile is a wgmma that the switch turns off.
     assert "IR triage: the switch changes the generated code of 1 of 1 ops: dot (worth GPU time)" in out
     assert f"{CHANGED}, local_load 0 -> 2 (+2); {WHERE_MMA}" in out
+    assert "IR gate diff (compiled at core for cuda:90)" in out  # what the decision rests on
     assert not list((tmp_path / "auto").rglob(".pass-dump.mlir"))  # the dump file is gone with the process
 
     # --ab-level names the shapes: at smoke the 16-row tile is no wgmma on either side.
@@ -63,6 +68,7 @@ def test_ir_only_triage_compiles_the_gpu_level_unless_a_level_is_given(pytester:
                                            "--ab-level", "smoke", "--ab-root", str(tmp_path / "smoke"), *FAST)
     result.assert_outcomes(passed=2)
     assert "IR triage: the switch changes the generated code of 0 of 1 ops" in result.stdout.str()
+    assert "IR gate no_diff (compiled at smoke for cuda:90)" in result.stdout.str()
 
 
 @pytest.mark.slow
@@ -74,11 +80,34 @@ def test_a_timed_interpreter_run_gates_on_the_level_it_times(pytester: pytest.Py
     root = tmp_path / "root"
     result = pytester.runpytest_subprocess("tilecamp.py", "--ab-rounds", "1", "--ab-root", str(root), *FAST)
     result.assert_outcomes(passed=2)
-    assert CHANGED not in result.stdout.str() and "IR gate no_diff" in result.stdout.str()
+    out = result.stdout.str()
+    assert CHANGED not in out and "IR gate no_diff (compiled at smoke for cuda:90)" in out
     for side in ("A", "B"):
         cell = root / f"r1_{side}" / "dot"
         assert json.loads((cell / IDENTITY_FILE).read_text())["bench_level"] == "smoke"
         assert [json.loads(line)["shape"] for line in (cell / "results.jsonl").read_text().splitlines()] == ["n=16"]
+
+
+def settings(**given: Any) -> Settings:
+    values: dict[str, Any] = dict(
+        rounds=2, root=None, cell_timeout_s=60.0, switch_env=None, backend="interpreter", level="smoke",
+        given_level=None, timer="wall", samples=3, direct_rep_ms=100, direct_warmup_ms=25, tuner_cache="per-cell",
+        gpus=None, resume=None, control=False, allow_no_ir_diff=False, ir_only=False, ir_target="cuda:90",
+        allow_caliber_mismatch=False, margin_pct=None, fail_if_slower_pct=None)
+    return Settings(**{**values, **given})
+
+
+def test_the_gate_basis_names_level_and_target_as_the_cells_compile() -> None:
+    levels = ("smoke", "core")
+    no_side_levels = {"A": None, "B": None}
+    assert settings(ir_only=True).ir_basis(levels, no_side_levels) == "core for cuda:90"
+    assert settings(ir_only=True).ir_basis(("smoke",), no_side_levels) == "smoke for cuda:90"
+    assert settings().ir_basis(levels, no_side_levels) == "smoke for cuda:90"  # a timed interpreter run
+    assert settings(ir_only=True, given_level="smoke").ir_basis(levels, no_side_levels) == "smoke for cuda:90"
+    assert settings(ir_only=True).ir_basis(levels, {"A": None, "B": "smoke"}) == "core (A), smoke (B) for cuda:90"
+    # On a GPU the timed process captures what it compiles for its own device, at the level it times.
+    assert settings(backend="cuda", level="core").ir_basis(levels, no_side_levels) == "core on the GPU"
+    assert settings(backend="cuda", level="core", ir_only=True).ir_basis(levels, no_side_levels) == "core for cuda:90"
 
 
 LAYOUT_CAMPAIGN = ROWSUM_LAYOUT_CAMPAIGN

@@ -49,7 +49,8 @@ def knobs(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     from triton import knobs
 
     monkeypatch.setattr(knobs.runtime, "add_stages_inspection_hook", None)
-    return knobs
+    module: ModuleType = knobs
+    return module
 
 
 def triton_minor() -> tuple[int, int]:
@@ -89,9 +90,11 @@ def test_no_argument_call_returns_a_stable_key_and_hash(knobs: ModuleType) -> No
     assert first == second
     key, digest = first
     assert isinstance(key, str) and isinstance(digest, str) and key and digest
-    assert "skip_remove_layout_conversions" in key
+    assert "remove_layout_conversions" in key
     # Another import of the module (another cell process) gives the same pair.
-    assert load_switches().skip_layout_stages_hook() == first
+    knobs.runtime.add_stages_inspection_hook = None
+    load_switches().skip_remove_layout_conversions()
+    assert knobs.runtime.add_stages_inspection_hook() == first
 
 
 def test_missing_pass_is_an_error_naming_the_triton_version(knobs: ModuleType,
@@ -101,8 +104,9 @@ def test_missing_pass_is_an_error_naming_the_triton_version(knobs: ModuleType,
 
     switches = load_switches()
     monkeypatch.delattr(passes.ttgpuir, "add_remove_layout_conversions")
-    with pytest.raises(RuntimeError, match=rf"Triton {re.escape(triton.__version__)} has no "
-                                           r"triton\._C\.libtriton\.passes\.ttgpuir\.add_remove_layout_conversions"):
+    with pytest.raises(RuntimeError, match=rf"Triton {re.escape(triton.__version__)} has no pass "
+                                           r"'ttgpuir\.remove_layout_conversions' "
+                                           r"\(no triton\._C\.libtriton\.passes\.ttgpuir\.add_remove_layout_conversions"):
         switches.skip_remove_layout_conversions()
     assert knobs.runtime.add_stages_inspection_hook is None
 
@@ -122,10 +126,11 @@ def test_pipeline_that_never_calls_the_pass_is_an_error(knobs: ModuleType) -> No
     import triton
     from triton.backends.compiler import Language
 
-    switches = load_switches()
+    load_switches().skip_remove_layout_conversions()
     stages = {"ttgir": lambda src, metadata: src}  # a pipeline that does not look the pass up
-    switches.skip_layout_stages_hook(None, stages, None, Language.TRITON, 90)
-    with pytest.raises(RuntimeError, match=rf"Triton {re.escape(triton.__version__)}'s make_ttgir never called"):
+    knobs.runtime.add_stages_inspection_hook(None, stages, None, Language.TRITON, 90)
+    with pytest.raises(RuntimeError, match=rf"Triton {re.escape(triton.__version__)}'s ttgir stage never called "
+                                           r"triton\._C\.libtriton\.passes\.ttgpuir\.add_remove_layout_conversions"):
         stages["ttgir"]("mod", {})
 
 

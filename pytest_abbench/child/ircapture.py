@@ -25,17 +25,9 @@ from typing import Any
 
 from pytest_abbench.child.autotune_pin import benchmarking
 from pytest_abbench.irgate import PASSES_SUFFIX, stage_fingerprint, stage_order, strip_locations
+from pytest_abbench.tritoncompat import PASS_DUMP_HEADER, PASS_DUMP_HEADER_RE, triton_version, without_stages_hook_entry
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.\-]")
-
-# Triton 3.7+ (python/triton/runtime/jit.py, JITFunction.run) appends the
-# string f'("custom_pipeline", {hash})' to the specialization list whenever
-# knobs.runtime.add_stages_inspection_hook is set, just before it builds the
-# key as str(specialization) + str(options); the key then reads
-#   [('*fp32', 'D'), ..., '("custom_pipeline", HASH)']{'debug': False, ...}
-# Triton 3.6 has the knob but leaves it out of the key: nothing to remove.
-_CUSTOM_PIPELINE = re.compile(r"""(?:, )?'\("custom_pipeline", (?:[^'\\]|\\.)*\)'(?=\])""")
-
 
 def variant_name(kernel: str, key: Any, options: Any) -> str:
     """A stable file stem: kernel name, warps/stages, and a hash of the specialization key.
@@ -47,16 +39,12 @@ def variant_name(kernel: str, key: Any, options: Any) -> str:
     hook on one side only would otherwise rename every kernel of that side,
     and the IR gate would see byte-identical TTGIR as a different variant.
     """
-    digest = hashlib.sha256(_CUSTOM_PIPELINE.sub("", str(key)).encode()).hexdigest()[:10]
+    digest = hashlib.sha256(without_stages_hook_entry(str(key)).encode()).hexdigest()[:10]
     warps = getattr(options, "num_warps", "x")
     stages = getattr(options, "num_stages", "x")
     return f"{_SAFE.sub('_', kernel)}/w{warps}_s{stages}_{digest}"
 
 
-# One MLIR pass dump: a header line (printed before each pass; 3.6 ``Canonicalizer
-# (canonicalize)``, 3.8 ``CanonicalizerPass: canonicalize{options}``), then the module.
-DUMP_HEADER = "// -----// "
-_PASS_HEADER = re.compile(r"// -----// IR Dump Before (\w+):? \(?([\w.-]*)")
 _LOC_REF = re.compile(r" loc\(#loc\d*\)")  # the common form, removed by one regular expression
 
 
@@ -87,14 +75,14 @@ def split_pass_dump(text: str) -> list[list[str]]:
     software pipeliner's internal ones, on stderr in 3.6) are skipped.
     """
     passes: list[list[str]] = []
-    starts = [0] if text.startswith(DUMP_HEADER) else []
-    at = text.find("\n" + DUMP_HEADER)
+    starts = [0] if text.startswith(PASS_DUMP_HEADER) else []
+    at = text.find("\n" + PASS_DUMP_HEADER)
     while at >= 0:  # str.find, not a multi-line regular expression: several times faster on megabytes
         starts.append(at + 1)
-        at = text.find("\n" + DUMP_HEADER, at + 1)
+        at = text.find("\n" + PASS_DUMP_HEADER, at + 1)
     for begin, end in zip(starts, starts[1:] + [len(text)]):
         header_end = text.find("\n", begin, end)
-        header = _PASS_HEADER.match(text, begin, end if header_end < 0 else header_end)
+        header = PASS_DUMP_HEADER_RE.match(text, begin, end if header_end < 0 else header_end)
         if header:
             passes.append([header.group(1), header.group(2), dump_fingerprint(text[header_end + 1:end])])
     return passes
@@ -165,11 +153,11 @@ class PassDump:
         if self.broken or not self.data:
             return
         if self.first_pass is None:  # the first compile's first dump starts the file
-            first = _PASS_HEADER.match(self.data[:400].decode(errors="replace"))
+            first = PASS_DUMP_HEADER_RE.match(self.data[:400].decode(errors="replace"))
             if first is None:
                 self.stop("the dump file does not start with a pass dump")
                 return
-            self.first_pass = f"{DUMP_HEADER}IR Dump Before {first.group(1)}".encode()
+            self.first_pass = f"{PASS_DUMP_HEADER}IR Dump Before {first.group(1)}".encode()
         starts = [m.start() + 1 for m in re.finditer(b"\n" + re.escape(self.first_pass) + b"[ :]", self.data)]
         starts = [0, *starts] if self.data.startswith(self.first_pass) else starts
         if len(starts) != len(self.pending) or starts[:1] != [0]:
@@ -182,7 +170,7 @@ class PassDump:
         for begin, end, target in zip(starts[:complete], ends[:complete], self.pending[:complete]):
             chunk = self.data[begin:end]
             if end == len(self.data):  # the last dump may be cut off where LLVM's buffer was not yet written
-                chunk = chunk[: chunk.rfind(b"\n" + DUMP_HEADER.encode()) + 1]
+                chunk = chunk[: chunk.rfind(b"\n" + PASS_DUMP_HEADER.encode()) + 1]
             passes = split_pass_dump(chunk.decode(errors="replace"))
             if passes:
                 target.write_text(json.dumps(passes))
@@ -265,7 +253,7 @@ def install_capture(ir_dir: Path) -> list[str]:
                     "target": str(getattr(meta, "target", "")),
                     # Compiled as an autotune candidate: the IR gate counts it only if the other side has it.
                     "autotune_candidate": benchmarking(),
-                    "triton": _triton_version(),
+                    "triton": triton_version(),
                     "stages": {stage: stage_fingerprint(stage, asm[stage])
                                for stage in stage_order(asm) if isinstance(asm[stage], str)},
                 }, sort_keys=True))
@@ -317,12 +305,6 @@ class _TargetOnlyDriver:
         import torch
 
         return torch.device("cpu")
-
-
-def _triton_version() -> str:
-    import triton
-
-    return str(triton.__version__)
 
 
 _pass_dump_wanted = False  # enter_compile_only switched Triton's dump on for this process

@@ -256,7 +256,7 @@ def build_op(op: str, cells: list[CellOutcome], root: Path, plan: CampaignPlan, 
     rep.markers = _sum_markers(cells)
     gate = irgate.load_decision(root, op)
     if gate is not None:
-        rep.gate = {"state": gate.state, "reason": gate.reason}
+        rep.gate = {"state": gate.state, "reason": gate.reason, "basis": gate.basis}
         rep.gate_lines = gate.headline()
 
     if cells and all(c.status == IR_ONLY for c in cells):

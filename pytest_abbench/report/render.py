@@ -36,20 +36,26 @@ def _caliber_text(o: OpReport) -> str:
 
 
 def _gate_text(o: OpReport) -> str:
-    """The gate's decision and what it did to the op's later rounds."""
+    """The gate's decision, what it was compiled at, and what it did to the op's later rounds."""
     if o.gate is None:
         return "not decided"
-    if o.gate["state"] == "no_diff" and o.state != "no_ir_diff" and o.rounds_expected > 1:
+    state = str(o.gate["state"])
+    if state == "unavailable":
+        return f"unavailable: {o.gate['reason']}" + ("" if o.state == "ir_only" else "; all rounds run")
+    basis = o.gate.get("basis")
+
+    def decided(*notes: str) -> str:
+        inner = "; ".join(n for n in (f"compiled at {basis}" if basis else "", *notes) if n)
+        return f"{state} ({inner})" if inner else state
+
+    if state == "no_diff" and o.state != "no_ir_diff" and o.rounds_expected > 1:
         if o.state == "verdict":  # a verdict needs every cell: none was skipped
-            return "no_diff (overridden: every round run)"
+            return decided("overridden: every round run")
         if NO_IR_DIFF in o.reason:  # the reason lists the cells it skipped
             later = "round 2" if o.rounds_expected == 2 else f"rounds 2-{o.rounds_expected}"
-            return (f"no_diff: {later} skipped (round 1 showed the same code on both sides), but a round-1 cell "
-                    "did not finish ok, so the op is not reported as unchanged")
-        return "no_diff"
-    if o.gate["state"] == "unavailable":
-        return f"unavailable: {o.gate['reason']}" + ("" if o.state == "ir_only" else "; all rounds run")
-    return str(o.gate["state"])
+            return (decided() + f": {later} skipped (round 1 showed the same code on both sides), but a round-1 "
+                    "cell did not finish ok, so the op is not reported as unchanged")
+    return decided()
 
 
 RULE_TEXT = ("direction: t-test of the round deltas at 5% after Benjamini-Hochberg across the op's shapes, and more "
