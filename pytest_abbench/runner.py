@@ -114,9 +114,7 @@ class CellRunner:
         """What the child is told; a side's campaign options (``Switch.options_a/b``) win over the session's."""
         s = self.settings
         side_opts = campaign.switch.options(key.side)
-        # --ab-ir-only is triage: compile for the target through the stand-in driver, time nothing.
-        # Without a GPU, round 1 compiles its kernels for the IR target so the gate has TTGIR to compare.
-        ir_target = s.ir_target if s.ir_only or (s.backend != "cuda" and key.round == 1) else None
+        ir_target = s.ir_target_for(key.round)
         return CellConfig(
             campaign=campaign.path, op=key.op, round_no=key.round, side=key.side, role=key.role, out=cell_dir,
             backend=s.backend, timer=side_opts.get("timer") or s.timer, level=side_opts.get("level") or s.level,
