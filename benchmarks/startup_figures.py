@@ -28,10 +28,20 @@ def figures(root: Path) -> dict[str, object]:
     layout = RootLayout(root)
     rows = read_status(root)
     startups = []
+    # Mean seconds per cell: what the child accounts for, what it does not (inputs, IR, pads), and after it.
+    parts = {"build": 0.0, "child_unaccounted": 0.0, "exit_and_parent": 0.0}
+    timed = 0
     for row in rows:
         path = root / f"r{row.round}_{row.side}" / row.op / TIMING_FILE
         if path.exists():
-            startups.append(float(json.loads(path.read_text())["startup_s"]))
+            t = json.loads(path.read_text())
+            startups.append(float(t["startup_s"]))
+            known = sum(float(t.get(k) or 0.0) for k in ("startup_s", "build_s", "first_call_s", "timing_s",
+                                                           "check_s"))
+            parts["build"] += float(t.get("build_s") or 0.0)
+            parts["child_unaccounted"] += float(t["total_s"]) - known
+            parts["exit_and_parent"] += row.elapsed_s - float(t["total_s"]) - float(t.get("precompile_s") or 0.0)
+            timed += 1
     report = json.loads(layout.report_json.read_text())
     spent = report["time_spent"]
     verdicts: dict[str, int] = {}
@@ -49,6 +59,7 @@ def figures(root: Path) -> dict[str, object]:
         "cells_s": spent.get("cells_s"),
         "wall_s": spent.get("wall_s"),
         "verdicts": verdicts,
+        **{f"{k}_per_cell_s": round(v / timed, 3) if timed else None for k, v in parts.items()},
     }
 
 

@@ -84,10 +84,11 @@ class ForkServer:
     """One running server: started with a side's environment, forks cells on request."""
 
     def __init__(self, python: str, env: Mapping[str, str], log_path: Path) -> None:
+        """Start the server; it imports in the background until ``wait_ready`` (or the first ``spawn``)."""
         self.python = python
         self.log_path = log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        started = time.monotonic()
+        self.started = time.monotonic()
         with open(log_path, "ab", buffering=0) as log:
             self.proc = subprocess.Popen(
                 [python, "-m", SERVER_MODULE], env={k: v for k, v in env.items() if k not in PER_CELL_ENV},
@@ -97,16 +98,23 @@ class ForkServer:
             )
         assert self.proc.stdout is not None and self.proc.stdin is not None
         self.replies = _Lines(self.proc.stdout.fileno())
+        self.ready = False
+        self.import_s = 0.0
+
+    def wait_ready(self) -> None:
+        """Block until the server has imported torch and Triton; ForkServerError if it cannot."""
+        if self.ready:
+            return
         line = self.replies.readline(_START_TIMEOUT_S)
         message = self._parse(line) if line else {}
         if not message.get("ready"):
             self.close()
             why = message.get("error") or ("no answer in {:g}s".format(_START_TIMEOUT_S) if line is None
                                            else f"exited with rc {self.proc.returncode}")
-            raise ForkServerError(f"the fork server ({python} -m {SERVER_MODULE}) did not start: {why}; "
-                                  f"its log: {log_path}\n{_tail(log_path)}")
+            raise ForkServerError(f"the fork server ({self.python} -m {SERVER_MODULE}) did not start: {why}; "
+                                  f"its log: {self.log_path}\n{_tail(self.log_path)}")
+        self.ready = True
         self.import_s = float(message.get("import_s", 0.0))
-        self.start_s = time.monotonic() - started
 
     @property
     def alive(self) -> bool:
@@ -123,6 +131,7 @@ class ForkServer:
 
     def spawn(self, argv: Sequence[str], env: Mapping[str, str], log_path: Path) -> ForkedCell:
         """Fork one cell with ``argv`` (after ``-m pytest_abbench.child``) and its full environment."""
+        self.wait_ready()
         assert self.proc.stdin is not None
         request = {"argv": list(argv), "env": dict(env), "log": str(log_path)}
         try:
@@ -137,7 +146,9 @@ class ForkServer:
         return ForkedCell(self, int(self._parse(line)["pid"]))
 
     def close(self) -> None:
-        """End of input: the server exits; killed if it does not within a few seconds."""
+        """End of input: the server exits; killed if it does not within a few seconds (at once if never used)."""
+        if not self.ready:
+            self.proc.kill()  # started ahead for a side whose cells never came: its imports are not worth waiting for
         if self.proc.stdin is not None and not self.proc.stdin.closed:
             try:
                 self.proc.stdin.close()
@@ -188,12 +199,23 @@ class ForkServers:
         self.notices: list[str] = []
 
     def server(self, python: str, env: Mapping[str, str], name: str) -> ForkServer:
-        """The live server for ``python`` and ``env`` (``name`` labels its log: the side)."""
+        """The live server for ``python`` and ``env`` (``name`` labels its log: the side), ready to fork."""
+        server = self.start(python, env, name)
+        server.wait_ready()
+        return server
+
+    def start(self, python: str, env: Mapping[str, str], name: str) -> ForkServer:
+        """The server for ``python`` and ``env``, started now if there is none (or it died); does not wait for it.
+
+        Starting the other side's server while this side's first cell runs
+        overlaps its imports with useful work (they use a CPU, never the GPU).
+        """
         key = server_key(python, env)
         server = self.servers.get(key)
         if server is not None and not server.alive:
-            self.notices.append(f"the fork server for {name} (pid {server.proc.pid}) died "
-                                f"(rc {server.proc.returncode}); starting a new one")
+            if server.ready:  # one that never got ready says why in wait_ready
+                self.notices.append(f"the fork server for {name} (pid {server.proc.pid}) died "
+                                    f"(rc {server.proc.returncode}); starting a new one")
             server.close()
             server = None
         if server is None:

@@ -18,7 +18,7 @@ import os
 import signal
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
@@ -62,9 +62,15 @@ class PrecompileResult:
     seconds: float
     jobs: int
     failed: list[str]  # "B-2of6 rc 1 (log ...)"
+    job_seconds: dict[str, float] = field(default_factory=dict)  # each finished share's own wall time
 
     def line(self, op: str) -> str:
         text = f"[abbench] precompiled {op} for both sides: {self.jobs} compile-only processes in {self.seconds:.1f}s"
+        if self.job_seconds:
+            slowest = max(self.job_seconds, key=self.job_seconds.__getitem__)
+            # The sum is what one process compiling the shares one after another would have taken.
+            text += (f" (slowest {slowest} {self.job_seconds[slowest]:.1f}s; the shares one after another: "
+                     f"{sum(self.job_seconds.values()):.1f}s)")
         if self.failed:
             text += f"; failed (the cells compile those kernels themselves): {'; '.join(self.failed)}"
         return text
@@ -76,8 +82,9 @@ def run_jobs(jobs: Sequence[Job], parallel: int, timeout_s: float,
     started = time.monotonic()
     deadline = started + timeout_s
     pending = list(jobs)
-    running: dict[str, tuple[subprocess.Popen[bytes], Job]] = {}
+    running: dict[str, tuple[subprocess.Popen[bytes], Job, float]] = {}
     failed: list[str] = []
+    took: dict[str, float] = {}
     try:
         while pending or running:
             while pending and len(running) < parallel:
@@ -86,10 +93,11 @@ def run_jobs(jobs: Sequence[Job], parallel: int, timeout_s: float,
                 with open(job.log, "wb") as log:
                     proc = subprocess.Popen(job.argv, env=job.env, stdin=subprocess.DEVNULL, stdout=log,
                                             stderr=subprocess.STDOUT, start_new_session=True)
-                running[job.name] = (proc, job)
-            for name, (proc, job) in list(running.items()):
+                running[job.name] = (proc, job, time.monotonic())
+            for name, (proc, job, began) in list(running.items()):
                 if proc.poll() is not None:
                     del running[name]
+                    took[name] = time.monotonic() - began
                     kill_group(proc.pid)
                     if proc.returncode != 0:
                         failed.append(f"{name} rc {proc.returncode} (log {job.log})")
@@ -102,10 +110,10 @@ def run_jobs(jobs: Sequence[Job], parallel: int, timeout_s: float,
                 check()
             time.sleep(0.05)
     finally:
-        for proc, _ in running.values():
+        for proc, _, _ in running.values():
             kill_group(proc.pid, signal.SIGKILL)
             proc.wait()
-    return PrecompileResult(time.monotonic() - started, len(jobs), failed)
+    return PrecompileResult(time.monotonic() - started, len(jobs), failed, took)
 
 
 def shares(shape_count: int, parallel: int) -> int:

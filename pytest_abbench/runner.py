@@ -143,6 +143,11 @@ class CellRunner:
             return run_child(argv, env, log_path, self.settings.cell_timeout_s, self.check)
         started = time.monotonic()
         try:
+            self.servers.start(argv[0], env, f"side-{key.side}")
+            for side in SIDES:  # the other side's server imports while this cell runs
+                if side != key.side:
+                    other = CellKey(key.round, key.op, side)
+                    self.servers.start(self.python(campaign, other), self.env(campaign, other, cell_dir), f"side-{side}")
             server = self.servers.server(argv[0], env, f"side-{key.side}")
         except ForkServerError as exc:
             with open(log_path, "a", encoding="utf-8") as log:

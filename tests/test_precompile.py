@@ -79,6 +79,8 @@ def test_shares_compile_every_candidate_of_their_own_shapes_into_the_side_cache(
         log = (tmp_path / f"share-{share}" / "compile.log").read_text()
         assert "kernel variants" in log, log
     assert "precompiled scale for both sides: 2 compile-only processes" in result.line("scale")
+    assert sorted(result.job_seconds) == ["share-0of2", "share-1of2"]
+    assert "the shares one after another: " in result.line("scale")
 
 
 def test_a_failing_share_is_named_and_the_rest_still_runs(tmp_path: Path) -> None:
