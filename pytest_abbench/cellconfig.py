@@ -90,6 +90,8 @@ class CellConfig:
         "--ir-level", choices=LEVELS, help="the shape set IR capture compiles (default: --level)"))
     shard: str | None = field(default=None, metadata=_flag(
         "--shard", help="I/N: only the shapes whose index is I modulo N (a parallel precompile's share)"))
+    shares: int = field(default=1, metadata=_flag(
+        "--shares", int, help="--ir-only: fork this many processes, each compiling share I/N of the shapes"))
     spawn: str = field(default="exec", metadata=_flag(
         "--spawn", choices=SPAWN_METHODS, help="how the plugin started this process (identity axis spawn)"))
 

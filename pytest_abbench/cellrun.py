@@ -35,7 +35,7 @@ class ChildResult:
     elapsed_s: float
 
 
-class _Child(Protocol):
+class StartedCell(Protocol):
     """What ``run_child`` needs of a started cell: ``subprocess.Popen``, or a cell a fork server forked."""
 
     pid: int
@@ -94,7 +94,7 @@ def run_child(
     interrupts.raise_if_interrupted()  # a Ctrl-C swallowed since the last cell stops the session here
     log_path.parent.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
-    proc: _Child
+    proc: StartedCell
     with open(log_path, "ab", buffering=0) as log:
         # A Ctrl-C that lands while Python forks is raised inside its at-fork callbacks
         # (logging's lock release), where it is reported as ignored and lost: the session
@@ -121,7 +121,7 @@ def run_child(
         return _supervise(proc, log, timeout_s, check, start, held)
 
 
-def _supervise(proc: _Child, log: BinaryIO, timeout_s: float, check: Callable[[], None] | None, start: float,
+def _supervise(proc: StartedCell, log: BinaryIO, timeout_s: float, check: Callable[[], None] | None, start: float,
                held: set[int | signal.Signals] | None = None) -> ChildResult:
     """Wait for a started cell, kill its group on timeout, Ctrl-C or any error, and at the end in any case.
 
@@ -165,7 +165,7 @@ def _supervise(proc: _Child, log: BinaryIO, timeout_s: float, check: Callable[[]
     return ChildResult(rc=rc, elapsed_s=time.monotonic() - start)
 
 
-def _wait(proc: _Child, timeout_s: float, check: Callable[[], None] | None) -> None:
+def _wait(proc: StartedCell, timeout_s: float, check: Callable[[], None] | None) -> None:
     """``proc.wait(timeout_s)`` in short waits; between them a recorded Ctrl-C is raised again and ``check`` runs."""
     deadline = time.monotonic() + timeout_s
     while True:

@@ -29,8 +29,9 @@ SERVER_MODULE = "pytest_abbench.child.server"
 # Triton read at import (which the server did once) is what the cell would
 # have read: none of these is read there.  FlagGems reads FLAGGEMS_CACHE_DIR
 # once and keeps it, which is why the server never imports the campaign.
-# PYTEST_CURRENT_TEST is pytest's name of the running test (the cell).
-PER_CELL_ENV = (SPAWN_TIME_ENV, "FLAGGEMS_CACHE_DIR", "PYTEST_CURRENT_TEST")
+# PYTEST_CURRENT_TEST is pytest's name of the running test (the cell); ABBENCH_PASS_DUMP=0 is set for a
+# precompile (read when IR capture starts, in the cell).
+PER_CELL_ENV = (SPAWN_TIME_ENV, "FLAGGEMS_CACHE_DIR", "PYTEST_CURRENT_TEST", "ABBENCH_PASS_DUMP")
 _START_TIMEOUT_S = 300.0  # importing torch cold on a loaded machine
 _PR_SET_PDEATHSIG = 1
 

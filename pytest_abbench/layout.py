@@ -43,6 +43,7 @@ IR_DIR = "ir"
 ORIGIN_FILE = "origin.json"  # where a cell ran: host, worker, its folder there (full run.log, TTGIR)
 LOG_TAIL_FILE = "run_tail.log"  # the end of run.log, for a cell whose full log stayed on its worker's host
 CELL_TUNER_CACHE_DIR = "tuner_cache"
+SHARES_FILE = "shares.json"  # a forked precompile's shares: each one's seconds and failures
 
 _ROUND_DIR = re.compile(r"^r(\d+)_(A|B|A2)$")
 # A cell test's node id ends in its cell id (``topk[r3-B]``), with xdist's ``@group`` suffix under loadgroup.

@@ -22,7 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from pytest_abbench.cellrun import kill_group
+from pytest_abbench.cellrun import StartedCell, kill_group
+from pytest_abbench.fileio import read_json
+from pytest_abbench.forkserver import ForkServer
+from pytest_abbench.layout import SHARES_FILE
 
 # The pass dump of IR triage (MLIR_ENABLE_DUMP) would change nothing in the cache key but cost time.
 QUIET_ENV = {"ABBENCH_PASS_DUMP": "0"}
@@ -49,12 +52,21 @@ def worker_share() -> int:
 
 @dataclass
 class Job:
-    """One compile-only child: a side's share of the shapes."""
+    """One compile-only child: a side's share of the shapes, or (forked) all of a side's shares."""
 
-    name: str  # e.g. "B-2of6": side B, share 2 of 6
-    argv: list[str]
+    name: str  # e.g. "B-2of6": side B, share 2 of 6; "B": side B, its shares forked inside
+    argv: list[str]  # the whole command; forked from ``server``: what follows ``python -m``
     env: dict[str, str]
     log: Path
+    server: ForkServer | None = None
+
+    def start(self) -> StartedCell:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        if self.server is not None:
+            return self.server.spawn(self.argv, self.env, self.log)
+        with open(self.log, "wb") as log:
+            return subprocess.Popen(self.argv, env=self.env, stdin=subprocess.DEVNULL, stdout=log,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
 
 
 @dataclass
@@ -68,7 +80,8 @@ class PrecompileResult:
         text = f"[abbench] precompiled {op} for both sides: {self.jobs} compile-only processes in {self.seconds:.1f}s"
         if self.job_seconds:
             slowest = max(self.job_seconds, key=self.job_seconds.__getitem__)
-            # The sum is what one process compiling the shares one after another would have taken.
+            # The sum is about what one process compiling the shares one after another would have taken
+            # (an exec'd share's time includes its own imports).
             text += (f" (slowest {slowest} {self.job_seconds[slowest]:.1f}s; the shares one after another: "
                      f"{sum(self.job_seconds.values()):.1f}s)")
         if self.failed:
@@ -82,25 +95,24 @@ def run_jobs(jobs: Sequence[Job], parallel: int, timeout_s: float,
     started = time.monotonic()
     deadline = started + timeout_s
     pending = list(jobs)
-    running: dict[str, tuple[subprocess.Popen[bytes], Job, float]] = {}
+    running: dict[str, tuple[StartedCell, Job, float]] = {}
     failed: list[str] = []
     took: dict[str, float] = {}
     try:
         while pending or running:
             while pending and len(running) < parallel:
                 job = pending.pop(0)
-                job.log.parent.mkdir(parents=True, exist_ok=True)
-                with open(job.log, "wb") as log:
-                    proc = subprocess.Popen(job.argv, env=job.env, stdin=subprocess.DEVNULL, stdout=log,
-                                            stderr=subprocess.STDOUT, start_new_session=True)
-                running[job.name] = (proc, job, time.monotonic())
+                running[job.name] = (job.start(), job, time.monotonic())
             for name, (proc, job, began) in list(running.items()):
-                if proc.poll() is not None:
-                    del running[name]
-                    took[name] = time.monotonic() - began
-                    kill_group(proc.pid)
-                    if proc.returncode != 0:
-                        failed.append(f"{name} rc {proc.returncode} (log {job.log})")
+                try:
+                    proc.wait(timeout=0)
+                except subprocess.TimeoutExpired:
+                    continue
+                del running[name]
+                took[name] = time.monotonic() - began
+                kill_group(proc.pid)
+                if proc.returncode != 0:
+                    failed.append(f"{name} rc {proc.returncode} (log {job.log})")
             if time.monotonic() > deadline:
                 failed += [f"{name} timed out after {timeout_s:g}s" for name in running]
                 failed += [f"{job.name} not started (timeout)" for job in pending]
@@ -113,6 +125,11 @@ def run_jobs(jobs: Sequence[Job], parallel: int, timeout_s: float,
         for proc, _, _ in running.values():
             kill_group(proc.pid, signal.SIGKILL)
             proc.wait()
+    for job in jobs:  # a forked side's shares timed themselves (child/measure.py run_shares)
+        shares = job.log.parent / SHARES_FILE
+        if job.server is not None and job.name in took and shares.exists():
+            del took[job.name]
+            took.update({f"{job.name}-{k}": float(v) for k, v in read_json(shares).get("seconds", {}).items()})
     return PrecompileResult(time.monotonic() - started, len(jobs), failed, took)
 
 

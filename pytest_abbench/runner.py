@@ -182,12 +182,21 @@ class CellRunner:
                 side_key = CellKey(1, key.op, side)
                 config = self.config(campaign, side_key, self.layout.precompile(key.op))
                 n = precompile.shares(len(campaign.op(key.op).shapes_for(config.level)), parallel)
+                compile_all = replace(config, ir_only=True, ir_target=self._target, ir_level=None,
+                                      autotune_mode="compile-all")
+                python = self.python(campaign, side_key)
+                if self.servers is not None:
+                    # Forked from the side's server, which forks the shares: no share pays for imports.
+                    out = self.layout.precompile(key.op) / side
+                    env = precompile.env_for(self.env(campaign, side_key, out))
+                    server = self.servers.server(python, env, f"side-{side}")
+                    jobs.append(precompile.Job(side, replace(compile_all, out=out, shares=n).to_argv(), env,
+                                               out / "compile.log", server))
+                    continue
                 for i in range(n):
                     out = self.layout.precompile(key.op) / f"{side}-{i + 1}of{n}"
-                    share = replace(config, out=out, ir_only=True, ir_target=self._target, ir_level=None,
-                                    autotune_mode="compile-all", shard=f"{i}/{n}")
-                    jobs.append(precompile.Job(out.name, [self.python(campaign, side_key), "-m", CHILD_MODULE,
-                                                          *share.to_argv()],
+                    share = replace(compile_all, out=out, shard=f"{i}/{n}")
+                    jobs.append(precompile.Job(out.name, [python, "-m", CHILD_MODULE, *share.to_argv()],
                                                precompile.env_for(self.env(campaign, side_key, out)),
                                                out / "compile.log"))
             result = precompile.run_jobs(jobs, parallel, s.cell_timeout_s, self.check)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -81,6 +82,32 @@ def test_shares_compile_every_candidate_of_their_own_shapes_into_the_side_cache(
     assert "precompiled scale for both sides: 2 compile-only processes" in result.line("scale")
     assert sorted(result.job_seconds) == ["share-0of2", "share-1of2"]
     assert "the shares one after another: " in result.line("scale")
+
+
+@pytest.mark.slow
+def test_forked_from_a_side_server_the_shares_pay_no_imports(tmp_path: Path) -> None:
+    """--ab-spawn fork: one job per side, forked from its server, forks its shares (child/measure.py run_shares)."""
+    from pytest_abbench.forkserver import ForkServers
+
+    campaign = tmp_path / "camp.py"
+    campaign.write_text(AUTOTUNED_CAMPAIGN)
+    cache = tmp_path / "triton_A"
+    exec_job = job(tmp_path, campaign, "0/2", cache)
+    env = {**exec_job.env, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]),
+                                                          os.environ.get("PYTHONPATH", "")])}
+    servers = ForkServers(tmp_path / "servers")
+    try:
+        out = tmp_path / "A"
+        config = CellConfig.from_argv(exec_job.argv[3:])
+        forked = precompile.Job("A", replace(config, out=out, shard=None, shares=2).to_argv(), env,
+                                out / "compile.log", servers.server(sys.executable, env, "side-A"))
+        result = precompile.run_jobs([forked], parallel=1, timeout_s=600)
+    finally:
+        servers.close()
+    assert result.failed == [], (out / "compile.log").read_text()
+    assert sorted(result.job_seconds) == ["A-share-1of2", "A-share-2of2"]
+    assert len(cubins(cache)) == 4
+    assert "2 shares compiled for cuda:90" in (out / "compile.log").read_text()
 
 
 def test_a_failing_share_is_named_and_the_rest_still_runs(tmp_path: Path) -> None:

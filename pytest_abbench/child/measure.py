@@ -26,7 +26,7 @@ from pytest_abbench.child.ircapture import enter_compile_only, install_capture
 from pytest_abbench.child.layout_shift import hold_pads, pad_sizes
 from pytest_abbench.child.timers import CapturePoisoned, time_with_fallback
 from pytest_abbench.fileio import append_jsonl, iter_jsonl, write_json_atomic
-from pytest_abbench.layout import IR_DIR, RESULTS_FILE, TIMING_FILE
+from pytest_abbench.layout import IR_DIR, RESULTS_FILE, SHARES_FILE, TIMING_FILE
 from pytest_abbench.markers import AUTOTUNE_REPLAY_FALLBACK
 
 EXIT_SETUP_ERROR = 3  # the campaign, the switch hook or the autotune record could not be used
@@ -215,6 +215,8 @@ def run_ir_only(config: CellConfig) -> int:
     """Compile every shape's kernels for ``config.ir_target`` through a stand-in driver; launch nothing."""
     if config.ir_target is None:
         raise ValueError("an IR-only cell needs an IR target")  # from_argv refuses this argv
+    if config.shares > 1:
+        return run_shares(config)
     out = config.out
     enter_compile_only(config.ir_target)
     campaign = load_campaign(config.campaign)
@@ -237,6 +239,46 @@ def run_ir_only(config: CellConfig) -> int:
         run()
     log(f"[abbench] IR for {config.ir_target}: {len(written)} kernel variants -> {out / IR_DIR}")
     return 0
+
+
+def run_shares(config: CellConfig) -> int:
+    """Fork ``config.shares`` compile-only processes, share I/N of the shapes each; 1 if any failed.
+
+    Forked from a process that imported torch and Triton (a fork server's
+    cell), each share starts compiling at once.  Each share's seconds go to
+    ``shares.json`` in the cell folder.
+    """
+    n = config.shares
+    running: dict[int, tuple[str, float]] = {}
+    for i in range(n):
+        name = f"share-{i + 1}of{n}"
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the share
+            rc = 1
+            try:
+                rc = run_ir_only(dataclasses.replace(config, shares=1, shard=f"{i}/{n}", out=config.out / name))
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(rc)
+        running[pid] = (name, time.monotonic())
+    seconds: dict[str, float] = {}
+    failed: list[str] = []
+    while running:
+        pid, status = os.waitpid(-1, 0)
+        if pid not in running:
+            continue
+        name, began = running.pop(pid)
+        seconds[name] = round(time.monotonic() - began, 3)
+        if status != 0:
+            failed.append(f"{name} rc {os.waitstatus_to_exitcode(status)}")
+    write_json_atomic(config.out / SHARES_FILE, {"seconds": seconds, "failed": failed})
+    log(f"[abbench] {n} shares compiled for {config.ir_target}" + (f"; failed: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
 
 
 def capture_ir_on_cpu(config: CellConfig) -> None:
