@@ -76,3 +76,21 @@ def test_duplicate_op_across_campaigns_is_refused(campaign_dir: pytest.Pytester)
     result = campaign_dir.runpytest(".", "--ab-rounds", "1")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*op name 'same' is declared by both*"])
+
+
+def test_skip_timed_skips_a_timed_run_and_ir_triage_still_compiles(campaign_dir: pytest.Pytester) -> None:
+    campaign_dir.makepyfile(vendor=simple_campaign('"only"', extra='SKIP_TIMED = "its library times on a GPU only"'))
+    result = campaign_dir.runpytest("vendor.py", "--ab-rounds", "1", "-rs", "-p", "no:cacheprovider")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["SKIPPED [[]1[]] *: vendor.py: its library times on a GPU only "
+                                 "(IR triage still runs here: --ab-ir-only)"])
+    result = campaign_dir.runpytest_subprocess("vendor.py", "--ab-ir-only", "--ab-ir-target", "cuda:90",
+                                               "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
+
+
+def test_skip_timed_that_is_no_reason_is_a_collection_error(campaign_dir: pytest.Pytester) -> None:
+    campaign_dir.makepyfile(vendor=simple_campaign('"only"', extra="SKIP_TIMED = True"))
+    result = campaign_dir.runpytest("vendor.py", "--collect-only")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*vendor.py: SKIP_TIMED is bool, not a reason (str) or None*"])
