@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
-from helpers import simple_campaign
+from helpers import CAMPAIGNS, simple_campaign
 
 
 def test_ids_alternate_sides_by_round(campaign_dir: pytest.Pytester) -> None:
@@ -94,3 +96,12 @@ def test_skip_timed_that_is_no_reason_is_a_collection_error(campaign_dir: pytest
     result = campaign_dir.runpytest("vendor.py", "--collect-only")
     assert result.ret == pytest.ExitCode.INTERRUPTED
     result.stdout.fnmatch_lines(["*vendor.py: SKIP_TIMED is bool, not a reason (str) or None*"])
+
+
+def test_liger_campaign_without_liger_is_skipped_with_one_reason(campaign_dir: pytest.Pytester) -> None:
+    if importlib.util.find_spec("liger_kernel") is not None:
+        pytest.skip("liger-kernel is installed here: the skip path cannot be shown")
+    result = campaign_dir.runpytest_subprocess(str(CAMPAIGNS / "liger.py"), "--ab-ir-only", "--ab-ir-target",
+                                               "cuda:90", "-rs", "-p", "no:cacheprovider")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["SKIPPED [[]1[]] *liger.py: liger-kernel is not installed (pip install liger-kernel*"])
