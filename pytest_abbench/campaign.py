@@ -41,7 +41,8 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
 
 
 class CampaignSkipped(Exception):
-    """The campaign set ``SKIP = "reason"``: it cannot run here (a missing library, no GPU)."""
+    """The campaign set ``SKIP = "reason"``: it cannot run here (a missing library, no GPU), or
+    ``SKIP_TIMED = "reason"`` and the session times cells (IR triage, ``--ab-ir-only``, still runs)."""
 
 
 class CampaignError(Exception):
@@ -161,6 +162,12 @@ class Campaign:
     module: ModuleType
     ops: list[Op]
     switch: Switch
+    skip_timed: str | None = None  # SKIP_TIMED: why its ops cannot be timed here; compiling them still works
+
+    def require_timing(self) -> None:
+        """Skip, at collection, a campaign that says it cannot be timed here (``SKIP_TIMED``)."""
+        if self.skip_timed:
+            raise CampaignSkipped(f"{self.path.name}: {self.skip_timed} (IR triage still runs here: --ab-ir-only)")
 
     def require_level(self, level: str) -> None:
         """Refuse, at collection, an op to which the run's level (or a side's own) gives nothing to measure."""
@@ -438,12 +445,15 @@ def load_campaign(path: str | Path) -> Campaign:
     switch = getattr(module, "SWITCH", Switch())
     if not isinstance(switch, Switch):
         raise CampaignError(f"{path}: SWITCH is {type(switch).__name__}, not Switch")
+    skip_timed = getattr(module, "SKIP_TIMED", None)
+    if skip_timed is not None and not isinstance(skip_timed, str):
+        raise CampaignError(f"{path}: SKIP_TIMED is {type(skip_timed).__name__}, not a reason (str) or None")
     for side in SIDES:
         unknown = set(switch.options(side)) - set(SIDE_OPTIONS)
         if unknown:
             raise CampaignError(f"{path}: SWITCH.options_{side.lower()}: unknown option(s) {sorted(unknown)} "
                                 f"(use {', '.join(SIDE_OPTIONS)})")
-    return Campaign(path, module, list(ops), switch)
+    return Campaign(path, module, list(ops), switch, skip_timed or None)
 
 
 def _import_failure(path: Path, exc: Exception) -> str:

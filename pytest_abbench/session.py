@@ -150,10 +150,14 @@ class AbbenchSession:
 
     # -- state the fixtures use -------------------------------------------------
     def campaign(self, path: Path) -> Campaign:
-        """The loaded campaign file (``--ab-switch-env`` applied), imported once per session."""
+        """The loaded campaign file (``--ab-switch-env`` applied), imported once per session.
+
+        Raises CampaignSkipped for ``SKIP``, and for ``SKIP_TIMED`` unless the session only compiles."""
         path = path.resolve()
         if path not in self.campaigns:
             campaign = load_campaign(path)
+            if not self.settings.ir_only:
+                campaign.require_timing()
             campaign.require_level(self.settings.level)
             campaign.check_interpreters()
             if self.settings.switch_env is not None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
-from helpers import simple_campaign
+from helpers import CAMPAIGNS, simple_campaign
 
 
 def test_ids_alternate_sides_by_round(campaign_dir: pytest.Pytester) -> None:
@@ -76,3 +78,30 @@ def test_duplicate_op_across_campaigns_is_refused(campaign_dir: pytest.Pytester)
     result = campaign_dir.runpytest(".", "--ab-rounds", "1")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*op name 'same' is declared by both*"])
+
+
+def test_skip_timed_skips_a_timed_run_and_ir_triage_still_compiles(campaign_dir: pytest.Pytester) -> None:
+    campaign_dir.makepyfile(vendor=simple_campaign('"only"', extra='SKIP_TIMED = "its library times on a GPU only"'))
+    result = campaign_dir.runpytest("vendor.py", "--ab-rounds", "1", "-rs", "-p", "no:cacheprovider")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["SKIPPED [[]1[]] *: vendor.py: its library times on a GPU only "
+                                 "(IR triage still runs here: --ab-ir-only)"])
+    result = campaign_dir.runpytest_subprocess("vendor.py", "--ab-ir-only", "--ab-ir-target", "cuda:90",
+                                               "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
+
+
+def test_skip_timed_that_is_no_reason_is_a_collection_error(campaign_dir: pytest.Pytester) -> None:
+    campaign_dir.makepyfile(vendor=simple_campaign('"only"', extra="SKIP_TIMED = True"))
+    result = campaign_dir.runpytest("vendor.py", "--collect-only")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*vendor.py: SKIP_TIMED is bool, not a reason (str) or None*"])
+
+
+def test_liger_campaign_without_liger_is_skipped_with_one_reason(campaign_dir: pytest.Pytester) -> None:
+    if importlib.util.find_spec("liger_kernel") is not None:
+        pytest.skip("liger-kernel is installed here: the skip path cannot be shown")
+    result = campaign_dir.runpytest_subprocess(str(CAMPAIGNS / "liger.py"), "--ab-ir-only", "--ab-ir-target",
+                                               "cuda:90", "-rs", "-p", "no:cacheprovider")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["SKIPPED [[]1[]] *liger.py: liger-kernel is not installed (pip install liger-kernel*"])
