@@ -22,7 +22,8 @@ run() {  # run GPU NAME LIMIT_S CAMPAIGN [pytest args]
 }
 ( run 0 topk_now "${TOPK_LIMIT:-360}" campaigns/topk.py ) &
 ( run 1 aa_now 240 campaigns/calibration_aa.py --ab-allow-no-ir-diff
-  run 1 aa_before 240 campaigns/calibration_aa.py --ab-allow-no-ir-diff --ab-spawn exec --ab-precompile off ) &
+  run 1 aa_before 240 campaigns/calibration_aa.py --ab-allow-no-ir-diff --ab-spawn exec --ab-precompile off
+  if [ -n "${THEN_GPU1:-}" ]; then CUDA_VISIBLE_DEVICES=1 bash -c "$THEN_GPU1"; fi ) &  # e.g. another driver
 wait
 # A run cut short by its limit has no report.json yet: summary writes it (and gates like the live run).
 for r in aa_now aa_before topk_now; do
