@@ -22,6 +22,7 @@ from pytest_abbench.layout import CellKey, RootLayout
 from pytest_abbench.outcome import CellOutcome
 from pytest_abbench.plan import PLAN_FIELD, CampaignPlan
 from pytest_abbench.status import COLUMNS, append_status_row, read_status
+from pytest_abbench.wording import count
 
 OPS_FIELD = "op_fingerprints"  # campaign.json: op -> its fingerprint parts (Campaign.fingerprint)
 Fingerprint = Mapping[str, str]
@@ -62,8 +63,6 @@ class RootStop(pytest.exit.Exception):  # type: ignore[name-defined,misc]
 RootStop.__name__ = "abbench"  # an exit before the session started is printed as "<__name__>: <message>"
 
 
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 def default_root(rootpath: Path) -> Path:
     """A new folder per session: ``<rootdir>/.abbench/<timestamp>-<pid>``."""
@@ -144,7 +143,7 @@ class CampaignRoot:
             except (CorruptFileError, KeyError, TypeError, ValueError) as exc:
                 return f"cannot resume {self.path}: {self.layout.manifest} is unreadable ({exc})"
             if planned is not None and plan.rounds < planned.rounds:
-                return (f"cannot resume {self.path} with {_count(plan.rounds, 'round')}: it was planned with "
+                return (f"cannot resume {self.path} with {count(plan.rounds, 'round')}: it was planned with "
                         f"{planned.rounds}, and a {plan.rounds}-round report would replace the one its "
                         f"{planned.rounds} rounds make; resume with --ab-rounds {planned.rounds} (or more), or read "
                         f"it as it is with `abbench summary {self.path}`")
@@ -191,15 +190,15 @@ class CampaignRoot:
                 what = f"op {op} changed ({', '.join(differ)}), its"
             else:
                 what = "ops " + ", ".join(f"{op} ({', '.join(d)})" for op, d in changed.items()) + " changed, their"
-            parts.append(f"{what} {_count(moved, 'cell')} run again (the old ones are kept in {self.layout.attempts})")
+            parts.append(f"{what} {count(moved, 'cell')} run again (the old ones are kept in {self.layout.attempts})")
         unchanged = sum(1 for op in now if op in old and op not in changed)
         new = sum(1 for op in now if op not in old)
         if changed or new or kept:
-            parts.append(f"{_count(unchanged, 'op')} unchanged")
+            parts.append(f"{count(unchanged, 'op')} unchanged")
         if new:
-            parts.append(f"{_count(new, 'op')} new")
+            parts.append(f"{count(new, 'op')} new")
         if kept:
-            parts.append(f"{_count(len(kept), 'op')} of the root not in this session, kept as they are")
+            parts.append(f"{count(len(kept), 'op')} of the root not in this session, kept as they are")
         if changed or new or kept:
             self.say("abbench: resume: " + "; ".join(parts))
 

@@ -29,6 +29,7 @@ from pytest_abbench.plan import CampaignPlan
 from pytest_abbench.progress import RoundProgress
 from pytest_abbench.root import CampaignRoot, default_root, op_fingerprints
 from pytest_abbench.transport import SERIAL_WORKER, SHIPPED_ATTR, CampaignLocator, ShippedCell, scratch_root
+from pytest_abbench.wording import count
 
 if TYPE_CHECKING:
     from pytest_abbench import irgate
@@ -44,8 +45,6 @@ CELL_MARK = "abbench"  # @pytest.mark.abbench(campaign=..., op=...): a test whos
 PARENT_TIMEOUT_SLACK_S = 300
 
 
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def session_of(config: pytest.Config) -> "AbbenchSession":
@@ -326,8 +325,8 @@ class AbbenchSession:
         if not cells:
             return []
         ops = {p.key.op for p in cells}
-        return [f"abbench: {_count(len(cells), 'cell')}, {_count(len(ops), 'op')}, "
-                f"{_count(self.settings.rounds, 'round')}, "
+        return [f"abbench: {count(len(cells), 'cell')}, {count(len(ops), 'op')}, "
+                f"{count(self.settings.rounds, 'round')}, "
                 f"backend {self.settings.backend}, cell timeout {self.settings.cell_timeout_s:g}s "
                 f"({self.settings.sources['cell_timeout']})"]
 
@@ -462,7 +461,7 @@ class AbbenchSession:
         for line in report.render_text(self.final).splitlines():
             terminalreporter.write_line(line)
         if self.plots:
-            terminalreporter.write_line(f"plots: {layout.plots} ({_count(len(self.plots), 'op')})")
+            terminalreporter.write_line(f"plots: {layout.plots} ({count(len(self.plots), 'op')})")
         terminalreporter.write_line(f"report: {layout.report_md}, {layout.report_json}")
         terminalreporter.write_line(f"abbench root: {self.root.path}")
         terminalreporter.write_line(self.final.exit_line())

@@ -72,7 +72,7 @@ def test_unchanged_op_skips_later_rounds_changed_and_ir_less_ops_run_all(pyteste
     result.assert_outcomes(passed=10, skipped=2)
     result.stdout.fnmatch_lines(["NO_IR_DIFF [[]2[]] *SWITCH_NO_IR_DIFF: round 1 TTGIR of add is identical*"])
     out = result.stdout.str()
-    assert "== add: rounds 1/2" in out and "switch changed no generated code; 1 rounds skipped (2 cells)" in out
+    assert "== add: rounds 1/2" in out and "switch changed no generated code; 1 round skipped (2 cells)" in out
     assert "IR: dot_kernel: dot 0 -> 1 (+1), warp_group_dot 1 -> 0 (-1)" in out
     assert "== torchonly: rounds 2/2" in out and "IR gate unavailable: no TTGIR captured" in out
     statuses = {(r.round, r.op): r.status for r in read_status(root)}

@@ -22,6 +22,7 @@ nothing this server imports.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import json
 import os
@@ -97,6 +98,9 @@ def serve(requests: IO[str], reply: IO[str]) -> int:
                 traceback.print_exc()
             finally:
                 try:
+                    # An exec'd cell leaves through sys.exit, which runs the exit handlers (IR capture's
+                    # pass-dump reader is one): so does a forked one, before os._exit skips the rest.
+                    atexit._run_exitfuncs()
                     sys.stdout.flush()
                     sys.stderr.flush()
                 finally:

@@ -25,6 +25,7 @@ from pytest_abbench.report.stats import (aa_bias, bh_adjust, cv_pct, interval, j
 from pytest_abbench.outcome import IR_ONLY, NO_IR_DIFF, NO_ROW, OK, CellOutcome
 from pytest_abbench.plan import CampaignPlan, read_plan
 from pytest_abbench.status import read_status
+from pytest_abbench.wording import count
 
 
 
@@ -279,7 +280,8 @@ def build_op(op: str, cells: list[CellOutcome], root: Path, plan: CampaignPlan, 
     if skipped:
         rep.state = "no_ir_diff"
         rep.rounds_completed = 1
-        rep.reason = f"switch changed no generated code; {rounds_expected - 1} rounds skipped ({skipped} cells)"
+        rep.reason = (f"switch changed no generated code; {count(rounds_expected - 1, 'round')} skipped "
+                      f"({count(skipped, 'cell')})")
         return rep
 
     roles = plan.roles(1) if not rep.control else (*SIDES, CONTROL)
