@@ -136,24 +136,12 @@ def _supervise(proc: StartedCell, log: BinaryIO, timeout_s: float, check: Callab
         _wait(proc, timeout_s, check)
     except subprocess.TimeoutExpired:
         timed_out = True
-        kill_group(pgid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=_TERM_GRACE_S)
-        except subprocess.TimeoutExpired:
-            pass
-        kill_group(pgid, signal.SIGKILL)
-        proc.wait()
+        _stop_group(proc, pgid)
         log.write(f"\n[abbench] cell timeout after {timeout_s:g}s: process group {pgid} killed\n".encode())
     except BaseException:
         # KeyboardInterrupt or a pytest-timeout in the parent: never leave the child behind.  SIGTERM
         # first: the cell's supervisor then kills the descendants that left the group.
-        kill_group(pgid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=_TERM_GRACE_S)
-        except subprocess.TimeoutExpired:
-            pass
-        kill_group(pgid, signal.SIGKILL)
-        proc.wait()
+        _stop_group(proc, pgid)
         raise
     finally:
         kill_group(pgid, signal.SIGKILL)
@@ -163,6 +151,17 @@ def _supervise(proc: StartedCell, log: BinaryIO, timeout_s: float, check: Callab
     returncode = proc.returncode if proc.returncode is not None else proc.wait()
     rc = TIMEOUT if timed_out else shell_rc(returncode)
     return ChildResult(rc=rc, elapsed_s=time.monotonic() - start)
+
+
+def _stop_group(proc: StartedCell, pgid: int) -> None:
+    """SIGTERM the cell's group, give it the grace period, then SIGKILL it and reap the cell."""
+    kill_group(pgid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=_TERM_GRACE_S)
+    except subprocess.TimeoutExpired:
+        pass
+    kill_group(pgid, signal.SIGKILL)
+    proc.wait()
 
 
 def _wait(proc: StartedCell, timeout_s: float, check: Callable[[], None] | None) -> None:

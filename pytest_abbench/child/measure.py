@@ -9,6 +9,7 @@ autotune record.  Everything it prints goes to the parent's run.log.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from pytest_abbench import tunercache
 from pytest_abbench.campaign import Case, Op, Shape, load_campaign, shape_set_hash
 from pytest_abbench.cellconfig import CHILD_MODULE, SPAWN_TIME_ENV, CellConfig
 from pytest_abbench.child.autotune_pin import AutotunePin, AutotuneRecordError, install
+from pytest_abbench.child.forking import fork_and_run
 from pytest_abbench.child.identity import build_identity, write_identity
 from pytest_abbench.child.ircapture import enter_compile_only, install_capture
 from pytest_abbench.child.layout_shift import hold_pads, pad_sizes
@@ -252,19 +254,8 @@ def run_shares(config: CellConfig) -> int:
     running: dict[int, tuple[str, float]] = {}
     for i in range(n):
         name = f"share-{i + 1}of{n}"
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the share
-            rc = 1
-            try:
-                rc = run_ir_only(dataclasses.replace(config, shares=1, shard=f"{i}/{n}", out=config.out / name))
-            except BaseException:
-                traceback.print_exc()
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(rc)
+        share = dataclasses.replace(config, shares=1, shard=f"{i}/{n}", out=config.out / name)
+        pid = fork_and_run(functools.partial(run_ir_only, share))
         running[pid] = (name, time.monotonic())
     seconds: dict[str, float] = {}
     failed: list[str] = []

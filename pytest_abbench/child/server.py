@@ -22,15 +22,15 @@ nothing this server imports.
 
 from __future__ import annotations
 
-import atexit
 import ctypes
 import json
 import os
 import signal
 import sys
 import time
-import traceback
 from typing import IO, Any
+
+from pytest_abbench.child.forking import fork_and_run
 
 _PR_SET_PDEATHSIG = 1
 
@@ -87,24 +87,7 @@ def serve(requests: IO[str], reply: IO[str]) -> int:
         if not line.strip():
             continue
         request = json.loads(line)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the cell
-            rc = 1
-            try:
-                rc = _run_cell(request, me, reply.fileno())
-            except BaseException:
-                traceback.print_exc()
-            finally:
-                try:
-                    # An exec'd cell leaves through sys.exit, which runs the exit handlers (IR capture's
-                    # pass-dump reader is one): so does a forked one, before os._exit skips the rest.
-                    atexit._run_exitfuncs()
-                    sys.stdout.flush()
-                    sys.stderr.flush()
-                finally:
-                    os._exit(rc if isinstance(rc, int) and 0 <= rc < 256 else 1)
+        pid = fork_and_run(lambda: _run_cell(request, me, reply.fileno()))
         _send(reply, {"pid": pid})
         _, status = os.waitpid(pid, 0)
         _send(reply, {"pid": pid, "status": status})
