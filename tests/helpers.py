@@ -208,3 +208,21 @@ def build_rowsum(shape, device):
 OPS = [Op("rowsum", build=build_rowsum, shapes={{"smoke": [{{"n": 16}}]}})]
 SWITCH = Switch(setup_b=skip_remove_layout_conversions)
 '''
+
+
+def convert_layouts(captured: Path) -> int:
+    """``ttg.convert_layout`` ops in every TTGIR file an IR-only cell captured (at least one file)."""
+    from pytest_abbench import irgate
+
+    files = irgate.ttgir_files(captured)
+    assert files, f"no TTGIR captured in {captured}"
+    return sum(irgate.count_watched_ops(f.read_text())["ttg.convert_layout"] for f in files)
+
+
+# simple_campaign plus an op whose build deletes the root named by $DOOMED_ROOT while its cell runs.
+VANISHING_ROOT_CAMPAIGN = simple_campaign('"one"', extra='''
+        def vanish(shape, device):
+            import os, shutil
+            shutil.rmtree(os.environ["DOOMED_ROOT"])
+            return build(shape, device)
+        ''') + 'OPS.append(Op("vanish", build=vanish, shapes={"smoke": [{"n": 8}]}))\n'

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -65,19 +66,33 @@ CHAIN_CAMPAIGN = textwrap.dedent('''
 ''')
 
 
-def _seen(path: Path) -> list[dict[str, object]]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
+@dataclass
+class Chain:
+    """CHAIN_CAMPAIGN in a pytester folder: its sessions, the root they write, what each cell recorded."""
+
+    pytester: pytest.Pytester
+    root: Path
+    seen_file: Path
+
+    def run(self, *args: str) -> pytest.RunResult:
+        return self.pytester.runpytest_subprocess("c.py", *args, "--ab-root", str(self.root), *FAST)
+
+    def seen(self) -> list[dict[str, object]]:
+        return [json.loads(line) for line in self.seen_file.read_text().splitlines()]
 
 
-def test_forked_cells_share_one_server_per_side_and_keep_their_own_environment(
-        campaign_dir: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def chain(campaign_dir: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Chain:
     campaign_dir.makepyfile(c=CHAIN_CAMPAIGN)
-    seen, root = tmp_path / "seen", tmp_path / "root"
-    monkeypatch.setenv("SEEN_FILE", str(seen))
-    result = campaign_dir.runpytest_subprocess("c.py", "-k", "ok", "--ab-rounds", "2", "--ab-spawn", "fork",
-                                               "--ab-root", str(root), *FAST)
+    monkeypatch.setenv("SEEN_FILE", str(tmp_path / "seen"))
+    return Chain(campaign_dir, tmp_path / "root", tmp_path / "seen")
+
+
+def test_forked_cells_share_one_server_per_side_and_keep_their_own_environment(chain: Chain) -> None:
+    root = chain.root
+    result = chain.run("-k", "ok", "--ab-rounds", "2", "--ab-spawn", "fork")
     result.assert_outcomes(passed=4)
-    cells = [line for line in _seen(seen) if line["shape"] == 4]
+    cells = [line for line in chain.seen() if line["shape"] == 4]
     by_side = {side: [c for c in cells if c["switch"] == ("1" if side == "B" else None)] for side in "AB"}
     assert [len(by_side["A"]), len(by_side["B"])] == [2, 2]
     servers = {side: {c["server"] for c in by_side[side]} for side in "AB"}
@@ -96,57 +111,45 @@ def test_forked_cells_share_one_server_per_side_and_keep_their_own_environment(
     assert sorted(p.name for p in (root / "servers").iterdir()) == ["side-A-1.log", "side-B-2.log"]
 
 
-def test_exec_spawns_a_fresh_interpreter_per_cell(
-        campaign_dir: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    campaign_dir.makepyfile(c=CHAIN_CAMPAIGN)
-    seen, root = tmp_path / "seen", tmp_path / "root"
-    monkeypatch.setenv("SEEN_FILE", str(seen))
-    result = campaign_dir.runpytest_subprocess("c.py", "-k", "ok", "--ab-rounds", "1", "--ab-spawn", "exec",
-                                               "--ab-root", str(root), *FAST)
+def test_exec_spawns_a_fresh_interpreter_per_cell(chain: Chain) -> None:
+    root = chain.root
+    result = chain.run("-k", "ok", "--ab-rounds", "1", "--ab-spawn", "exec")
     result.assert_outcomes(passed=2)
-    cells = [line for line in _seen(seen) if line["shape"] == 4]
+    cells = [line for line in chain.seen() if line["shape"] == 4]
     assert len({c["server"] for c in cells}) == 1, "an exec'd cell's parent is the session itself"
     assert [c["switch"] for c in cells] == [None, "1"]
     assert json.loads((root / "r1_A" / "ok" / IDENTITY_FILE).read_text())["spawn"] == "exec"
     assert not (root / "servers").exists()
 
 
-def test_a_crashed_forked_cell_costs_only_itself(
-        campaign_dir: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_crashed_forked_cell_costs_only_itself(chain: Chain) -> None:
     """Side B of ``crash`` dies of SIGSEGV in round 1; its server and every later cell carry on."""
-    campaign_dir.makepyfile(c=CHAIN_CAMPAIGN)
-    seen, root = tmp_path / "seen", tmp_path / "root"
-    monkeypatch.setenv("SEEN_FILE", str(seen))
-    result = campaign_dir.runpytest_subprocess("c.py", "-k", "crash or ok", "--ab-rounds", "2", "--ab-spawn", "fork",
-                                               "--ab-root", str(root), *FAST)
+    root = chain.root
+    result = chain.run("-k", "crash or ok", "--ab-rounds", "2", "--ab-spawn", "fork")
     assert result.ret == 1
     rows = {(r.round, r.op, r.side): r.status for r in read_status(root)}
     assert rows[(1, "crash", "B")] == "SEGFAULT"
     assert [rows[(n, "ok", side)] for n in (1, 2) for side in "AB"] == ["ok"] * 4
-    side_b = [c for c in _seen(seen) if c["switch"] == "1"]
+    side_b = [c for c in chain.seen() if c["switch"] == "1"]
     assert [c["op"] for c in side_b][:2] == ["crash", "ok"], "ok's side B ran after the crash"
     assert len({c["server"] for c in side_b}) == 1, "the crash did not take the server down"
 
 
-def test_a_dead_server_fails_its_cell_by_name_and_is_replaced(
-        campaign_dir: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_dead_server_fails_its_cell_by_name_and_is_replaced(chain: Chain, monkeypatch: pytest.MonkeyPatch) -> None:
     """kill_server's side B SIGKILLs its own server in round 1: that cell fails saying so, its processes die
     with the server, and the next side-B cell runs on a new server and says why there is one."""
-    campaign_dir.makepyfile(c=CHAIN_CAMPAIGN)
-    seen, root = tmp_path / "seen", tmp_path / "root"
-    monkeypatch.setenv("SEEN_FILE", str(seen))
-    monkeypatch.setenv("KILL_SERVER", str(tmp_path / "killed-once"))
-    result = campaign_dir.runpytest_subprocess("c.py", "-k", "kill_server or ok", "--ab-rounds", "2",
-                                               "--ab-spawn", "fork", "--ab-root", str(root), *FAST)
+    root = chain.root
+    monkeypatch.setenv("KILL_SERVER", str(chain.root.parent / "killed-once"))
+    result = chain.run("-k", "kill_server or ok", "--ab-rounds", "2", "--ab-spawn", "fork")
     assert result.ret == 1
     rows = {(r.round, r.op, r.side): r.status for r in read_status(root)}
     assert rows[(1, "kill_server", "B")] != "ok"
     assert rows[(2, "ok", "B")] == "ok"
     log = (root / "r1_B" / "kill_server" / "run.log").read_text()
     assert "the fork server (pid" in log and "died while this cell" in log, log
-    killer = next(c for c in _seen(seen) if c["op"] == "kill_server" and c["switch"] == "1")
+    killer = next(c for c in chain.seen() if c["op"] == "kill_server" and c["switch"] == "1")
     assert not process_alive(int(killer["measuring"])) and not process_alive(int(killer["cell"]))  # type: ignore[call-overload]
-    side_b = [c for c in _seen(seen) if c["switch"] == "1"]
+    side_b = [c for c in chain.seen() if c["switch"] == "1"]
     assert len({c["server"] for c in side_b}) == 2, "a new server after the first one was killed"
     assert "starting a new one" in (root / "r2_B" / "ok" / "run.log").read_text()
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import simple_campaign, synthetic_root, process_alive
+from helpers import VANISHING_ROOT_CAMPAIGN, simple_campaign, synthetic_root, process_alive
 
 from pytest_abbench.cli import main as abbench
 from pytest_abbench.status import read_status
@@ -196,12 +196,7 @@ def test_200_mb_of_output_streams_to_disk_and_binary_bytes_are_counted(campaign_
 
 
 def test_unwritable_and_vanished_roots_stop_with_exit_6(campaign_dir: pytest.Pytester, tmp_path: Path) -> None:
-    campaign_dir.makepyfile(c=simple_campaign('"one"', extra='''
-        def vanish(shape, device):
-            import os, shutil
-            shutil.rmtree(os.environ["DOOMED_ROOT"])
-            return build(shape, device)
-        ''') + 'OPS.append(Op("vanish", build=vanish, shapes={"smoke": [{"n": 8}]}))\n')
+    campaign_dir.makepyfile(c=VANISHING_ROOT_CAMPAIGN)
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     result = campaign_dir.runpytest_subprocess("c.py", "--ab-root", str(blocker / "root"), *FAST)

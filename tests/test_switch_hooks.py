@@ -24,7 +24,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from helpers import ROWSUM_LAYOUT_CAMPAIGN
+from helpers import ROWSUM_LAYOUT_CAMPAIGN, convert_layouts
 
 from pytest_abbench import irgate
 from pytest_abbench.cellconfig import CHILD_MODULE, CellConfig
@@ -75,11 +75,6 @@ def compile_side(folder: Path, side: str, cache: Path) -> Path:
     assert done.returncode == 0, done.stdout + done.stderr
     return ir_dir(out)
 
-
-def convert_layouts(captured: Path) -> int:
-    files = irgate.ttgir_files(captured)
-    assert files, f"no TTGIR captured in {captured}"
-    return sum(irgate.count_watched_ops(f.read_text())["ttg.convert_layout"] for f in files)
 
 
 def test_no_argument_call_returns_a_stable_key_and_hash(knobs: ModuleType) -> None:

@@ -22,9 +22,8 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from helpers import ROWSUM_LAYOUT_CAMPAIGN
+from helpers import ROWSUM_LAYOUT_CAMPAIGN, convert_layouts
 
-from pytest_abbench import irgate
 from pytest_abbench.cellconfig import CHILD_MODULE, CellConfig
 from pytest_abbench.layout import ir_dir
 from pytest_abbench.switches import stages_hook, without_pass
@@ -128,11 +127,6 @@ def compile_side(folder: Path, source: str, op: str, side: str) -> Path:
     assert done.returncode == 0, done.stdout + done.stderr
     return ir_dir(out)
 
-
-def convert_layouts(captured: Path) -> int:
-    files = irgate.ttgir_files(captured)
-    assert files, f"no TTGIR captured in {captured}"
-    return sum(irgate.count_watched_ops(f.read_text())["ttg.convert_layout"] for f in files)
 
 
 ROWSUM_API_CAMPAIGN = ROWSUM_LAYOUT_CAMPAIGN.replace(

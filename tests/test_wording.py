@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import simple_campaign
+from helpers import VANISHING_ROOT_CAMPAIGN, simple_campaign
 
 
 @pytest.mark.parametrize("ops, rounds, line", [
@@ -24,12 +24,7 @@ def test_collection_line_counts_in_singular_and_plural(campaign_dir: pytest.Pyte
 def test_a_root_error_reads_as_abbench_s_own_line(campaign_dir: pytest.Pytester, tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     # Stopped at collection (the root is a file) and while cells run (the root vanished under a cell).
-    campaign_dir.makepyfile(c=simple_campaign('"one"', extra='''
-        def vanish(shape, device):
-            import os, shutil
-            shutil.rmtree(os.environ["DOOMED_ROOT"])
-            return build(shape, device)
-        ''') + 'OPS.append(Op("vanish", build=vanish, shapes={"smoke": [{"n": 8}]}))\n')
+    campaign_dir.makepyfile(c=VANISHING_ROOT_CAMPAIGN)
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     root = tmp_path / "root"
