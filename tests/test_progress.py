@@ -28,6 +28,18 @@ def test_a_line_when_a_round_is_complete_with_the_time_left() -> None:
     assert [duration(s) for s in (5, 185, 7620)] == ["5s", "3m05s", "2h07m"]
 
 
+def test_the_time_left_counts_from_the_end_of_round_1_which_compiles() -> None:
+    """Round 1's cells compile (100 s each here), later ones load from the cache (10 s): after round 2 the
+    estimate uses the later rounds' pace, not the mean that round 1 inflates."""
+    cells = [CellKey(r, "op", side) for r in (1, 2, 3, 4) for side in "AB"]
+    progress = RoundProgress(cells, rounds=4, started=0.0)
+    finish = [100.0, 200.0, 210.0, 220.0, 230.0, 240.0, 250.0, 260.0]
+    lines = [progress.cell_done(key, now=at) for key, at in zip(cells, finish)]
+    assert lines[1] == "abbench: round 1 done, 1 of 4 rounds (2 of 8 cells), 3m20s elapsed, about 10m00s left"
+    assert lines[3] == "abbench: round 2 done, 2 of 4 rounds (4 of 8 cells), 3m40s elapsed, about 40s left"
+    assert lines[5] == "abbench: round 3 done, 3 of 4 rounds (6 of 8 cells), 4m00s elapsed, about 20s left"
+
+
 def test_a_session_prints_each_round_and_where_the_time_went(campaign_dir: pytest.Pytester, tmp_path: Path) -> None:
     campaign_dir.makepyfile(c=simple_campaign())
     root = tmp_path / "root"
