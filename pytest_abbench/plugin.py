@@ -32,6 +32,8 @@ def pytest_configure(config: pytest.Config) -> None:
         from pytest_abbench.xdist_hooks import XdistHooks
 
         config.pluginmanager.register(XdistHooks(session), "abbench-xdist")
+    else:  # cells carry xdist's group mark; without xdist (-p no:xdist) it would warn on every run
+        config.addinivalue_line("markers", "xdist_group(name): under pytest-xdist, the cells of one op stay together")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -228,8 +228,10 @@ def test_xdist_matches_the_serial_run_and_pins_one_gpu_per_worker(campaign_dir: 
                                                                   tmp_path: Path) -> None:
     campaign_dir.makepyfile(c=simple_campaign())
     serial, parallel = tmp_path / "serial", tmp_path / "parallel"
-    campaign_dir.runpytest_subprocess("c.py", "--ab-rounds", "2", "--ab-root", str(serial), "--ab-gpus", "3",
-                                      "-p", "no:xdist", *FAST).assert_outcomes(passed=8)
+    alone = campaign_dir.runpytest_subprocess("c.py", "--ab-rounds", "2", "--ab-root", str(serial), "--ab-gpus", "3",
+                                              "-p", "no:xdist", *FAST)
+    alone.assert_outcomes(passed=8)
+    assert "PytestUnknownMarkWarning" not in alone.stdout.str(), "the cells' xdist_group mark is known without xdist"
     campaign_dir.runpytest_subprocess("c.py", "--ab-rounds", "2", "--ab-root", str(parallel), "-n", "2",
                                       "--dist", "loadgroup", "--ab-gpus", "5,7", *FAST).assert_outcomes(passed=8)
 
