@@ -18,6 +18,7 @@ import pytest
 
 from pytest_abbench import campaign, cellconfig
 from pytest_abbench.layout import STATUS_FILE
+from pytest_abbench.status import StatusFormatError, read_status
 
 DEFAULT_CELL_TIMEOUT_S = 2400.0  # matches the NV campaigns: one hung cell must not hold a batch
 DEFAULT_ROUNDS = 2
@@ -104,7 +105,7 @@ def gpu_list(text: str) -> tuple[str, ...] | None:
 
 
 def existing_root(text: str) -> Path:
-    """The --ab-resume path; ``resolve`` checks it is a root (not on an xdist worker, which may be on another host)."""
+    """The --ab-resume or --ab-costs-from path; ``resolve`` checks it is a root (not on an xdist worker, which may be on another host)."""
     return Path(text).resolve()
 
 
@@ -152,6 +153,9 @@ def register(parser: pytest.Parser) -> None:
              "folder); full run.log and TTGIR stay there, everything the report needs travels to the controller")
     add("--ab-resume", type=existing_root, default=None, metavar="ROOT",
         help="continue the campaign in ROOT: cells with a finished row are read from disk, not run again")
+    add("--ab-costs-from", type=existing_root, default=None, metavar="ROOT",
+        help="with -n: order the ops (most expensive first) by their cell times in ROOT, an earlier root of the "
+             "campaign: round 1 as it took there, later rounds as there or none where its IR gate skipped them")
     add("--ab-layout-shift", type=choice(("on", "off")), default="on",
         help="on: each cell pads its allocations before every shape (sizes from op, round, side and shape), so a "
              "buffer-layout effect varies between rounds instead of repeating in all of them (identity axis)")
@@ -208,6 +212,7 @@ class Settings:
     spawn: str = "exec"
     precompile: bool = True
     worker_scratch: Path | None = None
+    costs_from: Path | None = None  # --ab-costs-from: an earlier root whose cell times order the ops
     sources: dict[str, str] = field(default_factory=dict)
 
     def ir_level_for(self, op_levels: Collection[str], side_level: str | None = None) -> str:
@@ -278,6 +283,8 @@ def resolve(config: pytest.Config) -> Settings:
     # (config.workerinput, not PYTEST_XDIST_WORKER: that variable leaks into every process a worker starts.)
     if opt.ab_resume and not hasattr(config, "workerinput") and not (opt.ab_resume / STATUS_FILE).is_file():
         raise pytest.UsageError(f"--ab-resume: {str(opt.ab_resume)!r} is not a campaign root (no {STATUS_FILE} in it)")
+    if opt.ab_costs_from and not hasattr(config, "workerinput"):
+        check_costs_root(opt.ab_costs_from)
     if opt.ab_resume and opt.ab_root and Path(opt.ab_root).resolve() != opt.ab_resume:
         raise pytest.UsageError(f"--ab-root {opt.ab_root} and --ab-resume {opt.ab_resume} name different roots")
     if opt.ab_ir_only and opt.ab_ir_target in ("", "none"):
@@ -303,6 +310,7 @@ def resolve(config: pytest.Config) -> Settings:
         tuner_cache=opt.ab_tuner_cache,
         gpus=opt.ab_gpus,
         resume=opt.ab_resume,
+        costs_from=opt.ab_costs_from,
         control=bool(opt.ab_control) and not opt.ab_ir_only,
         allow_no_ir_diff=allow_no_ir,
         ir_only=bool(opt.ab_ir_only),
@@ -321,6 +329,19 @@ def resolve(config: pytest.Config) -> Settings:
             f"--ab-fail-if-slower gates on GPU timings; this run times backend {settings.backend} with the "
             f"{settings.timer} timer, which says nothing about GPU speed (run it on a GPU, or drop the gate)")
     return settings
+
+
+def check_costs_root(path: Path) -> None:
+    """--ab-costs-from names a root whose status.tsv reads: a usage error naming the path, or the file and line."""
+    if not (path / STATUS_FILE).is_file():
+        what = "does not exist" if not path.exists() else f"is not a campaign root (no {STATUS_FILE} in it)"
+        raise pytest.UsageError(f"--ab-costs-from: {str(path)!r} {what}")
+    try:
+        read_status(path)
+    except StatusFormatError as exc:
+        raise pytest.UsageError(f"--ab-costs-from: {exc}") from None
+    except OSError as exc:
+        raise pytest.UsageError(f"--ab-costs-from: cannot read {path / STATUS_FILE}: {exc.strerror or exc}") from None
 
 
 def resolve_spawn(requested: str) -> str:

@@ -13,7 +13,7 @@ from typing import Any, Iterable, Mapping
 
 import pytest
 
-from pytest_abbench.balance import op_costs, op_work, order_ops
+from pytest_abbench.balance import OpTimes, op_costs, op_work, order_ops, root_times
 from pytest_abbench.campaign import CampaignError, CampaignSkipped, looks_like_campaign
 from pytest_abbench.fileio import write_json_atomic
 from pytest_abbench.layout import CELL_NODEID, CellKey, cell_key
@@ -22,6 +22,7 @@ from pytest_abbench.outcome import OUTCOME_PROPERTY, WORKER_LOST, CellOutcome
 from pytest_abbench.progress import RoundProgress
 from pytest_abbench.root import op_fingerprints
 from pytest_abbench.session import SEED_INPUT, AbbenchSession
+from pytest_abbench.status import StatusFormatError
 from pytest_abbench.transport import SHIPPED_ATTR, CampaignLocator, ShippedCell, campaign_name, resume_seed
 
 WORKER_GPU = "abbench_gpu"  # a worker's workeroutput key: the GPU it pinned its cells to
@@ -183,13 +184,38 @@ class XdistHooks:
     def scope_costs(self, units: Mapping[str, Iterable[str]]) -> dict[str, float]:
         """The cost of each op scope among xdist's work units (node ids by scope); other tests get none."""
         session = self.session
+        cells = {scope: keys for scope, nodeids in units.items()
+                 if (keys := [key for nodeid in nodeids if (key := cell_key(nodeid)) is not None])}
+        times = self.earlier_times({keys[0].op for keys in cells.values()})
         work = []
-        for scope, nodeids in units.items():
-            keys = [key for nodeid in nodeids if (key := cell_key(nodeid)) is not None]
-            if keys:
-                path = self.locator.locate(campaign_name(scope))
-                work.append(op_work(scope, keys, self.shape_count(path, keys[0].op), session.root.finished))
-        return op_costs(work)
+        for scope, keys in cells.items():
+            path = self.locator.locate(campaign_name(scope))
+            op = keys[0].op
+            work.append(op_work(scope, keys, self.shape_count(path, op), session.root.finished, times.get(op)))
+        return op_costs(work, gate=not session.settings.allow_no_ir_diff)
+
+    def earlier_times(self, ops: set[str]) -> dict[str, OpTimes]:
+        """The ops' cell times in the root being resumed, else in --ab-costs-from; one line says where they came from."""
+        settings = self.session.settings
+        times: dict[str, OpTimes] = {}
+        said: list[str] = []
+        # The resumed root first: the same campaign on the same machine, and what it holds need not run again.
+        for root, resumed in ((settings.resume, True), (settings.costs_from, False)):
+            if root is None:
+                continue
+            try:
+                # A resumed root's bad lines are named once, by CampaignRoot.finished; --ab-costs-from's stop at start.
+                found = root_times(root, on_bad_line=(lambda exc: None) if resumed else None)
+            except (OSError, StatusFormatError) as exc:  # changed since the options were checked
+                self.say(f"abbench: op costs: cannot read {root}: {exc}; its ops are costed by their shapes")
+                continue
+            new = {op: t for op, t in found.items() if op in ops and op not in times}
+            times.update(new)
+            said.append(f"{root}{' (resumed)' if resumed else ''}: {len(new)} {'more ' if said else ''}"
+                        f"of {len(ops)} ops measured there")
+        if said:
+            self.say("abbench: op costs from " + "; from ".join(said))
+        return times
 
     @property
     def locator(self) -> CampaignLocator:
