@@ -43,7 +43,7 @@ IR_DIR = "ir"
 ORIGIN_FILE = "origin.json"  # where a cell ran: host, worker, its folder there (full run.log, TTGIR)
 LOG_TAIL_FILE = "run_tail.log"  # the end of run.log, for a cell whose full log stayed on its worker's host
 CELL_TUNER_CACHE_DIR = "tuner_cache"
-SHARES_FILE = "shares.json"  # a forked precompile's shares: each one's seconds and failures
+SHARES_FILE = "shares.json"  # a compile-only cell's forked shares: each one's seconds and failures
 
 _ROUND_DIR = re.compile(r"^r(\d+)_(A|B|A2)$")
 # A cell test's node id ends in its cell id (``topk[r3-B]``), with xdist's ``@group`` suffix under loadgroup.
@@ -195,6 +195,11 @@ def identity_file(cell_dir: Path) -> Path:
 
 def ir_dir(cell_dir: Path) -> Path:
     return cell_dir / IR_DIR
+
+
+def share_dir(cell_dir: Path, index: int, count: int) -> Path:
+    """Where share ``index`` (from 0) of ``count`` compiles; its IR is moved into the cell's ``ir/`` after."""
+    return cell_dir / f"share-{index + 1}of{count}"
 
 
 def origin_file(cell_dir: Path) -> Path:

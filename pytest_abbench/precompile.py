@@ -43,8 +43,21 @@ def gpu_target(gpu: str | None) -> str | None:
         return None
 
 
+# Compile processes one pytest process runs at once, instead of its share of the cores: fewer where
+# memory is short (one unrolled kernel's LLVM codegen can take gigabytes), or a fixed count in tests.
+COMPILE_JOBS_ENV = "ABBENCH_COMPILE_JOBS"
+
+
 def worker_share() -> int:
-    """Compile processes this pytest process may run at once: the host's cores over its xdist workers."""
+    """Compile processes this pytest process may run at once: the host's cores over its xdist workers.
+
+    ``ABBENCH_COMPILE_JOBS=N`` sets the count instead; a value that is not a whole number >= 1 is refused.
+    """
+    forced = os.environ.get(COMPILE_JOBS_ENV, "")
+    if forced:
+        if not forced.isdigit() or int(forced) < 1:
+            raise ValueError(f"environment variable {COMPILE_JOBS_ENV}={forced!r}: not a whole number >= 1")
+        return int(forced)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
     return max(1, cores // max(1, workers))

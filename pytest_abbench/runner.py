@@ -115,17 +115,24 @@ class CellRunner:
         s = self.settings
         side_opts = campaign.switch.options(key.side)
         ir_target = s.ir_target_for(key.round)
+        level = side_opts.get("level") or s.level
+        op_shapes = campaign.op(key.op).shapes
+        ir_level = s.ir_level_for(op_shapes, side_opts.get("level")) if ir_target else None
+        shares = 1
+        if s.ir_only:
+            # An IR-only cell compiles its shapes in parallel, one share each: the op's cells run one after
+            # another, so one cell may use every core of this worker.  A level the op lacks: the child says so.
+            shares = max(1, min(len(op_shapes.get(ir_level or level) or ()), precompile.worker_share()))
         return CellConfig(
             campaign=campaign.path, op=key.op, round_no=key.round, side=key.side, role=key.role, out=cell_dir,
-            backend=s.backend, timer=side_opts.get("timer") or s.timer, level=side_opts.get("level") or s.level,
+            backend=s.backend, timer=side_opts.get("timer") or s.timer, level=level,
             samples=int(side_opts.get("samples") or s.samples),
             direct_rep=int(side_opts.get("direct_rep") or s.direct_rep_ms),
             direct_warmup=int(side_opts.get("direct_warmup") or s.direct_warmup_ms),
             autotune_mode=autotune_mode_for(key.round, key.role), autotune_file=self.layout.autotune_record(key.op),
             switch=campaign.switch.describe(), tuner_cache=self.tuner_cache(campaign, key.side), ir_target=ir_target,
             ir_only=s.ir_only, layout_shift=s.layout_shift,
-            ir_level=s.ir_level_for(campaign.op(key.op).shapes, side_opts.get("level")) if ir_target else None,
-            spawn=s.spawn,
+            ir_level=ir_level, shares=shares, spawn=s.spawn,
         )
 
     def python(self, campaign: Campaign, key: CellKey) -> str:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -27,11 +28,11 @@ from typing import Any
 import pytest
 from helpers import BUILD_DOT_SOURCE, DOT_SOURCE, ROWSUM_LAYOUT_CAMPAIGN
 
-from pytest_abbench import irgate
+from pytest_abbench import irgate, precompile
 from pytest_abbench.cellconfig import CHILD_MODULE, CellConfig
 from pytest_abbench.child.ircapture import PassDump, split_pass_dump
 from pytest_abbench.irgate import first_pass_difference
-from pytest_abbench.layout import IDENTITY_FILE, ir_dir
+from pytest_abbench.layout import IDENTITY_FILE, SHARES_FILE, ir_dir
 from pytest_abbench.options import Settings
 
 CAMPAIGNS = Path(__file__).resolve().parents[1] / "campaigns"
@@ -87,6 +88,93 @@ def test_a_timed_interpreter_run_gates_on_the_level_it_times(pytester: pytest.Py
         cell = root / f"r1_{side}" / "dot"
         assert json.loads((cell / IDENTITY_FILE).read_text())["bench_level"] == "smoke"
         assert [json.loads(line)["shape"] for line in (cell / "results.jsonl").read_text().splitlines()] == ["n=16"]
+
+
+# The 16-row tile is no wgmma on either side, the 64-row one is a wgmma on side A only: of two shapes,
+# the switch changes the TTGIR of one.
+TWO_TILES_CAMPAIGN = DOT_SOURCE + BUILD_DOT_SOURCE + '''
+
+
+OPS = [Op("dot", build=build_dot, shapes={"smoke": [{"n": 16}], "core": [{"n": 16}, {"n": 64}]})]
+SWITCH = Switch(env_b={"DISABLE_MMA_V3": "1"})
+'''
+
+
+def ir_lines(out: str) -> list[str]:
+    return [line.strip() for line in out.splitlines() if line.strip().startswith(("IR:", "IR gate", "IR triage"))]
+
+
+def abbench_lines(log: str) -> list[str]:
+    """The plugin's lines of a cell log, for an assertion's message (Triton 3.6 dumps pipeliner IR there too)."""
+    return [line for line in log.splitlines() if line.startswith("[abbench]")]
+
+
+@pytest.mark.slow
+def test_ir_only_cells_compile_their_shapes_in_shares_and_report_what_one_process_would(
+        pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makeini("[pytest]\n")
+    pytester.makepyfile(tilecamp=TWO_TILES_CAMPAIGN)
+    reports = {}
+    for jobs in ("1", "2"):
+        monkeypatch.setenv(precompile.COMPILE_JOBS_ENV, jobs)
+        result = pytester.runpytest_subprocess("tilecamp.py", "--ab-ir-only", "--ab-ir-target", "cuda:90",
+                                               "--ab-root", str(tmp_path / f"jobs{jobs}"), *FAST)
+        result.assert_outcomes(passed=2)
+        reports[jobs] = ir_lines(result.stdout.str())
+    # Both variants on each side, the pass that made the 64-row tile differ: as one process compiles them.
+    assert f"IR: dot_kernel: dot 1 -> 2 (+1), warp_group_dot 1 -> 0 (-1), local_load 2 -> 4 (+2); {WHERE_MMA}" \
+        in reports["1"], reports["1"]
+    assert reports["2"] == reports["1"]
+    for side in ("A", "B"):
+        log = (tmp_path / "jobs1" / f"r1_{side}" / "dot" / "run.log").read_text()
+        assert "shares compiled" not in log, abbench_lines(log)
+        cell = tmp_path / "jobs2" / f"r1_{side}" / "dot"
+        log = (cell / "run.log").read_text()
+        assert re.search(r"2 shares compiled for cuda:90 in [\d.]+s \(share-1of2 [\d.]+s, share-2of2 [\d.]+s\): "
+                         r"2 kernel variants -> ", log), abbench_lines(log)
+        assert sorted(json.loads((cell / SHARES_FILE).read_text())["seconds"]) == ["share-1of2", "share-2of2"]
+        # The shares' IR is where an unshared cell leaves it, and nothing of the shares is left beside it.
+        stems = {p.name.split(".")[0] for p in (cell / "ir" / "dot_kernel").iterdir()}
+        assert len(stems) == 2
+        for stem in stems:
+            for suffix in (".ttgir", ".meta.json", irgate.PASSES_SUFFIX):
+                assert (cell / "ir" / "dot_kernel" / f"{stem}{suffix}").is_file(), (stem, suffix)
+        assert not list(cell.glob("share-*")) and not list(cell.rglob(".pass-dump.mlir"))
+
+
+# Two shapes, the second of which cannot be built; an op of one shape compiles without shares.
+FAILING_SHARE_CAMPAIGN = '''
+from pytest_abbench import Case, Op, Switch
+
+
+def build(shape, device):
+    import torch
+    if shape["n"] == 2:
+        raise RuntimeError("shape n=2 cannot be built")
+    x = torch.ones(shape["n"])
+    return Case(run=lambda: x * 2)
+
+
+OPS = [Op("two", build=build, shapes={"smoke": [{"n": 1}, {"n": 2}]}),
+       Op("one", build=build, shapes={"smoke": [{"n": 1}]})]
+SWITCH = Switch(env_b={"ABBENCH_TEST_SWITCH": "1"})
+'''
+
+
+def test_a_failing_share_fails_its_cell_and_is_named_in_the_log(pytester: pytest.Pytester, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makeini("[pytest]\n")
+    pytester.makepyfile(sharecamp=FAILING_SHARE_CAMPAIGN)
+    monkeypatch.setenv(precompile.COMPILE_JOBS_ENV, "2")
+    root = tmp_path / "root"
+    result = pytester.runpytest_subprocess("sharecamp.py", "--ab-ir-only", "--ab-ir-target", "cuda:90",
+                                           "--ab-root", str(root), *FAST)
+    result.assert_outcomes(passed=2, failed=2)
+    for side in ("A", "B"):
+        log = (root / f"r1_{side}" / "two" / "run.log").read_text()
+        assert "[abbench] share-2of2: shape n=2: RuntimeError: shape n=2 cannot be built" in log, log
+        assert re.search(r"2 shares compiled for cuda:90 in .*; failed: share-2of2 rc 1$", log, re.M), log
+        assert "shares compiled" not in (root / f"r1_{side}" / "one" / "run.log").read_text()
 
 
 def settings(**given: Any) -> Settings:

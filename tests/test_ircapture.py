@@ -8,6 +8,8 @@
   nothing on side B gets the same variant file names, and the IR gate says
   ``no_diff``; likewise with the real ``skip_remove_layout_conversions``
   switch, which has no conversion to keep in this kernel.
+- The shares of a compile-only cell leave their IR where one process would:
+  one file per variant, the longer of two pass lists, no pass-dump file.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import pytest
 
 from pytest_abbench import irgate
 from pytest_abbench.cellconfig import CHILD_MODULE, CellConfig
-from pytest_abbench.child.ircapture import variant_name
+from pytest_abbench.child.ircapture import PASS_DUMP_FILE, merge_ir, variant_name
 from pytest_abbench.layout import ir_dir
 
 CAMPAIGNS = Path(__file__).resolve().parents[1] / "campaigns"
@@ -158,3 +160,23 @@ def test_stages_hook_on_side_b_keeps_names_and_no_diff(tmp_path: Path, setup_b: 
     assert names_b == names_a
     decision = irgate.decide("add", ir_a, ir_b)
     assert decision.state == "no_diff", decision.headline()
+
+
+def test_shares_ir_merges_into_the_cell_ir_folder(tmp_path: Path) -> None:
+    cell_ir = tmp_path / "ir"
+    shares = [tmp_path / "share-1of2" / "ir", tmp_path / "share-2of2" / "ir"]
+    # Both shares compiled variant v1; share 1's copy was its last compile (no last dump), share 2's was not.
+    files = {0: {"k/v1.ttgir": "code 1", "k/v1.passes.json": '[["A", "a", "1"]]', "k/v0.ttgir": "code 0",
+                 PASS_DUMP_FILE: "left by a share that died"},
+             1: {"k/v1.ttgir": "code 1", "k/v1.passes.json": '[["A", "a", "1"], ["B", "b", "2"]]',
+                 "k/v2.ttgir": "code 2", "k/v2.meta.json": "{}"}}
+    for i, share in enumerate(shares):
+        for name, text in files[i].items():
+            (share / name).parent.mkdir(parents=True, exist_ok=True)
+            (share / name).write_text(text)
+    for share in shares:
+        merge_ir(share, cell_ir)
+        assert not share.exists()
+    merged = {p.relative_to(cell_ir).as_posix(): p.read_text() for p in cell_ir.rglob("*") if p.is_file()}
+    assert merged == {"k/v0.ttgir": "code 0", "k/v1.ttgir": "code 1", "k/v2.ttgir": "code 2", "k/v2.meta.json": "{}",
+                      "k/v1.passes.json": '[["A", "a", "1"], ["B", "b", "2"]]'}

@@ -134,3 +134,12 @@ def test_shard_values_are_checked() -> None:
     for bad in ("3/3", "x/2", "1"):
         with pytest.raises(SystemExit):
             CellConfig.from_argv([*others, f"--shard={bad}"])
+
+
+def test_a_bad_compile_job_count_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(precompile.COMPILE_JOBS_ENV, "3")
+    assert precompile.worker_share() == 3
+    for bad in ("0", "two", "-1"):
+        monkeypatch.setenv(precompile.COMPILE_JOBS_ENV, bad)
+        with pytest.raises(ValueError, match=f"ABBENCH_COMPILE_JOBS={bad!r}: not a whole number >= 1"):
+            precompile.worker_share()

@@ -269,6 +269,31 @@ def install_capture(ir_dir: Path) -> list[str]:
     return written
 
 
+def merge_ir(share_ir: Path, ir_dir: Path) -> None:
+    """Move what one share of a cell captured into the cell's ``ir_dir``, as if one process had compiled it all.
+
+    A variant's name is the same in every process: a file already in
+    ``ir_dir`` came from the same compile in another share.  Of two pass
+    lists of one variant the longer is kept: a process's last compile lacks
+    its last dump (``PassDump``); one a share loaded from Triton's cache has
+    none.  A pass-dump file left by a share that died is no IR: it goes.
+    """
+    if not share_ir.is_dir():
+        return
+    for path in sorted(p for p in share_ir.rglob("*") if p.is_file()):
+        target = ir_dir / path.relative_to(share_ir)
+        longer = path.name.endswith(PASSES_SUFFIX) and target.exists() and \
+            path.stat().st_size > target.stat().st_size
+        if path.name == PASS_DUMP_FILE or (target.exists() and not longer):
+            path.unlink()
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(path, target)
+    for folder in sorted((p for p in share_ir.rglob("*") if p.is_dir()), reverse=True):
+        folder.rmdir()
+    share_ir.rmdir()
+
+
 def parse_target(text: str) -> Any:
     """``cuda:90`` -> GPUTarget('cuda', 90, 32); ``hip:gfx942`` -> GPUTarget('hip', 'gfx942', 64)."""
     from triton.backends.compiler import GPUTarget

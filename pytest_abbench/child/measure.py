@@ -24,11 +24,12 @@ from pytest_abbench.cellconfig import CHILD_MODULE, SPAWN_TIME_ENV, CellConfig
 from pytest_abbench.child.autotune_pin import AutotunePin, AutotuneRecordError, install
 from pytest_abbench.child.forking import fork_and_run
 from pytest_abbench.child.identity import build_identity, write_identity
-from pytest_abbench.child.ircapture import enter_compile_only, install_capture
+from pytest_abbench.child.ircapture import enter_compile_only, install_capture, merge_ir
 from pytest_abbench.child.layout_shift import hold_pads, pad_sizes
 from pytest_abbench.child.timers import CapturePoisoned, time_with_fallback
 from pytest_abbench.fileio import append_jsonl, iter_jsonl, write_json_atomic
-from pytest_abbench.layout import IR_DIR, RESULTS_FILE, SHARES_FILE, TIMING_FILE
+from pytest_abbench.irgate import ttgir_files
+from pytest_abbench.layout import IR_DIR, RESULTS_FILE, SHARES_FILE, TIMING_FILE, share_dir
 from pytest_abbench.markers import AUTOTUNE_REPLAY_FALLBACK
 
 EXIT_SETUP_ERROR = 3  # the campaign, the switch hook or the autotune record could not be used
@@ -233,13 +234,18 @@ def run_ir_only(config: CellConfig) -> int:
     install(pin)
     written = install_capture(out / IR_DIR)
     shard, shards = config.shard_of()
+    who = f"{out.name}: " if config.shard is not None else ""  # which share, in a log the shares write together
     for index, shape in enumerate(op.shapes_for(config.level)):
         if index % shards != shard:
             continue
-        built = op.build(shape, "cpu")
-        run = built.run if isinstance(built, Case) else built
-        run()
-    log(f"[abbench] IR for {config.ir_target}: {len(written)} kernel variants -> {out / IR_DIR}")
+        try:
+            built = op.build(shape, "cpu")
+            run = built.run if isinstance(built, Case) else built
+            run()
+        except Exception as exc:
+            log(f"[abbench] {who}shape {shape.id}: {type(exc).__name__}: {exc}"[:500])
+            raise
+    log(f"[abbench] {who}IR for {config.ir_target}: {len(written)} kernel variants -> {out / IR_DIR}")
     return 0
 
 
@@ -247,16 +253,23 @@ def run_shares(config: CellConfig) -> int:
     """Fork ``config.shares`` compile-only processes, share I/N of the shapes each; 1 if any failed.
 
     Forked from a process that imported torch and Triton (a fork server's
-    cell), each share starts compiling at once.  Each share's seconds go to
-    ``shares.json`` in the cell folder.
+    cell, or this one once it has imported them), each share starts compiling
+    at once.  Each share's seconds go to ``shares.json`` in the cell folder,
+    and its IR into the cell's ``ir/``, where an unshared cell leaves it.
     """
+    import torch  # noqa: F401  (imported once here, not once per share)
+    import triton  # noqa: F401
+
     n = config.shares
+    started = time.monotonic()
     running: dict[int, tuple[str, float]] = {}
+    outs: dict[str, Path] = {}
     for i in range(n):
-        name = f"share-{i + 1}of{n}"
-        share = dataclasses.replace(config, shares=1, shard=f"{i}/{n}", out=config.out / name)
+        out = share_dir(config.out, i, n)
+        outs[out.name] = out
+        share = dataclasses.replace(config, shares=1, shard=f"{i}/{n}", out=out)
         pid = fork_and_run(functools.partial(run_ir_only, share))
-        running[pid] = (name, time.monotonic())
+        running[pid] = (out.name, time.monotonic())
     seconds: dict[str, float] = {}
     failed: list[str] = []
     while running:
@@ -268,7 +281,14 @@ def run_shares(config: CellConfig) -> int:
         if status != 0:
             failed.append(f"{name} rc {os.waitstatus_to_exitcode(status)}")
     write_json_atomic(config.out / SHARES_FILE, {"seconds": seconds, "failed": failed})
-    log(f"[abbench] {n} shares compiled for {config.ir_target}" + (f"; failed: {', '.join(failed)}" if failed else ""))
+    ir = config.out / IR_DIR
+    for out in outs.values():  # a failed share's IR too: what it compiled is in the cell's log
+        merge_ir(out / IR_DIR, ir)
+        if out.is_dir() and not any(out.iterdir()):
+            out.rmdir()
+    each = ", ".join(f"{name} {seconds[name]:.1f}s" for name in outs if name in seconds)
+    log(f"[abbench] {n} shares compiled for {config.ir_target} in {time.monotonic() - started:.1f}s ({each}): "
+        f"{len(ttgir_files(ir))} kernel variants -> {ir}" + (f"; failed: {', '.join(failed)}" if failed else ""))
     return 1 if failed else 0
 
 
