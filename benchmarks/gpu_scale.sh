@@ -36,7 +36,10 @@ run() {  # run NAME PYTEST-ARGS...: one campaign session into $ROOT/NAME; its wa
 
 [ "$ONLY" = parallel ] || run serial -p no:xdist --ab-gpus "${GPUS%%,*}"
 [ "$ONLY" = serial ] && exit 0
-run parallel -n 2 --ab-gpus "$GPUS"
+# The serial root is an earlier root of the same campaign: its cell times order the ops (--ab-costs-from).
+costs=()
+[ -f "$ROOT/serial/status.tsv" ] && [ "${COSTS:-serial}" = serial ] && costs=(--ab-costs-from "$ROOT/serial")
+run parallel -n 2 --ab-gpus "$GPUS" "${costs[@]}"
 python3 benchmarks/scale_check.py "$ROOT/serial" "$ROOT/parallel" \
   --wall-serial "$(cat "$ROOT/serial.wall")" --wall-parallel "$(cat "$ROOT/parallel.wall")" | tee "$OUT/scale_check.txt"
 for name in serial parallel; do
