@@ -63,7 +63,6 @@ class RootStop(pytest.exit.Exception):  # type: ignore[name-defined,misc]
 RootStop.__name__ = "abbench"  # an exit before the session started is printed as "<__name__>: <message>"
 
 
-
 def default_root(rootpath: Path) -> Path:
     """A new folder per session: ``<rootdir>/.abbench/<timestamp>-<pid>``."""
     return (rootpath / ".abbench" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}").resolve()

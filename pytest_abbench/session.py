@@ -45,8 +45,6 @@ CELL_MARK = "abbench"  # @pytest.mark.abbench(campaign=..., op=...): a test whos
 PARENT_TIMEOUT_SLACK_S = 300
 
 
-
-
 def session_of(config: pytest.Config) -> "AbbenchSession":
     return config.stash[SESSION_KEY]
 

@@ -1,8 +1,8 @@
 """Fork a process that runs one function and leaves with its return code, as an exec'd child would.
 
 Used where a process that already imported torch and Triton starts another
-without paying for the imports again: the fork server's cells, and a
-precompile's shares.
+without paying for the imports again: the fork server's cells, and the
+shares of a compile-only cell (IR triage, precompile).
 """
 
 from __future__ import annotations

@@ -28,7 +28,6 @@ from pytest_abbench.status import read_status
 from pytest_abbench.wording import count
 
 
-
 def discover(layout: RootLayout, problems: list[str]) -> list[CellOutcome]:
     """Every cell of an offline root: its status rows (the last row of a cell wins), then rowless folders."""
     cells: dict[CellKey, CellOutcome] = {}
