@@ -42,10 +42,14 @@ costs=()
 run parallel -n 2 --ab-gpus "$GPUS" "${costs[@]}"
 python3 benchmarks/scale_check.py "$ROOT/serial" "$ROOT/parallel" \
   --wall-serial "$(cat "$ROOT/serial.wall")" --wall-parallel "$(cat "$ROOT/parallel.wall")" | tee "$OUT/scale_check.txt"
+# At most 8 files come back from a device call: the per-root details travel in one archive.
+details="$ROOT/details"
+rm -rf "$details" && mkdir -p "$details"
 for name in serial parallel; do
-  python3 benchmarks/cell_timing.py "$ROOT/$name" > "$OUT/cell_timing_$name.txt"
-  cp "$ROOT/$name/status.tsv" "$OUT/status_$name.tsv"
-  cp "$ROOT/$name/report.json" "$OUT/report_$name.json" 2>/dev/null
+  python3 benchmarks/cell_timing.py "$ROOT/$name" > "$details/cell_timing_$name.txt"
+  cp "$ROOT/$name/status.tsv" "$details/status_$name.tsv"
+  cp "$ROOT/$name/report.json" "$details/report_$name.json" 2>/dev/null
 done
-cp "$ROOT/parallel/workers.json" "$OUT/" 2>/dev/null
-tar czf "$OUT/roots.tgz" --exclude=cache -C "$ROOT" serial parallel
+cp "$ROOT/parallel/workers.json" "$details/" 2>/dev/null
+cat "$details/cell_timing_parallel.txt"
+tar czf "$OUT/roots.tgz" --exclude=cache -C "$ROOT" serial parallel details
