@@ -33,6 +33,7 @@ SERVER_MODULE = "pytest_abbench.child.server"
 # precompile (read when IR capture starts, in the cell).
 PER_CELL_ENV = (SPAWN_TIME_ENV, "FLAGGEMS_CACHE_DIR", "PYTEST_CURRENT_TEST", "ABBENCH_PASS_DUMP")
 _START_TIMEOUT_S = 300.0  # importing torch cold on a loaded machine
+_EXIT_WAIT_S = 5.0  # a server exits about a second after its end of input (torch's own shutdown)
 _PR_SET_PDEATHSIG = 1
 
 
@@ -146,8 +147,8 @@ class ForkServer:
                                   f"({'no answer' if line is None else 'it exited'}); its log: {self.log_path}")
         return ForkedCell(self, int(self._parse(line)["pid"]))
 
-    def close(self) -> None:
-        """End of input: the server exits; killed if it does not within a few seconds (at once if never used)."""
+    def end_input(self) -> None:
+        """Tell the server to exit (end of input); killed at once if it never got ready."""
         if not self.ready:
             self.proc.kill()  # started ahead for a side whose cells never came: its imports are not worth waiting for
         if self.proc.stdin is not None and not self.proc.stdin.closed:
@@ -155,13 +156,21 @@ class ForkServer:
                 self.proc.stdin.close()
             except OSError:
                 pass
+
+    def wait_exit(self, timeout_s: float) -> None:
+        """Wait for the exit ``end_input`` asked for; kill the server if it takes longer than ``timeout_s``."""
         try:
-            self.proc.wait(timeout=5)
+            self.proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
         if self.proc.stdout is not None:
             self.proc.stdout.close()
+
+    def close(self) -> None:
+        """End of input: the server exits; killed if it does not within a few seconds (at once if never used)."""
+        self.end_input()
+        self.wait_exit(_EXIT_WAIT_S)
 
 
 class ForkedCell:
@@ -226,9 +235,14 @@ class ForkServers:
         return server
 
     def close(self) -> None:
-        for server in self.servers.values():
-            server.close()
+        """End every server; they all get end of input first, so their exits overlap instead of adding up."""
+        servers = list(self.servers.values())
         self.servers.clear()
+        for server in servers:
+            server.end_input()
+        deadline = time.monotonic() + _EXIT_WAIT_S
+        for server in servers:
+            server.wait_exit(max(0.0, deadline - time.monotonic()))
 
 
 def _tail(path: Path, max_bytes: int = 2000) -> str:

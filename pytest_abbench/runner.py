@@ -11,7 +11,7 @@ import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 import pytest
 
@@ -29,6 +29,10 @@ from pytest_abbench.options import Settings
 from pytest_abbench.outcome import FAILED_SHAPES, IR_ONLY, NO_SHAPES, OK, CellOutcome
 
 PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
+# Servers a session starts ahead of their first cell: side A and three switches' side B.  Each idle server
+# holds torch and Triton imported (about 280 MB resident with a CPU torch), so the count stays bounded when a
+# session collects many campaigns of different switches.
+PRESTART_SERVERS = 4
 EXIT_NO_SERVER = 3  # the cell could not be started: its side's fork server failed (the cell's setup-error code)
 
 
@@ -75,6 +79,24 @@ class CellRunner:
         """End the session's fork servers (they would also die with this process)."""
         if self.servers is not None:
             self.servers.close()
+
+    def prestart(self, cells: Iterable[tuple[Campaign, CellKey]]) -> None:
+        """Start the fork servers these cells need, in the background, up to PRESTART_SERVERS in all.
+
+        A server spends seconds importing torch and Triton.  Started when the
+        first cell of its switch comes (an op of another campaign, midway
+        through the session), that is seconds of the cell's start-up with the
+        GPU idle; started with the session's first cell, it overlaps the cells
+        before.  An xdist worker does not know which ops it will get: a server
+        it never uses costs one process's imports and memory until the end.
+        """
+        if self.servers is None:
+            return
+        for campaign, key in cells:
+            if len(self.servers.servers) >= PRESTART_SERVERS:
+                return
+            self.servers.start(self.python(campaign, key), self.env(campaign, key, self.layout.cell(key)),
+                               f"side-{key.side}")
 
     def tuner_cache(self, campaign: Campaign, side: str) -> str:
         """The side's tuner cache as the identity names it (caliber axis ``tuner_cache``)."""
@@ -171,12 +193,14 @@ class CellRunner:
     def precompile(self, campaign: Campaign, key: CellKey, log_path: Path) -> float:
         """Before an op's first round-1 cell on a GPU: compile its kernels for both sides in parallel.
 
-        Returns the seconds it took (0 when nothing ran); says what it did in the cell's log.
+        Returns the seconds it took, waits for the sides' servers included (0 when nothing ran); says what it
+        did in the cell's log.
         """
         s = self.settings
         if not s.precompile or s.backend != "cuda" or s.ir_only or key.round != 1 or key.op in self.precompiled:
             return 0.0
         self.precompiled.add(key.op)
+        started = time.monotonic()
         if self._target is False:
             self._target = precompile.gpu_target(self.gpu)
         with open(log_path, "a", encoding="utf-8") as log:
@@ -185,21 +209,28 @@ class CellRunner:
                 return 0.0
             parallel = precompile.worker_share()
             jobs = []
-            for side in SIDES:
-                side_key = CellKey(1, key.op, side)
+            side_keys = [CellKey(1, key.op, side) for side in SIDES]
+            served = {}  # side -> (python, env, out) of a precompile forked from the side's server
+            if self.servers is not None:
+                for side_key in side_keys:
+                    out = self.layout.precompile(key.op) / side_key.side
+                    served[side_key.side] = (self.python(campaign, side_key),
+                                             precompile.env_for(self.env(campaign, side_key, out)), out)
+                    self.servers.start(*served[side_key.side][:2], f"side-{side_key.side}")  # both import at once
+            for side_key in side_keys:
+                side = side_key.side
                 config = self.config(campaign, side_key, self.layout.precompile(key.op))
                 n = precompile.shares(len(campaign.op(key.op).shapes_for(config.level)), parallel)
                 compile_all = replace(config, ir_only=True, ir_target=self._target, ir_level=None,
                                       autotune_mode="compile-all")
-                python = self.python(campaign, side_key)
                 if self.servers is not None:
                     # Forked from the side's server, which forks the shares: no share pays for imports.
-                    out = self.layout.precompile(key.op) / side
-                    env = precompile.env_for(self.env(campaign, side_key, out))
+                    python, env, out = served[side]
                     server = self.servers.server(python, env, f"side-{side}")
                     jobs.append(precompile.Job(side, replace(compile_all, out=out, shares=n).to_argv(), env,
                                                out / "compile.log", server))
                     continue
+                python = self.python(campaign, side_key)
                 for i in range(n):
                     out = self.layout.precompile(key.op) / f"{side}-{i + 1}of{n}"
                     share = replace(compile_all, out=out, shard=f"{i}/{n}")
@@ -208,7 +239,7 @@ class CellRunner:
                                                out / "compile.log"))
             result = precompile.run_jobs(jobs, parallel, s.cell_timeout_s, self.check)
             log.write(result.line(key.op) + "\n")
-        return result.seconds
+        return time.monotonic() - started
 
     def run(self, campaign: Campaign, key: CellKey) -> CellRun:
         """Run the cell's child to the end (or its timeout) and read what it left."""

@@ -22,7 +22,7 @@ from pytest_abbench.campaign import (Campaign, CampaignError, CampaignSkipped, l
 from pytest_abbench.fixtures import (CALIBER_PROPERTY, CELL_TEST_ATTR, GATE_PROPERTY, NOTICE_PROPERTY, PlannedCell,
                                      cell_test_for)
 from pytest_abbench.gpuclaim import GpuClaim, claim_gpu
-from pytest_abbench.layout import CellKey, cell_key, run_log
+from pytest_abbench.layout import SIDES, CellKey, cell_key, run_log
 from pytest_abbench.options import Settings, visible_gpus
 from pytest_abbench.outcome import NO_IR_DIFF, OUTCOME_PROPERTY, CellOutcome
 from pytest_abbench.plan import CampaignPlan
@@ -167,6 +167,8 @@ class AbbenchSession:
             from pytest_abbench.runner import CellRunner
 
             self._runner = CellRunner(self.settings, self.root.layout, self.gpu)
+            self._runner.prestart((self.campaign(Path(path)), CellKey(1, op, side))
+                                  for op, path in self.plan.ops.items() for side in SIDES)
         return self._runner
 
     def gate_for(self, op: str) -> "irgate.GateDecision | None":

@@ -154,6 +154,54 @@ def test_a_dead_server_fails_its_cell_by_name_and_is_replaced(chain: Chain, monk
     assert "starting a new one" in (root / "r2_B" / "ok" / "run.log").read_text()
 
 
+# A campaign whose cells record when their fork server was started and when they themselves ran, both on
+# the boot clock (/proc's process start times count from boot).
+TIMED_CAMPAIGN = textwrap.dedent('''
+    import json, os, time
+    import torch
+    from pytest_abbench.campaign import Case, Op, Switch
+
+    def started_s(pid):
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+        fields = stat[stat.rfind(b")") + 2:].split()
+        return int(fields[19]) / os.sysconf("SC_CLK_TCK"), int(fields[1])
+
+    def build(shape, device):
+        cell = os.getppid()
+        _, server = started_s(cell)
+        line = {"op": OP, "side": "B" if os.environ.get(VAR) else "A",
+                "server_started": started_s(server)[0], "ran": time.clock_gettime(time.CLOCK_BOOTTIME)}
+        with open(os.environ["SEEN_FILE"], "a") as handle:
+            handle.write(json.dumps(line) + "\\n")
+        x = torch.ones(4)
+        return Case(run=lambda: x * 2, expected=lambda: torch.full((4,), 2.0))
+
+    OPS = [Op(OP, build=build, shapes={"smoke": [{"n": 4}]})]
+    SWITCH = Switch(env_b={VAR: "1"})
+''')
+
+
+def test_the_servers_of_every_collected_switch_start_with_the_first_cell(
+        campaign_dir: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two campaigns, two switches: the second campaign's side-B server imports while the first campaign's
+    cells run, instead of when its own first cell comes (seconds of an idle GPU each)."""
+    campaign_dir.makepyfile(first=f"OP, VAR = 'first', 'ABBENCH_TEST_FIRST'\n{TIMED_CAMPAIGN}",
+                            second=f"OP, VAR = 'second', 'ABBENCH_TEST_SECOND'\n{TIMED_CAMPAIGN}")
+    seen_file = tmp_path / "seen"
+    monkeypatch.setenv("SEEN_FILE", str(seen_file))
+    root = tmp_path / "root"
+    result = campaign_dir.runpytest_subprocess("first.py", "second.py", "--ab-rounds", "1", "--ab-spawn", "fork",
+                                               "--ab-root", str(root), *FAST)
+    result.assert_outcomes(passed=4)
+    cells = {(c["op"], c["side"]): c for c in map(json.loads, seen_file.read_text().splitlines())}
+    assert sorted(cells) == [("first", "A"), ("first", "B"), ("second", "A"), ("second", "B")]
+    first_cell_ran = cells[("first", "A")]["ran"]
+    # Started ahead: before the session's first cell got to its build, not when "second" came.
+    assert cells[("second", "B")]["server_started"] < first_cell_ran, cells
+    assert sorted(p.name for p in (root / "servers").iterdir()) == ["side-A-1.log", "side-B-2.log", "side-B-3.log"]
+
+
 @pytest.mark.parametrize("first_line, version", [
     ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Thu Oct  2 12:00:00 UTC 2025", "580.159.04"),
     ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.86.15  Release Build  (dvs-builder@U16)", "570.86.15"),
