@@ -31,7 +31,7 @@ from helpers import BUILD_DOT_SOURCE, DOT_SOURCE, ROWSUM_LAYOUT_CAMPAIGN
 from pytest_abbench import irgate, precompile
 from pytest_abbench.cellconfig import CHILD_MODULE, CellConfig
 from pytest_abbench.child.ircapture import PassDump, split_pass_dump
-from pytest_abbench.irgate import first_pass_difference
+from pytest_abbench.irgate import first_pass_difference, ttgir_files
 from pytest_abbench.layout import IDENTITY_FILE, SHARES_FILE, ir_dir
 from pytest_abbench.options import Settings
 
@@ -175,6 +175,53 @@ def test_a_failing_share_fails_its_cell_and_is_named_in_the_log(pytester: pytest
         assert "[abbench] share-2of2: shape n=2: RuntimeError: shape n=2 cannot be built" in log, log
         assert re.search(r"2 shares compiled for cuda:90 in .*; failed: share-2of2 rc 1$", log, re.M), log
         assert "shares compiled" not in (root / f"r1_{side}" / "one" / "run.log").read_text()
+
+
+# An op that selects its tensors' device around the launch, as FlagGems does around every op
+# (``with torch_device_fn.device(x.device)``); an IR-only cell's tensors are on the CPU.
+DEVICE_CONTEXT_CAMPAIGN = '''
+import torch
+import triton
+import triton.language as tl
+from pytest_abbench import Case, Op, Switch
+
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs) + 1)
+
+
+def build(shape, device):
+    x = torch.arange(shape["n"], device=device, dtype=torch.float32)
+    y = torch.empty_like(x)
+
+    def run():
+        with torch.cuda.device(x.device):
+            add_kernel[(1,)](x, y, N=shape["n"])
+        return y
+
+    return Case(run=run, expected=lambda: x + 1)
+
+
+OPS = [Op("add", build=build, shapes={"smoke": [{"n": 16}]})]
+SWITCH = Switch(env_b={"ABBENCH_TEST_SWITCH": "1"})
+'''
+
+
+def test_an_op_that_selects_its_tensors_device_compiles_in_an_ir_only_cell(pytester: pytest.Pytester,
+                                                                          tmp_path: Path) -> None:
+    """The GPU's precompile runs this path too: before, every FlagGems op failed there
+    ("Expected a cuda device, but got: cpu") and its cells compiled their kernels themselves."""
+    pytester.makeini("[pytest]\n")
+    pytester.makepyfile(devcamp=DEVICE_CONTEXT_CAMPAIGN)
+    root = tmp_path / "root"
+    result = pytester.runpytest_subprocess("devcamp.py", "--ab-ir-only", "--ab-ir-target", "cuda:90",
+                                           "--ab-root", str(root), *FAST)
+    result.assert_outcomes(passed=2)
+    for side in ("A", "B"):
+        compiled = ttgir_files(ir_dir(root / f"r1_{side}" / "add"))
+        assert [p.parent.name for p in compiled] == ["add_kernel"], compiled
 
 
 def settings(**given: Any) -> Settings:

@@ -335,6 +335,32 @@ class _TargetOnlyDriver:
 _pass_dump_wanted = False  # enter_compile_only switched Triton's dump on for this process
 
 
+def _cpu_tensors_select_no_gpu() -> None:
+    """Let ``torch.cuda.device(t.device)`` take a CPU tensor's device, as the no-op it is given ``-1``.
+
+    Libraries enter it around each op (FlagGems: ``with torch_device_fn.device(x.device)``).  Here the
+    tensors are on the CPU, the stand-in driver's device, and torch refuses a CPU device ("Expected a cuda
+    device"), so every FlagGems op failed to compile.  Nothing is launched in this process: no GPU needs
+    selecting.
+    """
+    import torch
+
+    cuda_device = torch.cuda.device
+    if getattr(cuda_device, "_abbench_cpu_is_none", False):
+        return
+
+    class device(cuda_device):  # type: ignore[misc, valid-type]  # torch.cuda.device is untyped
+        _abbench_cpu_is_none = True
+
+        def __init__(self, device: Any) -> None:
+            if isinstance(device, (str, torch.device)) and torch.device(device).type == "cpu":
+                self.idx = self.prev_idx = -1  # a negative index: entering and leaving change nothing
+                return
+            super().__init__(device)
+
+    torch.cuda.device = device  # type: ignore[misc]
+
+
 def enter_compile_only(target_text: str) -> None:
     """Make every kernel launch of this process compile for ``target_text`` and launch nothing.
 
@@ -352,6 +378,7 @@ def enter_compile_only(target_text: str) -> None:
         _pass_dump_wanted = True
         _no_dump_in_llir()
     driver.set_active(_TargetOnlyDriver(parse_target(target_text)))
+    _cpu_tensors_select_no_gpu()
     original_run = jit.JITFunction.run
 
     def compile_only_run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
