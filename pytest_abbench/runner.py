@@ -73,6 +73,7 @@ class CellRunner:
         self.check = controller_check()  # made now, while the controller that started this worker is alive
         self.servers = ForkServers(layout.servers) if settings.spawn == "fork" else None
         self.precompiled: set[str] = set()
+        self.planned_servers: list[tuple[Campaign, CellKey]] = []
         self._target: str | None | bool = False  # the GPU's Triton target, looked up once (False: not yet)
 
     def close(self) -> None:
@@ -80,19 +81,24 @@ class CellRunner:
         if self.servers is not None:
             self.servers.close()
 
-    def prestart(self, cells: Iterable[tuple[Campaign, CellKey]]) -> None:
-        """Start the fork servers these cells need, in the background, up to PRESTART_SERVERS in all.
+    def plan_servers(self, cells: Iterable[tuple[Campaign, CellKey]]) -> None:
+        """The fork servers to start ahead, once the first cell's own are ready (``_start_planned_servers``).
 
         A server spends seconds importing torch and Triton.  Started when the
         first cell of its switch comes (an op of another campaign, midway
         through the session), that is seconds of the cell's start-up with the
-        GPU idle; started with the session's first cell, it overlaps the cells
-        before.  An xdist worker does not know which ops it will get: a server
-        it never uses costs one process's imports and memory until the end.
+        GPU idle; started once the first cell's servers are ready, it imports
+        while that cell compiles, and does not slow the imports the first cell
+        waits for.  An xdist worker does not know which ops it will get: a
+        server it never uses costs one process's imports and memory until the end.
         """
-        if self.servers is None:
-            return
-        for campaign, key in cells:
+        self.planned_servers = list(cells)
+
+    def _start_planned_servers(self) -> None:
+        """Start the planned servers in the background, up to PRESTART_SERVERS running in all."""
+        assert self.servers is not None
+        planned, self.planned_servers = self.planned_servers, []
+        for campaign, key in planned:
             if len(self.servers.servers) >= PRESTART_SERVERS:
                 return
             self.servers.start(self.python(campaign, key), self.env(campaign, key, self.layout.cell(key)),
@@ -178,6 +184,7 @@ class CellRunner:
                     other = CellKey(key.round, key.op, side)
                     self.servers.start(self.python(campaign, other), self.env(campaign, other, cell_dir), f"side-{side}")
             server = self.servers.server(argv[0], env, f"side-{key.side}")
+            self._start_planned_servers()
         except ForkServerError as exc:
             with open(log_path, "a", encoding="utf-8") as log:
                 log.write(f"[abbench] {exc}\n[abbench] --ab-spawn exec starts each cell in a fresh interpreter\n")
@@ -237,6 +244,8 @@ class CellRunner:
                     jobs.append(precompile.Job(out.name, [python, "-m", CHILD_MODULE, *share.to_argv()],
                                                precompile.env_for(self.env(campaign, side_key, out)),
                                                out / "compile.log"))
+            if self.servers is not None:
+                self._start_planned_servers()
             result = precompile.run_jobs(jobs, parallel, s.cell_timeout_s, self.check)
             log.write(result.line(key.op) + "\n")
         return time.monotonic() - started

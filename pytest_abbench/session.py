@@ -167,8 +167,8 @@ class AbbenchSession:
             from pytest_abbench.runner import CellRunner
 
             self._runner = CellRunner(self.settings, self.root.layout, self.gpu)
-            self._runner.prestart((self.campaign(Path(path)), CellKey(1, op, side))
-                                  for op, path in self.plan.ops.items() for side in SIDES)
+            self._runner.plan_servers([(self.campaign(Path(path)), CellKey(1, op, side))
+                                       for op, path in self.plan.ops.items() for side in SIDES])
         return self._runner
 
     def gate_for(self, op: str) -> "irgate.GateDecision | None":
