@@ -346,11 +346,11 @@ def _cpu_tensors_select_no_gpu() -> None:
     import torch
 
     cuda_device = torch.cuda.device
-    if getattr(cuda_device, "_abbench_cpu_is_none", False):
+    if getattr(cuda_device, "_abbench_takes_cpu", False):
         return
 
     class device(cuda_device):  # type: ignore[misc, valid-type]  # torch.cuda.device is untyped
-        _abbench_cpu_is_none = True
+        _abbench_takes_cpu = True
 
         def __init__(self, device: Any) -> None:
             if isinstance(device, (str, torch.device)) and torch.device(device).type == "cpu":
