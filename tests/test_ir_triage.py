@@ -224,6 +224,62 @@ def test_an_op_that_selects_its_tensors_device_compiles_in_an_ir_only_cell(pytes
         assert [p.parent.name for p in compiled] == ["add_kernel"], compiled
 
 
+# An autotuner with a run() of its own that benchmarks every config through Autotuner._bench, as FlagGems'
+# LibTuner does; the plugin's pin, which replaces Autotuner.run, never sees it choose.
+OWN_RUN_TUNER_CAMPAIGN = '''
+import torch
+import triton
+import triton.language as tl
+from triton.runtime.autotuner import Autotuner
+from pytest_abbench import Case, Op, Switch
+
+
+class OwnRunTuner(Autotuner):
+    def run(self, *args, **kwargs):
+        self.nargs = dict(zip(self.arg_names, args))
+        timings = {config: self._bench(*args, config=config, **kwargs) for config in self.configs}
+        self.nargs = None
+        best = min(self.configs, key=lambda config: timings[config][0])
+        return self.fn.run(*args, **kwargs, **best.all_kwargs())
+
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, N: tl.constexpr, BLOCK: tl.constexpr):
+    for start in range(0, N, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs) + 1)
+
+
+tuned_add = triton.autotune(configs=[triton.Config({"BLOCK": 16}), triton.Config({"BLOCK": 32})], key=["N"])(add_kernel)
+tuned_add.__class__ = OwnRunTuner
+
+
+def build(shape, device):
+    x = torch.arange(shape["n"], device=device, dtype=torch.float32)
+    y = torch.empty_like(x)
+    return Case(run=lambda: (tuned_add[(1,)](x, y, N=shape["n"]), y)[1], expected=lambda: x + 1)
+
+
+OPS = [Op("add", build=build, shapes={"smoke": [{"n": 64}]})]
+SWITCH = Switch(env_b={"ABBENCH_TEST_SWITCH": "1"})
+'''
+
+
+def test_a_tuner_with_its_own_run_compiles_each_candidate_in_an_ir_only_cell(pytester: pytest.Pytester,
+                                                                            tmp_path: Path) -> None:
+    """A compile-only process has no benchmarker: before, such a tuner failed there (on the GPU's
+    precompile: FlagGems' mm and replication_pad3d, "no attribute 'get_device_interface'")."""
+    pytester.makeini("[pytest]\n")
+    pytester.makepyfile(tunercamp=OWN_RUN_TUNER_CAMPAIGN)
+    root = tmp_path / "root"
+    result = pytester.runpytest_subprocess("tunercamp.py", "--ab-ir-only", "--ab-ir-target", "cuda:90",
+                                           "--ab-root", str(root), *FAST)
+    result.assert_outcomes(passed=2)
+    for side in ("A", "B"):
+        compiled = ttgir_files(ir_dir(root / f"r1_{side}" / "add"))
+        assert [p.parent.name for p in compiled] == ["add_kernel", "add_kernel"], compiled  # BLOCK 16 and 32
+
+
 def settings(**given: Any) -> Settings:
     values: dict[str, Any] = dict(
         rounds=2, root=None, cell_timeout_s=60.0, switch_env=None, backend="interpreter", level="smoke",

@@ -85,9 +85,7 @@ class AutotunePin:
     def choose(self, autotuner: Any, key: TuningKey, pruned: list[Any]) -> Any | None:
         """The config to use for ``key``, or None to let the autotuner tune."""
         if self.mode == "compile-all":
-            # Let the autotuner "benchmark" every candidate with one compile-only call each.
-            autotuner._do_bench = _compile_once
-            autotuner.__dict__["do_bench"] = _compile_once  # Triton caches do_bench on the instance
+            bench_by_compiling(autotuner)  # the autotuner "benchmarks" every candidate: one compile each
             return None
         ident = (kernel_name(autotuner), tuple(_key_strings(key)))
         if self.mode == "replay":
@@ -132,6 +130,12 @@ def _compile_once(kernel_call: Callable[[], Any], quantiles: Any = None, **_: An
     return [0.0] * len(quantiles) if quantiles else 0.0
 
 
+def bench_by_compiling(autotuner: Any) -> None:
+    """Make ``autotuner`` time each candidate by one compile-only launch (``_compile_once``)."""
+    autotuner._do_bench = _compile_once
+    autotuner.__dict__["do_bench"] = _compile_once  # Triton caches do_bench on the instance
+
+
 def benchmarking() -> bool:
     return _BENCHMARKING[0] > 0
 
@@ -144,6 +148,10 @@ def install(pin: AutotunePin) -> None:
     original_bench = at.Autotuner._bench
 
     def counted_bench(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if pin.mode == "compile-all" or not pin.can_benchmark(self):
+            # A tuner with a run() of its own (FlagGems' LibTuner) benchmarks without asking the pin: where
+            # nothing can be timed (a compile-only process has no benchmarker), each candidate compiles once.
+            bench_by_compiling(self)
         pin.bench_calls += 1
         _BENCHMARKING[0] += 1
         started = time.perf_counter()
