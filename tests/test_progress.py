@@ -59,3 +59,14 @@ def test_a_session_prints_each_round_and_where_the_time_went(campaign_dir: pytes
     line = next(line for line in out.splitlines() if line.startswith("time: 8 cells"))
     assert re.search(r"start-up \d+%, compile \d+%, autotune \d+%, timing \d+%, checks \d+%, other \d+%; "
                      r"wall \S+ s on 1 worker, idle \d+%", line), line
+
+
+def test_an_ir_only_cell_counts_as_compile(tmp_path: Path) -> None:
+    """IR triage's cells compile and time nothing (no cell_timing.json): their time is compile, not other."""
+    from pytest_abbench.outcome import IR_ONLY, OK, CellOutcome
+
+    ir_only = CellOutcome(CellKey(1, "op", "A"), tmp_path / "ir", IR_ONLY, elapsed_s=12.0)
+    crashed = CellOutcome(CellKey(1, "op", "B"), tmp_path / "crashed", OK, elapsed_s=3.0)
+    spent = cost.time_spent([ir_only, crashed])
+    assert (spent["compile_s"], spent["other_s"], spent["cells_without_timing"]) == (12.0, 3.0, 1)
+    assert cost.describe(spent).startswith("time: 2 cells 15.0 s: start-up 0%, compile 80%")

@@ -4,7 +4,7 @@ Each cell's child writes ``cell_timing.json`` (``child/measure.py``); its
 status row's ``elapsed_s`` is the cell's wall time seen from the parent.  A
 cell that ran is counted whole: what its timing file does not account for
 (the fork or exec, IR capture, teardown, a cell that crashed before writing
-the file) is ``other``.  ``idle`` is worker time with no cell running:
+the file) is ``other``; an IR-only cell, which writes none, is compile.  ``idle`` is worker time with no cell running:
 workers x session wall time minus the cells' time (plugin, pytest, waiting).
 """
 
@@ -14,7 +14,7 @@ from typing import Any, Iterable
 
 from pytest_abbench.fileio import CorruptFileError, read_json
 from pytest_abbench.layout import TIMING_FILE
-from pytest_abbench.outcome import CellOutcome
+from pytest_abbench.outcome import IR_ONLY, CellOutcome
 
 # The parts of a cell, in the order they are printed: (report key, cell_timing.json field, words).
 PARTS = (("startup_s", "startup_s", "start-up"), ("compile_s", None, "compile"),
@@ -35,8 +35,11 @@ def time_spent(cells: Iterable[CellOutcome], wall_s: float | None = None, worker
         except (CorruptFileError, OSError):
             timing = {}
         if not isinstance(timing, dict) or not timing:
-            without += 1
-            spent["other_s"] += cell.elapsed_s
+            if cell.status == IR_ONLY:  # compiles its shapes and times nothing: it writes no timing file
+                spent["compile_s"] += cell.elapsed_s
+            else:
+                without += 1
+                spent["other_s"] += cell.elapsed_s
             cells_s += cell.elapsed_s
             continue
         parts = {key: float(timing.get(field) or 0.0) for key, field, _ in PARTS if field}
