@@ -1,43 +1,49 @@
-"""Where each cell's wall time went: start-up, first call (compile + autotune), timing, the rest.
+"""Where each cell's wall time went, cell by cell: the parts of the report's ``time:`` line.
 
     python benchmarks/cell_timing.py ROOT
 
-Reads every ``<root>/r<k>_<side>/<op>/cell_timing.json`` written by the cell
-child and the elapsed time of its status.tsv row (which includes the parent's
-spawn and bookkeeping).
+For every status.tsv row, the cell's elapsed time (the parent's clock: spawn
+and bookkeeping included) split as the report splits it
+(``pytest_abbench.report.cost.cell_parts``), the autotuner's benchmark calls
+and the IR variants captured; then the totals per part.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
+from pytest_abbench.fileio import CorruptFileError, read_json
+from pytest_abbench.layout import TIMING_FILE, CellKey, RootLayout
+from pytest_abbench.report.cost import PARTS, cell_parts
 from pytest_abbench.status import read_status
 
 
 def main(root: Path) -> None:
-    rows = {(r.round, r.op, r.side): r for r in read_status(root)}
-    print(f"{'cell':<28} {'elapsed':>8} {'start-up':>9} {'1st call':>9} {'check':>7} {'timing':>8} {'other':>7} "
-          f"{'bench':>6} {'ir':>4}")
-    totals = {"elapsed": 0.0, "startup_s": 0.0, "first_call_s": 0.0, "timing_s": 0.0}
-    for (rnd, op, side), row in sorted(rows.items(), key=lambda kv: (kv[0][1], kv[0][0], kv[0][2])):
-        path = root / f"r{rnd}_{side}" / op / "cell_timing.json"
-        if not path.exists():
-            print(f"{op}[r{rnd}-{side}]".ljust(28), f"{row.elapsed_s:8.2f}", f"  ({row.status}: no cell_timing.json)")
+    layout = RootLayout(root)
+    print(f"{'cell':<28} {'elapsed':>8}", *(f"{words:>9}" for _, _, words in PARTS), f"{'bench':>6} {'ir':>4}")
+    totals = dict.fromkeys((key for key, _, _ in PARTS), 0.0)
+    elapsed = 0.0
+    for row in sorted(read_status(root), key=lambda r: (r.op, r.round, r.side)):
+        name = f"{row.op}[r{row.round}-{row.side}]"
+        cell_dir = layout.cell(CellKey(row.round, row.op, row.side))
+        parts = cell_parts(cell_dir, row.elapsed_s, row.status)
+        if parts is None:
+            print(f"{name:<28} {row.elapsed_s:8.2f}   ({row.status}: no {TIMING_FILE})")
             continue
-        t = json.loads(path.read_text())
-        other = row.elapsed_s - t["startup_s"] - t["first_call_s"] - t["check_s"] - t["timing_s"]
-        print(f"{op + f'[r{rnd}-{side}]':<28} {row.elapsed_s:8.2f} {t['startup_s']:9.2f} {t['first_call_s']:9.2f} "
-              f"{t['check_s']:7.2f} {t['timing_s']:8.2f} {other:7.2f} {t['autotune_bench_calls']:6d} "
-              f"{t.get('ir_variants', 0):4d}")
-        totals["elapsed"] += row.elapsed_s
-        for k in ("startup_s", "first_call_s", "timing_s"):
-            totals[k] += t[k]
-    if totals["elapsed"]:
-        e = totals["elapsed"]
-        print(f"\nall cells: {e:.1f}s; start-up {100 * totals['startup_s'] / e:.0f}%, first calls (compile+autotune) "
-              f"{100 * totals['first_call_s'] / e:.0f}%, timed measurement {100 * totals['timing_s'] / e:.0f}%")
+        try:
+            timing = read_json(cell_dir / TIMING_FILE)
+        except (CorruptFileError, OSError):
+            timing = {}
+        counts = timing if isinstance(timing, dict) else {}
+        print(f"{name:<28} {row.elapsed_s:8.2f}", *(f"{parts[key]:9.2f}" for key, _, _ in PARTS),
+              f"{int(counts.get('autotune_bench_calls', 0)):6d} {int(counts.get('ir_variants', 0)):4d}")
+        elapsed += sum(parts.values())
+        for key, value in parts.items():
+            totals[key] += value
+    if elapsed:
+        shares = ", ".join(f"{words} {100 * totals[key] / elapsed:.0f}%" for key, _, words in PARTS)
+        print(f"\nall cells with a timing file: {elapsed:.1f} s; {shares}")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ workers x session wall time minus the cells' time (plugin, pytest, waiting).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Iterable
 
 from pytest_abbench.fileio import CorruptFileError, read_json
@@ -22,6 +23,30 @@ PARTS = (("startup_s", "startup_s", "start-up"), ("compile_s", None, "compile"),
          ("checks_s", "check_s", "checks"), ("other_s", None, "other"))
 
 
+def cell_parts(cell_dir: Path, elapsed_s: float, status: str) -> dict[str, float] | None:
+    """One cell's seconds per part (the keys of PARTS), summing to its whole time.
+
+    None where the cell left no readable timing file and is not IR-only: its time is all ``other``, but
+    the caller says so.
+    """
+    try:
+        timing = read_json(cell_dir / TIMING_FILE)
+    except (CorruptFileError, OSError):
+        timing = {}
+    if not isinstance(timing, dict) or not timing:
+        if status == IR_ONLY:  # compiles its shapes and times nothing: it writes no timing file
+            return {**dict.fromkeys((key for key, _, _ in PARTS), 0.0), "compile_s": elapsed_s}
+        return None
+    parts = {key: float(timing.get(field) or 0.0) for key, field, _ in PARTS if field}
+    # first_call_s is the first call of every shape: compilation, plus the autotuner's benchmarking.
+    # precompile_s: the parallel compile before the op's round 1 (runner.precompile), in this cell's time.
+    parts["compile_s"] = max(0.0, float(timing.get("first_call_s") or 0.0) - parts["autotune_s"]) \
+        + float(timing.get("precompile_s") or 0.0)
+    # The child's clock starts when the parent stamps the spawn, a moment before the parent's own clock.
+    parts["other_s"] = max(0.0, elapsed_s - sum(parts.values()))
+    return parts
+
+
 def time_spent(cells: Iterable[CellOutcome], wall_s: float | None = None, workers: int = 1) -> dict[str, Any]:
     """Seconds per part over every cell that ran; ``wall_s`` (the session's) adds ``idle_s`` and ``wall_s``."""
     spent = {key: 0.0 for key, _, _ in PARTS}
@@ -30,29 +55,13 @@ def time_spent(cells: Iterable[CellOutcome], wall_s: float | None = None, worker
         if cell.resumed or not cell.measured or cell.elapsed_s <= 0:
             continue  # run by an earlier session, skipped by the IR gate, or never started
         counted += 1
-        try:
-            timing = read_json(cell.cell_dir / TIMING_FILE)
-        except (CorruptFileError, OSError):
-            timing = {}
-        if not isinstance(timing, dict) or not timing:
-            if cell.status == IR_ONLY:  # compiles its shapes and times nothing: it writes no timing file
-                spent["compile_s"] += cell.elapsed_s
-            else:
-                without += 1
-                spent["other_s"] += cell.elapsed_s
-            cells_s += cell.elapsed_s
-            continue
-        parts = {key: float(timing.get(field) or 0.0) for key, field, _ in PARTS if field}
-        # first_call_s is the first call of every shape: compilation, plus the autotuner's benchmarking.
-        # precompile_s: the parallel compile before the op's round 1 (runner.precompile), in this cell's time.
-        parts["compile_s"] = max(0.0, float(timing.get("first_call_s") or 0.0) - parts["autotune_s"]) \
-            + float(timing.get("precompile_s") or 0.0)
+        parts = cell_parts(cell.cell_dir, cell.elapsed_s, cell.status)
+        if parts is None:
+            without += 1
+            parts = {"other_s": cell.elapsed_s}
         for key, value in parts.items():
             spent[key] += value
-        # The child's clock starts when the parent stamps the spawn, a moment before the parent's own clock.
-        whole = max(cell.elapsed_s, sum(parts.values()))
-        spent["other_s"] += whole - sum(parts.values())
-        cells_s += whole
+        cells_s += sum(parts.values())
     out: dict[str, Any] = {key: round(value, 3) for key, value in spent.items()}
     out.update(cells=counted, cells_without_timing=without, cells_s=round(cells_s, 3))
     if wall_s is not None:
