@@ -4,8 +4,9 @@ Each cell's child writes ``cell_timing.json`` (``child/measure.py``); its
 status row's ``elapsed_s`` is the cell's wall time seen from the parent.  A
 cell that ran is counted whole: what its timing file does not account for
 (the fork or exec, IR capture, teardown, a cell that crashed before writing
-the file) is ``other``; an IR-only cell, which writes none, is compile.  ``idle`` is worker time with no cell running:
-workers x session wall time minus the cells' time (plugin, pytest, waiting).
+the file) is ``other``; an IR-only cell, which writes none, is compile.
+``idle`` is worker time with no cell running: workers x session wall time
+minus the cells' time (plugin, pytest, waiting).
 """
 
 from __future__ import annotations
