@@ -101,8 +101,12 @@ class CellRunner:
         for campaign, key in planned:
             if len(self.servers.servers) >= PRESTART_SERVERS:
                 return
-            self.servers.start(self.python(campaign, key), self.env(campaign, key, self.layout.cell(key)),
-                               f"side-{key.side}")
+            self._start_server(campaign, key, self.layout.cell(key))
+
+    def _start_server(self, campaign: Campaign, key: CellKey, cell_dir: Path) -> None:
+        """Start the fork server of ``key``'s side (a cell in ``cell_dir``) if none runs; does not wait for it."""
+        assert self.servers is not None
+        self.servers.start(self.python(campaign, key), self.env(campaign, key, cell_dir), f"side-{key.side}")
 
     def tuner_cache(self, campaign: Campaign, side: str) -> str:
         """The side's tuner cache as the identity names it (caliber axis ``tuner_cache``)."""
@@ -181,8 +185,7 @@ class CellRunner:
             self.servers.start(argv[0], env, f"side-{key.side}")
             for side in SIDES:  # the other side's server imports while this cell runs
                 if side != key.side:
-                    other = CellKey(key.round, key.op, side)
-                    self.servers.start(self.python(campaign, other), self.env(campaign, other, cell_dir), f"side-{side}")
+                    self._start_server(campaign, CellKey(key.round, key.op, side), cell_dir)
             server = self.servers.server(argv[0], env, f"side-{key.side}")
             self._start_planned_servers()
         except ForkServerError as exc:
@@ -215,29 +218,25 @@ class CellRunner:
                 log.write("[abbench] precompile skipped: nvidia-smi did not give the GPU's compute capability\n")
                 return 0.0
             parallel = precompile.worker_share()
+            if self.servers is not None:  # both sides' servers import at once; the jobs below wait for each
+                for side in SIDES:
+                    self._start_server(campaign, CellKey(1, key.op, side), self.layout.precompile(key.op) / side)
             jobs = []
-            side_keys = [CellKey(1, key.op, side) for side in SIDES]
-            served = {}  # side -> (python, env, out) of a precompile forked from the side's server
-            if self.servers is not None:
-                for side_key in side_keys:
-                    out = self.layout.precompile(key.op) / side_key.side
-                    served[side_key.side] = (self.python(campaign, side_key),
-                                             precompile.env_for(self.env(campaign, side_key, out)), out)
-                    self.servers.start(*served[side_key.side][:2], f"side-{side_key.side}")  # both import at once
-            for side_key in side_keys:
-                side = side_key.side
+            for side in SIDES:
+                side_key = CellKey(1, key.op, side)
                 config = self.config(campaign, side_key, self.layout.precompile(key.op))
                 n = precompile.shares(len(campaign.op(key.op).shapes_for(config.level)), parallel)
                 compile_all = replace(config, ir_only=True, ir_target=self._target, ir_level=None,
                                       autotune_mode="compile-all")
+                python = self.python(campaign, side_key)
                 if self.servers is not None:
                     # Forked from the side's server, which forks the shares: no share pays for imports.
-                    python, env, out = served[side]
+                    out = self.layout.precompile(key.op) / side
+                    env = precompile.env_for(self.env(campaign, side_key, out))
                     server = self.servers.server(python, env, f"side-{side}")
                     jobs.append(precompile.Job(side, replace(compile_all, out=out, shares=n).to_argv(), env,
                                                out / "compile.log", server))
                     continue
-                python = self.python(campaign, side_key)
                 for i in range(n):
                     out = self.layout.precompile(key.op) / f"{side}-{i + 1}of{n}"
                     share = replace(compile_all, out=out, shard=f"{i}/{n}")
