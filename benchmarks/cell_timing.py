@@ -13,9 +13,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from pytest_abbench.fileio import CorruptFileError, read_json
 from pytest_abbench.layout import TIMING_FILE, CellKey, RootLayout
-from pytest_abbench.report.cost import PARTS, cell_parts
+from pytest_abbench.report.cost import PARTS, cell_parts, read_timing
 from pytest_abbench.status import read_status
 
 
@@ -26,18 +25,13 @@ def main(root: Path) -> None:
     elapsed = 0.0
     for row in sorted(read_status(root), key=lambda r: (r.op, r.round, r.side)):
         name = f"{row.op}[r{row.round}-{row.side}]"
-        cell_dir = layout.cell(CellKey(row.round, row.op, row.side))
-        parts = cell_parts(cell_dir, row.elapsed_s, row.status)
+        timing = read_timing(layout.cell(CellKey(row.round, row.op, row.side)))
+        parts = cell_parts(timing, row.elapsed_s, row.status)
         if parts is None:
             print(f"{name:<28} {row.elapsed_s:8.2f}   ({row.status}: no {TIMING_FILE})")
             continue
-        try:
-            timing = read_json(cell_dir / TIMING_FILE)
-        except (CorruptFileError, OSError):
-            timing = {}
-        counts = timing if isinstance(timing, dict) else {}
         print(f"{name:<28} {row.elapsed_s:8.2f}", *(f"{parts[key]:9.2f}" for key, _, _ in PARTS),
-              f"{int(counts.get('autotune_bench_calls', 0)):6d} {int(counts.get('ir_variants', 0)):4d}")
+              f"{int(timing.get('autotune_bench_calls', 0)):6d} {int(timing.get('ir_variants', 0)):4d}")
         elapsed += sum(parts.values())
         for key, value in parts.items():
             totals[key] += value

@@ -12,7 +12,7 @@ minus the cells' time (plugin, pytest, waiting).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from pytest_abbench.fileio import CorruptFileError, read_json
 from pytest_abbench.layout import TIMING_FILE
@@ -24,17 +24,21 @@ PARTS = (("startup_s", "startup_s", "start-up"), ("compile_s", None, "compile"),
          ("checks_s", "check_s", "checks"), ("other_s", None, "other"))
 
 
-def cell_parts(cell_dir: Path, elapsed_s: float, status: str) -> dict[str, float] | None:
-    """One cell's seconds per part (the keys of PARTS), summing to its whole time.
-
-    None where the cell left no readable timing file and is not IR-only: its time is all ``other``, but
-    the caller says so.
-    """
+def read_timing(cell_dir: Path) -> dict[str, Any]:
+    """The cell's ``cell_timing.json``; empty when it is missing or unreadable."""
     try:
         timing = read_json(cell_dir / TIMING_FILE)
     except (CorruptFileError, OSError):
-        timing = {}
-    if not isinstance(timing, dict) or not timing:
+        return {}
+    return timing if isinstance(timing, dict) else {}
+
+
+def cell_parts(timing: Mapping[str, Any], elapsed_s: float, status: str) -> dict[str, float] | None:
+    """One cell's seconds per part (the keys of PARTS) from its ``read_timing``, summing to its whole time.
+
+    None where the cell left no timing and is not IR-only: its time is all ``other``, but the caller says so.
+    """
+    if not timing:
         if status == IR_ONLY:  # compiles its shapes and times nothing: it writes no timing file
             return {**dict.fromkeys((key for key, _, _ in PARTS), 0.0), "compile_s": elapsed_s}
         return None
@@ -56,7 +60,7 @@ def time_spent(cells: Iterable[CellOutcome], wall_s: float | None = None, worker
         if cell.resumed or not cell.measured or cell.elapsed_s <= 0:
             continue  # run by an earlier session, skipped by the IR gate, or never started
         counted += 1
-        parts = cell_parts(cell.cell_dir, cell.elapsed_s, cell.status)
+        parts = cell_parts(read_timing(cell.cell_dir), cell.elapsed_s, cell.status)
         if parts is None:
             without += 1
             parts = {"other_s": cell.elapsed_s}
