@@ -78,6 +78,15 @@ def dot_kernel(a_ptr, b_ptr, c_ptr, N: tl.constexpr):
     tl.store(c_ptr + offs[:, None] * N + offs[None, :], tl.dot(a, b))
 '''
 
+# An element-wise add (no dot: no switch of the MMA path changes it); triton and tl imported before it.
+ADD_KERNEL_SOURCE = '''
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs) + 1)
+'''
+
 BUILD_DOT_SOURCE = '''
 
 def build_dot(shape, device):
@@ -95,14 +104,7 @@ def build_dot(shape, device):
 # tl.dot (a Hopper warpgroup MMA for cuda:90 unless DISABLE_MMA_V3=1), an
 # element-wise add (no dot: the switch cannot change it), and a torch-only op
 # (no Triton kernel: the gate has nothing to compare).
-IR_CAMPAIGN = DOT_SOURCE + '''
-
-@triton.jit
-def add_kernel(x_ptr, y_ptr, N: tl.constexpr):
-    offs = tl.arange(0, N)
-    tl.store(y_ptr + offs, tl.load(x_ptr + offs) + 1)
-
-''' + BUILD_DOT_SOURCE + '''
+IR_CAMPAIGN = DOT_SOURCE + ADD_KERNEL_SOURCE + BUILD_DOT_SOURCE + '''
 
 def build_add(shape, device):
     import torch

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import BUILD_DOT_SOURCE, DOT_SOURCE, ROWSUM_LAYOUT_CAMPAIGN
+from helpers import ADD_KERNEL_SOURCE, BUILD_DOT_SOURCE, DOT_SOURCE, ROWSUM_LAYOUT_CAMPAIGN
 
 from pytest_abbench import irgate, precompile
 from pytest_abbench.cellconfig import CHILD_MODULE, CellConfig
@@ -177,6 +177,20 @@ def test_a_failing_share_fails_its_cell_and_is_named_in_the_log(pytester: pytest
         assert "shares compiled" not in (root / f"r1_{side}" / "one" / "run.log").read_text()
 
 
+def compiled_kernels(pytester: pytest.Pytester, tmp_path: Path, source: str) -> dict[str, list[str]]:
+    """Run campaign ``source`` (op ``add``) as IR triage for cuda:90: each side's compiled kernels, by name.
+
+    Both cells must pass; a kernel compiled once per variant is listed once per variant.
+    """
+    pytester.makeini("[pytest]\n")
+    pytester.makepyfile(irtriage=source)
+    root = tmp_path / "root"
+    result = pytester.runpytest_subprocess("irtriage.py", "--ab-ir-only", "--ab-ir-target", "cuda:90",
+                                           "--ab-root", str(root), *FAST)
+    result.assert_outcomes(passed=2)
+    return {side: [p.parent.name for p in ttgir_files(ir_dir(root / f"r1_{side}" / "add"))] for side in "AB"}
+
+
 # An op that selects its tensors' device around the launch, as FlagGems does around every op
 # (``with torch_device_fn.device(x.device)``); an IR-only cell's tensors are on the CPU.
 DEVICE_CONTEXT_CAMPAIGN = '''
@@ -184,13 +198,7 @@ import torch
 import triton
 import triton.language as tl
 from pytest_abbench import Case, Op, Switch
-
-
-@triton.jit
-def add_kernel(x_ptr, y_ptr, N: tl.constexpr):
-    offs = tl.arange(0, N)
-    tl.store(y_ptr + offs, tl.load(x_ptr + offs) + 1)
-
+''' + ADD_KERNEL_SOURCE + '''
 
 def build(shape, device):
     x = torch.arange(shape["n"], device=device, dtype=torch.float32)
@@ -213,15 +221,7 @@ def test_an_op_that_selects_its_tensors_device_compiles_in_an_ir_only_cell(pytes
                                                                           tmp_path: Path) -> None:
     """The GPU's precompile runs this path too: before, every FlagGems op failed there
     ("Expected a cuda device, but got: cpu") and its cells compiled their kernels themselves."""
-    pytester.makeini("[pytest]\n")
-    pytester.makepyfile(devcamp=DEVICE_CONTEXT_CAMPAIGN)
-    root = tmp_path / "root"
-    result = pytester.runpytest_subprocess("devcamp.py", "--ab-ir-only", "--ab-ir-target", "cuda:90",
-                                           "--ab-root", str(root), *FAST)
-    result.assert_outcomes(passed=2)
-    for side in ("A", "B"):
-        compiled = ttgir_files(ir_dir(root / f"r1_{side}" / "add"))
-        assert [p.parent.name for p in compiled] == ["add_kernel"], compiled
+    assert compiled_kernels(pytester, tmp_path, DEVICE_CONTEXT_CAMPAIGN) == {"A": ["add_kernel"], "B": ["add_kernel"]}
 
 
 # An autotuner with a run() of its own that benchmarks every config through Autotuner._bench, as FlagGems'
@@ -269,15 +269,8 @@ def test_a_tuner_with_its_own_run_compiles_each_candidate_in_an_ir_only_cell(pyt
                                                                             tmp_path: Path) -> None:
     """A compile-only process has no benchmarker: before, such a tuner failed there (on the GPU's
     precompile: FlagGems' mm and replication_pad3d, "no attribute 'get_device_interface'")."""
-    pytester.makeini("[pytest]\n")
-    pytester.makepyfile(tunercamp=OWN_RUN_TUNER_CAMPAIGN)
-    root = tmp_path / "root"
-    result = pytester.runpytest_subprocess("tunercamp.py", "--ab-ir-only", "--ab-ir-target", "cuda:90",
-                                           "--ab-root", str(root), *FAST)
-    result.assert_outcomes(passed=2)
-    for side in ("A", "B"):
-        compiled = ttgir_files(ir_dir(root / f"r1_{side}" / "add"))
-        assert [p.parent.name for p in compiled] == ["add_kernel", "add_kernel"], compiled  # BLOCK 16 and 32
+    both = ["add_kernel", "add_kernel"]  # BLOCK 16 and 32
+    assert compiled_kernels(pytester, tmp_path, OWN_RUN_TUNER_CAMPAIGN) == {"A": both, "B": both}
 
 
 def settings(**given: Any) -> Settings:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import VANISHING_ROOT_CAMPAIGN, simple_campaign
+from helpers import ADD_KERNEL_SOURCE, VANISHING_ROOT_CAMPAIGN, simple_campaign
 
 
 @pytest.mark.parametrize("ops, rounds, line", [
@@ -48,13 +48,7 @@ from pathlib import Path
 import triton
 import triton.language as tl
 from pytest_abbench import Case, Op, Switch
-
-
-@triton.jit
-def add_kernel(x_ptr, y_ptr, N: tl.constexpr):
-    offs = tl.arange(0, N)
-    tl.store(y_ptr + offs, tl.load(x_ptr + offs) + 1)
-
+''' + ADD_KERNEL_SOURCE + '''
 
 def build(shape, device):
     import torch
