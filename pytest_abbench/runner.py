@@ -261,9 +261,10 @@ class CellRunner:
         if per_cell_tuner and not records_tuning:
             tunercache.seed_from_record(self.layout.root, key.op, cell_dir / tunercache.CELL_CACHE_DIR)
         child = self.start_cell(campaign, key, cell_dir, log_path)
+        ended = time.time()
         if precompile_s:
             child = ChildResult(child.rc, child.elapsed_s + precompile_s)
-            add_timing(cell_dir, "precompile_s", precompile_s)
+        add_parent_timing(cell_dir, precompile_s, ended)
         if per_cell_tuner and records_tuning:
             tunercache.keep_record(cell_dir / tunercache.CELL_CACHE_DIR, self.layout.root, key.op)
         problems: list[str]
@@ -294,15 +295,29 @@ class CellRunner:
         return CellRun(outcome, failure)
 
 
-def add_timing(cell_dir: Path, name: str, seconds: float) -> None:
-    """Add a parent-side part (the precompile) to the cell's cell_timing.json, if the child wrote one."""
+def add_parent_timing(cell_dir: Path, precompile_s: float, ended: float) -> None:
+    """Add the parts only the parent sees to the cell's cell_timing.json, if the child wrote one.
+
+    ``precompile_s``: the parallel compile before the op's round 1 (0 for other cells).  ``exit_s``: from the
+    child's last stamp to the parent seeing it end (``ended``, the parent's ``time.time()``): the process's exit
+    and CUDA teardown, the cell supervisor's reaping and the wait's latency.
+    """
     path = cell_dir / TIMING_FILE
     try:
         timing = read_json(path)
     except (CorruptFileError, OSError):
         return
-    if isinstance(timing, dict):
-        write_json_atomic(path, {**timing, name: seconds})
+    if not isinstance(timing, dict):
+        return
+    added: dict[str, float] = {}
+    if precompile_s:
+        added["precompile_s"] = precompile_s
+    try:
+        added["exit_s"] = round(max(0.0, ended - float(timing["spawned_at"]) - float(timing["total_s"])), 3)
+    except (KeyError, TypeError, ValueError):
+        pass  # written by a child of an older version (a resumed root): its exit stays in "other"
+    if added:
+        write_json_atomic(path, {**timing, **added})
 
 
 def count_shapes(cell_dir: Path) -> tuple[int, int, list[str]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -57,7 +58,8 @@ def test_a_session_prints_each_round_and_where_the_time_went(campaign_dir: pytes
     assert spent["startup_s"] > 0 and spent["timing_s"] > 0
     assert spent["idle_s"] == pytest.approx(spent["wall_s"] - spent["cells_s"], abs=0.01)
     line = next(line for line in out.splitlines() if line.startswith("time: 8 cells"))
-    assert re.search(r"start-up \d+%, compile \d+%, autotune \d+%, timing \d+%, checks \d+%, other \d+%; "
+    assert re.search(r"start-up \d+%, inputs \d+%, compile \d+%, autotune \d+%, timing \d+%, checks \d+%, "
+                     r"exit \d+%, other \d+%; "
                      r"wall \S+ s on 1 worker, idle \d+%", line), line
 
 
@@ -69,4 +71,29 @@ def test_an_ir_only_cell_counts_as_compile(tmp_path: Path) -> None:
     crashed = CellOutcome(CellKey(1, "op", "B"), tmp_path / "crashed", OK, elapsed_s=3.0)
     spent = cost.time_spent([ir_only, crashed])
     assert (spent["compile_s"], spent["other_s"], spent["cells_without_timing"]) == (12.0, 3.0, 1)
-    assert cost.describe(spent).startswith("time: 2 cells 15.0 s: start-up 0%, compile 80%")
+    assert cost.describe(spent).startswith("time: 2 cells 15.0 s: start-up 0%, inputs 0%, compile 80%")
+
+
+def test_a_cells_exit_and_its_inputs_are_parts_of_their_own(campaign_dir: pytest.Pytester, tmp_path: Path) -> None:
+    """A cell whose process takes 1.5 s to leave (an exit handler, as a CUDA teardown would) and 0.5 s to build
+    its tensors: the parent's exit_s and the child's build_s name those seconds instead of leaving them in other."""
+    campaign_dir.makepyfile(c=simple_campaign(ops='"one"') + textwrap.dedent("""
+        import atexit, time
+
+        def slow_build(shape, device):
+            atexit.register(time.sleep, 1.5)
+            time.sleep(0.25)
+            return build(shape, device)
+
+        OPS = [Op("one", build=slow_build, shapes=OPS[0].shapes)]
+    """))
+    root = tmp_path / "root"
+    result = campaign_dir.runpytest_subprocess("c.py", "--ab-rounds", "1", "--ab-root", str(root), *FAST)
+    result.assert_outcomes(passed=2)
+    for side in "AB":
+        timing = json.loads((root / f"r1_{side}" / "one" / "cell_timing.json").read_text())
+        assert 1.5 <= timing["exit_s"] < 5.0, timing
+        assert timing["build_s"] >= 0.5, timing  # two shapes, 0.25 s each
+    spent = json.loads((root / "report.json").read_text())["time_spent"]
+    assert spent["exit_s"] >= 3.0 and spent["inputs_s"] >= 1.0
+    assert spent["other_s"] < 1.5, "the exit handler's seconds are not counted as other"

@@ -104,6 +104,7 @@ def measure(config: CellConfig) -> int:
     phases["autotune_s"] = pin.bench_s  # part of first_call_s
     phases["ir_variants"] = len(ir_written)
     phases["total_s"] = time.time() - spawned
+    phases["spawned_at"] = spawned  # the parent's stamp: with total_s, the parent sees how long the exit took
     write_json_atomic(out / TIMING_FILE, phases)
 
     if poisoned:

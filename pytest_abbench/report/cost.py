@@ -3,8 +3,8 @@
 Each cell's child writes ``cell_timing.json`` (``child/measure.py``); its
 status row's ``elapsed_s`` is the cell's wall time seen from the parent.  A
 cell that ran is counted whole: what its timing file does not account for
-(the fork or exec, IR capture, teardown, a cell that crashed before writing
-the file) is ``other``; an IR-only cell, which writes none, is compile.
+(the fork or exec, the layout pads, the autotune record's save, a cell that
+crashed before writing the file) is ``other``; an IR-only cell, which writes none, is compile.
 ``idle`` is worker time with no cell running: workers x session wall time
 minus the cells' time (plugin, pytest, waiting).
 """
@@ -19,9 +19,11 @@ from pytest_abbench.layout import TIMING_FILE
 from pytest_abbench.outcome import IR_ONLY, CellOutcome
 
 # The parts of a cell, in the order they are printed: (report key, cell_timing.json field, words).
-PARTS = (("startup_s", "startup_s", "start-up"), ("compile_s", None, "compile"),
+# In the order a cell spends them: inputs is the op's build (its tensors), exit what the parent saw after the
+# child's last stamp (the exit, CUDA teardown, reaping; runner.add_parent_timing).
+PARTS = (("startup_s", "startup_s", "start-up"), ("inputs_s", "build_s", "inputs"), ("compile_s", None, "compile"),
          ("autotune_s", "autotune_s", "autotune"), ("timing_s", "timing_s", "timing"),
-         ("checks_s", "check_s", "checks"), ("other_s", None, "other"))
+         ("checks_s", "check_s", "checks"), ("exit_s", "exit_s", "exit"), ("other_s", None, "other"))
 
 
 def read_timing(cell_dir: Path) -> dict[str, Any]:
@@ -67,8 +69,8 @@ def time_spent(cells: Iterable[CellOutcome], wall_s: float | None = None, worker
         for key, value in parts.items():
             spent[key] += value
         cells_s += sum(parts.values())
-    out: dict[str, Any] = {key: round(value, 3) for key, value in spent.items()}
-    out.update(cells=counted, cells_without_timing=without, cells_s=round(cells_s, 3))
+    out: dict[str, Any] = {key: round(value, 6) for key, value in spent.items()}  # a timed microsecond is not 0
+    out.update(cells=counted, cells_without_timing=without, cells_s=round(cells_s, 6))
     if wall_s is not None:
         out["wall_s"] = round(wall_s, 3)
         out["workers"] = workers
