@@ -78,6 +78,9 @@ def test_unchanged_op_skips_later_rounds_changed_and_ir_less_ops_run_all(pyteste
     statuses = {(r.round, r.op): r.status for r in read_status(root)}
     assert statuses[(2, "add")] == irgate.NO_IR_DIFF
     assert statuses[(2, "dot")] == "ok" and statuses[(2, "torchonly")] == "ok"
+    # Round 1's cells compiled their kernels again for cuda:90 after timing: compile, not the process's exit.
+    timing = json.loads((root / "r1_A" / "dot" / "cell_timing.json").read_text())
+    assert timing["ir_capture_s"] > 0.5 and timing["exit_s"] < timing["ir_capture_s"], timing
 
 
 def test_override_runs_every_round(pytester: pytest.Pytester, tmp_path: Path,

@@ -103,6 +103,8 @@ def measure(config: CellConfig) -> int:
     phases["autotune_bench_calls"] = pin.bench_calls
     phases["autotune_s"] = pin.bench_s  # part of first_call_s
     phases["ir_variants"] = len(ir_written)
+    if config.backend == "interpreter" and config.ir_target and not poisoned:
+        phases["ir_capture_s"] = capture_ir_on_cpu(config)  # the GPU captures its IR while it compiles
     phases["total_s"] = time.time() - spawned
     phases["spawned_at"] = spawned  # the parent's stamp: with total_s, the parent sees how long the exit took
     write_json_atomic(out / TIMING_FILE, phases)
@@ -115,9 +117,6 @@ def measure(config: CellConfig) -> int:
         log("[abbench] the CUDA context is poisoned: measuring the remaining shapes in a fresh process")
         sys.stdout.flush()
         os.execv(sys.executable, child_command(config))
-
-    if config.backend == "interpreter" and config.ir_target:
-        capture_ir_on_cpu(config)
     return 0
 
 
@@ -293,8 +292,8 @@ def run_shares(config: CellConfig) -> int:
     return 1 if failed else 0
 
 
-def capture_ir_on_cpu(config: CellConfig) -> None:
-    """Run this cell again in compile-only mode, without the interpreter, for the IR target."""
+def capture_ir_on_cpu(config: CellConfig) -> float:
+    """Run this cell again in compile-only mode, without the interpreter, for the IR target; its seconds."""
     env = dict(os.environ)
     env.pop("TRITON_INTERPRET", None)
     ir_dir = config.out / IR_DIR
@@ -307,3 +306,4 @@ def capture_ir_on_cpu(config: CellConfig) -> None:
         log(f"[abbench] IR capture for {config.ir_target} failed (rc {rc}); see {ir_dir / 'compile.log'}")
     else:
         log(f"[abbench] IR captured for {config.ir_target} in {time.monotonic() - start:.1f}s")
+    return time.monotonic() - start

@@ -46,9 +46,10 @@ def cell_parts(timing: Mapping[str, Any], elapsed_s: float, status: str) -> dict
         return None
     parts = {key: float(timing.get(field) or 0.0) for key, field, _ in PARTS if field}
     # first_call_s is the first call of every shape: compilation, plus the autotuner's benchmarking.
-    # precompile_s: the parallel compile before the op's round 1 (runner.precompile), in this cell's time.
+    # precompile_s: the parallel compile before the op's round 1 (runner.precompile), in this cell's time;
+    # ir_capture_s: an interpreter cell compiling its kernels again for the IR target (capture_ir_on_cpu).
     parts["compile_s"] = max(0.0, float(timing.get("first_call_s") or 0.0) - parts["autotune_s"]) \
-        + float(timing.get("precompile_s") or 0.0)
+        + float(timing.get("precompile_s") or 0.0) + float(timing.get("ir_capture_s") or 0.0)
     # The child's clock starts when the parent stamps the spawn, a moment before the parent's own clock.
     parts["other_s"] = max(0.0, elapsed_s - sum(parts.values()))
     return parts
