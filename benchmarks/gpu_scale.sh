@@ -42,6 +42,8 @@ costs=()
 run parallel -n 2 --ab-gpus "$GPUS" "${costs[@]}"
 python3 benchmarks/scale_check.py "$ROOT/serial" "$ROOT/parallel" \
   --wall-serial "$(cat "$ROOT/serial.wall")" --wall-parallel "$(cat "$ROOT/parallel.wall")" | tee "$OUT/scale_check.txt"
+# Which parts of the cells grew with two workers (start-up, inputs, compile, ... exit): serial as A, parallel as B.
+python3 benchmarks/parts_vs.py "$ROOT/serial" "$ROOT/parallel" | tee -a "$OUT/scale_check.txt"
 # At most 8 files come back from a device call: the per-root details travel in one archive.
 details="$ROOT/details"
 rm -rf "$details" && mkdir -p "$details"

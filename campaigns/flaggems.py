@@ -16,19 +16,15 @@ from typing import Any
 from pytest_abbench import Shape, Switch
 from pytest_abbench.flaggems import GemsOp, gems_ops, unavailable_reason
 
+from _kernels.inputs import randn
+
 SKIP = unavailable_reason()
-
-
-def _gen(seed: int) -> Any:
-    import torch
-
-    return torch.Generator().manual_seed(seed)
 
 
 def topk_inputs(shape: Shape, device: str) -> tuple[Any, int]:
     import torch
 
-    x = torch.randn(shape["rows"], shape["cols"], generator=_gen(1)).to(torch.bfloat16).to(device)
+    x = randn(shape["rows"], shape["cols"], seed=1, device=device, dtype=torch.bfloat16)
     return x, shape["k"]
 
 
@@ -42,28 +38,25 @@ def topk_values_match(actual: Any, expected: Any) -> None:
 def mm_inputs(shape: Shape, device: str) -> tuple[Any, Any]:
     import torch
 
-    gen = _gen(2)
-    a = torch.randn(shape["M"], shape["K"], generator=gen).to(torch.bfloat16).to(device)
-    b = torch.randn(shape["K"], shape["N"], generator=gen).to(torch.bfloat16).to(device)
+    a = randn(shape["M"], shape["K"], seed=2, device=device, dtype=torch.bfloat16)
+    b = randn(shape["K"], shape["N"], seed=20, device=device, dtype=torch.bfloat16)
     return a, b
 
 
 def pad3d_inputs(shape: Shape, device: str) -> tuple[Any, list[int]]:
     import random
 
-    import torch
-
     # Paddings from a generator seeded by the shape: the same on both sides and in every round.
     rng = random.Random(shape["seed"])
     pads = [rng.randint(0, 3) for _ in range(6)]
-    x = torch.randn(*shape["dims"], generator=_gen(3)).to(device)
+    x = randn(*shape["dims"], seed=3, device=device)
     return x, pads
 
 
 def rows_inputs(shape: Shape, device: str) -> tuple[Any]:
     import torch
 
-    return (torch.randn(shape["rows"], shape["cols"], generator=_gen(4)).to(torch.bfloat16).to(device),)
+    return (randn(shape["rows"], shape["cols"], seed=4, device=device, dtype=torch.bfloat16),)
 
 
 def torch_layer_norm(x: Any) -> Any:

@@ -9,11 +9,11 @@ def build_mm(shape: Shape, device: str) -> Case:
     import torch
 
     from _kernels.gemm import mm
+    from _kernels.inputs import randn
 
     dtype = getattr(torch, shape.params.get("dtype", "bfloat16"))
-    gen = torch.Generator().manual_seed(3)
-    a = torch.randn(shape["M"], shape["K"], generator=gen).to(dtype).to(device)
-    b = torch.randn(shape["K"], shape["N"], generator=gen).to(dtype).to(device)
+    a = randn(shape["M"], shape["K"], seed=3, device=device, dtype=dtype)
+    b = randn(shape["K"], shape["N"], seed=30, device=device, dtype=dtype)
     return Case(run=lambda: mm(a, b), expected=lambda: (a.float() @ b.float()).to(dtype),
                 atol=0.5, rtol=2e-2)
 

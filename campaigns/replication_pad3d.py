@@ -25,11 +25,11 @@ def _level(seed: int, sizes: list[tuple[int, int, int, int, int]]) -> list[dict]
 def build_pad3d(shape: Shape, device: str) -> Case:
     import torch
 
+    from _kernels.inputs import randn
     from _kernels.pad3d import replication_pad3d
 
     pads = tuple(int(p) for p in shape["pads"].split("-"))
-    gen = torch.Generator().manual_seed(4)
-    x = torch.randn(shape["N"], shape["C"], shape["D"], shape["H"], shape["W"], generator=gen).to(device)
+    x = randn(shape["N"], shape["C"], shape["D"], shape["H"], shape["W"], seed=4, device=device)
     return Case(run=lambda: replication_pad3d(x, pads),  # type: ignore[arg-type]
                 expected=lambda: torch.nn.functional.pad(x, pads, mode="replicate"), atol=0, rtol=0)
 

@@ -20,10 +20,11 @@ LEVELS = {
 def _inputs(shape: Shape, device: str):  # type: ignore[no-untyped-def]
     import torch
 
+    from _kernels.inputs import randn
+
     dtype = getattr(torch, shape.params.get("dtype", "bfloat16"))
-    gen = torch.Generator().manual_seed(1)
-    x = (torch.randn(shape["tokens"], shape["hidden"], generator=gen) * 0.1).to(dtype).to(device)
-    w = (torch.randn(shape["hidden"], shape["experts"], generator=gen) * 0.1).to(dtype).to(device)
+    x = randn(shape["tokens"], shape["hidden"], seed=1, device=device, dtype=dtype, scale=0.1)
+    w = randn(shape["hidden"], shape["experts"], seed=10, device=device, dtype=dtype, scale=0.1)
     return x, w
 
 
@@ -38,10 +39,10 @@ def build_router_softmax(shape: Shape, device: str) -> Case:
     import torch
 
     from _kernels.gemm import bias_softmax
+    from _kernels.inputs import randn
 
-    gen = torch.Generator().manual_seed(2)
-    logits = torch.randn(shape["tokens"], shape["experts"], generator=gen).to(device)
-    bias = torch.randn(shape["experts"], generator=gen).to(device)
+    logits = randn(shape["tokens"], shape["experts"], seed=2, device=device)
+    bias = randn(shape["experts"], seed=20, device=device)
     return Case(run=lambda: bias_softmax(logits, bias), expected=lambda: torch.softmax(logits + bias, dim=1),
                 atol=1e-5, rtol=1e-4)
 

@@ -12,10 +12,10 @@ from _kernels.switches import skip_remove_layout_conversions
 def build_topk(shape: Shape, device: str) -> Case:
     import torch
 
+    from _kernels.inputs import randn
     from _kernels.topk import topk_values
 
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(shape["rows"], shape["cols"], generator=gen).to(device)
+    x = randn(shape["rows"], shape["cols"], seed=0, device=device)
     k = shape["k"]
 
     def check(actual: Any, expected: Any) -> None:

@@ -1,1 +1,1 @@
-"""Triton kernels used by the campaigns (imported inside each op's build, never at collection)."""
+"""Triton kernels and input helpers used by the campaigns (imported inside each op's build, never at collection)."""
