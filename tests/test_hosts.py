@@ -25,8 +25,13 @@ FAST = ("--ab-ir-target", "none", "-p", "no:cacheprovider", "-W", "ignore::Depre
 
 
 def _workers_in_own_folders(tmp_path: Path, campaign: Path) -> list[str]:
-    """xdist's remote recipe on one machine: each worker in a folder of its own, the campaign sent by rsync."""
-    args = ["--dist", "load", "--rsyncdir", str(campaign), "--ab-worker-scratch", str(tmp_path / "scratch")]
+    """xdist's remote recipe on one machine: each worker in a folder of its own, the campaign sent by rsync.
+
+    Path options take the ``--opt=PATH`` form (docs/hosts.md): a worker whose pytest sees PATH as a separate,
+    existing argument takes it as a rootdir candidate, so a worker started after another created the scratch
+    folder named its cells ``w2/camp/c.py`` instead of ``camp/c.py`` (xdist: different tests collected).
+    """
+    args = ["--dist", "load", "--rsyncdir", str(campaign), f"--ab-worker-scratch={tmp_path / 'scratch'}"]
     for name in ("w1", "w2"):
         (tmp_path / name).mkdir()
         args += ["--tx", f"popen//chdir={tmp_path / name}"]
@@ -53,7 +58,8 @@ def test_workers_in_folders_of_their_own_ship_every_cell_to_the_controllers_root
     serial, parallel = tmp_path / "serial", tmp_path / "parallel"
     campaign_dir.runpytest_subprocess(str(campaign), "--ab-rounds", "1", "--ab-root", str(serial), "-p", "no:xdist",
                                       *FAST).assert_outcomes(passed=4)
-    result = campaign_dir.runpytest_subprocess(str(campaign), "--ab-rounds", "1", "--ab-root", str(parallel),
+    (tmp_path / "scratch").mkdir()  # as a worker that starts first makes it: the other must name the same cells
+    result = campaign_dir.runpytest_subprocess(str(campaign), "--ab-rounds", "1", f"--ab-root={parallel}",
                                                *_workers_in_own_folders(tmp_path, campaign), *FAST)
     out = result.stdout.str()
     assert "INTERNALERROR" not in out and result.ret == 0, out
