@@ -19,9 +19,6 @@ from pytest_abbench.flaggems import GemsOp, gems_ops, unavailable_reason
 from _kernels.inputs import randn
 
 SKIP = unavailable_reason()
-# Imported once by each side's fork server instead of by every cell (0.6 s of FlagGems' 2-3 s import on the
-# H200).  FlagGems itself cannot be: its import initialises CUDA and fixes FLAGGEMS_CACHE_DIR.
-SERVER_IMPORTS = ["sqlalchemy"]
 
 
 def topk_inputs(shape: Shape, device: str) -> tuple[Any, int]:

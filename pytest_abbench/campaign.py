@@ -163,9 +163,6 @@ class Campaign:
     ops: list[Op]
     switch: Switch
     skip_timed: str | None = None  # SKIP_TIMED: why its ops cannot be timed here; compiling them still works
-    # SERVER_IMPORTS: modules the fork servers import before forking this campaign's cells (heavy, and safe:
-    # they neither initialise CUDA nor read a per-cell variable at import)
-    server_imports: tuple[str, ...] = ()
 
     def require_timing(self) -> None:
         """Skip, at collection, a campaign that says it cannot be timed here (``SKIP_TIMED``)."""
@@ -451,26 +448,12 @@ def load_campaign(path: str | Path) -> Campaign:
     skip_timed = getattr(module, "SKIP_TIMED", None)
     if skip_timed is not None and not isinstance(skip_timed, str):
         raise CampaignError(f"{path}: SKIP_TIMED is {type(skip_timed).__name__}, not a reason (str) or None")
-    server_imports = check_server_imports(getattr(module, "SERVER_IMPORTS", ()), path)
     for side in SIDES:
         unknown = set(switch.options(side)) - set(SIDE_OPTIONS)
         if unknown:
             raise CampaignError(f"{path}: SWITCH.options_{side.lower()}: unknown option(s) {sorted(unknown)} "
                                 f"(use {', '.join(SIDE_OPTIONS)})")
-    return Campaign(path, module, list(ops), switch, skip_timed or None, server_imports)
-
-
-_MODULE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
-
-
-def check_server_imports(value: object, path: Path) -> tuple[str, ...]:
-    """``SERVER_IMPORTS``: a list or tuple of importable module names (dotted), or a CampaignError naming the bad one."""
-    if not isinstance(value, (list, tuple)):
-        raise CampaignError(f"{path}: SERVER_IMPORTS is {type(value).__name__}, not a list of module names")
-    for i, name in enumerate(value):
-        if not isinstance(name, str) or not _MODULE_RE.fullmatch(name):
-            raise CampaignError(f"{path}: SERVER_IMPORTS[{i}] {name!r} is not a module name (e.g. 'sqlalchemy')")
-    return tuple(value)
+    return Campaign(path, module, list(ops), switch, skip_timed or None)
 
 
 def _import_failure(path: Path, exc: Exception) -> str:

@@ -26,8 +26,6 @@ AUTOTUNE_MODES = ("record", "replay", "off", "compile-all")
 # fork: forked from a server that imported torch and Triton once (pytest_abbench/forkserver.py); exec: a fresh process.
 SPAWN_METHODS = ("fork", "exec")
 SPAWN_TIME_ENV = "ABBENCH_SPAWN_TIME"  # when the parent started the child: the child's start-up cost
-# The campaign's SERVER_IMPORTS, comma-separated: what a side's fork server imports before it forks cells.
-SERVER_IMPORTS_ENV = "ABBENCH_SERVER_IMPORTS"
 DEFAULT_DIRECT_REP_MS = 100
 DEFAULT_DIRECT_WARMUP_MS = 25
 DEFAULT_TUNER_CACHE = "per-cell"

@@ -17,7 +17,7 @@ import pytest
 
 from pytest_abbench import precompile, tunercache
 from pytest_abbench.campaign import Campaign
-from pytest_abbench.cellconfig import CHILD_MODULE, SERVER_IMPORTS_ENV, SPAWN_TIME_ENV, CellConfig, autotune_mode_for
+from pytest_abbench.cellconfig import CHILD_MODULE, SPAWN_TIME_ENV, CellConfig, autotune_mode_for
 from pytest_abbench.cellrun import ChildResult, log_tail, run_child
 from pytest_abbench.exitcodes import describe, status_word
 from pytest_abbench.forkserver import ForkServerError, ForkServers
@@ -139,8 +139,6 @@ class CellRunner:
         env["PYTHONUNBUFFERED"] = "1"
         if self.gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = self.gpu
-        if campaign.server_imports:
-            env[SERVER_IMPORTS_ENV] = ",".join(campaign.server_imports)
         env[SPAWN_TIME_ENV] = repr(time.time())
         return env
 

@@ -8,7 +8,6 @@ process chain and the environment it saw.
 from __future__ import annotations
 
 import json
-import os
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -214,62 +213,3 @@ def test_the_driver_version_is_read_from_proc(tmp_path: Path, first_line: str, v
     path = tmp_path / "version"
     path.write_text(first_line + "\nGCC version:  gcc version 12.3.0\n")
     assert driver_version(path) == version
-
-
-# The campaign's SERVER_IMPORTS: ``heavy`` (on PYTHONPATH, as an installed package is) appends the pid of
-# whatever imports it; each cell appends its own pid and whether ``heavy`` was already imported.
-SERVER_IMPORTS_CAMPAIGN = textwrap.dedent('''
-    import os, sys
-    import torch
-    from pytest_abbench.campaign import Case, Op, Switch
-
-    def build(shape, device):
-        with open(os.environ["SEEN_FILE"], "a") as handle:
-            handle.write(f"cell {os.getpid()} {'heavy' in sys.modules}\\n")
-        x = torch.ones(4)
-        return Case(run=lambda: x * 2, expected=lambda: torch.full((4,), 2.0))
-
-    OPS = [Op("op", build=build, shapes={"smoke": [{"n": 4}]})]
-    SWITCH = Switch(env_b={"ABBENCH_TEST_SWITCH": "1"})
-    SERVER_IMPORTS = @IMPORTS@
-''')
-
-
-def _server_imports_session(campaign_dir: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                            imports: str, rounds: str = "2") -> tuple[pytest.RunResult, list[str]]:
-    modules = tmp_path / "modules"
-    modules.mkdir()
-    (modules / "heavy.py").write_text("import os\nwith open(os.environ['SEEN_FILE'], 'a') as f:\n"
-                                      "    f.write(f'import {os.getpid()}\\n')\n")
-    seen = tmp_path / "seen"
-    monkeypatch.setenv("SEEN_FILE", str(seen))
-    monkeypatch.setenv("PYTHONPATH", f"{modules}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-    campaign_dir.makepyfile(c=SERVER_IMPORTS_CAMPAIGN.replace("@IMPORTS@", imports))
-    result = campaign_dir.runpytest_subprocess("c.py", "--ab-rounds", rounds, "--ab-spawn", "fork",
-                                               "--ab-root", str(tmp_path / "root"), *FAST)
-    return result, seen.read_text().splitlines() if seen.exists() else []
-
-
-def test_server_imports_are_imported_once_per_server_before_its_cells(
-        campaign_dir: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    result, seen = _server_imports_session(campaign_dir, tmp_path, monkeypatch, '["heavy"]')
-    result.assert_outcomes(passed=4)
-    imports = [line.split()[1] for line in seen if line.startswith("import")]
-    cells = [line.split() for line in seen if line.startswith("cell")]
-    assert len(imports) == 2, f"one import per side's server, none per cell: {seen}"
-    assert len(cells) == 4 and all(imported == "True" for _, _, imported in cells), seen
-    assert not set(imports) & {pid for _, pid, _ in cells}, "imported by the servers, not by the cells"
-
-
-def test_a_server_import_that_fails_fails_the_cells_naming_the_module(
-        campaign_dir: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    result, seen = _server_imports_session(campaign_dir, tmp_path, monkeypatch, '["no_such_module_here"]', "1")
-    assert result.ret == 1 and not seen, "no cell ran"
-    result.stdout.fnmatch_lines(["*SERVER_IMPORTS: importing 'no_such_module_here' failed: ModuleNotFoundError*"])
-
-
-def test_a_server_imports_entry_that_is_not_a_module_name_is_a_collection_error(
-        campaign_dir: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    result, _ = _server_imports_session(campaign_dir, tmp_path, monkeypatch, '["heavy", "not a module"]', "1")
-    assert result.ret == pytest.ExitCode.INTERRUPTED  # pytest's 2: a collection error
-    result.stdout.fnmatch_lines(["*c.py: SERVER_IMPORTS[[]1[]] 'not a module' is not a module name*"])

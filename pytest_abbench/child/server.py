@@ -17,16 +17,12 @@ Why the campaign is not imported here: ``FLAGGEMS_CACHE_DIR`` differs per cell
 and FlagGems reads it once and keeps it, so a campaign module imported before
 the fork could pin every cell to one library tuner cache.  The per-cell
 variables (``PER_CELL_ENV`` in ``pytest_abbench.forkserver``) are read by
-nothing this server imports.  A campaign may name modules that are safe to
-import here, heavy and reading none of them (``SERVER_IMPORTS``, passed as
-``ABBENCH_SERVER_IMPORTS``): the server imports them after torch and Triton,
-and refuses to serve if one fails or initialises CUDA.
+nothing this server imports.
 """
 
 from __future__ import annotations
 
 import ctypes
-import importlib
 import json
 import os
 import signal
@@ -34,7 +30,6 @@ import sys
 import time
 from typing import IO, Any
 
-from pytest_abbench.cellconfig import CHILD_MODULE, SERVER_IMPORTS_ENV
 from pytest_abbench.child.forking import fork_and_run
 
 _PR_SET_PDEATHSIG = 1
@@ -71,6 +66,7 @@ def _run_cell(request: dict[str, Any], server_pid: int, reply_fd: int) -> int:  
     os.environ.update(request["env"])  # putenv too: CUDA reads CUDA_VISIBLE_DEVICES from the C environment
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    from pytest_abbench.cellconfig import CHILD_MODULE
     from pytest_abbench.child.__main__ import main
 
     argv = list(request["argv"])
@@ -110,21 +106,10 @@ def main() -> int:
     import pytest_abbench.child.__main__  # noqa: F401
     import pytest_abbench.child.measure  # noqa: F401  (what a cell imports before its campaign)
 
-    # A forked child cannot use a CUDA context its parent created.
     if torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+        # A forked child cannot use a CUDA context its parent created.
         _send(reply, {"error": "CUDA was initialised while importing torch and triton; fork cannot be used"})
         return 3
-    for name in filter(None, os.environ.get(SERVER_IMPORTS_ENV, "").split(",")):
-        try:
-            importlib.import_module(name)
-        except Exception as exc:  # the campaign named it: its cells cannot start without it
-            _send(reply, {"error": f"the campaign's SERVER_IMPORTS: importing {name!r} failed: "
-                                   f"{type(exc).__name__}: {exc}"})
-            return 3
-        if torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
-            _send(reply, {"error": f"the campaign's SERVER_IMPORTS: importing {name!r} initialised CUDA, which a "
-                                   f"forked cell cannot use: leave it out of SERVER_IMPORTS"})
-            return 3
     _send(reply, {"ready": True, "pid": os.getpid(), "import_s": round(time.monotonic() - started, 3)})
     return serve(sys.stdin, reply)
 
