@@ -264,7 +264,7 @@ class CellRunner:
         ended = time.time()
         if precompile_s:
             child = ChildResult(child.rc, child.elapsed_s + precompile_s)
-        add_parent_timing(cell_dir, precompile_s, ended)
+        add_parent_timing(cell_dir, precompile_s, ended, child.elapsed_s)
         if per_cell_tuner and records_tuning:
             tunercache.keep_record(cell_dir / tunercache.CELL_CACHE_DIR, self.layout.root, key.op)
         problems: list[str]
@@ -295,12 +295,13 @@ class CellRunner:
         return CellRun(outcome, failure)
 
 
-def add_parent_timing(cell_dir: Path, precompile_s: float, ended: float) -> None:
+def add_parent_timing(cell_dir: Path, precompile_s: float, ended: float, elapsed_s: float) -> None:
     """Add the parts only the parent sees to the cell's cell_timing.json, if the child wrote one.
 
     ``precompile_s``: the parallel compile before the op's round 1 (0 for other cells).  ``exit_s``: from the
     child's last stamp to the parent seeing it end (``ended``, the parent's ``time.time()``): the process's exit
-    and CUDA teardown, the cell supervisor's reaping and the wait's latency.
+    and CUDA teardown, the cell supervisor's reaping and the wait's latency; never more than the cell's
+    ``elapsed_s`` (a longer one would come from a file an earlier attempt left).
     """
     path = cell_dir / TIMING_FILE
     try:
@@ -313,9 +314,11 @@ def add_parent_timing(cell_dir: Path, precompile_s: float, ended: float) -> None
     if precompile_s:
         added["precompile_s"] = precompile_s
     try:
-        added["exit_s"] = round(max(0.0, ended - float(timing["spawned_at"]) - float(timing["total_s"])), 3)
+        exit_s = ended - float(timing["spawned_at"]) - float(timing["total_s"])
     except (KeyError, TypeError, ValueError):
-        pass  # written by a child of an older version (a resumed root): its exit stays in "other"
+        exit_s = -1.0  # written by a child of an older version (a resumed root): its exit stays in "other"
+    if 0.0 <= exit_s <= elapsed_s:
+        added["exit_s"] = round(exit_s, 3)
     if added:
         write_json_atomic(path, {**timing, **added})
 
