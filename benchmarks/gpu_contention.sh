@@ -46,7 +46,7 @@ HOME=$(mktemp -d) python3 -m pytest -p pytest_abbench.plugin $CAMPAIGNS --ab-rou
 wall=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }')
 if [ -n "$loader" ]; then
   pkill -P "$loader"; kill "$loader" 2>/dev/null; wait "$loader" 2>/dev/null
-  cat "$ROOT/load.log" >> "$OUT/run-$LOAD.txt"
+  tee -a "$OUT/run-$LOAD.txt" < "$ROOT/load.log"  # on stdout too: a device call brings back few files
 fi
 echo "$LOAD wall time: $wall s" | tee -a "$OUT/run-$LOAD.txt"
 python3 benchmarks/cell_timing.py "$ROOT/$LOAD" > "$OUT/cell_timing-$LOAD.txt"
