@@ -164,7 +164,7 @@ class XdistHooks:
         op = first.op if first is not None else "?"
         done = [o for o in session.outcomes.values() if o.key.op == op]
         switch = done[0].switch if done else ""
-        resume = f"--ab-resume {session.root.path} runs them again"
+        resume = f"--ab-resume={session.root.path} runs them again"  # one argument: see docs/hosts.md
         self.say(f"abbench: {death}; {len(nodeids)} cell(s) of op {op} fail with it; {resume}")
         for nodeid in nodeids:
             key = cell_key(nodeid)

@@ -161,7 +161,7 @@ def test_a_killed_worker_fails_its_ops_remaining_cells_and_resume_runs_exactly_t
     assert lost == {(2, "A"), (2, "B")}, out
     assert {r.status for r in read_status(root) if r.op == "steady"} == {"ok"}
     first.stdout.fnmatch_lines(["*abbench: worker gw? (host *, pid *) died: killed by SIGKILL; 2 cell(s) of op victim "
-                                f"fail with it; --ab-resume {root} runs them again*"])
+                                f"fail with it; --ab-resume={root} runs them again*"])
     assert "crashed while running" not in out  # one report per lost cell, ours
 
     resumed = campaign_dir.runpytest_subprocess("c.py", *args, "--ab-resume", str(root))
