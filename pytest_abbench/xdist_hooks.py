@@ -26,6 +26,38 @@ from pytest_abbench.status import StatusFormatError
 from pytest_abbench.transport import SHIPPED_ATTR, CampaignLocator, ShippedCell, campaign_name, resume_seed
 
 WORKER_GPU = "abbench_gpu"  # a worker's workeroutput key: the GPU it pinned its cells to
+# The plugin's options whose value is a path on the controller's host.
+PATH_OPTIONS = ("--ab-root", "--ab-resume", "--ab-costs-from", "--ab-worker-scratch")
+
+
+def moves_arguments(tx: str) -> bool:
+    """A ``--tx`` spec whose workers get their path arguments rewritten by xdist: another host, or a ``chdir``.
+
+    ``-n N`` is N plain ``popen`` specs: those share the controller's folder and keep the arguments as given.
+    """
+    import execnet  # xdist's own dependency; this module exists only with xdist
+
+    spec = execnet.XSpec(tx.split("*", 1)[1] if tx.split("*", 1)[0].isdigit() else tx)  # "8*ssh=..." specs
+    return not spec.popen or bool(spec.chdir)
+
+
+def separate_path_arguments(args: Iterable[str], rsynced: Iterable[Path]) -> list[tuple[str, str]]:
+    """(option, path) for each PATH_OPTIONS value given as an argument of its own that names an existing path
+    outside every rsync'd folder.
+
+    xdist rewrites every argument that is an existing path relative to the rsync'd folder before it starts a
+    worker with a ``chdir`` or on another host, and stops (INTERNALERROR: not relative to an rsync root) on one
+    outside it; ``--option=PATH`` is one argument, which it leaves alone.
+    """
+    roots = [root.resolve() for root in rsynced]
+    args = list(args)
+    found = []
+    for option, value in zip(args, args[1:]):
+        if option in PATH_OPTIONS and Path(value).exists():
+            path = Path(value).resolve()
+            if not any(path == root or path.is_relative_to(root) for root in roots):
+                found.append((option, value))
+    return found
 
 
 def op_scope(nodeid: str) -> str:
@@ -59,6 +91,20 @@ class XdistHooks:
             config = session.config
             rsynced = [*(config.getoption("rsyncdir", None) or []), *config.getini("rsyncdirs")]
             session.locator = CampaignLocator(config.rootpath, (Path(p) for p in rsynced))
+            if any(moves_arguments(tx) for tx in config.getoption("tx", None) or ()):
+                self.refuse_separate_paths(config.invocation_params.args, [Path(p) for p in rsynced])
+
+    @staticmethod
+    def refuse_separate_paths(args: Iterable[str], rsynced: list[Path]) -> None:
+        """A usage error naming each path option that xdist would stop on (``separate_path_arguments``)."""
+        found = separate_path_arguments(args, rsynced)
+        if found:
+            named = ", ".join(f"{option} {value}" for option, value in found)
+            fixed = " ".join(f"{option}={value}" for option, value in found)
+            raise pytest.UsageError(
+                f"{named}: with --tx, xdist rewrites an existing path given as an argument of its own relative "
+                f"to the rsync'd folder, and stops on one outside it; write it as one argument: {fixed} "
+                "(docs/hosts.md)")
 
     def pytest_configure_node(self, node: Any) -> None:
         # Workers never see the controller's root: they measure into scratch roots of their own hosts and

@@ -174,3 +174,21 @@ def test_a_killed_worker_fails_its_ops_remaining_cells_and_resume_runs_exactly_t
     assert resumed.ret == 0, out
     assert [(op, state, done) for op, state, done, _, _ in _report(root)] == [("steady", "verdict", 2),
                                                                               ("victim", "verdict", 2)]
+
+
+def test_a_path_option_as_an_argument_of_its_own_is_a_usage_error_with_workers_in_folders(
+        campaign_dir: pytest.Pytester, tmp_path: Path) -> None:
+    """xdist would stop with an INTERNALERROR (an existing path outside the rsync'd folder): the plugin says
+    which option and how to write it."""
+    campaign = tmp_path / "camp"
+    campaign.mkdir()
+    (campaign / "c.py").write_text(simple_campaign())
+    scratch = tmp_path / "elsewhere"
+    scratch.mkdir()
+    args = [a for a in _workers_in_own_folders(tmp_path, campaign) if not a.startswith("--ab-worker-scratch")]
+    result = campaign_dir.runpytest_subprocess(str(campaign), "--ab-rounds", "1", "--ab-worker-scratch", str(scratch),
+                                               *args, *FAST)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    result.stderr.fnmatch_lines([f"*--ab-worker-scratch {scratch}: with --tx, xdist rewrites*"
+                                 f"write it as one argument: --ab-worker-scratch={scratch}*"])
