@@ -260,6 +260,7 @@ class CellRunner:
         records_tuning = autotune_mode_for(key.round, key.role) == "record"
         if per_cell_tuner and not records_tuning:
             tunercache.seed_from_record(self.layout.root, key.op, cell_dir / tunercache.CELL_CACHE_DIR)
+        (cell_dir / TIMING_FILE).unlink(missing_ok=True)  # an earlier attempt's parts are not this one's
         child = self.start_cell(campaign, key, cell_dir, log_path)
         ended = time.time()
         if precompile_s:

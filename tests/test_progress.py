@@ -97,3 +97,36 @@ def test_a_cells_exit_and_its_inputs_are_parts_of_their_own(campaign_dir: pytest
     spent = json.loads((root / "report.json").read_text())["time_spent"]
     assert spent["exit_s"] >= 3.0 and spent["inputs_s"] >= 1.0
     assert spent["other_s"] < 1.5, "the exit handler's seconds are not counted as other"
+
+
+def test_parts_that_outgrow_the_cells_time_come_off_its_exit(tmp_path: Path) -> None:
+    """The child's spawn stamp comes a moment before the parent's clock starts, and exit_s ends after it stops."""
+    timing = {"startup_s": 1.0, "build_s": 0.5, "first_call_s": 2.0, "timing_s": 3.0, "check_s": 0.5,
+              "exit_s": 0.4}
+    parts = cost.cell_parts(timing, elapsed_s=7.2, status="ok")
+    assert parts is not None and parts["exit_s"] == pytest.approx(0.2) and parts["other_s"] == 0.0
+    assert sum(parts.values()) == pytest.approx(7.2)
+
+
+def test_a_rerun_cell_that_dies_before_its_timing_file_keeps_nothing_of_an_earlier_attempt(
+        campaign_dir: pytest.Pytester, tmp_path: Path) -> None:
+    """Round 1 side B is killed (SIGKILL) before it writes cell_timing.json: the file an earlier attempt left in
+    its folder must not count for it."""
+    campaign_dir.makepyfile(c=simple_campaign(ops='"one"') + textwrap.dedent("""
+        import os, signal
+
+        def dying_build(shape, device):
+            if os.environ.get("ABBENCH_TEST_SWITCH") == "1":
+                os.kill(os.getpid(), signal.SIGKILL)
+            return build(shape, device)
+
+        OPS = [Op("one", build=dying_build, shapes=OPS[0].shapes)]
+    """))
+    root = tmp_path / "root"
+    stale = root / "r1_B" / "one" / "cell_timing.json"
+    stale.parent.mkdir(parents=True)
+    stale.write_text(json.dumps({"startup_s": 90.0, "timing_s": 4.0, "spawned_at": 0.0, "total_s": 94.0}))
+    result = campaign_dir.runpytest_subprocess("c.py", "--ab-rounds", "1", "--ab-root", str(root), *FAST)
+    assert result.ret == 1
+    spent = json.loads((root / "report.json").read_text())["time_spent"]
+    assert spent["cells_without_timing"] == 1 and spent["startup_s"] < 10.0, spent

@@ -50,7 +50,11 @@ def cell_parts(timing: Mapping[str, Any], elapsed_s: float, status: str) -> dict
     # ir_capture_s: an interpreter cell compiling its kernels again for the IR target (capture_ir_on_cpu).
     parts["compile_s"] = max(0.0, float(timing.get("first_call_s") or 0.0) - parts["autotune_s"]) \
         + float(timing.get("precompile_s") or 0.0) + float(timing.get("ir_capture_s") or 0.0)
-    # The child's clock starts when the parent stamps the spawn, a moment before the parent's own clock.
+    # The child's clock starts when the parent stamps the spawn, a moment before the parent's own clock, and
+    # exit_s ends a moment after it: what the parts hold beyond the cell's time comes off the exit.
+    excess = sum(parts.values()) - elapsed_s
+    if excess > 0:
+        parts["exit_s"] = max(0.0, parts["exit_s"] - excess)
     parts["other_s"] = max(0.0, elapsed_s - sum(parts.values()))
     return parts
 
