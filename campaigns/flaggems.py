@@ -16,13 +16,13 @@ from typing import Any
 from pytest_abbench import Shape, Switch
 from pytest_abbench.flaggems import GemsOp, gems_ops, unavailable_reason
 
-from _kernels.inputs import randn
-
 SKIP = unavailable_reason()
 
 
 def topk_inputs(shape: Shape, device: str) -> tuple[Any, int]:
     import torch
+
+    from _kernels.inputs import randn
 
     x = randn(shape["rows"], shape["cols"], seed=1, device=device, dtype=torch.bfloat16)
     return x, shape["k"]
@@ -38,6 +38,8 @@ def topk_values_match(actual: Any, expected: Any) -> None:
 def mm_inputs(shape: Shape, device: str) -> tuple[Any, Any]:
     import torch
 
+    from _kernels.inputs import randn
+
     a = randn(shape["M"], shape["K"], seed=2, device=device, dtype=torch.bfloat16)
     b = randn(shape["K"], shape["N"], seed=20, device=device, dtype=torch.bfloat16)
     return a, b
@@ -45,6 +47,8 @@ def mm_inputs(shape: Shape, device: str) -> tuple[Any, Any]:
 
 def pad3d_inputs(shape: Shape, device: str) -> tuple[Any, list[int]]:
     import random
+
+    from _kernels.inputs import randn
 
     # Paddings from a generator seeded by the shape: the same on both sides and in every round.
     rng = random.Random(shape["seed"])
@@ -55,6 +59,8 @@ def pad3d_inputs(shape: Shape, device: str) -> tuple[Any, list[int]]:
 
 def rows_inputs(shape: Shape, device: str) -> tuple[Any]:
     import torch
+
+    from _kernels.inputs import randn
 
     return (randn(shape["rows"], shape["cols"], seed=4, device=device, dtype=torch.bfloat16),)
 

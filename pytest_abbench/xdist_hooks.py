@@ -41,23 +41,17 @@ def moves_arguments(tx: str) -> bool:
     return not spec.popen or bool(spec.chdir)
 
 
-def separate_path_arguments(args: Iterable[str], rsynced: Iterable[Path]) -> list[tuple[str, str]]:
-    """(option, path) for each PATH_OPTIONS value given as an argument of its own that names an existing path
-    outside every rsync'd folder.
+def separate_path_arguments(args: Iterable[str]) -> list[tuple[str, str]]:
+    """(option, path) for each PATH_OPTIONS value given as an argument of its own that names an existing path.
 
-    xdist rewrites every argument that is an existing path relative to the rsync'd folder before it starts a
-    worker with a ``chdir`` or on another host, and stops (INTERNALERROR: not relative to an rsync root) on one
-    outside it; ``--option=PATH`` is one argument, which it leaves alone.
+    xdist rewrites every argument that is an existing path, as written, relative to the rsync'd folders before
+    it starts a worker with a ``chdir`` or on another host, and stops (INTERNALERROR: not relative to an rsync
+    root) on one it cannot; a worker's pytest may also take such a path for its rootdir (docs/hosts.md).
+    ``--option=PATH`` is one argument, which both leave alone.
     """
-    roots = [root.resolve() for root in rsynced]
     args = list(args)
-    found = []
-    for option, value in zip(args, args[1:]):
-        if option in PATH_OPTIONS and Path(value).exists():
-            path = Path(value).resolve()
-            if not any(path == root or path.is_relative_to(root) for root in roots):
-                found.append((option, value))
-    return found
+    return [(option, value) for option, value in zip(args, args[1:])
+            if option in PATH_OPTIONS and Path(value).exists()]
 
 
 def op_scope(nodeid: str) -> str:
@@ -92,18 +86,18 @@ class XdistHooks:
             rsynced = [*(config.getoption("rsyncdir", None) or []), *config.getini("rsyncdirs")]
             session.locator = CampaignLocator(config.rootpath, (Path(p) for p in rsynced))
             if any(moves_arguments(tx) for tx in config.getoption("tx", None) or ()):
-                self.refuse_separate_paths(config.invocation_params.args, [Path(p) for p in rsynced])
+                self.refuse_separate_paths(config.invocation_params.args)
 
     @staticmethod
-    def refuse_separate_paths(args: Iterable[str], rsynced: list[Path]) -> None:
+    def refuse_separate_paths(args: Iterable[str]) -> None:
         """A usage error naming each path option that xdist would stop on (``separate_path_arguments``)."""
-        found = separate_path_arguments(args, rsynced)
+        found = separate_path_arguments(args)
         if found:
             named = ", ".join(f"{option} {value}" for option, value in found)
             fixed = " ".join(f"{option}={value}" for option, value in found)
             raise pytest.UsageError(
                 f"{named}: with --tx, xdist rewrites an existing path given as an argument of its own relative "
-                f"to the rsync'd folder, and stops on one outside it; write it as one argument: {fixed} "
+                f"to the rsync'd folder, and stops on one it cannot; write it as one argument: {fixed} "
                 "(docs/hosts.md)")
 
     def pytest_configure_node(self, node: Any) -> None:

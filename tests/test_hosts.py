@@ -192,3 +192,24 @@ def test_a_path_option_as_an_argument_of_its_own_is_a_usage_error_with_workers_i
     assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
     result.stderr.fnmatch_lines([f"*--ab-worker-scratch {scratch}: with --tx, xdist rewrites*"
                                  f"write it as one argument: --ab-worker-scratch={scratch}*"])
+
+
+@pytest.mark.parametrize("tx, moves", [("popen", False), ("2*popen", False), ("popen//python=/opt/py", False),
+                                       ("popen//chdir=/w1", True), ("8*ssh=gpu-a//python=/opt/py", True),
+                                       ("ssh=gpu-b//chdir=/scratch", True)])
+def test_which_tx_specs_get_their_path_arguments_rewritten(tx: str, moves: bool) -> None:
+    from pytest_abbench.xdist_hooks import moves_arguments
+
+    assert moves_arguments(tx) is moves
+
+
+def test_only_a_path_option_written_as_two_arguments_whose_path_exists_is_named(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_abbench.xdist_hooks import separate_path_arguments
+
+    (tmp_path / "camp" / "runs").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    args = ["camp", "--ab-root", "camp/runs", f"--ab-worker-scratch={tmp_path}", "--ab-resume", "missing",
+            "-k", "camp", "--ab-costs-from", str(tmp_path / "camp")]
+    # A relative path inside the rsync'd folder is refused too: xdist compares the path as written.
+    assert separate_path_arguments(args) == [("--ab-root", "camp/runs"), ("--ab-costs-from", str(tmp_path / "camp"))]
