@@ -302,7 +302,7 @@ def add_parent_timing(cell_dir: Path, precompile_s: float, ended: float, elapsed
     ``precompile_s``: the parallel compile before the op's round 1 (0 for other cells).  ``exit_s``: from the
     child's last stamp to the parent seeing it end (``ended``, the parent's ``time.time()``): the process's exit
     and CUDA teardown, the cell supervisor's reaping and the wait's latency; never more than the cell's
-    ``elapsed_s`` (a longer one would come from a file an earlier attempt left).
+    ``elapsed_s`` (the wall clock, unlike the parent's monotonic one, can step).
     """
     path = cell_dir / TIMING_FILE
     try:

@@ -37,7 +37,8 @@ def moves_arguments(tx: str) -> bool:
     """
     import execnet  # xdist's own dependency; this module exists only with xdist
 
-    spec = execnet.XSpec(tx.split("*", 1)[1] if tx.split("*", 1)[0].isdigit() else tx)  # "8*ssh=..." specs
+    count, star, rest = tx.partition("*")  # "8*ssh=...": eight workers of one spec
+    spec = execnet.XSpec(rest if star and count.isdigit() else tx)
     return not spec.popen or bool(spec.chdir)
 
 

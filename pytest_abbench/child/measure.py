@@ -103,17 +103,15 @@ def measure(config: CellConfig) -> int:
     phases["autotune_bench_calls"] = pin.bench_calls
     phases["autotune_s"] = pin.bench_s  # part of first_call_s
     phases["ir_variants"] = len(ir_written)
-    if poisoned:
-        # Without its stamps: a fresh process measures the rest and writes its own; should that one die
-        # first, the parent would otherwise count its whole run as this process's exit.
-        write_json_atomic(out / TIMING_FILE, phases)
-    else:
-        if config.backend == "interpreter" and config.ir_target:
-            write_json_atomic(out / TIMING_FILE, phases)  # kept if the capture below hangs until the timeout
-            phases["ir_capture_s"] = capture_ir_on_cpu(config)  # the GPU captures its IR while it compiles
+    if not poisoned and config.backend == "interpreter" and config.ir_target:
+        write_json_atomic(out / TIMING_FILE, phases)  # kept if the capture below hangs until the timeout
+        phases["ir_capture_s"] = capture_ir_on_cpu(config)  # the GPU captures its IR while it compiles
+    if not poisoned:
+        # A poisoned process leaves no stamps: a fresh one measures the rest and writes its own; should that
+        # one die first, the parent would otherwise count its whole run as this process's exit.
         phases["total_s"] = time.time() - spawned
         phases["spawned_at"] = spawned  # the parent's stamp: with total_s, the parent sees how long the exit took
-        write_json_atomic(out / TIMING_FILE, phases)
+    write_json_atomic(out / TIMING_FILE, phases)
 
     if poisoned:
         # No later number of this process is trusted: the remaining shapes are
