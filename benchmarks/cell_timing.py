@@ -13,9 +13,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from pytest_abbench.layout import TIMING_FILE, CellKey, RootLayout
+from pytest_abbench.core.layout import TIMING_FILE, CellKey, RootLayout
 from pytest_abbench.report.cost import PARTS, cell_parts, read_timing
-from pytest_abbench.status import read_status
+from pytest_abbench.core.status import read_status
 
 
 def main(root: Path) -> None:

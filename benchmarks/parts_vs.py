@@ -18,9 +18,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pytest_abbench.layout import CellKey, RootLayout  # noqa: E402
+from pytest_abbench.core.layout import CellKey, RootLayout  # noqa: E402
 from pytest_abbench.report.cost import PARTS, cell_parts, read_timing  # noqa: E402
-from pytest_abbench.status import read_status  # noqa: E402
+from pytest_abbench.core.status import read_status  # noqa: E402
 
 
 def parts_by_op(root: Path) -> dict[str, dict[str, float]]:

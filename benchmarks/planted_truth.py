@@ -21,7 +21,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pytest_abbench.campaign import Case, load_campaign  # noqa: E402
+from pytest_abbench.campaign.model import Case, load_campaign  # noqa: E402
 from pytest_abbench.child.layout_shift import hold_pads, pad_sizes  # noqa: E402
 from pytest_abbench.report.stats import interval, pct  # noqa: E402
 

@@ -33,9 +33,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pytest_abbench.layout import STATUS_FILE  # noqa: E402
+from pytest_abbench.core.layout import STATUS_FILE  # noqa: E402
 from pytest_abbench.report import build_report, write_report  # noqa: E402
-from pytest_abbench.status import COLUMNS, StatusRow, append_status_row, read_status  # noqa: E402
+from pytest_abbench.core.status import COLUMNS, StatusRow, append_status_row, read_status  # noqa: E402
 
 CAMPAIGN = textwrap.dedent('''
     from pytest_abbench import Case, Op, Switch
@@ -159,9 +159,9 @@ PROBE = textwrap.dedent('''
     import execnet
     import pytest
 
-    from pytest_abbench import transport
-    from pytest_abbench.session import AbbenchSession
-    from pytest_abbench.xdist_hooks import XdistHooks
+    from pytest_abbench.session import transport
+    from pytest_abbench.session.campaign_session import AbbenchSession
+    from pytest_abbench.session.xdist_hooks import XdistHooks
 
     WALL, CPU = defaultdict(Counter), defaultdict(Counter)  # part -> test node id -> seconds
     BYTES, COUNTS = Counter(), Counter()

@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pytest_abbench.report import build_report  # noqa: E402
-from pytest_abbench.status import COLUMNS  # noqa: E402
+from pytest_abbench.core.status import COLUMNS  # noqa: E402
 
 IDENTITY = {"backend": "cuda", "device": "H200", "timer": "cudagraph", "bench_level": "core", "shape_mode": "h",
             "tuner_cache": "per-cell", "direct_repeat": "rep=100ms,warmup=25ms"}

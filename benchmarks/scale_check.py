@@ -22,10 +22,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pytest_abbench.fileio import CorruptFileError, read_json  # noqa: E402
-from pytest_abbench.layout import RootLayout, identity_file  # noqa: E402
+from pytest_abbench.core.fileio import CorruptFileError, read_json  # noqa: E402
+from pytest_abbench.core.layout import RootLayout, identity_file  # noqa: E402
 from pytest_abbench.report.model import Report, report_from_json  # noqa: E402
-from pytest_abbench.status import read_status  # noqa: E402
+from pytest_abbench.core.status import read_status  # noqa: E402
 
 
 def cell_seconds(layout: RootLayout) -> float:

@@ -20,8 +20,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pytest_abbench.layout import TIMING_FILE, RootLayout  # noqa: E402
-from pytest_abbench.status import read_status  # noqa: E402
+from pytest_abbench.core.layout import TIMING_FILE, RootLayout  # noqa: E402
+from pytest_abbench.core.status import read_status  # noqa: E402
 
 
 def figures(root: Path) -> dict[str, object]:

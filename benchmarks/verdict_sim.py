@@ -40,12 +40,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pytest_abbench.layout import CONTROL, IDENTITY_FILE, RESULTS_FILE, STATUS_FILE  # noqa: E402
-from pytest_abbench.plan import PLAN_FIELD, CampaignPlan  # noqa: E402
+from pytest_abbench.core.layout import CONTROL, IDENTITY_FILE, RESULTS_FILE, STATUS_FILE  # noqa: E402
+from pytest_abbench.core.plan import PLAN_FIELD, CampaignPlan  # noqa: E402
 from pytest_abbench.report import build_report  # noqa: E402
 from pytest_abbench.report.model import Report  # noqa: E402
 from pytest_abbench.report.stats import interval, pct  # noqa: E402
-from pytest_abbench.status import COLUMNS  # noqa: E402
+from pytest_abbench.core.status import COLUMNS  # noqa: E402
 
 SAMPLES = 10
 SAMPLE_NOISE = 0.02

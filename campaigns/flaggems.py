@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from pytest_abbench import Shape, Switch
-from pytest_abbench.flaggems import GemsOp, gems_ops, unavailable_reason
+from pytest_abbench.campaign.flaggems import GemsOp, gems_ops, unavailable_reason
 
 SKIP = unavailable_reason()
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_abbench.options import register
+from pytest_abbench.session.options import register
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -18,9 +18,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    from pytest_abbench import fixtures
-    from pytest_abbench.options import resolve
-    from pytest_abbench.session import CELL_MARK, SESSION_KEY, AbbenchSession
+    from pytest_abbench.session import fixtures
+    from pytest_abbench.session.options import resolve
+    from pytest_abbench.session.campaign_session import CELL_MARK, SESSION_KEY, AbbenchSession
 
     config.addinivalue_line("markers", f"{CELL_MARK}(campaign, op): a cell test: pytest-abbench parametrizes it "
                                        "over the rounds and sides of that campaign file's op")
@@ -29,7 +29,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(session, "abbench-session")
     config.pluginmanager.register(fixtures, "abbench-fixtures")
     if config.pluginmanager.hasplugin("xdist"):
-        from pytest_abbench.xdist_hooks import XdistHooks
+        from pytest_abbench.session.xdist_hooks import XdistHooks
 
         config.pluginmanager.register(XdistHooks(session), "abbench-xdist")
     else:  # cells carry xdist's group mark; without xdist (-p no:xdist) it would warn on every run
@@ -37,7 +37,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    from pytest_abbench.session import SESSION_KEY
+    from pytest_abbench.session.campaign_session import SESSION_KEY
 
     session = config.stash.get(SESSION_KEY, None)
     if session is not None:

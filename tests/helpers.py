@@ -14,7 +14,7 @@ import os
 import textwrap
 from pathlib import Path
 
-from pytest_abbench.status import StatusRow, append_status_row
+from pytest_abbench.core.status import StatusRow, append_status_row
 
 # A campaign of pure-torch ops: each op's build misbehaves in one documented
 # way inside the real cell child (a real subprocess, real signals).
@@ -214,7 +214,7 @@ SWITCH = Switch(setup_b=skip_remove_layout_conversions)
 
 def convert_layouts(captured: Path) -> int:
     """``ttg.convert_layout`` ops in every TTGIR file an IR-only cell captured (at least one file)."""
-    from pytest_abbench import irgate
+    from pytest_abbench.checks import irgate
 
     files = irgate.ttgir_files(captured)
     assert files, f"no TTGIR captured in {captured}"

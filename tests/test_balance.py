@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from pytest_abbench.balance import OpWork, op_costs, op_work, order_ops, root_times
-from pytest_abbench.layout import WORKERS_FILE
-from pytest_abbench.plan import CampaignPlan
-from pytest_abbench.root import CampaignRoot
-from pytest_abbench.status import StatusRow, append_status_row, read_status
+from pytest_abbench.session.balance import OpWork, op_costs, op_work, order_ops, root_times
+from pytest_abbench.core.layout import WORKERS_FILE
+from pytest_abbench.core.plan import CampaignPlan
+from pytest_abbench.session.root import CampaignRoot
+from pytest_abbench.core.status import StatusRow, append_status_row, read_status
 
 FAST = ("--ab-ir-target", "none", "-p", "no:cacheprovider")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from helpers import simple_campaign, synthetic_root
 
-from pytest_abbench.status import read_status
+from pytest_abbench.core.status import read_status
 
 FAST = ("--ab-ir-target", "none", "-p", "no:cacheprovider")
 

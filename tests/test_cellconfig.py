@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_abbench.cellconfig import CellConfig, autotune_mode_for
+from pytest_abbench.core.cellconfig import CellConfig, autotune_mode_for
 
 EVERY_FIELD = CellConfig(
     campaign=Path("/campaigns/mm.py"), op="-mm.v2", round_no=3, side="A", role="A2", out=Path("/root/r3_A2/mm"),
@@ -51,7 +51,7 @@ def test_only_round_1_side_a_records() -> None:
 
 
 def test_the_parent_side_loads_neither_torch_nor_the_child() -> None:
-    probe = ("import sys, pytest_abbench.cellconfig, pytest_abbench.identity\n"
+    probe = ("import sys, pytest_abbench.core.cellconfig, pytest_abbench.core.identity\n"
              "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'triton')"
              " or m.startswith('pytest_abbench.child')))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)

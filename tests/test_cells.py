@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from helpers import FAULT_CAMPAIGN, simple_campaign, process_alive
-from pytest_abbench.status import COLUMNS, read_status
+from pytest_abbench.core.status import COLUMNS, read_status
 
 
 @pytest.fixture

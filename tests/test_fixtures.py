@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from helpers import IR_CAMPAIGN, simple_campaign
 
-from pytest_abbench.status import read_status
+from pytest_abbench.core.status import read_status
 
 FAST = ("--ab-ir-target", "none", "-p", "no:cacheprovider")
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from helpers import process_alive
-from pytest_abbench.layout import IDENTITY_FILE
-from pytest_abbench.status import read_status
+from pytest_abbench.core.layout import IDENTITY_FILE
+from pytest_abbench.core.status import read_status
 
 FAST = ("--ab-ir-target", "none", "--ab-samples", "1", "-p", "no:cacheprovider")
 
@@ -24,7 +24,7 @@ FAST = ("--ab-ir-target", "none", "--ab-samples", "1", "-p", "no:cacheprovider")
 CHAIN_CAMPAIGN = textwrap.dedent('''
     import json, os, signal, time
     import torch
-    from pytest_abbench.campaign import Case, Op, Switch
+    from pytest_abbench.campaign.model import Case, Op, Switch
 
     def ppid_of(pid):
         with open(f"/proc/{pid}/stat", "rb") as handle:
@@ -159,7 +159,7 @@ def test_a_dead_server_fails_its_cell_by_name_and_is_replaced(chain: Chain, monk
 TIMED_CAMPAIGN = textwrap.dedent('''
     import json, os, time
     import torch
-    from pytest_abbench.campaign import Case, Op, Switch
+    from pytest_abbench.campaign.model import Case, Op, Switch
 
     def started_s(pid):
         with open(f"/proc/{pid}/stat", "rb") as handle:

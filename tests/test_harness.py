@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_abbench.cellconfig import CHILD_MODULE, CellConfig
+from pytest_abbench.core.cellconfig import CHILD_MODULE, CellConfig
 from pytest_abbench.child.timers import CapturePoisoned, Timing, time_with_fallback
-from pytest_abbench.markers import BENCHMARK_CAPTURE_POISONED, BENCHMARK_DIRECT_NO_CUDAGRAPH
+from pytest_abbench.core.markers import BENCHMARK_CAPTURE_POISONED, BENCHMARK_DIRECT_NO_CUDAGRAPH
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -175,7 +175,7 @@ def test_a_poisoned_capture_measures_the_rest_in_a_fresh_process(tmp_path: Path)
 @pytest.mark.slow
 @pytest.mark.parametrize("campaign", ["topk", "router_gemm", "mm", "replication_pad3d"])
 def test_every_campaign_smoke_level_is_correct_in_the_interpreter(campaign: str, tmp_path: Path) -> None:
-    from pytest_abbench.campaign import load_campaign
+    from pytest_abbench.campaign.model import load_campaign
 
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO), "TRITON_CACHE_DIR": str(tmp_path / "c")}
     for op in load_campaign(REPO / "campaigns" / f"{campaign}.py").ops:

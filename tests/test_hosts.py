@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from helpers import simple_campaign
 
-from pytest_abbench.layout import IDENTITY_FILE, LOG_TAIL_FILE, ORIGIN_FILE, RESULTS_FILE, RUN_LOG, TIMING_FILE
-from pytest_abbench.status import read_status
+from pytest_abbench.core.layout import IDENTITY_FILE, LOG_TAIL_FILE, ORIGIN_FILE, RESULTS_FILE, RUN_LOG, TIMING_FILE
+from pytest_abbench.core.status import read_status
 
 FAST = ("--ab-ir-target", "none", "-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning")
 
@@ -93,7 +93,7 @@ def _claimer(lock_dir: Path, who: str) -> subprocess.Popen[str]:
     code = textwrap.dedent(f'''
         import sys, time
         from pathlib import Path
-        from pytest_abbench.gpuclaim import claim_gpu
+        from pytest_abbench.session.gpuclaim import claim_gpu
         claim = claim_gpu(["0", "1"], {who!r}, Path({str(lock_dir)!r}))
         print(claim.gpu, claim.problem, sep="|", flush=True)
         time.sleep(600)
@@ -198,14 +198,14 @@ def test_a_path_option_as_an_argument_of_its_own_is_a_usage_error_with_workers_i
                                        ("popen//chdir=/w1", True), ("8*ssh=gpu-a//python=/opt/py", True),
                                        ("ssh=gpu-b//chdir=/scratch", True)])
 def test_which_tx_specs_get_their_path_arguments_rewritten(tx: str, moves: bool) -> None:
-    from pytest_abbench.xdist_hooks import moves_arguments
+    from pytest_abbench.session.xdist_hooks import moves_arguments
 
     assert moves_arguments(tx) is moves
 
 
 def test_only_a_path_option_written_as_two_arguments_whose_path_exists_is_named(tmp_path: Path,
                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytest_abbench.xdist_hooks import separate_path_arguments
+    from pytest_abbench.session.xdist_hooks import separate_path_arguments
 
     (tmp_path / "camp" / "runs").mkdir(parents=True)
     monkeypatch.chdir(tmp_path)

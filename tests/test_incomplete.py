@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from helpers import simple_campaign
 
-from pytest_abbench.status import read_status
+from pytest_abbench.core.status import read_status
 
 FAST = ("--ab-ir-target", "none", "--ab-samples", "1", "-p", "no:cacheprovider")
 VERDICT_WORDS = ("verdicts:", "slower", "faster", "same", "inconclusive")

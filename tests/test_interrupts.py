@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from helpers import simple_campaign
 
-from pytest_abbench.status import read_status
+from pytest_abbench.core.status import read_status
 
 # Stands for the places CPython swallows a KeyboardInterrupt (a finaliser, an at-fork
 # callback, both reported as "Exception ignored"): after the first cell, a real SIGINT
@@ -44,7 +44,7 @@ def test_a_swallowed_ctrl_c_stops_the_session_before_the_next_cell(campaign_dir:
 
 
 def test_the_recorded_interrupt_is_raised_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytest_abbench import interrupts
+    from pytest_abbench.spawn import interrupts
 
     original = signal.getsignal(signal.SIGINT)
     monkeypatch.setattr(interrupts, "_seen", type(interrupts._seen)())

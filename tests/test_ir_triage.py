@@ -28,12 +28,14 @@ from typing import Any
 import pytest
 from helpers import ADD_KERNEL_SOURCE, BUILD_DOT_SOURCE, DOT_SOURCE, ROWSUM_LAYOUT_CAMPAIGN
 
-from pytest_abbench import irgate, precompile
-from pytest_abbench.cellconfig import CHILD_MODULE, CellConfig
+from pytest_abbench.checks import irgate
+
+from pytest_abbench.spawn import precompile
+from pytest_abbench.core.cellconfig import CHILD_MODULE, CellConfig
 from pytest_abbench.child.ircapture import PassDump, split_pass_dump
-from pytest_abbench.irgate import first_pass_difference, ttgir_files
-from pytest_abbench.layout import IDENTITY_FILE, SHARES_FILE, ir_dir
-from pytest_abbench.options import Settings
+from pytest_abbench.checks.irgate import first_pass_difference, ttgir_files
+from pytest_abbench.core.layout import IDENTITY_FILE, SHARES_FILE, ir_dir
+from pytest_abbench.session.options import Settings
 
 CAMPAIGNS = Path(__file__).resolve().parents[1] / "campaigns"
 

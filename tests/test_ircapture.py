@@ -24,10 +24,10 @@ from pathlib import Path
 
 import pytest
 
-from pytest_abbench import irgate
-from pytest_abbench.cellconfig import CHILD_MODULE, CellConfig
+from pytest_abbench.checks import irgate
+from pytest_abbench.core.cellconfig import CHILD_MODULE, CellConfig
 from pytest_abbench.child.ircapture import PASS_DUMP_FILE, merge_ir, variant_name
-from pytest_abbench.layout import ir_dir
+from pytest_abbench.core.layout import ir_dir
 
 CAMPAIGNS = Path(__file__).resolve().parents[1] / "campaigns"
 

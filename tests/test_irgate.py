@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from helpers import IR_CAMPAIGN
 
-from pytest_abbench import irgate
-from pytest_abbench.cellconfig import CHILD_MODULE, CellConfig
-from pytest_abbench.irgate import normalize_ttgir
-from pytest_abbench.status import read_status
+from pytest_abbench.checks import irgate
+from pytest_abbench.core.cellconfig import CHILD_MODULE, CellConfig
+from pytest_abbench.checks.irgate import normalize_ttgir
+from pytest_abbench.core.status import read_status
 
 FAST = ("-p", "no:cacheprovider")
 

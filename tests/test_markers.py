@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pytest_abbench.markers import count_markers, scan_log
+from pytest_abbench.core.markers import count_markers, scan_log
 
 
 def test_markers_are_counted_across_chunk_boundaries_and_bad_bytes(tmp_path: Path) -> None:

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_abbench import precompile
-from pytest_abbench.cellconfig import CHILD_MODULE, CellConfig
+from pytest_abbench.spawn import precompile
+from pytest_abbench.core.cellconfig import CHILD_MODULE, CellConfig
 
 AUTOTUNED_CAMPAIGN = '''
 import torch
@@ -87,7 +87,7 @@ def test_shares_compile_every_candidate_of_their_own_shapes_into_the_side_cache(
 @pytest.mark.slow
 def test_forked_from_a_side_server_the_shares_pay_no_imports(tmp_path: Path) -> None:
     """--ab-spawn fork: one job per side, forked from its server, forks its shares (child/measure.py run_shares)."""
-    from pytest_abbench.forkserver import ForkServers
+    from pytest_abbench.spawn.forkserver import ForkServers
 
     campaign = tmp_path / "camp.py"
     campaign.write_text(AUTOTUNED_CAMPAIGN)

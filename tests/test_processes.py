@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from helpers import simple_campaign, process_alive
-from pytest_abbench.fileio import write_json_atomic
+from pytest_abbench.core.fileio import write_json_atomic
 
 FAST = ("--ab-ir-target", "none", "--ab-samples", "1", "-p", "no:cacheprovider")
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from helpers import simple_campaign
-from pytest_abbench.layout import CellKey
-from pytest_abbench.progress import RoundProgress, duration
+from pytest_abbench.core.layout import CellKey
+from pytest_abbench.session.progress import RoundProgress, duration
 from pytest_abbench.report import cost
 
 FAST = ("--ab-ir-target", "none", "--ab-samples", "1", "-p", "no:cacheprovider")
@@ -65,7 +65,7 @@ def test_a_session_prints_each_round_and_where_the_time_went(campaign_dir: pytes
 
 def test_an_ir_only_cell_counts_as_compile(tmp_path: Path) -> None:
     """IR triage's cells compile and time nothing (no cell_timing.json): their time is compile, not other."""
-    from pytest_abbench.outcome import IR_ONLY, OK, CellOutcome
+    from pytest_abbench.core.outcome import IR_ONLY, OK, CellOutcome
 
     ir_only = CellOutcome(CellKey(1, "op", "A"), tmp_path / "ir", IR_ONLY, elapsed_s=12.0)
     crashed = CellOutcome(CellKey(1, "op", "B"), tmp_path / "crashed", OK, elapsed_s=3.0)

@@ -15,7 +15,7 @@ import pytest
 from helpers import VANISHING_ROOT_CAMPAIGN, simple_campaign, synthetic_root, process_alive
 
 from pytest_abbench.cli import main as abbench
-from pytest_abbench.status import read_status
+from pytest_abbench.core.status import read_status
 
 FAST = ("--ab-ir-target", "none", "-p", "no:cacheprovider")
 

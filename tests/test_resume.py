@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_abbench.status import read_status
+from pytest_abbench.core.status import read_status
 
 FAST = ("--ab-ir-target", "none", "-p", "no:cacheprovider")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import multiprocessing
 from pathlib import Path
 
-from pytest_abbench.status import StatusRow, append_status_row, read_status
+from pytest_abbench.core.status import StatusRow, append_status_row, read_status
 
 
 def _writer(root: str, worker: int) -> None:

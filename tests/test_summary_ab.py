@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from helpers import simple_campaign, synthetic_root
-from pytest_abbench.identity import file_hash
+from pytest_abbench.core.identity import file_hash
 
 FAST = ("--ab-ir-target", "none", "--ab-samples", "1", "-p", "no:cacheprovider")
 

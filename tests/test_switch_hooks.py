@@ -26,9 +26,9 @@ from types import ModuleType
 import pytest
 from helpers import ROWSUM_LAYOUT_CAMPAIGN, convert_layouts
 
-from pytest_abbench import irgate
-from pytest_abbench.cellconfig import CHILD_MODULE, CellConfig
-from pytest_abbench.layout import ir_dir
+from pytest_abbench.checks import irgate
+from pytest_abbench.core.cellconfig import CHILD_MODULE, CellConfig
+from pytest_abbench.core.layout import ir_dir
 
 CAMPAIGNS = Path(__file__).resolve().parents[1] / "campaigns"
 

@@ -1,4 +1,4 @@
-"""pytest_abbench.switches against the installed Triton: pass names, cache keys, and a real pipeline edit.
+"""pytest_abbench.campaign.switches against the installed Triton: pass names, cache keys, and a real pipeline edit.
 
 - An unknown pass name fails in the setup function, before any kernel
   compiles, naming the pass and the Triton version (and close names); a name
@@ -24,9 +24,9 @@ from types import ModuleType
 import pytest
 from helpers import ROWSUM_LAYOUT_CAMPAIGN, convert_layouts
 
-from pytest_abbench.cellconfig import CHILD_MODULE, CellConfig
-from pytest_abbench.layout import ir_dir
-from pytest_abbench.switches import stages_hook, without_pass
+from pytest_abbench.core.cellconfig import CHILD_MODULE, CellConfig
+from pytest_abbench.core.layout import ir_dir
+from pytest_abbench.campaign.switches import stages_hook, without_pass
 
 
 @pytest.fixture
@@ -40,7 +40,7 @@ def knobs(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
 
 
 def test_importing_the_api_imports_neither_torch_nor_triton() -> None:
-    code = ("import sys, pytest_abbench.switches, pytest_abbench.tritoncompat; "
+    code = ("import sys, pytest_abbench.campaign.switches, pytest_abbench.core.tritoncompat; "
             "print(sorted(m for m in ('torch', 'triton') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
@@ -131,7 +131,7 @@ def compile_side(folder: Path, source: str, op: str, side: str) -> Path:
 
 ROWSUM_API_CAMPAIGN = ROWSUM_LAYOUT_CAMPAIGN.replace(
     "from _kernels.switches import skip_remove_layout_conversions",
-    "from pytest_abbench.switches import without_pass").replace(
+    "from pytest_abbench.campaign.switches import without_pass").replace(
     "Switch(setup_b=skip_remove_layout_conversions)", 'Switch(setup_b=without_pass("remove_layout_conversions"))')
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_abbench import tunercache
-from pytest_abbench.markers import AUTOTUNE_REPLAY_FALLBACK
+from pytest_abbench.core import tunercache
+from pytest_abbench.core.markers import AUTOTUNE_REPLAY_FALLBACK
 
 REPO = Path(__file__).resolve().parent.parent
 

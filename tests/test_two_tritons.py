@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 from helpers import BUILD_DOT_SOURCE, DOT_SOURCE
 
-from pytest_abbench.layout import IDENTITY_FILE
+from pytest_abbench.core.layout import IDENTITY_FILE
 
 WHEELS = "/opt/pypi/files/triton-3.8.0-cp311-*.whl"
 FAST = ("-p", "no:cacheprovider")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pytest_abbench.switches import without_pass
+from pytest_abbench.campaign.switches import without_pass
 
 _without_layout_cleanup = without_pass("ttgpuir.remove_layout_conversions", stage="ttgir")
 

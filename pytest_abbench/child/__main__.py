@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Callable, Sequence
 
-from pytest_abbench.cellconfig import CellConfig
+from pytest_abbench.core.cellconfig import CellConfig
 
 _PR_SET_CHILD_SUBREAPER = 36
 _REAP_DEADLINE_S = 5.0

@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from pytest_abbench.cellconfig import AUTOTUNE_MODES
-from pytest_abbench.fileio import write_json_atomic
-from pytest_abbench.markers import AUTOTUNE_REPLAY_FALLBACK
+from pytest_abbench.core.cellconfig import AUTOTUNE_MODES
+from pytest_abbench.core.fileio import write_json_atomic
+from pytest_abbench.core.markers import AUTOTUNE_REPLAY_FALLBACK
 
 SCHEMA = 1
 TuningKey = tuple[Any, ...]  # what Triton's Autotuner caches a chosen config under

@@ -1,6 +1,6 @@
 """Building run_identity.json in the cell process: everything that decides what its latency numbers mean.
 
-The file's name and the axes the parent compares live in ``pytest_abbench.identity``.
+The file's name and the axes the parent compares live in ``pytest_abbench.core.identity``.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pytest_abbench import tunercache
-from pytest_abbench.cellconfig import CellConfig
-from pytest_abbench.fileio import write_json_atomic
-from pytest_abbench.identity import IDENTITY_FILE, file_hash
+from pytest_abbench.core import tunercache
+from pytest_abbench.core.cellconfig import CellConfig
+from pytest_abbench.core.fileio import write_json_atomic
+from pytest_abbench.core.identity import IDENTITY_FILE, file_hash
 
 SCHEMA = 1
 

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from pytest_abbench.child.autotune_pin import benchmarking
-from pytest_abbench.irgate import PASSES_SUFFIX, stage_fingerprint, stage_order, strip_locations
-from pytest_abbench.tritoncompat import PASS_DUMP_HEADER, PASS_DUMP_HEADER_RE, triton_version, without_stages_hook_entry
+from pytest_abbench.checks.irgate import PASSES_SUFFIX, stage_fingerprint, stage_order, strip_locations
+from pytest_abbench.core.tritoncompat import PASS_DUMP_HEADER, PASS_DUMP_HEADER_RE, triton_version, without_stages_hook_entry
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.\-]")
 

@@ -18,19 +18,19 @@ import traceback
 from pathlib import Path
 from typing import Any, Sequence
 
-from pytest_abbench import tunercache
-from pytest_abbench.campaign import Case, Op, Shape, load_campaign, shape_set_hash
-from pytest_abbench.cellconfig import CHILD_MODULE, SPAWN_TIME_ENV, CellConfig
+from pytest_abbench.core import tunercache
+from pytest_abbench.campaign.model import Case, Op, Shape, load_campaign, shape_set_hash
+from pytest_abbench.core.cellconfig import CHILD_MODULE, SPAWN_TIME_ENV, CellConfig
 from pytest_abbench.child.autotune_pin import AutotunePin, AutotuneRecordError, install
 from pytest_abbench.child.forking import fork_and_run
 from pytest_abbench.child.identity import build_identity, write_identity
 from pytest_abbench.child.ircapture import enter_compile_only, install_capture, merge_ir
 from pytest_abbench.child.layout_shift import hold_pads, pad_sizes
 from pytest_abbench.child.timers import CapturePoisoned, time_with_fallback
-from pytest_abbench.fileio import append_jsonl, iter_jsonl, write_json_atomic
-from pytest_abbench.irgate import ttgir_files
-from pytest_abbench.layout import IR_DIR, RESULTS_FILE, SHARES_FILE, TIMING_FILE, share_dir
-from pytest_abbench.markers import AUTOTUNE_REPLAY_FALLBACK
+from pytest_abbench.core.fileio import append_jsonl, iter_jsonl, write_json_atomic
+from pytest_abbench.checks.irgate import ttgir_files
+from pytest_abbench.core.layout import IR_DIR, RESULTS_FILE, SHARES_FILE, TIMING_FILE, share_dir
+from pytest_abbench.core.markers import AUTOTUNE_REPLAY_FALLBACK
 
 EXIT_SETUP_ERROR = 3  # the campaign, the switch hook or the autotune record could not be used
 

@@ -16,7 +16,7 @@ The server exits at end of input, and with its parent (parent-death signal).
 Why the campaign is not imported here: ``FLAGGEMS_CACHE_DIR`` differs per cell
 and FlagGems reads it once and keeps it, so a campaign module imported before
 the fork could pin every cell to one library tuner cache.  The per-cell
-variables (``PER_CELL_ENV`` in ``pytest_abbench.forkserver``) are read by
+variables (``PER_CELL_ENV`` in ``pytest_abbench.spawn.forkserver``) are read by
 nothing this server imports.
 """
 
@@ -66,7 +66,7 @@ def _run_cell(request: dict[str, Any], server_pid: int, reply_fd: int) -> int:  
     os.environ.update(request["env"])  # putenv too: CUDA reads CUDA_VISIBLE_DEVICES from the C environment
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    from pytest_abbench.cellconfig import CHILD_MODULE
+    from pytest_abbench.core.cellconfig import CHILD_MODULE
     from pytest_abbench.child.__main__ import main
 
     argv = list(request["argv"])

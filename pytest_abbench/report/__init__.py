@@ -12,7 +12,7 @@ serves the pytest session and ``abbench summary``.
 
 from __future__ import annotations
 
-from pytest_abbench.outcome import IR_ONLY
+from pytest_abbench.core.outcome import IR_ONLY
 from pytest_abbench.report.build import build_report
 from pytest_abbench.report.model import (REPORT_JSON, REPORT_MD, SCHEMA_VERSION, OpReport, Report, ShapeReport,
                                          report_from_json)

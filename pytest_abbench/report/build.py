@@ -12,20 +12,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, TypeAlias
 
-from pytest_abbench import caliber, irgate
-from pytest_abbench.fileio import CorruptFileError, iter_jsonl
-from pytest_abbench.layout import (CONTROL, IDENTITY_FILE, SIDES, CellKey, RootLayout, identity_file, results_file,
+from pytest_abbench.checks import caliber, irgate
+from pytest_abbench.core.fileio import CorruptFileError, iter_jsonl
+from pytest_abbench.core.layout import (CONTROL, IDENTITY_FILE, SIDES, CellKey, RootLayout, identity_file, results_file,
                                    run_log)
-from pytest_abbench.markers import count_markers
-from pytest_abbench.options import DEFAULT_MARGIN_PCT
+from pytest_abbench.core.markers import count_markers
+from pytest_abbench.session.options import DEFAULT_MARGIN_PCT
 from pytest_abbench.report import cost
 from pytest_abbench.report.model import SCHEMA_VERSION, OpReport, Report, ShapeReport
 from pytest_abbench.report.stats import (aa_bias, bh_adjust, cv_pct, interval, judge, median_or_none, pct, robust_cv,
                                          sign_flip, stdev, t_test_p, SAME_LEVEL)
-from pytest_abbench.outcome import IR_ONLY, NO_IR_DIFF, NO_ROW, OK, CellOutcome
-from pytest_abbench.plan import CampaignPlan, read_plan
-from pytest_abbench.status import read_status
-from pytest_abbench.wording import count
+from pytest_abbench.core.outcome import IR_ONLY, NO_IR_DIFF, NO_ROW, OK, CellOutcome
+from pytest_abbench.core.plan import CampaignPlan, read_plan
+from pytest_abbench.core.status import read_status
+from pytest_abbench.core.wording import count
 
 
 def discover(layout: RootLayout, problems: list[str]) -> list[CellOutcome]:

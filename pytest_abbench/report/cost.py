@@ -14,9 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from pytest_abbench.fileio import CorruptFileError, read_json
-from pytest_abbench.layout import TIMING_FILE
-from pytest_abbench.outcome import IR_ONLY, CellOutcome
+from pytest_abbench.core.fileio import CorruptFileError, read_json
+from pytest_abbench.core.layout import TIMING_FILE
+from pytest_abbench.core.outcome import IR_ONLY, CellOutcome
 
 # The parts of a cell, in the order they are printed: (report key, cell_timing.json field, words).
 # In the order a cell spends them: inputs is the op's build (its tensors), exit what the parent saw after the

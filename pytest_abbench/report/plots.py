@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pytest_abbench.layout import RootLayout
+from pytest_abbench.core.layout import RootLayout
 from pytest_abbench.report.model import OpReport, Report
 
 def matplotlib_available() -> bool:

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pytest_abbench.fileio import write_json_atomic
+from pytest_abbench.core.fileio import write_json_atomic
 from pytest_abbench.report import plots
-from pytest_abbench.layout import RootLayout
-from pytest_abbench.outcome import NO_IR_DIFF
+from pytest_abbench.core.layout import RootLayout
+from pytest_abbench.core.outcome import NO_IR_DIFF
 from pytest_abbench.report import cost
 from pytest_abbench.report.model import OpReport, Report, ShapeReport
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Callable
 
-from pytest_abbench.layout import STATUS_FILE
-from pytest_abbench.markers import MARKERS
+from pytest_abbench.core.layout import STATUS_FILE
+from pytest_abbench.core.markers import MARKERS
 
 COLUMNS = ("round", "op", "side", "switch", "rc", "status", "elapsed_s", "success", "failed") + MARKERS
 

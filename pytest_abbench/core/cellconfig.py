@@ -14,8 +14,8 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from pytest_abbench.campaign import LEVELS
-from pytest_abbench.layout import ROLES, SIDES
+from pytest_abbench.campaign.model import LEVELS
+from pytest_abbench.core.layout import ROLES, SIDES
 
 CHILD_MODULE = "pytest_abbench.child"
 BACKENDS = ("cuda", "interpreter")
@@ -23,7 +23,7 @@ TIMERS = ("cudagraph", "direct", "wall")
 # off: the autotuner runs unpinned (a child started by hand); the plugin always records or replays.
 # compile-all: a compile-only precompile process compiles every candidate config and chooses nothing.
 AUTOTUNE_MODES = ("record", "replay", "off", "compile-all")
-# fork: forked from a server that imported torch and Triton once (pytest_abbench/forkserver.py); exec: a fresh process.
+# fork: forked from a server that imported torch and Triton once (pytest_abbench/spawn/forkserver.py); exec: a fresh process.
 SPAWN_METHODS = ("fork", "exec")
 SPAWN_TIME_ENV = "ABBENCH_SPAWN_TIME"  # when the parent started the child: the child's start-up cost
 DEFAULT_DIRECT_REP_MS = 100

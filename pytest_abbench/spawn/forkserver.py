@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from pytest_abbench.cellconfig import SPAWN_TIME_ENV
+from pytest_abbench.core.cellconfig import SPAWN_TIME_ENV
 
 SERVER_MODULE = "pytest_abbench.child.server"
 # Variables that differ from cell to cell of one side.  A server is shared by

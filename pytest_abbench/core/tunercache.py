@@ -15,7 +15,7 @@ import sqlite3
 from pathlib import Path
 from typing import Callable
 
-from pytest_abbench.layout import CELL_TUNER_CACHE_DIR, RootLayout
+from pytest_abbench.core.layout import CELL_TUNER_CACHE_DIR, RootLayout
 
 CACHE_ENV = "FLAGGEMS_CACHE_DIR"
 CELL_CACHE_DIR = CELL_TUNER_CACHE_DIR

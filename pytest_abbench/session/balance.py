@@ -29,9 +29,9 @@ from pathlib import Path
 from statistics import mean, median
 from typing import Callable, Iterable, Mapping, Sequence
 
-from pytest_abbench.layout import CellKey
-from pytest_abbench.outcome import NO_IR_DIFF, OK, CellOutcome
-from pytest_abbench.status import StatusFormatError, read_status
+from pytest_abbench.core.layout import CellKey
+from pytest_abbench.core.outcome import NO_IR_DIFF, OK, CellOutcome
+from pytest_abbench.core.status import StatusFormatError, read_status
 
 
 @dataclass(frozen=True)

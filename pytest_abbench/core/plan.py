@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_abbench.fileio import read_json
-from pytest_abbench.layout import CONTROL, SIDES, CellKey, RootLayout
+from pytest_abbench.core.fileio import read_json
+from pytest_abbench.core.layout import CONTROL, SIDES, CellKey, RootLayout
 
 PLAN_FIELD = "plan"  # the plan's key in campaign.json
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Iterable
 
-from pytest_abbench.layout import CellKey
+from pytest_abbench.core.layout import CellKey
 
 
 def duration(seconds: float) -> str:

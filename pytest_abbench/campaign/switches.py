@@ -21,8 +21,8 @@ import difflib
 import hashlib
 from typing import Any, Callable
 
-from pytest_abbench import tritoncompat
-from pytest_abbench.tritoncompat import StagesCall
+from pytest_abbench.core import tritoncompat
+from pytest_abbench.core.tritoncompat import StagesCall
 
 StagesEdit = Callable[[StagesCall], None]
 KEY_PREFIX = "pytest-abbench:"
@@ -156,5 +156,5 @@ def without_pass(pass_name: str, stage: str = "ttgir") -> Callable[[], None]:
 
     setup.__name__ = setup.__qualname__ = f"without_{pass_name.removeprefix('add_')}" + (
         f"_in_{stage}" if stage != "ttgir" else "")
-    setup.__doc__ = f"Compile {stage} without the pass {pass_name!r} (pytest_abbench.switches.without_pass)."
+    setup.__doc__ = f"Compile {stage} without the pass {pass_name!r} (pytest_abbench.campaign.switches.without_pass)."
     return setup

@@ -14,15 +14,15 @@ from typing import Any, Callable, Mapping
 
 import pytest
 
-from pytest_abbench.campaign import Campaign, CampaignError, CampaignSkipped, looks_like_campaign
-from pytest_abbench.exitcodes import EXIT_ROOT
-from pytest_abbench.fileio import CorruptFileError, read_json, write_bytes_atomic, write_json_atomic
-from pytest_abbench.identity import file_hash
-from pytest_abbench.layout import CellKey, RootLayout
-from pytest_abbench.outcome import CellOutcome
-from pytest_abbench.plan import PLAN_FIELD, CampaignPlan
-from pytest_abbench.status import COLUMNS, append_status_row, read_status
-from pytest_abbench.wording import count
+from pytest_abbench.campaign.model import Campaign, CampaignError, CampaignSkipped, looks_like_campaign
+from pytest_abbench.core.exitcodes import EXIT_ROOT
+from pytest_abbench.core.fileio import CorruptFileError, read_json, write_bytes_atomic, write_json_atomic
+from pytest_abbench.core.identity import file_hash
+from pytest_abbench.core.layout import CellKey, RootLayout
+from pytest_abbench.core.outcome import CellOutcome
+from pytest_abbench.core.plan import PLAN_FIELD, CampaignPlan
+from pytest_abbench.core.status import COLUMNS, append_status_row, read_status
+from pytest_abbench.core.wording import count
 
 OPS_FIELD = "op_fingerprints"  # campaign.json: op -> its fingerprint parts (Campaign.fingerprint)
 Fingerprint = Mapping[str, str]

@@ -17,24 +17,24 @@ from typing import TYPE_CHECKING, Any, Generator, Iterable
 
 import pytest
 
-from pytest_abbench.campaign import (Campaign, CampaignError, CampaignSkipped, load_campaign, looks_like_campaign,
+from pytest_abbench.campaign.model import (Campaign, CampaignError, CampaignSkipped, load_campaign, looks_like_campaign,
                                      why_not_campaign)
-from pytest_abbench.fixtures import (CALIBER_PROPERTY, CELL_TEST_ATTR, GATE_PROPERTY, NOTICE_PROPERTY, PlannedCell,
+from pytest_abbench.session.fixtures import (CALIBER_PROPERTY, CELL_TEST_ATTR, GATE_PROPERTY, NOTICE_PROPERTY, PlannedCell,
                                      cell_test_for)
-from pytest_abbench.gpuclaim import GpuClaim, claim_gpu
-from pytest_abbench.layout import SIDES, CellKey, cell_key, run_log
-from pytest_abbench.options import Settings, visible_gpus
-from pytest_abbench.outcome import NO_IR_DIFF, OUTCOME_PROPERTY, CellOutcome
-from pytest_abbench.plan import CampaignPlan
-from pytest_abbench.progress import RoundProgress
-from pytest_abbench.root import CampaignRoot, default_root, op_fingerprints
-from pytest_abbench.transport import SERIAL_WORKER, SHIPPED_ATTR, CampaignLocator, ShippedCell, scratch_root
-from pytest_abbench.wording import count
+from pytest_abbench.session.gpuclaim import GpuClaim, claim_gpu
+from pytest_abbench.core.layout import SIDES, CellKey, cell_key, run_log
+from pytest_abbench.session.options import Settings, visible_gpus
+from pytest_abbench.core.outcome import NO_IR_DIFF, OUTCOME_PROPERTY, CellOutcome
+from pytest_abbench.core.plan import CampaignPlan
+from pytest_abbench.session.progress import RoundProgress
+from pytest_abbench.session.root import CampaignRoot, default_root, op_fingerprints
+from pytest_abbench.session.transport import SERIAL_WORKER, SHIPPED_ATTR, CampaignLocator, ShippedCell, scratch_root
+from pytest_abbench.core.wording import count
 
 if TYPE_CHECKING:
-    from pytest_abbench import irgate
+    from pytest_abbench.checks import irgate
     from pytest_abbench.report import Report
-    from pytest_abbench.runner import CellRunner
+    from pytest_abbench.spawn.runner import CellRunner
 
 SESSION_KEY = pytest.StashKey["AbbenchSession"]()
 SHIPPED_KEY = pytest.StashKey[ShippedCell]()  # a cell's payload until the report of the phase that recorded it
@@ -164,7 +164,7 @@ class AbbenchSession:
 
     def runner(self) -> "CellRunner":
         if self._runner is None:
-            from pytest_abbench.runner import CellRunner
+            from pytest_abbench.spawn.runner import CellRunner
 
             self._runner = CellRunner(self.settings, self.root.layout, self.gpu)
             self._runner.plan_servers([(self.campaign(Path(path)), CellKey(1, op, side))
@@ -173,7 +173,7 @@ class AbbenchSession:
 
     def gate_for(self, op: str) -> "irgate.GateDecision | None":
         if op not in self.gates:
-            from pytest_abbench import irgate
+            from pytest_abbench.checks import irgate
 
             decision = irgate.load_decision(self.root.path, op)
             if decision is not None:
@@ -316,7 +316,7 @@ class AbbenchSession:
         self.root.claim(list(files), self.settings.switch_env, self.plan,
                         op_fingerprints(self.plan.ops, self.campaign, self.settings.level))
         if unclaimed and self.seed:
-            from pytest_abbench.transport import plant_seed
+            from pytest_abbench.session.transport import plant_seed
 
             plant_seed(self.root.layout, self.seed)
 
@@ -354,7 +354,7 @@ class AbbenchSession:
         props = dict(report.user_properties)
         gate = props.get(GATE_PROPERTY)
         if gate is not None and not self.is_worker:
-            from pytest_abbench import irgate
+            from pytest_abbench.checks import irgate
 
             decision = irgate.GateDecision.from_json(json.loads(str(gate)))
             if decision.op not in self.landed_gates:
@@ -363,7 +363,7 @@ class AbbenchSession:
                 self.gates.setdefault(decision.op, decision)
         if payload is None or self.is_worker:
             return None
-        from pytest_abbench.transport import land
+        from pytest_abbench.session.transport import land
 
         shipped = ShippedCell.from_json(str(payload))
         if shipped.outcome.key in self.landed:
@@ -378,7 +378,7 @@ class AbbenchSession:
         path = self.locator.locate(shipped.campaign_name)
         if path is None:
             return None
-        from pytest_abbench.identity import file_hash
+        from pytest_abbench.core.identity import file_hash
 
         if shipped.campaign_hash is not None and file_hash(path) != shipped.campaign_hash:
             line = (f"abbench: {shipped.worker} ({shipped.host}) ran {shipped.campaign_name} with content hash "

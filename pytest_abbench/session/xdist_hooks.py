@@ -13,17 +13,17 @@ from typing import Any, Iterable, Mapping
 
 import pytest
 
-from pytest_abbench.balance import OpTimes, op_costs, op_work, order_ops, root_times
-from pytest_abbench.campaign import CampaignError, CampaignSkipped, looks_like_campaign
-from pytest_abbench.fileio import write_json_atomic
-from pytest_abbench.layout import CELL_NODEID, CellKey, cell_key
-from pytest_abbench.exitcodes import shell_rc
-from pytest_abbench.outcome import OUTCOME_PROPERTY, WORKER_LOST, CellOutcome
-from pytest_abbench.progress import RoundProgress
-from pytest_abbench.root import op_fingerprints
-from pytest_abbench.session import SEED_INPUT, AbbenchSession
-from pytest_abbench.status import StatusFormatError
-from pytest_abbench.transport import SHIPPED_ATTR, CampaignLocator, ShippedCell, campaign_name, resume_seed
+from pytest_abbench.session.balance import OpTimes, op_costs, op_work, order_ops, root_times
+from pytest_abbench.campaign.model import CampaignError, CampaignSkipped, looks_like_campaign
+from pytest_abbench.core.fileio import write_json_atomic
+from pytest_abbench.core.layout import CELL_NODEID, CellKey, cell_key
+from pytest_abbench.core.exitcodes import shell_rc
+from pytest_abbench.core.outcome import OUTCOME_PROPERTY, WORKER_LOST, CellOutcome
+from pytest_abbench.session.progress import RoundProgress
+from pytest_abbench.session.root import op_fingerprints
+from pytest_abbench.session.campaign_session import SEED_INPUT, AbbenchSession
+from pytest_abbench.core.status import StatusFormatError
+from pytest_abbench.session.transport import SHIPPED_ATTR, CampaignLocator, ShippedCell, campaign_name, resume_seed
 
 WORKER_GPU = "abbench_gpu"  # a worker's workeroutput key: the GPU it pinned its cells to
 # The plugin's options whose value is a path on the controller's host.

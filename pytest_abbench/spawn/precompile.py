@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from pytest_abbench.cellrun import StartedCell, kill_group
-from pytest_abbench.fileio import read_json
-from pytest_abbench.forkserver import ForkServer
-from pytest_abbench.layout import SHARES_FILE
+from pytest_abbench.spawn.cellrun import StartedCell, kill_group
+from pytest_abbench.core.fileio import read_json
+from pytest_abbench.spawn.forkserver import ForkServer
+from pytest_abbench.core.layout import SHARES_FILE
 
 # The pass dump of IR triage (MLIR_ENABLE_DUMP) would change nothing in the cache key but cost time.
 QUIET_ENV = {"ABBENCH_PASS_DUMP": "0"}

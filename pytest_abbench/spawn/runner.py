@@ -15,20 +15,22 @@ from typing import Callable, Iterable
 
 import pytest
 
-from pytest_abbench import precompile, tunercache
-from pytest_abbench.campaign import Campaign
-from pytest_abbench.cellconfig import CHILD_MODULE, SPAWN_TIME_ENV, CellConfig, autotune_mode_for
-from pytest_abbench.cellrun import ChildResult, log_tail, run_child
-from pytest_abbench.exitcodes import describe, status_word
-from pytest_abbench.forkserver import ForkServerError, ForkServers
-from pytest_abbench.fileio import CorruptFileError, iter_jsonl, read_json, write_json_atomic
-from pytest_abbench.irgate import ttgir_files
-from pytest_abbench.layout import SIDES, TIMING_FILE, CellKey, RootLayout, ir_dir, results_file, run_log
-from pytest_abbench.markers import scan_log
-from pytest_abbench.options import Settings
-from pytest_abbench.outcome import FAILED_SHAPES, IR_ONLY, NO_SHAPES, OK, CellOutcome
+from pytest_abbench.spawn import precompile
 
-PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
+from pytest_abbench.core import tunercache
+from pytest_abbench.campaign.model import Campaign
+from pytest_abbench.core.cellconfig import CHILD_MODULE, SPAWN_TIME_ENV, CellConfig, autotune_mode_for
+from pytest_abbench.spawn.cellrun import ChildResult, log_tail, run_child
+from pytest_abbench.core.exitcodes import describe, status_word
+from pytest_abbench.spawn.forkserver import ForkServerError, ForkServers
+from pytest_abbench.core.fileio import CorruptFileError, iter_jsonl, read_json, write_json_atomic
+from pytest_abbench.checks.irgate import ttgir_files
+from pytest_abbench.core.layout import SIDES, TIMING_FILE, CellKey, RootLayout, ir_dir, results_file, run_log
+from pytest_abbench.core.markers import scan_log
+from pytest_abbench.session.options import Settings
+from pytest_abbench.core.outcome import FAILED_SHAPES, IR_ONLY, NO_SHAPES, OK, CellOutcome
+
+PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])  # the folder holding pytest_abbench/, for cells of another Python
 # Servers a session starts ahead of their first cell: side A and three switches' side B.  Each idle server
 # holds torch and Triton imported (about 280 MB resident with a CPU torch), so the count stays bounded when a
 # session collects many campaigns of different switches.

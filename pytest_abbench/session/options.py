@@ -16,9 +16,11 @@ from typing import Any, Callable, Collection, Mapping
 
 import pytest
 
-from pytest_abbench import campaign, cellconfig
-from pytest_abbench.layout import STATUS_FILE
-from pytest_abbench.status import StatusFormatError, read_status
+from pytest_abbench.campaign import model as campaign
+
+from pytest_abbench.core import cellconfig
+from pytest_abbench.core.layout import STATUS_FILE
+from pytest_abbench.core.status import StatusFormatError, read_status
 
 DEFAULT_CELL_TIMEOUT_S = 2400.0  # matches the NV campaigns: one hung cell must not hold a batch
 DEFAULT_ROUNDS = 2
@@ -346,7 +348,7 @@ def check_costs_root(path: Path) -> None:
 
 def resolve_spawn(requested: str) -> str:
     """``auto``: fork where the fork server works (Linux), else exec; ``fork`` elsewhere is a usage error."""
-    from pytest_abbench.forkserver import fork_supported
+    from pytest_abbench.spawn.forkserver import fork_supported
 
     if requested == "exec" or (requested == "auto" and not fork_supported()):
         return "exec"

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_abbench.layout import CellKey
-from pytest_abbench.markers import MARKERS
-from pytest_abbench.status import StatusRow
+from pytest_abbench.core.layout import CellKey
+from pytest_abbench.core.markers import MARKERS
+from pytest_abbench.core.status import StatusRow
 
 OUTCOME_PROPERTY = "abbench_cell"  # the JSON record on a test report's user_properties
 

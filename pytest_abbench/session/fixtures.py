@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 import pytest
 
-from pytest_abbench.layout import SIDES, CellKey, ir_dir, run_log
-from pytest_abbench.outcome import NO_GPU, NO_IR_DIFF, CellOutcome
+from pytest_abbench.core.layout import SIDES, CellKey, ir_dir, run_log
+from pytest_abbench.core.outcome import NO_GPU, NO_IR_DIFF, CellOutcome
 
 if TYPE_CHECKING:
-    from pytest_abbench.campaign import Campaign
-    from pytest_abbench.session import AbbenchSession
+    from pytest_abbench.campaign.model import Campaign
+    from pytest_abbench.session.campaign_session import AbbenchSession
 
 GATE_PROPERTY = "abbench_irgate"
 NOTICE_PROPERTY = "abbench_notice"  # a line for the terminal, found while the test's output was captured
@@ -73,9 +73,9 @@ class Cell:
         That process (the xdist controller, or this one in a serial session)
         lands them and appends the status row (``transport.land``).
         """
-        from pytest_abbench.cellconfig import autotune_mode_for
-        from pytest_abbench.session import SHIPPED_KEY
-        from pytest_abbench.transport import pack
+        from pytest_abbench.core.cellconfig import autotune_mode_for
+        from pytest_abbench.session.campaign_session import SHIPPED_KEY
+        from pytest_abbench.session.transport import pack
 
         self.outcome = outcome
         session = self.session
@@ -126,7 +126,7 @@ def abbench_cell(request: pytest.FixtureRequest) -> Cell:
     Parametrized by pytest-abbench over the session's rounds and sides for
     the op named by ``@pytest.mark.abbench(campaign=..., op=...)`` (campaign files get it implicitly).
     """
-    from pytest_abbench.session import session_of
+    from pytest_abbench.session.campaign_session import session_of
 
     planned = getattr(request, "param", None)
     if not isinstance(planned, PlannedCell):
@@ -142,7 +142,7 @@ def abbench_ir_gate(abbench_cell: Cell, request: pytest.FixtureRequest) -> Itera
     After round 1 it fingerprints both sides' TTGIR and saves the decision.
     ``--ab-allow-no-ir-diff`` (or SWITCH_ALLOW_NO_IR_DIFF=1) runs every round anyway.
     """
-    from pytest_abbench import irgate
+    from pytest_abbench.checks import irgate
 
     cell = abbench_cell
     session = cell.session
@@ -184,7 +184,7 @@ def abbench_caliber(abbench_cell: Cell, request: pytest.FixtureRequest) -> Itera
     session = abbench_cell.session
     if outcome is None or outcome.resumed or not outcome.measured or session.settings.ir_only:
         return  # nothing ran, or nothing timed: nothing to calibrate
-    from pytest_abbench import caliber
+    from pytest_abbench.checks import caliber
 
     layout = session.root.layout
     key = abbench_cell.key

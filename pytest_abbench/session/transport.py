@@ -25,15 +25,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
-from pytest_abbench.fileio import write_json_atomic
-from pytest_abbench.identity import file_hash
-from pytest_abbench.layout import (AUTOTUNE_DIR, GATE_DIR, IDENTITY_FILE, RESULTS_FILE, SCRATCH_DIR, STATUS_FILE,
+from pytest_abbench.core.fileio import write_json_atomic
+from pytest_abbench.core.identity import file_hash
+from pytest_abbench.core.layout import (AUTOTUNE_DIR, GATE_DIR, IDENTITY_FILE, RESULTS_FILE, SCRATCH_DIR, STATUS_FILE,
                                    TIMING_FILE, TUNER_RECORD_DIR, RootLayout, ir_dir, log_tail_file,
                                    origin_file, run_log)
-from pytest_abbench.outcome import CellOutcome
+from pytest_abbench.core.outcome import CellOutcome
 
 if TYPE_CHECKING:
-    from pytest_abbench.root import CampaignRoot
+    from pytest_abbench.session.root import CampaignRoot
 
 SHIPPED_ATTR = "abbench_shipped"  # the payload's attribute on a test report (xdist serialises report attributes)
 CELL_FILES = (RESULTS_FILE, IDENTITY_FILE, TIMING_FILE)  # the cell folder files the report reads
@@ -139,7 +139,7 @@ class ShippedCell:
 def pack(outcome: CellOutcome, layout: RootLayout, worker: str, campaign_name: str = "",
          records: bool = False) -> ShippedCell:
     """What a cell the process just ran (or skipped) sends; ``records``: it recorded the op's autotune choices."""
-    from pytest_abbench.irgate import fingerprint_ttgir
+    from pytest_abbench.checks.irgate import fingerprint_ttgir
 
     folder = outcome.cell_dir
     if outcome.resumed:  # finished in an earlier session: the root holds its files already
@@ -199,7 +199,7 @@ def land(shipped: ShippedCell, root: "CampaignRoot", campaign: str | None = None
                 write_blobs(root.path, shipped.root_files)
             write_json_atomic(origin_file(folder), shipped.origin())
         except (OSError, ValueError) as exc:
-            from pytest_abbench.root import RootStop
+            from pytest_abbench.session.root import RootStop
 
             why = "the root vanished" if not root.layout.lock.exists() else str(exc)
             raise RootStop(f"cannot write cell {outcome.key} into {folder}: {why}") from None

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, Callable, Mapping, Protocol, Sequence
 
-from pytest_abbench import interrupts
-from pytest_abbench.exitcodes import TIMEOUT, shell_rc
+from pytest_abbench.spawn import interrupts
+from pytest_abbench.core.exitcodes import TIMEOUT, shell_rc
 
 if TYPE_CHECKING:
-    from pytest_abbench.forkserver import ForkServer
+    from pytest_abbench.spawn.forkserver import ForkServer
 
 # After SIGTERM the group gets this long to exit before SIGKILL.
 _TERM_GRACE_S = 2.0

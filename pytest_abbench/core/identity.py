@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from pytest_abbench.layout import IDENTITY_FILE as IDENTITY_FILE  # the name readers of identities import here
+from pytest_abbench.core.layout import IDENTITY_FILE as IDENTITY_FILE  # the name readers of identities import here
 
 # Axes that must be equal between sides (autotune_mode is judged by rule in caliber.py).
 CALIBER_AXES = ("backend", "device", "timer", "bench_level", "shape_mode", "tuner_cache", "direct_repeat")

@@ -31,7 +31,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, Mapping, Sequence, Union
 
-from pytest_abbench.layout import SIDES as SIDES  # campaign files and the report name the sides through here
+from pytest_abbench.core.layout import SIDES as SIDES  # campaign files and the report name the sides through here
 
 LEVELS = ("smoke", "core", "comprehensive")
 SIDE_OPTIONS = ("timer", "level", "direct_rep", "direct_warmup", "samples", "tuner_cache")

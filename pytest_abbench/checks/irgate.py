@@ -18,9 +18,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from pytest_abbench.fileio import CorruptFileError, read_json, write_json_atomic
-from pytest_abbench.layout import RootLayout
-from pytest_abbench.outcome import NO_IR_DIFF as NO_IR_DIFF  # the status word callers name through the gate
+from pytest_abbench.core.fileio import CorruptFileError, read_json, write_json_atomic
+from pytest_abbench.core.layout import RootLayout
+from pytest_abbench.core.outcome import NO_IR_DIFF as NO_IR_DIFF  # the status word callers name through the gate
 
 # The ops a compiler engineer reads first, as they appear in TTGIR.
 WATCHED_OPS = (

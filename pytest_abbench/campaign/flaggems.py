@@ -1,13 +1,13 @@
 """FlagGems adapter: FlagGems operators as campaign ops, called through FlagGems, checked against torch.
 
-    from pytest_abbench.flaggems import GemsOp, gems_ops, unavailable_reason
+    from pytest_abbench.campaign.flaggems import GemsOp, gems_ops, unavailable_reason
     SKIP = unavailable_reason()
     OPS = gems_ops([GemsOp("mm", inputs=..., call=lambda ops, a, b: ops.mm(a, b), reference=torch_mm, ...)])
 
 The op's timed call goes to ``flag_gems.ops.<op>`` directly (not through
 torch's dispatcher, so torch's own kernel can never be what is timed), and
 the reference is computed by torch.  Each cell's LibTuner cache is pinned by
-the plugin (``pytest_abbench.tunercache``).  Collection imports nothing heavy.
+the plugin (``pytest_abbench.core.tunercache``).  Collection imports nothing heavy.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import importlib.util
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from pytest_abbench.campaign import Case, Op, Shape
-from pytest_abbench.options import detect_backend
+from pytest_abbench.campaign.model import Case, Op, Shape
+from pytest_abbench.session.options import detect_backend
 
 INSTALL_HINT = "pip install -e '.[flaggems]'"
 

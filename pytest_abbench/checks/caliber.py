@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from pytest_abbench.fileio import CorruptFileError, read_json
-from pytest_abbench.identity import CALIBER_AXES, IDENTITY_FILE, INFO_FIELDS, LATER_AXES, file_hash
-from pytest_abbench.layout import RootLayout
+from pytest_abbench.core.fileio import CorruptFileError, read_json
+from pytest_abbench.core.identity import CALIBER_AXES, IDENTITY_FILE, INFO_FIELDS, LATER_AXES, file_hash
+from pytest_abbench.core.layout import RootLayout
 
 
 @dataclass
