@@ -24,7 +24,7 @@ import importlib.util
 from typing import Any, Callable
 
 from pytest_abbench import Case, Op, Shape, Switch
-from pytest_abbench.session.options import detect_backend
+from pytest_abbench.core.settings import detect_backend
 
 SKIP = None if importlib.util.find_spec("liger_kernel") else (
     "liger-kernel is not installed (pip install liger-kernel; or its wheel with --no-deps)")

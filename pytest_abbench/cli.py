@@ -28,7 +28,7 @@ from pytest_abbench import report
 from pytest_abbench.core.exitcodes import EXIT_CELL_FAILED
 from pytest_abbench.core.layout import RESULTS_FILE, SIDES, CellKey, RootLayout, results_file
 from pytest_abbench.core.outcome import OK, CellOutcome
-from pytest_abbench.session.options import add_report_options
+from pytest_abbench.core.settings import add_report_options
 from pytest_abbench.core.plan import CampaignPlan
 from pytest_abbench.report.build import discover
 

@@ -35,7 +35,7 @@ from pytest_abbench.core.cellconfig import CHILD_MODULE, CellConfig
 from pytest_abbench.child.ircapture import PassDump, split_pass_dump
 from pytest_abbench.checks.irgate import first_pass_difference, ttgir_files
 from pytest_abbench.core.layout import IDENTITY_FILE, SHARES_FILE, ir_dir
-from pytest_abbench.session.options import Settings
+from pytest_abbench.core.settings import Settings
 
 CAMPAIGNS = Path(__file__).resolve().parents[1] / "campaigns"
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from pytest_abbench.campaign.model import Case, Op, Shape
-from pytest_abbench.session.options import detect_backend
+from pytest_abbench.core.settings import detect_backend
 
 INSTALL_HINT = "pip install -e '.[flaggems]'"
 

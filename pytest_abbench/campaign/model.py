@@ -31,9 +31,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, Mapping, Sequence, Union
 
+from pytest_abbench.core.cellconfig import LEVELS as LEVELS  # the shape sets an op declares
 from pytest_abbench.core.layout import SIDES as SIDES  # campaign files and the report name the sides through here
 
-LEVELS = ("smoke", "core", "comprehensive")
 SIDE_OPTIONS = ("timer", "level", "direct_rep", "direct_warmup", "samples", "tuner_cache")
 # Op and shape names become folder names under the root: nothing that can
 # climb out of it ("/", "..") or confuse a shell or a pytest id.

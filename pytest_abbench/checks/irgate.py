@@ -319,7 +319,7 @@ class GateDecision:
     fingerprint_a: str | None = None
     fingerprint_b: str | None = None
     kernels: list[KernelDiff] = field(default_factory=list)
-    basis: str = ""  # what round 1 compiled, e.g. "core for cuda:90" (options.Settings.ir_basis)
+    basis: str = ""  # what round 1 compiled, e.g. "core for cuda:90" (core.settings.Settings.ir_basis)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

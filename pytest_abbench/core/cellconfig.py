@@ -14,11 +14,11 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from pytest_abbench.campaign.model import LEVELS
 from pytest_abbench.core.layout import ROLES, SIDES
 
 CHILD_MODULE = "pytest_abbench.child"
 BACKENDS = ("cuda", "interpreter")
+LEVELS = ("smoke", "core", "comprehensive")  # shape sets, smallest first
 TIMERS = ("cudagraph", "direct", "wall")
 # off: the autotuner runs unpinned (a child started by hand); the plugin always records or replays.
 # compile-all: a compile-only precompile process compiles every candidate config and chooses nothing.

@@ -17,7 +17,7 @@ from pytest_abbench.core.fileio import CorruptFileError, iter_jsonl
 from pytest_abbench.core.layout import (CONTROL, IDENTITY_FILE, SIDES, CellKey, RootLayout, identity_file, results_file,
                                    run_log)
 from pytest_abbench.core.markers import count_markers
-from pytest_abbench.session.options import DEFAULT_MARGIN_PCT
+from pytest_abbench.core.settings import DEFAULT_MARGIN_PCT
 from pytest_abbench.report import cost
 from pytest_abbench.report.model import SCHEMA_VERSION, OpReport, Report, ShapeReport
 from pytest_abbench.report.stats import (aa_bias, bh_adjust, cv_pct, interval, judge, median_or_none, pct, robust_cv,

@@ -13,7 +13,7 @@ from typing import Any
 from pytest_abbench.core.layout import REPORT_JSON as REPORT_JSON  # the names callers import with the model
 from pytest_abbench.core.layout import REPORT_MD as REPORT_MD
 from pytest_abbench.core.exitcodes import exit_reason, session_exit_code
-from pytest_abbench.session.options import DEFAULT_MARGIN_PCT
+from pytest_abbench.core.settings import DEFAULT_MARGIN_PCT
 
 SCHEMA_VERSION = 6  # 3: OpReport.caliber_mismatch; 4: Report.complete and failed_cells; 5: the BH/sign-test rule;
 # 6: Report.time_spent

@@ -13,17 +13,17 @@ import socket
 import time
 import types
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generator, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Generator, Iterable
 
 import pytest
 
 from pytest_abbench.campaign.model import (Campaign, CampaignError, CampaignSkipped, load_campaign, looks_like_campaign,
                                      why_not_campaign)
-from pytest_abbench.session.fixtures import (CALIBER_PROPERTY, CELL_TEST_ATTR, GATE_PROPERTY, NOTICE_PROPERTY, PlannedCell,
-                                     cell_test_for)
+from pytest_abbench.session.cells import (CALIBER_PROPERTY, CELL_TEST_ATTR, GATE_PROPERTY, NOTICE_PROPERTY, PlannedCell,
+                                        cell_test_for)
 from pytest_abbench.session.gpuclaim import GpuClaim, claim_gpu
 from pytest_abbench.core.layout import SIDES, CellKey, cell_key, run_log
-from pytest_abbench.session.options import Settings, visible_gpus
+from pytest_abbench.core.settings import Settings, visible_gpus
 from pytest_abbench.core.outcome import NO_IR_DIFF, OUTCOME_PROPERTY, CellOutcome
 from pytest_abbench.core.plan import CampaignPlan
 from pytest_abbench.session.progress import RoundProgress
@@ -111,6 +111,25 @@ class NamedModule(pytest.Module):
         return items
 
 
+def controller_check() -> Callable[[], None] | None:
+    """On an xdist worker: a check that stops the session once its controller (the worker's parent) is gone.
+
+    A worker hears of a SIGKILLed controller only when execnet gives up on
+    it (5 to 15 s later); its running cell must not measure, nor append a
+    row, that long after the session died.  Elsewhere: None.
+    """
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return None
+    controller = os.getppid()
+
+    def check() -> None:
+        if os.getppid() != controller:
+            pytest.exit(f"abbench: the xdist controller (pid {controller}) is gone: the running cell was stopped "
+                        "and wrote no row; --ab-resume runs it again")
+
+    return check
+
+
 class AbbenchSession:
     """Session state: settings, the root, the plan, round-1 gate decisions, the outcomes for the report."""
 
@@ -144,6 +163,7 @@ class AbbenchSession:
         self.started = time.monotonic()
         self.progress: RoundProgress | None = None  # set once the selected cells are known (never on a worker)
         self.workers_seen: set[str] = set()  # xdist workers that reported a cell (the controller's idle time)
+        self.controller_check = controller_check()  # made now, while the controller that started a worker is alive
 
     # -- state the fixtures use -------------------------------------------------
     def campaign(self, path: Path) -> Campaign:
@@ -166,7 +186,7 @@ class AbbenchSession:
         if self._runner is None:
             from pytest_abbench.spawn.runner import CellRunner
 
-            self._runner = CellRunner(self.settings, self.root.layout, self.gpu)
+            self._runner = CellRunner(self.settings, self.root.layout, self.gpu, self.controller_check)
             self._runner.plan_servers([(self.campaign(Path(path)), CellKey(1, op, side))
                                        for op, path in self.plan.ops.items() for side in SIDES])
         return self._runner

@@ -18,38 +18,23 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import pytest
 
 from pytest_abbench.core.layout import SIDES, CellKey, ir_dir, run_log
 from pytest_abbench.core.outcome import NO_GPU, NO_IR_DIFF, CellOutcome
+from pytest_abbench.session.campaign_session import SHIPPED_KEY, AbbenchSession, session_of
+from pytest_abbench.session.cells import CALIBER_PROPERTY, GATE_PROPERTY, NOTICE_PROPERTY, PlannedCell
 
 if TYPE_CHECKING:
     from pytest_abbench.campaign.model import Campaign
-    from pytest_abbench.session.campaign_session import AbbenchSession
-
-GATE_PROPERTY = "abbench_irgate"
-NOTICE_PROPERTY = "abbench_notice"  # a line for the terminal, found while the test's output was captured
-CELL_TEST_ATTR = "__abbench_cell__"  # on a campaign file's cell test: (campaign path, op)
-CALIBER_PROPERTY = "abbench_caliber"
-
-
-@dataclass(frozen=True)
-class PlannedCell:
-    """The parameter of a cell test: which cell, of which campaign file, at which place in it."""
-
-    key: CellKey
-    campaign_path: Path
-    op_index: int
-
 
 class Cell:
     """What ``abbench_cell`` gives a test: one (round, op, role) of the session's plan."""
 
-    def __init__(self, planned: PlannedCell, session: "AbbenchSession", node: pytest.Item) -> None:
+    def __init__(self, planned: PlannedCell, session: AbbenchSession, node: pytest.Item) -> None:
         self.planned = planned
         self.session = session
         self.node = node
@@ -74,7 +59,6 @@ class Cell:
         lands them and appends the status row (``transport.land``).
         """
         from pytest_abbench.core.cellconfig import autotune_mode_for
-        from pytest_abbench.session.campaign_session import SHIPPED_KEY
         from pytest_abbench.session.transport import pack
 
         self.outcome = outcome
@@ -107,18 +91,6 @@ class Cell:
         return cell_run.outcome
 
 
-def cell_test_for(campaign_path: Path, op: str) -> Callable[..., None]:
-    """The test function of one op of a campaign file; pytest parametrizes it over the plan's cells."""
-
-    def cell_test(abbench_cell: Cell, abbench_ir_gate: None, abbench_caliber: None) -> None:
-        abbench_cell.run()
-
-    cell_test.__name__ = cell_test.__qualname__ = op
-    cell_test.__doc__ = f"Every round x side of op {op!r}: one child process per cell."
-    setattr(cell_test, CELL_TEST_ATTR, (str(campaign_path), op))
-    return cell_test
-
-
 @pytest.fixture
 def abbench_cell(request: pytest.FixtureRequest) -> Cell:
     """The A/B cell this test measures: key (round, op, role), campaign, folder; ``.run()`` runs its child.
@@ -126,8 +98,6 @@ def abbench_cell(request: pytest.FixtureRequest) -> Cell:
     Parametrized by pytest-abbench over the session's rounds and sides for
     the op named by ``@pytest.mark.abbench(campaign=..., op=...)`` (campaign files get it implicitly).
     """
-    from pytest_abbench.session.campaign_session import session_of
-
     planned = getattr(request, "param", None)
     if not isinstance(planned, PlannedCell):
         raise pytest.UsageError(f"{request.node.nodeid} requests abbench_cell without a cell parameter: "

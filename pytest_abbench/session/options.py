@@ -1,8 +1,9 @@
-"""Command-line options, their validation, and one resolution order.
+"""Command-line options and one resolution order (command line > environment > ini > default).
 
-Every option is declared once here.  ``register`` feeds pytest's parser and
+Every option is declared once here.  ``register`` feeds pytest's parser;
 ``abbench summary`` reuses the report/caliber subset through the same
-``add_report_options`` so the two front ends cannot drift apart.
+``core.settings.add_report_options`` so the two front ends cannot drift apart.
+The values' parsers and the resolved ``Settings`` live in ``core.settings``.
 """
 
 from __future__ import annotations
@@ -10,126 +11,24 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Collection, Mapping
+from typing import Any, Callable
 
 import pytest
 
-from pytest_abbench.campaign import model as campaign
-
 from pytest_abbench.core import cellconfig
 from pytest_abbench.core.layout import STATUS_FILE
+from pytest_abbench.core.settings import (DEFAULT_CELL_TIMEOUT_S, DEFAULT_ROUNDS, MAX_ROUNDS, Settings,
+                                          add_report_options, choice, default_level, detect_backend,
+                                          env_assignment, existing_root, gpu_list, positive_int,
+                                          positive_seconds, rounds_count, tuner_cache_mode)
 from pytest_abbench.core.status import StatusFormatError, read_status
 
-DEFAULT_CELL_TIMEOUT_S = 2400.0  # matches the NV campaigns: one hung cell must not hold a batch
-DEFAULT_ROUNDS = 2
-DEFAULT_MARGIN_PCT = 2.0
 TIMERS = ("auto", *cellconfig.TIMERS)
 BACKENDS = ("auto", *cellconfig.BACKENDS)
-LEVELS = ("auto", *campaign.LEVELS)
+LEVELS = ("auto", *cellconfig.LEVELS)
 
 CELL_TIMEOUT_HELP = "seconds before a cell's process group is killed (rc 124 TIMEOUT); env CELL_TIMEOUT, ini cell_timeout"
-
-
-def positive_seconds(text: str) -> float:
-    """argparse type for a timeout: a positive number of seconds, the bad value named."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0 seconds, got {text!r}")
-    return value
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text!r}")
-    return value
-
-
-MAX_ROUNDS = 1000  # far above any campaign; a typo of 1e6 would plan millions of cells
-
-
-def rounds_count(text: str) -> int:
-    """argparse type for --ab-rounds: a whole number from 1 to MAX_ROUNDS, the bad value named."""
-    value = positive_int(text)
-    if value > MAX_ROUNDS:
-        raise argparse.ArgumentTypeError(f"must be at most {MAX_ROUNDS} rounds, got {text!r}")
-    return value
-
-
-def percent(text: str) -> float:
-    try:
-        value = float(text.rstrip("%"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a percentage like 2 or 2.5%, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text!r}")
-    return value
-
-
-def env_assignment(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key or not key.replace("_", "").isalnum():
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE with KEY a variable name, got {text!r}")
-    return key, value
-
-
-def tuner_cache_mode(text: str) -> str:
-    """``per-cell`` (every cell its own tuner cache, seeded from round 1's record) or ``shared:DIR``."""
-    if text == "per-cell":
-        return text
-    kind, sep, where = text.partition(":")
-    if kind == "shared" and sep and where:
-        return f"shared:{os.path.abspath(where)}"
-    raise argparse.ArgumentTypeError(f"expected per-cell or shared:DIR, got {text!r}")
-
-
-GPUS_AUTO = "auto"
-
-
-def gpu_list(text: str) -> tuple[str, ...] | None:
-    """``auto`` (None: the host's visible GPUs) or ``0,1,2`` / GPU UUIDs: the GPUs each host's workers claim from."""
-    if text == GPUS_AUTO:
-        return None
-    gpus = tuple(g.strip() for g in text.split(","))
-    if not all(g.isdigit() or g.startswith(("GPU-", "MIG-")) for g in gpus):
-        raise argparse.ArgumentTypeError(f"expected GPU indices or UUIDs separated by commas, got {text!r}")
-    if len(set(gpus)) != len(gpus):
-        raise argparse.ArgumentTypeError(f"a GPU is listed twice in {text!r}: two workers would share it")
-    return gpus
-
-
-def existing_root(text: str) -> Path:
-    """The --ab-resume or --ab-costs-from path; ``resolve`` checks it is a root (not on an xdist worker, which may be on another host)."""
-    return Path(text).resolve()
-
-
-def choice(options: tuple[str, ...]) -> Callable[[str], str]:
-    def parse(text: str) -> str:
-        if text not in options:
-            raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(options)}")
-        return text
-
-    parse.__name__ = "choice"
-    return parse
-
-
-def add_report_options(add: Callable[..., Any]) -> None:
-    """Options shared by the pytest plugin and ``abbench summary``."""
-    add("--allow-caliber-mismatch", action="store_true", default=False,
-        help="print caliber mismatches but do not exit 4 for them")
-    add("--ab-margin", type=percent, default=None, metavar="PCT",
-        help=f"equivalence margin: 'same' when the 90%% interval lies inside +-PCT (default {DEFAULT_MARGIN_PCT}%%)")
-    add("--ab-fail-if-slower", type=percent, default=None, metavar="PCT",
-        help="exit 7 when an op is 'slower' with its whole geomean interval beyond PCT (GPU timers only: "
-             "interpreter and wall-clock runs are refused)")
 
 
 def register(parser: pytest.Parser) -> None:
@@ -184,77 +83,6 @@ def register(parser: pytest.Parser) -> None:
     parser.addini("cell_timeout", CELL_TIMEOUT_HELP, default=None)
     parser.addini("ab_rounds", "rounds per op", default=None)
 
-
-@dataclass
-class Settings:
-    """Every option after command line > environment > ini > default resolution."""
-
-    rounds: int
-    root: Path | None
-    cell_timeout_s: float
-    switch_env: dict[str, str] | None
-    backend: str  # cuda | interpreter, decided once per session
-    level: str  # the shape set the cells time; "auto" resolved for the backend
-    given_level: str | None  # --ab-level when given; None for auto (IR capture: see ir_level_for)
-    timer: str  # "auto" resolved for the backend
-    samples: int
-    direct_rep_ms: int
-    direct_warmup_ms: int
-    tuner_cache: str
-    gpus: tuple[str, ...] | None  # None: auto, the host's visible GPUs
-    resume: Path | None
-    control: bool
-    allow_no_ir_diff: bool
-    ir_only: bool
-    ir_target: str | None
-    allow_caliber_mismatch: bool
-    margin_pct: float | None
-    fail_if_slower_pct: float | None
-    layout_shift: bool = True
-    spawn: str = "exec"
-    precompile: bool = True
-    worker_scratch: Path | None = None
-    costs_from: Path | None = None  # --ab-costs-from: an earlier root whose cell times order the ops
-    sources: dict[str, str] = field(default_factory=dict)
-
-    def ir_level_for(self, op_levels: Collection[str], side_level: str | None = None) -> str:
-        """The shape set IR capture compiles for an op with shapes at ``op_levels``.
-
-        A level asked for (the side's campaign option, then --ab-level) is used
-        as given.  Otherwise IR triage (--ab-ir-only) compiles the GPU's default,
-        IR_LEVEL, where the op has it: compiling executes nothing, and the smoke
-        shapes may not reach the tile sizes where a switch changes code.  A timed
-        run, and an op without IR_LEVEL shapes, compiles the level its cells time.
-        """
-        asked = side_level or self.given_level
-        if asked:
-            return asked
-        if not self.ir_only:
-            # A timed interpreter run's gate compiles what it times: core compiles of some ops take minutes
-            # on a laptop (topk's side B), and interpreter timings say nothing about the GPU anyway.
-            return self.level
-        return IR_LEVEL if IR_LEVEL in op_levels else self.level
-
-    def ir_target_for(self, round_no: int) -> str | None:
-        """The target a cell of ``round_no`` compiles for without running (None: it captures what it runs, or nothing).
-
-        --ab-ir-only is triage: every cell compiles for the IR target through a
-        stand-in driver.  Without a GPU, round 1 compiles for it so the gate has
-        TTGIR to compare.
-        """
-        return self.ir_target if self.ir_only or (self.backend != "cuda" and round_no == 1) else None
-
-    def ir_basis(self, op_levels: Collection[str], side_levels: Mapping[str, str | None]) -> str:
-        """What round 1's IR capture compiled, as the gate's line says it: ``core for cuda:90``, ``core on the GPU``.
-
-        ``side_levels``: each side's own ``level`` option (None where it has none).
-        """
-        target = self.ir_target_for(1)
-        levels = {side: self.ir_level_for(op_levels, level) if target else level or self.level
-                  for side, level in side_levels.items()}
-        text = (next(iter(levels.values())) if len(set(levels.values())) == 1
-                else ", ".join(f"{level} ({side})" for side, level in levels.items()))
-        return f"{text} for {target}" if target else f"{text} on the GPU"
 
 
 def _from_env_or_ini(config: pytest.Config, cli: Any, env_name: str | None, ini_name: str,
@@ -356,33 +184,3 @@ def resolve_spawn(requested: str) -> str:
         raise pytest.UsageError(f"--ab-spawn fork: the fork server needs Linux (this is {sys.platform}); "
                                 "use --ab-spawn exec")
     return "fork"
-
-
-def default_level(backend: str) -> str:
-    """The shape set ``--ab-level auto`` times: core on a GPU, smoke in the interpreter (it executes every op slowly)."""
-    return "core" if backend == "cuda" else "smoke"
-
-
-# What IR capture compiles for "auto" on every backend (Settings.ir_level_for): at
-# smoke shapes a tile may stay below the size where a switch matters (a 16-row dot
-# never becomes a Hopper wgmma), and IR triage would report a false "no change".
-IR_LEVEL = default_level("cuda")
-
-
-def visible_gpus() -> tuple[str, ...]:
-    """The GPUs this process may use, without importing torch: CUDA_VISIBLE_DEVICES, else the device nodes."""
-    declared = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if declared is not None:
-        return tuple(g.strip() for g in declared.split(",") if g.strip() and g.strip() != "-1")
-    nodes = [n for n in os.listdir("/dev") if n.startswith("nvidia") and n[6:].isdigit()] if os.path.isdir("/dev") else []
-    return tuple(sorted((n[6:] for n in nodes), key=int))
-
-
-def detect_backend(requested: str) -> str:
-    """``cuda`` when an NVIDIA device node is present, else the interpreter.
-
-    Decided without importing torch so that collection stays cheap.
-    """
-    if requested != "auto":
-        return requested
-    return "cuda" if os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/nvidia0") else "interpreter"

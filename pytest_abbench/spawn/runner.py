@@ -13,8 +13,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterable
 
-import pytest
-
 from pytest_abbench.spawn import precompile
 
 from pytest_abbench.core import tunercache
@@ -27,7 +25,7 @@ from pytest_abbench.core.fileio import CorruptFileError, iter_jsonl, read_json, 
 from pytest_abbench.checks.irgate import ttgir_files
 from pytest_abbench.core.layout import SIDES, TIMING_FILE, CellKey, RootLayout, ir_dir, results_file, run_log
 from pytest_abbench.core.markers import scan_log
-from pytest_abbench.session.options import Settings
+from pytest_abbench.core.settings import Settings
 from pytest_abbench.core.outcome import FAILED_SHAPES, IR_ONLY, NO_SHAPES, OK, CellOutcome
 
 PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])  # the folder holding pytest_abbench/, for cells of another Python
@@ -46,33 +44,15 @@ class CellRun:
     failure: str | None
 
 
-def controller_check() -> Callable[[], None] | None:
-    """On an xdist worker: a check that stops the session once its controller (the worker's parent) is gone.
-
-    A worker hears of a SIGKILLed controller only when execnet gives up on
-    it (5 to 15 s later); its running cell must not measure, nor append a
-    row, that long after the session died.  Elsewhere: None.
-    """
-    if "PYTEST_XDIST_WORKER" not in os.environ:
-        return None
-    controller = os.getppid()
-
-    def check() -> None:
-        if os.getppid() != controller:
-            pytest.exit(f"abbench: the xdist controller (pid {controller}) is gone: the running cell was stopped "
-                        "and wrote no row; --ab-resume runs it again")
-
-    return check
-
-
 class CellRunner:
     """Starts cell children for one session: settings, root layout and this worker's GPU are fixed."""
 
-    def __init__(self, settings: Settings, layout: RootLayout, gpu: str | None) -> None:
+    def __init__(self, settings: Settings, layout: RootLayout, gpu: str | None,
+                 check: Callable[[], None] | None = None) -> None:
         self.settings = settings
         self.layout = layout
         self.gpu = gpu
-        self.check = controller_check()  # made now, while the controller that started this worker is alive
+        self.check = check  # called while a child runs: stops the session when it must not go on
         self.servers = ForkServers(layout.servers) if settings.spawn == "fork" else None
         self.precompiled: set[str] = set()
         self.planned_servers: list[tuple[Campaign, CellKey]] = []
