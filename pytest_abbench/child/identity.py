@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pytest_abbench.core import tunercache
+from pytest_abbench.core import envnames, tunercache
 from pytest_abbench.core.cellconfig import CellConfig
 from pytest_abbench.core.fileio import write_json_atomic
 from pytest_abbench.core.identity import IDENTITY_FILE, file_hash
@@ -66,10 +66,10 @@ def device_facts(backend: str) -> dict[str, Any]:
             "device": torch.cuda.get_device_name(index),
             "gpu_uuid": uuid,
             "driver": driver_version(),
-            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "cuda_visible_devices": os.environ.get(envnames.CUDA_VISIBLE_DEVICES),
         }
     return {"device": f"cpu:{platform.machine()}", "gpu_uuid": None, "driver": None,
-            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+            "cuda_visible_devices": os.environ.get(envnames.CUDA_VISIBLE_DEVICES)}
 
 
 def build_identity(config: CellConfig, shape_mode: str, tuner_dir: Path | None) -> dict[str, Any]:

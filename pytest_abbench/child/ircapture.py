@@ -25,6 +25,7 @@ from typing import Any
 
 from pytest_abbench.child.autotune_pin import benchmarking
 from pytest_abbench.checks.irgate import PASSES_SUFFIX, stage_fingerprint, stage_order, strip_locations
+from pytest_abbench.core import envnames
 from pytest_abbench.core.tritoncompat import PASS_DUMP_HEADER, PASS_DUMP_HEADER_RE, triton_version, without_stages_hook_entry
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.\-]")
@@ -145,7 +146,7 @@ class PassDump:
         """No pass lists from here on (the IR gate then names the first differing stage only)."""
         if not self.broken:
             print(f"[abbench] per-pass IR dump stopped: {why}", file=sys.stderr, flush=True)
-        os.environ.pop("MLIR_ENABLE_DUMP", None)
+        os.environ.pop(envnames.MLIR_ENABLE_DUMP, None)
         self.broken, self.data, self.pending = True, b"", []
 
     def _assign(self, final: bool) -> None:
@@ -199,12 +200,12 @@ def _no_dump_in_llir() -> None:
             continue
 
         def without_dump(*args: Any, _make_llir: Any = make_llir, **kwargs: Any) -> Any:
-            os.environ.pop("MLIR_ENABLE_DUMP", None)  # Triton reads it at each pass manager it builds
+            os.environ.pop(envnames.MLIR_ENABLE_DUMP, None)  # Triton reads it at each pass manager it builds
             try:
                 return _make_llir(*args, **kwargs)
             finally:
                 if _pass_dump is None or not _pass_dump.broken:
-                    os.environ["MLIR_ENABLE_DUMP"] = "1"
+                    os.environ[envnames.MLIR_ENABLE_DUMP] = "1"
 
         setattr(without_dump, "abbench_no_dump", True)
         backend.compiler.make_llir = without_dump
@@ -224,7 +225,7 @@ def install_capture(ir_dir: Path) -> list[str]:
     if _pass_dump is None and _pass_dump_wanted:
         ir_dir.mkdir(parents=True, exist_ok=True)
         _pass_dump = PassDump(ir_dir / PASS_DUMP_FILE)
-        os.environ["MLIR_DUMP_PATH"] = str(_pass_dump.path)  # LLVM opens it at the first compile
+        os.environ[envnames.MLIR_DUMP_PATH] = str(_pass_dump.path)  # LLVM opens it at the first compile
         atexit.register(_pass_dump.finish)
     pass_dump = _pass_dump
     written: list[str] = []
@@ -373,8 +374,8 @@ def enter_compile_only(target_text: str) -> None:
     from triton.runtime.driver import driver
 
     global _pass_dump_wanted
-    if not ({"MLIR_ENABLE_DUMP", "MLIR_DUMP_PATH"} & set(os.environ)) and os.environ.get("ABBENCH_PASS_DUMP") != "0":
-        os.environ["MLIR_ENABLE_DUMP"] = "1"  # read by Triton's pass managers at each compile
+    if not ({envnames.MLIR_ENABLE_DUMP, envnames.MLIR_DUMP_PATH} & set(os.environ)) and os.environ.get(envnames.ABBENCH_PASS_DUMP) != "0":
+        os.environ[envnames.MLIR_ENABLE_DUMP] = "1"  # read by Triton's pass managers at each compile
         _pass_dump_wanted = True
         _no_dump_in_llir()
     driver.set_active(_TargetOnlyDriver(parse_target(target_text)))

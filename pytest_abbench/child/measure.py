@@ -18,9 +18,9 @@ import traceback
 from pathlib import Path
 from typing import Any, Sequence
 
-from pytest_abbench.core import tunercache
+from pytest_abbench.core import envnames, tunercache
 from pytest_abbench.campaign.model import Case, Op, Shape, load_campaign, shape_set_hash
-from pytest_abbench.core.cellconfig import CHILD_MODULE, SPAWN_TIME_ENV, CellConfig
+from pytest_abbench.core.cellconfig import CHILD_MODULE, CellConfig
 from pytest_abbench.child.autotune_pin import AutotunePin, AutotuneRecordError, install
 from pytest_abbench.child.forking import fork_and_run
 from pytest_abbench.child.identity import build_identity, write_identity
@@ -60,7 +60,7 @@ def child_command(config: CellConfig) -> list[str]:
 def measure(config: CellConfig) -> int:
     """Time every shape not yet in results.jsonl; 0 unless the cell could not be set up."""
     started = time.time()
-    spawned = float(os.environ.get(SPAWN_TIME_ENV, started))
+    spawned = float(os.environ.get(envnames.ABBENCH_SPAWN_TIME, started))
     out = config.out
     out.mkdir(parents=True, exist_ok=True)
 
@@ -127,9 +127,9 @@ def measure(config: CellConfig) -> int:
 def pinned_tuner_cache(config: CellConfig) -> Path | None:
     """This cell's own library tuner cache, or None when it has none to pin."""
     # A shared tuner cache is what the caliber warning is about; only a per-cell one is pinned and checked.
-    if not os.environ.get(tunercache.CACHE_ENV) or config.tuner_cache.startswith("shared:"):
+    if not os.environ.get(envnames.FLAGGEMS_CACHE_DIR) or config.tuner_cache.startswith("shared:"):
         return None
-    return Path(os.environ[tunercache.CACHE_ENV])
+    return Path(os.environ[envnames.FLAGGEMS_CACHE_DIR])
 
 
 def measure_shapes(config: CellConfig, op: Op, shapes: Sequence[Shape], results: Path,
@@ -299,7 +299,7 @@ def run_shares(config: CellConfig) -> int:
 def capture_ir_on_cpu(config: CellConfig) -> float:
     """Run this cell again in compile-only mode, without the interpreter, for the IR target; its seconds."""
     env = dict(os.environ)
-    env.pop("TRITON_INTERPRET", None)
+    env.pop(envnames.TRITON_INTERPRET, None)
     ir_dir = config.out / IR_DIR
     ir_dir.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()

@@ -25,7 +25,6 @@ TIMERS = ("cudagraph", "direct", "wall")
 AUTOTUNE_MODES = ("record", "replay", "off", "compile-all")
 # fork: forked from a server that imported torch and Triton once (pytest_abbench/spawn/forkserver.py); exec: a fresh process.
 SPAWN_METHODS = ("fork", "exec")
-SPAWN_TIME_ENV = "ABBENCH_SPAWN_TIME"  # when the parent started the child: the child's start-up cost
 DEFAULT_DIRECT_REP_MS = 100
 DEFAULT_DIRECT_WARMUP_MS = 25
 DEFAULT_TUNER_CACHE = "per-cell"

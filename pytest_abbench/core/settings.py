@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Collection, Mapping
 
+from pytest_abbench.core import envnames
+
 DEFAULT_CELL_TIMEOUT_S = 2400.0  # matches the NV campaigns: one hung cell must not hold a batch
 DEFAULT_ROUNDS = 2
 DEFAULT_MARGIN_PCT = 2.0
@@ -202,7 +204,7 @@ IR_LEVEL = default_level("cuda")
 
 def visible_gpus() -> tuple[str, ...]:
     """The GPUs this process may use, without importing torch: CUDA_VISIBLE_DEVICES, else the device nodes."""
-    declared = os.environ.get("CUDA_VISIBLE_DEVICES")
+    declared = os.environ.get(envnames.CUDA_VISIBLE_DEVICES)
     if declared is not None:
         return tuple(g.strip() for g in declared.split(",") if g.strip() and g.strip() != "-1")
     nodes = [n for n in os.listdir("/dev") if n.startswith("nvidia") and n[6:].isdigit()] if os.path.isdir("/dev") else []

@@ -17,7 +17,6 @@ from typing import Callable
 
 from pytest_abbench.core.layout import CELL_TUNER_CACHE_DIR, RootLayout
 
-CACHE_ENV = "FLAGGEMS_CACHE_DIR"
 CELL_CACHE_DIR = CELL_TUNER_CACHE_DIR
 CONFIG_DIR = "config_cache"  # LibTuner's databases live here under FLAGGEMS_CACHE_DIR
 

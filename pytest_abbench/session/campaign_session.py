@@ -23,6 +23,7 @@ from pytest_abbench.session.cells import (CALIBER_PROPERTY, CELL_TEST_ATTR, GATE
                                         cell_test_for)
 from pytest_abbench.session.gpuclaim import GpuClaim, claim_gpu
 from pytest_abbench.core.layout import SIDES, CellKey, cell_key, run_log
+from pytest_abbench.core import envnames
 from pytest_abbench.core.settings import Settings, visible_gpus
 from pytest_abbench.core.outcome import NO_IR_DIFF, OUTCOME_PROPERTY, CellOutcome
 from pytest_abbench.core.plan import CampaignPlan
@@ -118,7 +119,7 @@ def controller_check() -> Callable[[], None] | None:
     it (5 to 15 s later); its running cell must not measure, nor append a
     row, that long after the session died.  Elsewhere: None.
     """
-    if "PYTEST_XDIST_WORKER" not in os.environ:
+    if envnames.PYTEST_XDIST_WORKER not in os.environ:
         return None
     controller = os.getppid()
 

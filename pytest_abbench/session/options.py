@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import pytest
 
-from pytest_abbench.core import cellconfig
+from pytest_abbench.core import cellconfig, envnames
 from pytest_abbench.core.layout import STATUS_FILE
 from pytest_abbench.core.settings import (DEFAULT_CELL_TIMEOUT_S, DEFAULT_ROUNDS, MAX_ROUNDS, Settings,
                                           add_report_options, choice, default_level, detect_backend,
@@ -28,7 +28,7 @@ TIMERS = ("auto", *cellconfig.TIMERS)
 BACKENDS = ("auto", *cellconfig.BACKENDS)
 LEVELS = ("auto", *cellconfig.LEVELS)
 
-CELL_TIMEOUT_HELP = "seconds before a cell's process group is killed (rc 124 TIMEOUT); env CELL_TIMEOUT, ini cell_timeout"
+CELL_TIMEOUT_HELP = f"seconds before a cell's process group is killed (rc 124 TIMEOUT); env {envnames.CELL_TIMEOUT}, ini cell_timeout"
 
 
 def register(parser: pytest.Parser) -> None:
@@ -73,7 +73,7 @@ def register(parser: pytest.Parser) -> None:
         help="where library tuners (FlagGems' LibTuner) keep their choices: per-cell (pinned from round 1, the "
              "default) or one shared folder, which makes absolute latencies unquotable (caliber warning)")
     add("--ab-allow-no-ir-diff", action="store_true", default=False,
-        help="run every round even when round 1 shows the switch changed no TTGIR (env SWITCH_ALLOW_NO_IR_DIFF=1)")
+        help=f"run every round even when round 1 shows the switch changed no TTGIR (env {envnames.SWITCH_ALLOW_NO_IR_DIFF}=1)")
     add("--ab-ir-only", action="store_true", default=False,
         help="IR triage: compile every op's kernels for both sides for --ab-ir-target, time nothing, and report "
              "which ops the switch changes (no GPU needed)")
@@ -106,7 +106,7 @@ def _from_env_or_ini(config: pytest.Config, cli: Any, env_name: str | None, ini_
 def resolve(config: pytest.Config) -> Settings:
     """Resolve every option once; a bad value's error says which source it came from."""
     opt = config.option
-    timeout, timeout_src = _from_env_or_ini(config, opt.cell_timeout, "CELL_TIMEOUT", "cell_timeout",
+    timeout, timeout_src = _from_env_or_ini(config, opt.cell_timeout, envnames.CELL_TIMEOUT, "cell_timeout",
                                             positive_seconds, DEFAULT_CELL_TIMEOUT_S)
     rounds, rounds_src = _from_env_or_ini(config, opt.ab_rounds, None, "ab_rounds", rounds_count, DEFAULT_ROUNDS)
     # An xdist worker (maybe on another host) never reads the controller's root: the controller checks it.
@@ -121,7 +121,7 @@ def resolve(config: pytest.Config) -> Settings:
         raise pytest.UsageError("--ab-ir-only needs an --ab-ir-target to compile for (e.g. cuda:90), not 'none'")
     if opt.ab_ir_only:
         rounds, rounds_src = 1, "--ab-ir-only compiles round 1 only"
-    allow_no_ir = bool(opt.ab_allow_no_ir_diff) or os.environ.get("SWITCH_ALLOW_NO_IR_DIFF", "") == "1"
+    allow_no_ir = bool(opt.ab_allow_no_ir_diff) or os.environ.get(envnames.SWITCH_ALLOW_NO_IR_DIFF, "") == "1"
     backend = detect_backend(opt.ab_backend)
     cuda = backend == "cuda"
     given_level = opt.ab_level if opt.ab_level != "auto" else None

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from pytest_abbench.core.cellconfig import SPAWN_TIME_ENV
+from pytest_abbench.core import envnames
 
 SERVER_MODULE = "pytest_abbench.child.server"
 # Variables that differ from cell to cell of one side.  A server is shared by
@@ -31,7 +31,7 @@ SERVER_MODULE = "pytest_abbench.child.server"
 # once and keeps it, which is why the server never imports the campaign.
 # PYTEST_CURRENT_TEST is pytest's name of the running test (the cell); ABBENCH_PASS_DUMP=0 is set for a
 # precompile (read when IR capture starts, in the cell).
-PER_CELL_ENV = (SPAWN_TIME_ENV, "FLAGGEMS_CACHE_DIR", "PYTEST_CURRENT_TEST", "ABBENCH_PASS_DUMP")
+PER_CELL_ENV = (envnames.ABBENCH_SPAWN_TIME, envnames.FLAGGEMS_CACHE_DIR, envnames.PYTEST_CURRENT_TEST, envnames.ABBENCH_PASS_DUMP)
 _START_TIMEOUT_S = 300.0  # importing torch cold on a loaded machine
 _EXIT_WAIT_S = 5.0  # a server exits about a second after its end of input (torch's own shutdown)
 _PR_SET_PDEATHSIG = 1

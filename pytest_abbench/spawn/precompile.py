@@ -23,12 +23,13 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from pytest_abbench.spawn.cellrun import StartedCell, kill_group
+from pytest_abbench.core import envnames
 from pytest_abbench.core.fileio import read_json
 from pytest_abbench.spawn.forkserver import ForkServer
 from pytest_abbench.core.layout import SHARES_FILE
 
 # The pass dump of IR triage (MLIR_ENABLE_DUMP) would change nothing in the cache key but cost time.
-QUIET_ENV = {"ABBENCH_PASS_DUMP": "0"}
+QUIET_ENV = {envnames.ABBENCH_PASS_DUMP: "0"}
 
 
 def gpu_target(gpu: str | None) -> str | None:
@@ -45,7 +46,7 @@ def gpu_target(gpu: str | None) -> str | None:
 
 # Compile processes one pytest process runs at once, instead of its share of the cores: fewer where
 # memory is short (one unrolled kernel's LLVM codegen can take gigabytes), or a fixed count in tests.
-COMPILE_JOBS_ENV = "ABBENCH_COMPILE_JOBS"
+COMPILE_JOBS_ENV = envnames.ABBENCH_COMPILE_JOBS
 
 
 def worker_share() -> int:
@@ -59,7 +60,7 @@ def worker_share() -> int:
             raise ValueError(f"environment variable {COMPILE_JOBS_ENV}={forced!r}: not a whole number >= 1")
         return int(forced)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+    workers = int(os.environ.get(envnames.PYTEST_XDIST_WORKER_COUNT) or 1)
     return max(1, cores // max(1, workers))
 
 

@@ -17,7 +17,8 @@ from pytest_abbench.spawn import precompile
 
 from pytest_abbench.core import tunercache
 from pytest_abbench.campaign.model import Campaign
-from pytest_abbench.core.cellconfig import CHILD_MODULE, SPAWN_TIME_ENV, CellConfig, autotune_mode_for
+from pytest_abbench.core import envnames
+from pytest_abbench.core.cellconfig import CHILD_MODULE, CellConfig, autotune_mode_for
 from pytest_abbench.spawn.cellrun import ChildResult, log_tail, run_child
 from pytest_abbench.core.exitcodes import describe, status_word
 from pytest_abbench.spawn.forkserver import ForkServerError, ForkServers
@@ -108,20 +109,20 @@ class CellRunner:
         for name in set(switch.env_a) | set(switch.env_b):
             env.pop(name, None)
         env.update(switch.env(key.side))
-        env["TRITON_CACHE_DIR"] = str(self.layout.triton_cache(key.side))
+        env[envnames.TRITON_CACHE_DIR] = str(self.layout.triton_cache(key.side))
         # Library tuners (FlagGems' LibTuner): a cache of the cell's own, or the one shared folder asked for.
         tuner_cache = self.tuner_cache(campaign, key.side)
         shared = tuner_cache.removeprefix("shared:") if tuner_cache.startswith("shared:") else None
-        env[tunercache.CACHE_ENV] = shared or str(cell_dir / tunercache.CELL_CACHE_DIR)
+        env[envnames.FLAGGEMS_CACHE_DIR] = shared or str(cell_dir / tunercache.CELL_CACHE_DIR)
         if self.settings.backend == "interpreter" and not self.settings.ir_only:
-            env["TRITON_INTERPRET"] = "1"
+            env[envnames.TRITON_INTERPRET] = "1"
         else:
-            env.pop("TRITON_INTERPRET", None)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_PARENT, env.get("PYTHONPATH", "")) if p)
-        env["PYTHONUNBUFFERED"] = "1"
+            env.pop(envnames.TRITON_INTERPRET, None)
+        env[envnames.PYTHONPATH] = os.pathsep.join(p for p in (PACKAGE_PARENT, env.get(envnames.PYTHONPATH, "")) if p)
+        env[envnames.PYTHONUNBUFFERED] = "1"
         if self.gpu is not None:
-            env["CUDA_VISIBLE_DEVICES"] = self.gpu
-        env[SPAWN_TIME_ENV] = repr(time.time())
+            env[envnames.CUDA_VISIBLE_DEVICES] = self.gpu
+        env[envnames.ABBENCH_SPAWN_TIME] = repr(time.time())
         return env
 
     def config(self, campaign: Campaign, key: CellKey, cell_dir: Path) -> CellConfig:

@@ -1,0 +1,40 @@
+"""Every environment variable the package reads or sets, by name, with who reads it and why.
+
+Each constant's value is the variable's name; code says ``envnames.X``
+rather than spelling the name, so a grep for this module finds every use.
+"""
+
+from __future__ import annotations
+
+# Set by the user; session/options.py reads it: seconds before a cell's process group is killed.
+CELL_TIMEOUT = "CELL_TIMEOUT"
+# Set by the user; session/options.py reads it: "1" runs every round even when round 1 shows no TTGIR change.
+SWITCH_ALLOW_NO_IR_DIFF = "SWITCH_ALLOW_NO_IR_DIFF"
+# Set by the user; spawn/precompile.py reads it: compile processes at once, instead of cores over workers.
+ABBENCH_COMPILE_JOBS = "ABBENCH_COMPILE_JOBS"
+# Set by spawn/runner.py; child/measure.py reads it: when the parent started the child (its start-up cost).
+ABBENCH_SPAWN_TIME = "ABBENCH_SPAWN_TIME"
+# Set to "0" by spawn/precompile.py; child/ircapture.py reads it: no per-pass dump in a precompile process.
+ABBENCH_PASS_DUMP = "ABBENCH_PASS_DUMP"
+# Set by spawn/runner.py; child/measure.py and FlagGems' LibTuner read it: the cell's library tuner cache.
+FLAGGEMS_CACHE_DIR = "FLAGGEMS_CACHE_DIR"
+# Set by spawn/runner.py; Triton reads it: each side's own compile cache (many switches are not in its key).
+TRITON_CACHE_DIR = "TRITON_CACHE_DIR"
+# Set by spawn/runner.py for the interpreter backend, dropped by child/measure.py for IR capture; Triton reads it.
+TRITON_INTERPRET = "TRITON_INTERPRET"
+# Set and dropped by child/ircapture.py; Triton's pass managers read it at each compile: dump IR after each pass.
+MLIR_ENABLE_DUMP = "MLIR_ENABLE_DUMP"
+# Set by child/ircapture.py; LLVM opens it at the first compile: where the per-pass dump goes.
+MLIR_DUMP_PATH = "MLIR_DUMP_PATH"
+# Set by spawn/runner.py (the cell's GPU); CUDA, core/settings.py and child/identity.py read it.
+CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
+# Set by spawn/runner.py (the package's parent first); Python reads it: the child imports this copy.
+PYTHONPATH = "PYTHONPATH"
+# Set to "1" by spawn/runner.py; Python reads it: the child's run.log is written as it goes.
+PYTHONUNBUFFERED = "PYTHONUNBUFFERED"
+# Set by xdist on a worker; session/campaign_session.py reads it: absent means no controller to watch.
+PYTEST_XDIST_WORKER = "PYTEST_XDIST_WORKER"
+# Set by xdist on a worker; spawn/precompile.py reads it: the host's cores are shared over this many workers.
+PYTEST_XDIST_WORKER_COUNT = "PYTEST_XDIST_WORKER_COUNT"
+# Set by pytest (the running test, i.e. the cell); spawn/forkserver.py keeps it out of a server's key.
+PYTEST_CURRENT_TEST = "PYTEST_CURRENT_TEST"
