@@ -2,7 +2,7 @@
 # What a second worker's CPU load does to one worker's cells, on a host with one GPU: the campaign alone
 # (LOAD=none), or while IR-only sessions of the same campaigns compile for the GPU's target on the host's
 # CPUs without touching the GPU, one after another until the campaign ends (LOAD=compile): the compile half
-# of what a second xdist worker does (more than half of its time in the 2 x H200 runs, docs/scale.md).
+# of what a second xdist worker does (more than half of its time in the 2 x H200 runs, docs/explanation/scale.md).
 # Both runs give each session ABBENCH_COMPILE_JOBS=$JOBS compile processes (default: half the cores, a
 # worker's share with -n 2) and a fresh HOME (FlagGems keeps generated code there), so neither run finds
 # the other's compiled code.  benchmarks/parts_vs.py compares the two roots part by part.

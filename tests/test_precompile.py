@@ -4,7 +4,7 @@ Without a GPU the timed cells cannot run, so the test drives what the runner
 starts before an op's round 1: compile-only cell children for cuda:90 with
 ``--autotune-mode compile-all --shard I/N`` (``precompile.run_jobs``), and
 checks the Triton cache they leave.  Whether a GPU cell then loads from that
-cache is measured on the H200 (docs/benchmarks.md).
+cache is measured on the H200 (docs/explanation/benchmarks.md).
 """
 
 from __future__ import annotations

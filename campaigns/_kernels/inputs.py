@@ -11,7 +11,7 @@ def randn(*size: int, seed: int, device: str, dtype: Any = None, scale: float | 
     draws need not match across GPU models: a campaign resumed on another GPU draws other values).
 
     Drawn where the cell runs: on the H200, a 16384 x 7168 operand drawn on the CPU and copied took 0.76 s of
-    every cell that built it, 0.001 s drawn on the GPU (docs/scale.md).
+    every cell that built it, 0.001 s drawn on the GPU (docs/explanation/scale.md).
     """
     import torch
 
