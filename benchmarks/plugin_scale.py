@@ -124,7 +124,7 @@ def concurrent_rows(tmp: Path) -> None:
 
 def big_root(tmp: Path) -> None:
     root = tmp / "big-root"
-    rows = ["\t".join(COLUMNS)]
+    rows = ["\t".join(COLUMNS) + "\n"]
     identity = {"backend": "cuda", "device": "H200", "timer": "cudagraph", "bench_level": "core", "shape_mode": "h",
                 "tuner_cache": "per-cell", "direct_repeat": "r"}
     for rnd in range(1, 26):
@@ -139,8 +139,9 @@ def big_root(tmp: Path) -> None:
                 (cell / "results.jsonl").write_text("".join(
                     json.dumps({"shape": f"n={s}", "status": "ok", "timer": "cudagraph", "median_ms": ms * (1 + s),
                                 "samples_ms": [ms * (1 + s)] * 10}) + "\n" for s in range(5)))
-                rows.append("\t".join(map(str, (rnd, f"op{o:03d}", side, "X=1", 0, "ok", 1.0, 5, 0, 0, 0, 0))))
-    (root / STATUS_FILE).write_text("\n".join(rows) + "\n")
+                rows.append(StatusRow(round=rnd, op=f"op{o:03d}", side=side, switch="X=1", rc=0, status="ok",
+                                      elapsed_s=1.0, success=5, failed=0).to_line())
+    (root / STATUS_FILE).write_text("".join(rows))
     build_report(root)  # warm the page cache: the report is timed, not the disk
     start = time.perf_counter()
     report = build_report(root)

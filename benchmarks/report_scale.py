@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pytest_abbench.report import build_report  # noqa: E402
-from pytest_abbench.core.status import COLUMNS  # noqa: E402
+from pytest_abbench.core.status import COLUMNS, StatusRow  # noqa: E402
 
 IDENTITY = {"backend": "cuda", "device": "H200", "timer": "cudagraph", "bench_level": "core", "shape_mode": "h",
             "tuner_cache": "per-cell", "direct_repeat": "rep=100ms,warmup=25ms"}
@@ -28,7 +28,7 @@ IDENTITY = {"backend": "cuda", "device": "H200", "timer": "cudagraph", "bench_le
 
 def write_root(root: Path, ops: int, shapes: int, rounds: int) -> None:
     rng = random.Random(0)
-    rows = ["\t".join(COLUMNS)]
+    rows = ["\t".join(COLUMNS) + "\n"]
     for rnd in range(1, rounds + 1):
         for side in "AB":
             for o in range(ops):
@@ -45,8 +45,9 @@ def write_root(root: Path, ops: int, shapes: int, rounds: int) -> None:
                     lines.append(json.dumps({"shape": f"n={s}", "status": "ok", "timer": "cudagraph",
                                              "samples_ms": samples, "median_ms": sorted(samples)[5], "n": 10}))
                 (cell / "results.jsonl").write_text("\n".join(lines) + "\n")
-                rows.append("\t".join(map(str, (rnd, f"op{o:03d}", side, "X=1", 0, "ok", 1.0, shapes, 0, 0, 0, 0))))
-    (root / "status.tsv").write_text("\n".join(rows) + "\n")
+                rows.append(StatusRow(round=rnd, op=f"op{o:03d}", side=side, switch="X=1", rc=0, status="ok",
+                                      elapsed_s=1.0, success=shapes, failed=0).to_line())
+    (root / "status.tsv").write_text("".join(rows))
 
 
 def measure(root: Path) -> tuple[float, float]:

@@ -45,7 +45,7 @@ from pytest_abbench.core.plan import PLAN_FIELD, CampaignPlan  # noqa: E402
 from pytest_abbench.report import build_report  # noqa: E402
 from pytest_abbench.report.model import Report  # noqa: E402
 from pytest_abbench.report.stats import interval, pct  # noqa: E402
-from pytest_abbench.core.status import COLUMNS  # noqa: E402
+from pytest_abbench.core.status import COLUMNS, StatusRow  # noqa: E402
 
 SAMPLES = 10
 SAMPLE_NOISE = 0.02
@@ -92,7 +92,7 @@ def write_root(root: Path, setting: Setting, ops: int, shapes: int, rng: np.rand
     (root / "campaign.json").write_text(json.dumps({"campaign_files": {}, "switch_env": None,
                                                     PLAN_FIELD: plan.to_json()}))
     fixed_layout = rng.normal(0.0, LAYOUT_SD, (ops, shapes))
-    rows = ["\t".join(COLUMNS)]
+    rows = ["\t".join(COLUMNS) + "\n"]
     first = True
     for rnd in range(1, setting.rounds + 1):
         for role in plan.roles(rnd):
@@ -126,9 +126,9 @@ def write_root(root: Path, setting: Setting, ops: int, shapes: int, rng: np.rand
                     lines.append(json.dumps({"shape": f"n={s}", "status": "ok", "timer": "cudagraph",
                                              "samples_ms": values, "median_ms": float(np.median(values))}))
                 (cell / RESULTS_FILE).write_text("\n".join(lines) + "\n")
-                rows.append("\t".join(map(str, (rnd, f"op{o:03d}", role, "sim", 0, "ok", 1.0, shapes, 0)))
-                            + "\t0" * (len(COLUMNS) - 9))
-    (root / STATUS_FILE).write_text("\n".join(rows) + "\n")
+                rows.append(StatusRow(round=rnd, op=f"op{o:03d}", side=role, switch="sim", rc=0, status="ok",
+                                      elapsed_s=1.0, success=shapes, failed=0).to_line())
+    (root / STATUS_FILE).write_text("".join(rows))
 
 
 def legacy_verdict(per_round_pct: list[float], aa_ci_pct: tuple[float, float] | None) -> str:

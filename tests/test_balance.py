@@ -174,7 +174,7 @@ def test_costs_from_names_a_missing_root_a_folder_without_status_and_a_bad_line(
         f.write("1\tsmall\tB\tX=1\t0\tok\tfast\t1\t0\t0\t0\t0\n")
     for path, message in ((tmp_path / "nowhere", f"--ab-costs-from: '{tmp_path / 'nowhere'}' does not exist"),
                           (empty, f"--ab-costs-from: '{empty}' is not a campaign root (no status.tsv in it)"),
-                          (bad, f"--ab-costs-from: {bad / 'status.tsv'}:3: could not convert string to float: 'fast'")):
+                          (bad, f"--ab-costs-from: {bad / 'status.tsv'}:3: column 'elapsed_s': expected a number, got 'fast'")):
         result = campaign_dir.runpytest_subprocess("c.py", "--ab-costs-from", str(path), *FAST)
         assert result.ret == pytest.ExitCode.USAGE_ERROR
         result.stderr.fnmatch_lines([f"ERROR: {message}"])

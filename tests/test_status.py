@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import multiprocessing
+from dataclasses import fields
 from pathlib import Path
 
-from pytest_abbench.core.status import StatusRow, append_status_row, read_status
+import pytest
+
+from pytest_abbench.core.status import COLUMNS, StatusFormatError, StatusRow, append_status_row, read_status
 
 
 def _writer(root: str, worker: int) -> None:
@@ -23,3 +26,57 @@ def test_concurrent_writers_interleave_whole_rows(tmp_path: Path) -> None:
     assert len(rows) == 1600
     assert (tmp_path / "status.tsv").read_text().count("round\top") == 1
     assert {(r.op, r.round) for r in rows} == {(f"op{w}", i) for w in range(8) for i in range(200)}
+
+
+HEADER = "\t".join(COLUMNS)
+ROW = StatusRow(3, "mm", "B", "X=1", 0, "ok", 2.25, 4, 1, 0, 2, 0)
+
+
+def test_the_columns_are_the_row_fields_in_order() -> None:
+    assert COLUMNS == tuple(f.name for f in fields(StatusRow))
+
+
+def test_rows_are_read_through_the_header_names(tmp_path: Path) -> None:
+    # Columns in another order than COLUMNS: each value lands in the field its header names.
+    order = list(reversed(COLUMNS))
+    line = ROW.to_line().rstrip("\n").split("\t")
+    by_name = dict(zip(COLUMNS, line))
+    (tmp_path / "status.tsv").write_text("\t".join(order) + "\n" + "\t".join(by_name[c] for c in order) + "\n")
+    assert read_status(tmp_path) == [ROW]
+
+
+def test_a_bad_value_names_file_line_column_and_what_it_expected(tmp_path: Path) -> None:
+    append_status_row(tmp_path, ROW)
+    cells = ROW.to_line().rstrip("\n").split("\t")
+    cells[COLUMNS.index("rc")] = "x"
+    with (tmp_path / "status.tsv").open("a") as f:
+        f.write("\t".join(cells) + "\n")
+    path = tmp_path / "status.tsv"
+    with pytest.raises(StatusFormatError) as caught:
+        read_status(tmp_path)
+    assert str(caught.value) == f"{path}:3: column 'rc': expected a whole number, got 'x'"
+    seen: list[StatusFormatError] = []
+    assert read_status(tmp_path, on_bad_line=seen.append) == [ROW]
+    assert [str(e) for e in seen] == [f"{path}:3: column 'rc': expected a whole number, got 'x'"]
+
+
+def test_a_header_without_a_required_column_or_with_an_unknown_one_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "status.tsv"
+    without_rc = [c for c in COLUMNS if c != "rc"]
+    path.write_text("\t".join(without_rc) + "\n" + "\t".join("1" for _ in without_rc) + "\n")
+    with pytest.raises(StatusFormatError, match=r"status\.tsv:2: column 'rc': missing"):
+        read_status(tmp_path)
+    path.write_text(HEADER + "\tcolour\n")
+    with pytest.raises(StatusFormatError, match=r"status\.tsv:1: column 'colour': not a status\.tsv column"):
+        read_status(tmp_path)
+
+
+def test_a_header_without_marker_columns_reads_them_as_zero(tmp_path: Path) -> None:
+    plain = COLUMNS[:9]
+    (tmp_path / "status.tsv").write_text("\t".join(plain) + "\n" + "1\tmm\tA\tX=1\t0\tok\t1.500\t3\t0\n")
+    assert read_status(tmp_path) == [StatusRow(1, "mm", "A", "X=1", 0, "ok", 1.5, 3, 0)]
+
+
+def test_rows_without_a_header_read_in_the_columns_order(tmp_path: Path) -> None:
+    (tmp_path / "status.tsv").write_text(ROW.to_line())
+    assert read_status(tmp_path) == [ROW]

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import fcntl
 import os
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping, Sequence
 
 from pytest_abbench.core.layout import STATUS_FILE
 from pytest_abbench.core.markers import MARKERS
 
 COLUMNS = ("round", "op", "side", "switch", "rc", "status", "elapsed_s", "success", "failed") + MARKERS
+# How a column's text becomes its field, by the field's declared type, and what the text must be.
+_PARSERS: dict[str, tuple[Callable[[str], object], str]] = {
+    "int": (int, "a whole number"), "float": (float, "a number"), "str": (str, "text")}
 
 
 @dataclass
@@ -42,6 +45,42 @@ class StatusRow:
             # A tab or newline inside a field would tear the table.
             cells.append(text.replace("\t", " ").replace("\n", " ").replace("\r", " "))
         return "\t".join(cells) + "\n"
+
+    @classmethod
+    def from_cells(cls, cells: Mapping[str, str]) -> "StatusRow":
+        """The row from its text by column name; a ValueError names the column that failed and what it expected.
+
+        A marker column the header lacks counts 0 (its default); any other column it lacks is an error.
+        """
+        values: dict[str, object] = {}
+        for f in fields(cls):
+            if f.name not in cells:
+                if f.default is MISSING:
+                    raise ValueError(f"column {f.name!r}: missing (the header has no such column)")
+                continue
+            parse, expected = _PARSERS[str(f.type)]
+            try:
+                values[f.name] = parse(cells[f.name])
+            except ValueError:
+                raise ValueError(f"column {f.name!r}: expected {expected}, got {cells[f.name]!r}") from None
+        return cls(**values)  # type: ignore[arg-type]  # each value parsed by its field's declared type
+
+
+def header_columns(line: str) -> tuple[str, ...] | None:
+    """The column names a header line declares; None when ``line`` is not a header.
+
+    A header's first field is a column name; a row's is a value (the round, in the order written).
+    """
+    names = tuple(line.split("\t"))
+    return names if names[0] in COLUMNS else None
+
+
+def row_cells(columns: Sequence[str], line: str) -> dict[str, str]:
+    """A row's text by the header's column names; a ValueError when it has not one field per column."""
+    parts = line.split("\t")
+    if len(parts) != len(columns):
+        raise ValueError(f"expected {len(columns)} fields, found {len(parts)}")
+    return dict(zip(columns, parts))
 
 
 class StatusFormatError(ValueError):
@@ -84,23 +123,19 @@ def read_status(root: Path, on_bad_line: Callable[[StatusFormatError], None] | N
     text = path.read_text(encoding="utf-8", errors="replace")
     lines = text.split("\n")
     complete = lines[:-1]  # the piece after the last "\n" is empty or torn
+    columns: tuple[str, ...] = COLUMNS  # until a header names them (rows written by hand may have none)
     for number, line in enumerate(complete, start=1):
-        if not line or line.startswith("round\t"):
+        if not line:
             continue
-        parts = line.split("\t")
         try:
-            if len(parts) != len(COLUMNS):
-                raise StatusFormatError(f"{path}:{number}: expected {len(COLUMNS)} fields, found {len(parts)}")
-            rows.append(
-                StatusRow(
-                    int(parts[0]), parts[1], parts[2], parts[3], int(parts[4]), parts[5], float(parts[6]),
-                    int(parts[7]), int(parts[8]), *(int(p) for p in parts[9:]),
-                )
-            )
-        except StatusFormatError as exc:
-            if on_bad_line is None:
-                raise
-            on_bad_line(exc)
+            header = header_columns(line)
+            if header is not None:
+                unknown = [c for c in header if c not in COLUMNS]
+                if unknown:
+                    raise ValueError(f"column {unknown[0]!r}: not a status.tsv column (known: {', '.join(COLUMNS)})")
+                columns = header
+                continue
+            rows.append(StatusRow.from_cells(row_cells(columns, line)))
         except ValueError as exc:
             error = StatusFormatError(f"{path}:{number}: {exc}")
             if on_bad_line is None:

@@ -21,7 +21,7 @@ from pytest_abbench.core.identity import file_hash
 from pytest_abbench.core.layout import CellKey, RootLayout
 from pytest_abbench.core.outcome import CellOutcome
 from pytest_abbench.core.plan import PLAN_FIELD, CampaignPlan
-from pytest_abbench.core.status import COLUMNS, append_status_row, read_status
+from pytest_abbench.core.status import COLUMNS, append_status_row, header_columns, read_status, row_cells
 from pytest_abbench.core.wording import count
 
 OPS_FIELD = "op_fingerprints"  # campaign.json: op -> its fingerprint parts (Campaign.fingerprint)
@@ -229,20 +229,32 @@ class CampaignRoot:
             return set()
         data = self.layout.status.read_bytes()
         *lines, tail = data.split(b"\n")  # ``tail``: empty, or a row torn by a writer killed mid-write
-        header = "\t".join(COLUMNS).encode()
+        columns: tuple[str, ...] = COLUMNS  # until a header names them, as read_status reads the file
+        header: bytes | None = None  # the moved rows' header: the one in effect at the first of them
         mine, others, keys = [], [], set()
         for line in lines:
-            fields = line.split(b"\t")
-            if not line.startswith(b"round\t") and len(fields) == len(COLUMNS) and fields[1] == op.encode():
+            text = line.decode("utf-8", errors="replace")
+            named = header_columns(text)
+            if named is not None:
+                columns = named
+                others.append(line)
+                continue
+            try:
+                cells = row_cells(columns, text)
+            except ValueError:
+                cells = {}
+            if cells.get("op") == op:
+                header = header if header is not None else "\t".join(columns).encode()
                 mine.append(line)
                 try:
-                    keys.add(CellKey(int(fields[0]), op, fields[2].decode()))
-                except (ValueError, UnicodeDecodeError):
+                    keys.add(CellKey(int(cells["round"]), op, cells["side"]))
+                except (KeyError, ValueError):
                     pass
             else:
                 others.append(line)
         if not mine:
             return keys
+        assert header is not None  # set with the first row moved
         dest.root.mkdir(parents=True, exist_ok=True)
         # The rows reach their new file before they leave the old one: a crash between keeps them twice, never none.
         write_bytes_atomic(dest.status, b"".join(line + b"\n" for line in [header, *mine]))
