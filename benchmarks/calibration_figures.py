@@ -19,6 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from pytest_abbench.core.identity import read_identity  # noqa: E402
 from pytest_abbench.report import REPORT_JSON  # noqa: E402
 from pytest_abbench.report.stats import judge, t_test_p  # noqa: E402
 
@@ -49,7 +50,7 @@ def aa_table(root: Path) -> list[str]:
     timer = "?"
     ident = next(root.glob("r1_A/*/run_identity.json"), None)
     if ident:
-        timer = json.loads(ident.read_text())["timer"]
+        timer = read_identity(ident)["timer"]
     false = [s for s in shapes if s["verdict"] in ("faster", "slower")]
     same = [s for s in shapes if s["verdict"] == "same"]
     lines = [f"A/A ({root.name}, timer {timer}, {shapes[0]['rounds'] if shapes else 0} rounds): "

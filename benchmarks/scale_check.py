@@ -23,6 +23,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from pytest_abbench.core.fileio import CorruptFileError, read_json  # noqa: E402
+from pytest_abbench.core.identity import read_identity  # noqa: E402
 from pytest_abbench.core.layout import RootLayout, identity_file  # noqa: E402
 from pytest_abbench.report.model import Report, report_from_json  # noqa: E402
 from pytest_abbench.core.status import read_status  # noqa: E402
@@ -45,7 +46,7 @@ def gpus_by_op(layout: RootLayout) -> tuple[dict[str, set[str]], dict[str, set[s
         path = identity_file(folder)
         if not path.exists():
             continue  # a gated cell (SWITCH_NO_IR_DIFF) never started a child
-        identity = read_json(path)
+        identity = read_identity(path)
         uuids.setdefault(key.op, set())
         visible.setdefault(key.op, set())
         if identity.get("gpu_uuid"):

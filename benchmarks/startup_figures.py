@@ -20,6 +20,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from pytest_abbench.core.cellfiles import read_timing  # noqa: E402
 from pytest_abbench.core.layout import TIMING_FILE, RootLayout  # noqa: E402
 from pytest_abbench.core.status import read_status  # noqa: E402
 
@@ -34,7 +35,7 @@ def figures(root: Path) -> dict[str, object]:
     for row in rows:
         path = root / f"r{row.round}_{row.side}" / row.op / TIMING_FILE
         if path.exists():
-            t = json.loads(path.read_text())
+            t = read_timing(path)
             startups.append(float(t["startup_s"]))
             known = sum(float(t.get(k) or 0.0) for k in ("startup_s", "build_s", "first_call_s", "timing_s",
                                                            "check_s"))

@@ -40,8 +40,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pytest_abbench.core.layout import CONTROL, IDENTITY_FILE, RESULTS_FILE, STATUS_FILE  # noqa: E402
-from pytest_abbench.core.plan import PLAN_FIELD, CampaignPlan  # noqa: E402
+from pytest_abbench.core.layout import CONTROL, IDENTITY_FILE, RESULTS_FILE, STATUS_FILE, RootLayout  # noqa: E402
+from pytest_abbench.core.plan import CampaignManifest, CampaignPlan, write_manifest  # noqa: E402
 from pytest_abbench.report import build_report  # noqa: E402
 from pytest_abbench.report.model import Report  # noqa: E402
 from pytest_abbench.report.stats import interval, pct  # noqa: E402
@@ -89,8 +89,7 @@ def write_root(root: Path, setting: Setting, ops: int, shapes: int, rng: np.rand
     """One campaign root of ``ops`` ops x ``shapes`` shapes under ``setting``, as cells write it."""
     plan = CampaignPlan(setting.rounds, control=setting.control, ops={f"op{o:03d}": "sim.py" for o in range(ops)})
     root.mkdir(parents=True)
-    (root / "campaign.json").write_text(json.dumps({"campaign_files": {}, "switch_env": None,
-                                                    PLAN_FIELD: plan.to_json()}))
+    write_manifest(RootLayout(root).manifest, CampaignManifest(campaign_files={}, plan=plan))
     fixed_layout = rng.normal(0.0, LAYOUT_SD, (ops, shapes))
     rows = ["\t".join(COLUMNS) + "\n"]
     first = True

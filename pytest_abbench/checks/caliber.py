@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pytest_abbench.core.fileio import CorruptFileError, read_json
-from pytest_abbench.core.identity import CALIBER_AXES, IDENTITY_FILE, INFO_FIELDS, LATER_AXES, file_hash
+from pytest_abbench.core.identity import CALIBER_AXES, IDENTITY_FILE, INFO_FIELDS, LATER_AXES, file_hash, read_identity
 from pytest_abbench.core.layout import RootLayout
 
 
@@ -71,17 +71,11 @@ def load_identity(cell_dir: Path) -> tuple[dict[str, Any] | None, str]:
     if not path.exists():
         return None, f"{path} is missing"
     try:
-        data = read_json(path)
-    except CorruptFileError as exc:
+        return read_identity(path), ""
+    except CorruptFileError as exc:  # not JSON, or not an identity (core/identity.py: the field and what it expected)
         return None, str(exc)
     except OSError as exc:
         return None, f"{path}: {exc}"
-    if not isinstance(data, dict):
-        return None, f"{path}: expected a JSON object"
-    missing = [axis for axis in CALIBER_AXES + ("autotune_mode",) if axis not in data]
-    if missing:
-        return None, f"{path}: missing field(s) {', '.join(missing)}"
-    return data, ""
 
 
 def judge_autotune(a: dict[str, Any], b: dict[str, Any]) -> str | None:

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from pytest_abbench.core.fileio import CorruptFileError, read_json, write_json_atomic
+from pytest_abbench.core.fileio import SCHEMA_FIELD, CorruptFileError, Fields, read_object, write_json_atomic
 from pytest_abbench.core.layout import RootLayout
 from pytest_abbench.core.outcome import NO_IR_DIFF as NO_IR_DIFF  # the status word callers name through the gate
 
@@ -311,6 +311,9 @@ def diff_kernels(ir_a: Path, ir_b: Path, files_a: list[Path], files_b: list[Path
     return diffs
 
 
+GATE_SCHEMA = 1  # the version of ``irgate/<op>.json`` and of the decision a test report carries
+
+
 @dataclass
 class GateDecision:
     op: str
@@ -322,13 +325,19 @@ class GateDecision:
     basis: str = ""  # what round 1 compiled, e.g. "core for cuda:90" (core.settings.Settings.ir_basis)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {SCHEMA_FIELD: GATE_SCHEMA, **asdict(self)}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "GateDecision":
-        kernels = [KernelDiff(**k) for k in data.get("kernels", [])]
-        return cls(data["op"], data["state"], data["reason"], data.get("fingerprint_a"), data.get("fingerprint_b"),
-                   kernels, data.get("basis", ""))
+    def from_json(cls, data: dict[str, Any] | Fields, where: str = "IR-gate decision") -> "GateDecision":
+        """The decision ``to_json`` wrote; a FormatError names ``where``, the field and what it expected."""
+        f = data if isinstance(data, Fields) else Fields(where, data)
+        f.version(GATE_SCHEMA)
+        kernels = [KernelDiff(k.text("kernel"), k.text("state"), dict(k.whole_map("ops_a", {})),
+                              dict(k.whole_map("ops_b", {})), dict(k.mapping("meta_a", {})),
+                              dict(k.mapping("meta_b", {})), k.text("first_diff", ""))
+                   for k in f.objects("kernels", [])]
+        return cls(f.text("op"), f.text("state"), f.text("reason"), f.text_or_none("fingerprint_a"),
+                   f.text_or_none("fingerprint_b"), kernels, f.text("basis", ""))
 
     def headline(self) -> list[str]:
         """Lines like ``convert_layout 41 -> 9 (-32)`` for the kernels that changed."""
@@ -386,6 +395,6 @@ def load_decision(root: Path, op: str) -> GateDecision | None:
     if not path.exists():
         return None
     try:
-        return GateDecision.from_json(read_json(path))
-    except (CorruptFileError, KeyError, TypeError) as exc:
+        return GateDecision.from_json(read_object(path))
+    except CorruptFileError as exc:  # not JSON, a newer version, or a field that is not what it should be
         return GateDecision(op, "unavailable", f"{path}: unreadable gate decision ({exc})")

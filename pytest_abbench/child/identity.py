@@ -12,14 +12,11 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 from pytest_abbench.core import envnames, tunercache
 from pytest_abbench.core.cellconfig import CellConfig
 from pytest_abbench.core.fileio import write_json_atomic
-from pytest_abbench.core.identity import IDENTITY_FILE, file_hash
-
-SCHEMA = 1
+from pytest_abbench.core.identity import IDENTITY_FILE, IDENTITY_SCHEMA, RunIdentity, file_hash
 
 
 DRIVER_VERSION_FILE = Path("/proc/driver/nvidia/version")
@@ -52,7 +49,7 @@ def _nvidia_smi_driver() -> str | None:
     return out.stdout.strip().splitlines()[0] if out.stdout.strip() else None
 
 
-def device_facts(backend: str) -> dict[str, Any]:
+def device_facts(backend: str) -> RunIdentity:
     """Device name, driver and GPU UUID of the device this process times on."""
     import torch
 
@@ -62,17 +59,13 @@ def device_facts(backend: str) -> dict[str, Any]:
         uuid = str(getattr(props, "uuid", "")) or None
         if uuid and not uuid.startswith("GPU-"):
             uuid = f"GPU-{uuid}"
-        return {
-            "device": torch.cuda.get_device_name(index),
-            "gpu_uuid": uuid,
-            "driver": driver_version(),
-            "cuda_visible_devices": os.environ.get(envnames.CUDA_VISIBLE_DEVICES),
-        }
-    return {"device": f"cpu:{platform.machine()}", "gpu_uuid": None, "driver": None,
-            "cuda_visible_devices": os.environ.get(envnames.CUDA_VISIBLE_DEVICES)}
+        return RunIdentity(device=torch.cuda.get_device_name(index), gpu_uuid=uuid, driver=driver_version(),
+                           cuda_visible_devices=os.environ.get(envnames.CUDA_VISIBLE_DEVICES))
+    return RunIdentity(device=f"cpu:{platform.machine()}", gpu_uuid=None, driver=None,
+                       cuda_visible_devices=os.environ.get(envnames.CUDA_VISIBLE_DEVICES))
 
 
-def build_identity(config: CellConfig, shape_mode: str, tuner_dir: Path | None) -> dict[str, Any]:
+def build_identity(config: CellConfig, shape_mode: str, tuner_dir: Path | None) -> RunIdentity:
     """This cell's identity: its caliber axes, the versions and host it ran on, and what it replays.
 
     ``shape_mode`` is the hash of the shapes it measures; ``tuner_dir`` its
@@ -82,8 +75,8 @@ def build_identity(config: CellConfig, shape_mode: str, tuner_dir: Path | None) 
     import triton
 
     record = config.autotune_file
-    identity: dict[str, Any] = {
-        "schema": SCHEMA,
+    identity: RunIdentity = {
+        "schema": IDENTITY_SCHEMA,
         "backend": config.backend,
         "timer": config.timer,
         "bench_level": config.level,
@@ -116,7 +109,7 @@ def build_identity(config: CellConfig, shape_mode: str, tuner_dir: Path | None) 
     return identity
 
 
-def write_identity(cell_dir: Path, identity: dict[str, Any]) -> Path:
+def write_identity(cell_dir: Path, identity: RunIdentity) -> Path:
     """Written atomically: a cell killed mid-write leaves no half identity for the caliber check to read."""
     path = cell_dir / IDENTITY_FILE
     write_json_atomic(path, identity)

@@ -27,10 +27,11 @@ from pytest_abbench.child.identity import build_identity, write_identity
 from pytest_abbench.child.ircapture import enter_compile_only, install_capture, merge_ir
 from pytest_abbench.child.layout_shift import hold_pads, pad_sizes
 from pytest_abbench.child.timers import CapturePoisoned, time_with_fallback
-from pytest_abbench.core.fileio import append_jsonl, iter_jsonl, write_json_atomic
+from pytest_abbench.core.cellfiles import Shares, write_shares, write_timing
 from pytest_abbench.checks.irgate import ttgir_files
 from pytest_abbench.core.layout import IR_DIR, RESULTS_FILE, SHARES_FILE, TIMING_FILE, share_dir
 from pytest_abbench.core.markers import AUTOTUNE_REPLAY_FALLBACK
+from pytest_abbench.core.results import ShapeResult, append_result, read_results
 
 EXIT_SETUP_ERROR = 3  # the campaign, the switch hook or the autotune record could not be used
 
@@ -104,14 +105,14 @@ def measure(config: CellConfig) -> int:
     phases["autotune_s"] = pin.bench_s  # part of first_call_s
     phases["ir_variants"] = len(ir_written)
     if not poisoned and config.backend == "interpreter" and config.ir_target:
-        write_json_atomic(out / TIMING_FILE, phases)  # kept if the capture below hangs until the timeout
+        write_timing(out / TIMING_FILE, phases)  # kept if the capture below hangs until the timeout
         phases["ir_capture_s"] = capture_ir_on_cpu(config)  # the GPU captures its IR while it compiles
     if not poisoned:
         # A poisoned process leaves no stamps: a fresh one measures the rest and writes its own; should that
         # one die first, the parent would otherwise count its whole run as this process's exit.
         phases["total_s"] = time.time() - spawned
         phases["spawned_at"] = spawned  # the parent's stamp: with total_s, the parent sees how long the exit took
-    write_json_atomic(out / TIMING_FILE, phases)
+    write_timing(out / TIMING_FILE, phases)
 
     if poisoned:
         # No later number of this process is trusted: the remaining shapes are
@@ -145,11 +146,11 @@ def measure_shapes(config: CellConfig, op: Op, shapes: Sequence[Shape], results:
     for index, shape in enumerate(shapes):
         if shape.id in already:
             continue
-        record_base: dict[str, Any] = {"shape": shape.id, "params": dict(shape.params), "index": index}
+        base = ShapeResult(shape.id, "", dict(shape.params), index)
         pads: list[Any] = []
         if config.layout_shift:
             sizes = pad_sizes(config.op, config.round_no, config.role, index)
-            record_base["layout_pad_bytes"] = list(sizes)
+            base.layout_pad_bytes = list(sizes)
         try:
             if config.layout_shift:
                 pads = hold_pads(device, sizes)  # held while the shape is built and timed; released below
@@ -168,18 +169,18 @@ def measure_shapes(config: CellConfig, op: Op, shapes: Sequence[Shape], results:
             phases["check_s"] += t3 - t2
             if problem is not None:
                 log(f"[abbench] shape {shape.id}: WRONG RESULT: {problem}")
-                append_jsonl(results, {**record_base, "status": "wrong", "error": problem})
+                append_result(results, dataclasses.replace(base, status="wrong", error=problem))
                 continue
             timing = time_with_fallback(case.run, config.timer, config.direct_rep, config.direct_warmup,
                                         config.samples, config.op, shape.id, log)
             phases["timing_s"] += time.perf_counter() - t3
         except CapturePoisoned as exc:
-            append_jsonl(results, {**record_base, "status": "poisoned", "timer": "cudagraph", "error": exc.reason})
+            append_result(results, dataclasses.replace(base, status="poisoned", timer="cudagraph", error=exc.reason))
             return True
         except Exception as exc:
             log(f"[abbench] shape {shape.id}: {type(exc).__name__}: {exc}")
             traceback.print_exc(file=sys.stdout)
-            append_jsonl(results, {**record_base, "status": "error", "error": f"{type(exc).__name__}: {exc}"[:500]})
+            append_result(results, dataclasses.replace(base, status="error", error=f"{type(exc).__name__}: {exc}"[:500]))
             if is_sticky_cuda_error(exc):
                 log(f"[abbench] shape {shape.id}: sticky CUDA error; this shape is recorded as failed")
                 return True
@@ -188,8 +189,8 @@ def measure_shapes(config: CellConfig, op: Op, shapes: Sequence[Shape], results:
             del pads[:]
         samples = sorted(timing.samples_ms)
         median = samples[len(samples) // 2] if samples else None
-        append_jsonl(results, {**record_base, "status": "ok", "timer": timing.timer, "samples_ms": timing.samples_ms,
-                               "median_ms": median, "n": len(samples), "marker": timing.marker})
+        append_result(results, dataclasses.replace(base, status="ok", timer=timing.timer, samples_ms=timing.samples_ms,
+                                                   median_ms=median, n=len(samples), marker=timing.marker))
         log(f"[abbench] shape {shape.id}: {median:.4f} ms ({timing.timer}, n={len(samples)})")
     return False
 
@@ -215,7 +216,7 @@ def done_shape_ids(results: Path) -> set[str]:
     """Shapes already recorded in ``results``: a restarted process measures only the others."""
     if not results.exists():
         return set()
-    return {r["shape"] for r in iter_jsonl(results)}
+    return {r.shape for r in read_results(results)}
 
 
 def run_ir_only(config: CellConfig) -> int:
@@ -284,7 +285,7 @@ def run_shares(config: CellConfig) -> int:
         seconds[name] = round(time.monotonic() - began, 3)
         if status != 0:
             failed.append(f"{name} rc {os.waitstatus_to_exitcode(status)}")
-    write_json_atomic(config.out / SHARES_FILE, {"seconds": seconds, "failed": failed})
+    write_shares(config.out / SHARES_FILE, Shares(seconds=seconds, failed=failed))
     ir = config.out / IR_DIR
     for out in outs.values():  # a failed share's IR too: what it compiled is in the cell's log
         merge_ir(out / IR_DIR, ir)

@@ -6,7 +6,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, TypeVar, get_args, get_type_hints
 
 
 def current_umask() -> int:
@@ -70,6 +70,12 @@ def read_json(path: Path) -> Any:
 
 def iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
     """Records of a JSON-lines file; a torn or corrupt line raises naming file and line."""
+    for _, record in numbered_jsonl(path):
+        yield record
+
+
+def numbered_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, record) of a JSON-lines file; a torn or corrupt line raises naming file and line."""
     with open(path, "rb") as handle:
         for number, raw in enumerate(handle, start=1):
             if not raw.strip():
@@ -80,7 +86,7 @@ def iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
                 raise CorruptFileError(f"{path}:{number}: truncated or corrupt record ({exc})") from None
             if not isinstance(record, dict):
                 raise CorruptFileError(f"{path}:{number}: expected an object, got {type(record).__name__}")
-            yield record
+            yield number, record
 
 
 def append_jsonl(path: Path, record: dict[str, Any]) -> None:
@@ -91,3 +97,153 @@ def append_jsonl(path: Path, record: dict[str, Any]) -> None:
         os.write(fd, line)
     finally:
         os.close(fd)
+
+
+SCHEMA_FIELD = "schema"  # the format version every file the package writes carries
+_REQUIRED: Any = object()  # a field without a default: its absence is an error
+_T = TypeVar("_T")
+
+
+class FormatError(CorruptFileError):
+    """A file that parses but does not hold its format: names the file, the field and what was expected."""
+
+
+def _is_whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+# The field types ``Fields.declared`` checks: the type, its test, and the words for it.
+_KINDS: dict[Any, tuple[Callable[[Any], bool], str]] = {
+    str: (lambda v: isinstance(v, str), "text"), int: (_is_whole, "a whole number"),
+    float: (_is_number, "a number"), bool: (lambda v: isinstance(v, bool), "true or false")}
+
+
+class Fields:
+    """One JSON object of a file, read field by field: each miss names the file (and line), the field, the want.
+
+    ``where`` is how the object is named in messages: ``<path>`` or ``<path>:<line>``; ``prefix`` the
+    dotted path of a nested object (``plan.``).
+    """
+
+    def __init__(self, where: str, data: Any, prefix: str = "") -> None:
+        if not isinstance(data, dict):
+            what = f"field {prefix[:-1]!r}: " if prefix else ""
+            raise FormatError(f"{where}: {what}expected a JSON object, got {type(data).__name__}")
+        self.where, self.data, self.prefix = where, data, prefix
+
+    def error(self, name: str, expected: str, got: Any = _REQUIRED) -> FormatError:
+        what = f"missing (expected {expected})" if got is _REQUIRED else f"expected {expected}, got {got!r}"
+        return FormatError(f"{self.where}: field {self.prefix + name!r}: {what}")
+
+    def version(self, known: int) -> int:
+        """The object's format version; 1 when it has none (written before versions); newer than ``known`` refused."""
+        value: int = self.data.get(SCHEMA_FIELD, 1)
+        if not _is_whole(value) or value < 1:
+            raise self.error(SCHEMA_FIELD, "a format version (a whole number >= 1)", value)
+        if value > known:
+            raise FormatError(f"{self.where}: field {self.prefix + SCHEMA_FIELD!r}: expected a format version up to "
+                              f"{known}, got {value} (written by a newer pytest-abbench: read it with that one)")
+        return value
+
+    def _get(self, name: str, ok: Callable[[Any], bool], expected: str, default: Any) -> Any:
+        if name not in self.data:
+            if default is _REQUIRED:
+                raise self.error(name, expected)
+            return default
+        value = self.data[name]
+        if not ok(value):
+            raise self.error(name, expected, value)
+        return value
+
+    def text(self, name: str, default: Any = _REQUIRED) -> Any:
+        return self._get(name, lambda v: isinstance(v, str), "text", default)
+
+    def text_or_none(self, name: str) -> str | None:
+        value: str | None = self._get(name, lambda v: v is None or isinstance(v, str), "text or null", None)
+        return value
+
+    def whole(self, name: str, default: Any = _REQUIRED) -> Any:
+        return self._get(name, _is_whole, "a whole number", default)
+
+    def whole_or_none(self, name: str) -> int | None:
+        value: int | None = self._get(name, lambda v: v is None or _is_whole(v), "a whole number or null", None)
+        return value
+
+    def wholes_or_none(self, name: str) -> list[int] | None:
+        value: list[int] | None = self._get(
+            name, lambda v: v is None or (isinstance(v, list) and all(_is_whole(x) for x in v)),
+            "a list of whole numbers or null", None)
+        return value
+
+    def number(self, name: str, default: Any = _REQUIRED) -> Any:
+        value = self._get(name, _is_number, "a number", default)
+        return float(value) if _is_number(value) else value
+
+    def number_or_none(self, name: str) -> float | None:
+        value = self._get(name, lambda v: v is None or _is_number(v), "a number or null", None)
+        return None if value is None else float(value)
+
+    def flag(self, name: str, default: Any = _REQUIRED) -> Any:
+        return self._get(name, lambda v: isinstance(v, bool), "true or false", default)
+
+    def numbers(self, name: str, default: Any = _REQUIRED) -> Any:
+        value = self._get(name, lambda v: isinstance(v, list) and all(_is_number(x) for x in v), "a list of numbers",
+                          default)
+        return [float(x) for x in value] if isinstance(value, list) else value
+
+    def texts(self, name: str, default: Any = _REQUIRED) -> Any:
+        return self._get(name, lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
+                         "a list of text", default)
+
+    def text_map(self, name: str, default: Any = _REQUIRED) -> Any:
+        return self._get(name, lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in v.values()),
+                         "an object of text values", default)
+
+    def number_map(self, name: str, default: Any = _REQUIRED) -> Any:
+        value = self._get(name, lambda v: isinstance(v, dict) and all(_is_number(x) for x in v.values()),
+                          "an object of numbers", default)
+        return {str(k): float(v) for k, v in value.items()} if isinstance(value, dict) else value
+
+    def whole_map(self, name: str, default: Any = _REQUIRED) -> Any:
+        return self._get(name, lambda v: isinstance(v, dict) and all(_is_whole(x) for x in v.values()),
+                         "an object of whole numbers", default)
+
+    def objects(self, name: str, default: Any = _REQUIRED) -> list["Fields"]:
+        """A list of objects, each read the same way (named ``<name>[<i>].<field>``)."""
+        items = self._get(name, lambda v: isinstance(v, list), "a list of objects", default)
+        return [Fields(self.where, item, f"{self.prefix}{name}[{i}].") for i, item in enumerate(items)]
+
+    def mapping(self, name: str, default: Any = _REQUIRED) -> Any:
+        return self._get(name, lambda v: isinstance(v, dict), "an object", default)
+
+    def or_none(self, name: str, read: Callable[[str], _T]) -> _T | None:
+        """``read(name)`` where the field is present and not null; None where it is absent or null."""
+        return None if self.data.get(name) is None else read(name)
+
+    def declared(self, typed: type, required: tuple[str, ...] = ()) -> dict[str, Any]:
+        """Check each field a TypedDict declares against its type (text, whole number, number, flag, or that or
+        null); ``required`` ones must be present.  Fields it does not declare are kept as they are."""
+        for name, kind in get_type_hints(typed).items():
+            nullable = type(None) in get_args(kind)
+            base = next((k for k in get_args(kind) if k is not type(None)), kind) if nullable else kind
+            check, expected = _KINDS.get(base, (None, ""))
+            if check is None:
+                continue
+            if nullable:
+                check, expected = (lambda v, c=check: v is None or c(v)), f"{expected} or null"
+            self._get(name, check, expected, _REQUIRED if name in required else None)
+        return dict(self.data)
+
+    def nested(self, name: str) -> "Fields":
+        """A field that is itself an object, read the same way (its fields named ``<name>.<field>``)."""
+        return Fields(self.where, self._get(name, lambda v: isinstance(v, dict), "an object", _REQUIRED),
+                      f"{self.prefix}{name}.")
+
+
+def read_object(path: Path) -> Fields:
+    """A JSON file holding one object, for reading field by field (``Fields``)."""
+    return Fields(str(path), read_json(path))

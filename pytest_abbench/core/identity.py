@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import Any, TypedDict
 
+from pytest_abbench.core.fileio import read_object
 from pytest_abbench.core.layout import IDENTITY_FILE as IDENTITY_FILE  # the name readers of identities import here
+
+IDENTITY_SCHEMA = 1
 
 # Axes that must be equal between sides (autotune_mode is judged by rule in caliber.py).
 CALIBER_AXES = ("backend", "device", "timer", "bench_level", "shape_mode", "tuner_cache", "direct_repeat")
@@ -21,3 +25,54 @@ INFO_FIELDS = ("torch", "triton", "driver", "python", "host", "gpu_uuid", "campa
 def file_hash(path: Path) -> str:
     """Short content hash naming a campaign file or an autotune record in identities."""
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+# Every identity has these: without them nothing says what its numbers mean.
+REQUIRED_FIELDS = CALIBER_AXES + ("autotune_mode",)
+
+
+class RunIdentity(TypedDict, total=False):
+    """run_identity.json: what one cell's numbers mean (written by ``child/identity.py``, read by the caliber check).
+
+    Only the REQUIRED_FIELDS are in every identity; an identity from before a
+    field was added lacks it.  A field not declared here is kept as it is.
+    """
+
+    schema: int
+    backend: str
+    device: str
+    timer: str
+    bench_level: str
+    shape_mode: str  # the hash of the shapes measured
+    tuner_cache: str
+    direct_repeat: str
+    autotune_mode: str
+    layout_shift: str  # on | off
+    spawn: str  # fork | exec
+    autotune_record: str | None
+    autotune_record_hash: str  # replay only: the record's content as it was read
+    tuner_cache_seed: str  # a per-cell library tuner cache: the record it started from ("fresh": none)
+    torch: str
+    triton: str
+    python: str
+    python_executable: str
+    host: str
+    campaign: str
+    campaign_hash: str
+    switch: str
+    side: str
+    role: str
+    round: int
+    op: str
+    gpu_uuid: str | None
+    driver: str | None
+    cuda_visible_devices: str | None
+
+
+def read_identity(path: Path) -> dict[str, Any]:
+    """A cell's identity; a FormatError (a CorruptFileError) names the file and the field when it is not one.
+
+    Each field RunIdentity declares is checked against its declared type; an
+    identity without a ``schema`` is the layout from before versions (1).
+    """
+    data = read_object(path)
+    data.version(IDENTITY_SCHEMA)
+    return data.declared(RunIdentity, REQUIRED_FIELDS)

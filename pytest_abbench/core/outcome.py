@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from pytest_abbench.core.fileio import Fields, FormatError
 from pytest_abbench.core.layout import CellKey
 from pytest_abbench.core.markers import MARKERS
 from pytest_abbench.core.status import StatusRow
@@ -77,12 +77,20 @@ class CellOutcome:
                            "resumed": self.resumed})
 
     @classmethod
-    def from_json(cls, text: str) -> "CellOutcome":
-        d: dict[str, Any] = json.loads(text)
-        return cls(CellKey(int(d["round"]), d["op"], d["role"]), Path(d["cell_dir"]), d["status"], d["switch"],
-                   d["campaign"], int(d["rc"]), float(d["elapsed_s"]), int(d["success"]), int(d["failed"]),
-                   {str(k): int(v) for k, v in d["markers"].items()}, int(d["non_utf8_sequences"]),
-                   d["overhead_ms"], bool(d["resumed"]))
+    def from_json(cls, text: str, where: str = "cell record") -> "CellOutcome":
+        """The record ``to_json`` wrote; a FormatError names ``where``, the field and what it expected."""
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise FormatError(f"{where}: not valid JSON ({exc})") from None
+        return cls.from_fields(Fields(where, data))
+
+    @classmethod
+    def from_fields(cls, d: Fields) -> "CellOutcome":
+        return cls(CellKey(d.whole("round"), d.text("op"), d.text("role")), Path(d.text("cell_dir")), d.text("status"),
+                   d.text("switch"), d.text("campaign"), d.whole("rc"), d.number("elapsed_s"), d.whole("success"),
+                   d.whole("failed"), dict(d.whole_map("markers")), d.whole("non_utf8_sequences"),
+                   d.number_or_none("overhead_ms"), d.flag("resumed"))
 
     def report_properties(self) -> list[tuple[str, object]]:
         """The test report's user_properties: flat fields for junitxml readers, and the whole record."""

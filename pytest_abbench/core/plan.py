@@ -1,21 +1,25 @@
-"""CampaignPlan: which cells a session set out to run, kept beside what ran.
+"""CampaignPlan: which cells a session set out to run, kept beside what ran; and campaign.json, which holds it.
 
 The report judges an op against its plan, never against the cells that
 happened to finish: a campaign stopped after round 3 of 6 (Ctrl-C, ``-x``,
 ``--maxfail``, a crash) must not print a verdict that reads like a complete
-one.  The plan is written into ``campaign.json`` so ``abbench summary`` sees
-the same plan offline.
+one.  The plan is written into ``campaign.json`` (``CampaignManifest``) so
+``abbench summary`` sees the same plan offline, and a resumed session the
+root's campaign files, switch and op fingerprints.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from pytest_abbench.core.fileio import read_json
+from pytest_abbench.core.fileio import SCHEMA_FIELD, Fields, read_object, write_json_atomic
 from pytest_abbench.core.layout import CONTROL, SIDES, CellKey, RootLayout
 
+MANIFEST_SCHEMA = 1
 PLAN_FIELD = "plan"  # the plan's key in campaign.json
+OPS_FIELD = "op_fingerprints"  # campaign.json: op -> its fingerprint parts (Campaign.fingerprint)
 
 
 def side_order(round_no: int, control: bool = False) -> tuple[str, ...]:
@@ -52,14 +56,55 @@ class CampaignPlan:
         return {"rounds": self.rounds, "control": self.control, "ir_only": self.ir_only, "ops": dict(self.ops)}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "CampaignPlan":
-        return cls(int(data["rounds"]), bool(data.get("control", False)), bool(data.get("ir_only", False)),
-                   {str(k): str(v) for k, v in dict(data.get("ops") or {}).items()})
+    def from_json(cls, data: Fields) -> "CampaignPlan":
+        return cls(data.whole("rounds"), data.flag("control", False), data.flag("ir_only", False),
+                   dict(data.text_map("ops", {})))
+
+
+@dataclass
+class CampaignManifest:
+    """``campaign.json``: what a root was written with, read back by a resumed session and by ``abbench summary``.
+
+    Each field is None where the root's file lacks it: a root written before
+    op fingerprints or plans were kept, or an op set aside by a resumed
+    session (``attempts/<op>_<stamp>/``: its fingerprint and plan only).
+    """
+
+    campaign_files: dict[str, str] | None = None  # campaign file -> content hash
+    switch_env: dict[str, str] | None = None  # --ab-switch-env (None: the campaign's own switch)
+    op_fingerprints: dict[str, dict[str, str]] | None = None
+    plan: CampaignPlan | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {SCHEMA_FIELD: MANIFEST_SCHEMA}
+        if self.campaign_files is not None:
+            out.update(campaign_files=dict(self.campaign_files), switch_env=self.switch_env)
+        if self.op_fingerprints is not None:
+            out[OPS_FIELD] = {op: dict(parts) for op, parts in self.op_fingerprints.items()}
+        if self.plan is not None:
+            out[PLAN_FIELD] = self.plan.to_json()
+        return out
+
+    @classmethod
+    def from_json(cls, data: Fields) -> "CampaignManifest":
+        data.version(MANIFEST_SCHEMA)
+        fingerprints = data.or_none(OPS_FIELD, data.nested)
+        return cls(data.or_none("campaign_files", data.text_map), data.or_none("switch_env", data.text_map),
+                   None if fingerprints is None else {op: dict(fingerprints.text_map(op)) for op in fingerprints.data},
+                   data.or_none(PLAN_FIELD, lambda name: CampaignPlan.from_json(data.nested(name))))
+
+
+def read_manifest(path: Path) -> CampaignManifest:
+    """A root's campaign.json; a CorruptFileError (FormatError) names the file and the field when it is not one."""
+    return CampaignManifest.from_json(read_object(path))
+
+
+def write_manifest(path: Path, manifest: CampaignManifest) -> None:
+    write_json_atomic(path, manifest.to_json())
 
 
 def read_plan(layout: RootLayout) -> CampaignPlan | None:
     """The plan a session wrote into ``campaign.json``; None for a root written before plans were kept."""
     if not layout.manifest.exists():
         return None
-    plan = read_json(layout.manifest).get(PLAN_FIELD)
-    return CampaignPlan.from_json(plan) if isinstance(plan, dict) else None
+    return read_manifest(layout.manifest).plan

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Iterable, TypeAlias
 
 from pytest_abbench.checks import caliber, irgate
-from pytest_abbench.core.fileio import CorruptFileError, iter_jsonl
+from pytest_abbench.core.fileio import CorruptFileError
 from pytest_abbench.core.layout import (CONTROL, IDENTITY_FILE, SIDES, CellKey, RootLayout, identity_file, results_file,
                                    run_log)
 from pytest_abbench.core.markers import count_markers
@@ -24,6 +24,7 @@ from pytest_abbench.report.stats import (aa_bias, bh_adjust, cv_pct, interval, j
                                          sign_flip, stdev, t_test_p, SAME_LEVEL)
 from pytest_abbench.core.outcome import IR_ONLY, NO_IR_DIFF, NO_ROW, OK, CellOutcome
 from pytest_abbench.core.plan import CampaignPlan, read_plan
+from pytest_abbench.core.results import read_results as shape_results
 from pytest_abbench.core.status import read_status
 from pytest_abbench.core.wording import count
 
@@ -61,11 +62,10 @@ def plan_of(layout: RootLayout, outcomes: list[CellOutcome], problems: list[str]
 def read_results(folder: Path) -> dict[str, dict[str, Any]]:
     """shape -> {median_ms, timer, cv}; samples are reduced here so memory stays flat in rounds."""
     out: dict[str, dict[str, Any]] = {}
-    for rec in iter_jsonl(results_file(folder)):
-        if rec.get("status") != "ok" or not rec.get("median_ms"):
+    for rec in shape_results(results_file(folder)):
+        if not rec.ok or not rec.median_ms:
             continue
-        out[rec["shape"]] = {"median_ms": float(rec["median_ms"]), "timer": rec.get("timer"),
-                             "cv": robust_cv([float(x) for x in rec.get("samples_ms") or []])}
+        out[rec.shape] = {"median_ms": rec.median_ms, "timer": rec.timer, "cv": robust_cv(rec.samples_ms)}
     return out
 
 

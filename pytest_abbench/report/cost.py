@@ -14,7 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from pytest_abbench.core.fileio import CorruptFileError, read_json
+from pytest_abbench.core.cellfiles import read_timing as read_timing_file
+from pytest_abbench.core.fileio import CorruptFileError
 from pytest_abbench.core.layout import TIMING_FILE
 from pytest_abbench.core.outcome import IR_ONLY, CellOutcome
 
@@ -29,10 +30,9 @@ PARTS = (("startup_s", "startup_s", "start-up"), ("inputs_s", "build_s", "inputs
 def read_timing(cell_dir: Path) -> dict[str, Any]:
     """The cell's ``cell_timing.json``; empty when it is missing or unreadable."""
     try:
-        timing = read_json(cell_dir / TIMING_FILE)
-    except (CorruptFileError, OSError):
+        return read_timing_file(cell_dir / TIMING_FILE)
+    except (CorruptFileError, OSError):  # missing, torn, or not a timing file this version reads
         return {}
-    return timing if isinstance(timing, dict) else {}
 
 
 def cell_parts(timing: Mapping[str, Any], elapsed_s: float, status: str) -> dict[str, float] | None:

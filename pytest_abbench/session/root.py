@@ -6,25 +6,25 @@ into the root the controller claimed.
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Callable, Mapping
 
 import pytest
 
 from pytest_abbench.campaign.model import Campaign, CampaignError, CampaignSkipped, looks_like_campaign
 from pytest_abbench.core.exitcodes import EXIT_ROOT
-from pytest_abbench.core.fileio import CorruptFileError, read_json, write_bytes_atomic, write_json_atomic
+from pytest_abbench.core.fileio import CorruptFileError, write_bytes_atomic
 from pytest_abbench.core.identity import file_hash
 from pytest_abbench.core.layout import CellKey, RootLayout
 from pytest_abbench.core.outcome import CellOutcome
-from pytest_abbench.core.plan import PLAN_FIELD, CampaignPlan
+from pytest_abbench.core.plan import CampaignManifest, CampaignPlan, read_manifest, write_manifest
 from pytest_abbench.core.status import COLUMNS, append_status_row, header_columns, read_status, row_cells
 from pytest_abbench.core.wording import count
 
-OPS_FIELD = "op_fingerprints"  # campaign.json: op -> its fingerprint parts (Campaign.fingerprint)
 Fingerprint = Mapping[str, str]
 
 
@@ -131,41 +131,39 @@ class CampaignRoot:
         Fewer rounds than the root's plan are refused: the report of the rounds
         this session collects would replace the one of every round on disk.
         """
-        manifest: dict[str, Any] = {"campaign_files": {str(p): file_hash(p) for p in sorted(set(campaign_files))},
-                                    "switch_env": switch_env, OPS_FIELD: {k: dict(v) for k, v in fingerprints.items()},
-                                    PLAN_FIELD: plan.to_json()}
+        manifest = CampaignManifest({str(p): file_hash(p) for p in sorted(set(campaign_files))}, switch_env,
+                                    {k: dict(v) for k, v in fingerprints.items()}, plan)
         if self.resume and self.layout.manifest.exists():
             try:
-                before = read_json(self.layout.manifest)
-                planned = CampaignPlan.from_json(before[PLAN_FIELD]) if isinstance(before.get(PLAN_FIELD), dict) \
-                    else None
-            except (CorruptFileError, KeyError, TypeError, ValueError) as exc:
+                before = read_manifest(self.layout.manifest)
+            except CorruptFileError as exc:  # not JSON, or a field that is not what campaign.json holds
                 return f"cannot resume {self.path}: {self.layout.manifest} is unreadable ({exc})"
+            planned = before.plan
             if planned is not None and plan.rounds < planned.rounds:
                 return (f"cannot resume {self.path} with {count(plan.rounds, 'round')}: it was planned with "
                         f"{planned.rounds}, and a {plan.rounds}-round report would replace the one its "
                         f"{planned.rounds} rounds make; resume with --ab-rounds {planned.rounds} (or more), or read "
                         f"it as it is with `abbench summary {self.path}`")
-            if not isinstance(before.get(OPS_FIELD), dict):
-                for field_name, what in (("campaign_files", "campaign file(s)"), ("switch_env", "--ab-switch-env")):
-                    if before.get(field_name) != manifest[field_name]:
-                        return (f"cannot resume {self.path}: it was written with {what} "
-                                f"{before.get(field_name)!r}, this session has {manifest[field_name]!r}; "
-                                "resume with the same campaign and switch, or start a new root")
+            if before.op_fingerprints is None:
+                for what, was, now in (("campaign file(s)", before.campaign_files, manifest.campaign_files),
+                                       ("--ab-switch-env", before.switch_env, manifest.switch_env)):
+                    if was != now:
+                        return (f"cannot resume {self.path}: it was written with {what} {was!r}, this session "
+                                f"has {now!r}; resume with the same campaign and switch, or start a new root")
             else:
                 self._reconcile(before, manifest, plan, planned)
-        write_json_atomic(self.layout.manifest, manifest)
+        write_manifest(self.layout.manifest, manifest)
         return None
 
-    def _reconcile(self, before: dict[str, Any], manifest: dict[str, Any], plan: CampaignPlan,
+    def _reconcile(self, before: CampaignManifest, manifest: CampaignManifest, plan: CampaignPlan,
                    planned: CampaignPlan | None) -> None:
         """Set aside the ops whose fingerprint changed, keep the root's other ops in ``manifest``, say what changed."""
-        old: dict[str, Any] = before[OPS_FIELD]
-        now: dict[str, dict[str, str]] = manifest[OPS_FIELD]
+        old = before.op_fingerprints or {}
+        now = manifest.op_fingerprints or {}
         changed: dict[str, list[str]] = {}
         for op, mine in now.items():
             was = old.get(op)
-            if not isinstance(was, dict):
+            if was is None:
                 continue
             shared = [k for k in mine if k in was]
             differ = [k for k in shared if was[k] != mine[k]] if shared else ["definition"]
@@ -176,12 +174,11 @@ class CampaignRoot:
             self._finished = None  # rows of the ops set aside are gone from status.tsv
         kept = [op for op in old if op not in now]
         # The root's record covers every op it holds: a subset session leaves the others as they are.
-        manifest[OPS_FIELD] = {**{op: old[op] for op in kept}, **now}
-        files = before.get("campaign_files")
-        if isinstance(files, dict):
-            manifest["campaign_files"] = {**files, **manifest["campaign_files"]}
-        if planned is not None:
-            manifest[PLAN_FIELD]["ops"] = {**planned.ops, **plan.ops}
+        manifest.op_fingerprints = {**{op: old[op] for op in kept}, **now}
+        if before.campaign_files is not None:
+            manifest.campaign_files = {**before.campaign_files, **(manifest.campaign_files or {})}
+        if planned is not None:  # a copy: the session's own plan keeps its own ops
+            manifest.plan = dataclasses.replace(plan, ops={**planned.ops, **plan.ops})
         parts = []
         if changed:
             if len(changed) == 1:
@@ -201,7 +198,7 @@ class CampaignRoot:
         if changed or new or kept:
             self.say("abbench: resume: " + "; ".join(parts))
 
-    def set_aside_op(self, op: str, fingerprint: object, planned: CampaignPlan | None) -> int:
+    def set_aside_op(self, op: str, fingerprint: Fingerprint, planned: CampaignPlan | None) -> int:
         """Move every file of ``op`` (cells, status rows, autotune and tuner records, IR-gate decision) into
         ``attempts/<op>_<stamp>/``, a root of its own that ``abbench summary`` reads; returns how many cells
         it held."""
@@ -216,11 +213,10 @@ class CampaignRoot:
                 path.rename(target)
         cells |= self._move_rows(op, dest)
         if dest.root.exists():
-            manifest: dict[str, Any] = {OPS_FIELD: {op: fingerprint}}
-            if planned is not None:
-                manifest[PLAN_FIELD] = CampaignPlan(planned.rounds, planned.control, planned.ir_only,
-                                                    {op: planned.ops.get(op, "")}).to_json()
-            write_json_atomic(dest.manifest, manifest)
+            write_manifest(dest.manifest, CampaignManifest(
+                op_fingerprints={op: dict(fingerprint)},
+                plan=None if planned is None else CampaignPlan(planned.rounds, planned.control, planned.ir_only,
+                                                               {op: planned.ops.get(op, "")})))
         return len(cells)
 
     def _move_rows(self, op: str, dest: RootLayout) -> set[CellKey]:

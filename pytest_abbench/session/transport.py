@@ -23,9 +23,10 @@ import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Iterable
 
-from pytest_abbench.core.fileio import write_json_atomic
+from pytest_abbench.core.cellfiles import Origin, write_origin
+from pytest_abbench.core.fileio import SCHEMA_FIELD, Fields, FormatError
 from pytest_abbench.core.identity import file_hash
 from pytest_abbench.core.layout import (AUTOTUNE_DIR, GATE_DIR, IDENTITY_FILE, RESULTS_FILE, SCRATCH_DIR, STATUS_FILE,
                                    TIMING_FILE, TUNER_RECORD_DIR, RootLayout, ir_dir, log_tail_file,
@@ -35,6 +36,7 @@ from pytest_abbench.core.outcome import CellOutcome
 if TYPE_CHECKING:
     from pytest_abbench.session.root import CampaignRoot
 
+SHIPPED_SCHEMA = 1  # the payload's format version: a worker may run another pytest-abbench than its controller
 SHIPPED_ATTR = "abbench_shipped"  # the payload's attribute on a test report (xdist serialises report attributes)
 CELL_FILES = (RESULTS_FILE, IDENTITY_FILE, TIMING_FILE)  # the cell folder files the report reads
 LOG_TAIL_BYTES = 4000
@@ -114,26 +116,45 @@ class ShippedCell:
         return bool(self.files or self.log_bytes)
 
     def to_json(self) -> str:
-        return json.dumps({"outcome": json.loads(self.outcome.to_json()), "host": self.host, "worker": self.worker,
+        return json.dumps({SCHEMA_FIELD: SHIPPED_SCHEMA, "outcome": json.loads(self.outcome.to_json()),
+                           "host": self.host, "worker": self.worker,
                            "pid": self.pid, "root": self.root, "campaign_name": self.campaign_name,
                            "campaign_hash": self.campaign_hash, "files": self.files, "root_files": self.root_files,
                            "log_tail": self.log_tail, "log_bytes": self.log_bytes,
                            "ir_fingerprint": self.ir_fingerprint})
 
     @classmethod
-    def from_json(cls, text: str) -> "ShippedCell":
-        d: dict[str, Any] = json.loads(text)
-        return cls(CellOutcome.from_json(json.dumps(d["outcome"])), str(d["host"]), str(d["worker"]), int(d["pid"]),
-                   str(d["root"]), str(d["campaign_name"]), d["campaign_hash"], dict(d["files"]),
-                   dict(d["root_files"]), dict(d["log_tail"]), int(d["log_bytes"]), d["ir_fingerprint"])
+    def from_json(cls, text: str, where: str = "shipped cell") -> "ShippedCell":
+        """The payload ``to_json`` made (a worker of another version may have made it): a FormatError names
+        ``where``, the field and what it expected."""
+        try:
+            d = Fields(where, json.loads(text))
+        except ValueError as exc:
+            raise FormatError(f"{where}: not valid JSON ({exc})") from None
+        d.version(SHIPPED_SCHEMA)
 
-    def origin(self) -> dict[str, Any]:
+        def blobs(name: str) -> dict[str, Blob]:
+            files = d.nested(name)
+            return {path: _blob(files, path) for path in files.data}
+
+        return cls(CellOutcome.from_fields(d.nested("outcome")), d.text("host"), d.text("worker"), d.whole("pid"),
+                   d.text("root"), d.text("campaign_name"), d.text_or_none("campaign_hash"), blobs("files"),
+                   blobs("root_files"), _blob(d, "log_tail"), d.whole("log_bytes"), d.text_or_none("ir_fingerprint"))
+
+    def origin(self) -> Origin:
         """``origin.json``: where the cell ran and where its full log and TTGIR stay."""
-        return {"host": self.host, "worker": self.worker, "pid": self.pid,
-                "cell_dir": str(self.outcome.cell_dir), "run_log": str(run_log(self.outcome.cell_dir)),
-                "run_log_bytes": self.log_bytes, "ir_dir": str(ir_dir(self.outcome.cell_dir)),
-                "ir_fingerprint": self.ir_fingerprint, "campaign": self.campaign_name,
-                "campaign_hash": self.campaign_hash}
+        return Origin(host=self.host, worker=self.worker, pid=self.pid, cell_dir=str(self.outcome.cell_dir),
+                      run_log=str(run_log(self.outcome.cell_dir)), run_log_bytes=self.log_bytes,
+                      ir_dir=str(ir_dir(self.outcome.cell_dir)), ir_fingerprint=self.ir_fingerprint,
+                      campaign=self.campaign_name, campaign_hash=self.campaign_hash)
+
+
+def _blob(fields: Fields, name: str) -> Blob:
+    """A file's content as it travels: ``{"text": ...}`` or ``{"b64": ...}``."""
+    blob = fields.nested(name)
+    if "text" in blob.data:
+        return {"text": blob.text("text")}
+    return {"b64": blob.text("b64")}
 
 
 def pack(outcome: CellOutcome, layout: RootLayout, worker: str, campaign_name: str = "",
@@ -197,7 +218,7 @@ def land(shipped: ShippedCell, root: "CampaignRoot", campaign: str | None = None
                 files[log_tail_file(Path()).name] = shipped.log_tail
                 write_blobs(folder, files)
                 write_blobs(root.path, shipped.root_files)
-            write_json_atomic(origin_file(folder), shipped.origin())
+            write_origin(origin_file(folder), shipped.origin())
         except (OSError, ValueError) as exc:
             from pytest_abbench.session.root import RootStop
 

@@ -22,7 +22,9 @@ from pytest_abbench.core.cellconfig import CHILD_MODULE, CellConfig, autotune_mo
 from pytest_abbench.spawn.cellrun import ChildResult, log_tail, run_child
 from pytest_abbench.core.exitcodes import describe, status_word
 from pytest_abbench.spawn.forkserver import ForkServerError, ForkServers
-from pytest_abbench.core.fileio import CorruptFileError, iter_jsonl, read_json, write_json_atomic
+from pytest_abbench.core.fileio import CorruptFileError
+from pytest_abbench.core.cellfiles import read_timing, write_timing
+from pytest_abbench.core.results import read_results
 from pytest_abbench.checks.irgate import ttgir_files
 from pytest_abbench.core.layout import SIDES, TIMING_FILE, CellKey, RootLayout, ir_dir, results_file, run_log
 from pytest_abbench.core.markers import scan_log
@@ -289,10 +291,8 @@ def add_parent_timing(cell_dir: Path, precompile_s: float, ended: float, elapsed
     """
     path = cell_dir / TIMING_FILE
     try:
-        timing = read_json(path)
-    except (CorruptFileError, OSError):
-        return
-    if not isinstance(timing, dict):
+        timing = read_timing(path)
+    except (CorruptFileError, OSError):  # missing, torn, or not a timing file this version reads
         return
     added: dict[str, float] = {}
     if precompile_s:
@@ -304,7 +304,7 @@ def add_parent_timing(cell_dir: Path, precompile_s: float, ended: float, elapsed
     if 0.0 <= exit_s <= elapsed_s:
         added["exit_s"] = round(exit_s, 3)
     if added:
-        write_json_atomic(path, {**timing, **added})
+        write_timing(path, {**timing, **added})
 
 
 def count_shapes(cell_dir: Path) -> tuple[int, int, list[str]]:
@@ -315,12 +315,12 @@ def count_shapes(cell_dir: Path) -> tuple[int, int, list[str]]:
     if not path.exists():
         return 0, 0, [f"{path}: missing (the child wrote no result)"]
     try:
-        for rec in iter_jsonl(path):
-            if rec.get("status") == "ok":
+        for rec in read_results(path):
+            if rec.ok:
                 success += 1
             else:
                 failed += 1
-                problems.append(f"shape {rec.get('shape')}: {rec.get('status')}: {rec.get('error', '')}")
+                problems.append(f"shape {rec.shape}: {rec.status}: {rec.error or ''}")
     except CorruptFileError as exc:
         failed += 1
         problems.append(str(exc))

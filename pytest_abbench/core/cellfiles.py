@@ -1,0 +1,97 @@
+"""A cell folder's small JSON files besides its identity and results: cell_timing.json, shares.json, origin.json.
+
+``cell_timing.json``: where the cell's wall time went, written by the cell
+process (``child/measure.py``), completed by the parent
+(``spawn/runner.add_parent_timing``), read by the report (``report/cost.py``).
+``shares.json``: a compile-only cell's forked shares, written by the cell,
+read by the parent's precompile.  ``origin.json``: where a cell landed from
+(``session/transport.py``).  Each carries the format version; a file without
+one is the layout from before versions (version 1, the same fields).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, TypedDict
+
+from pytest_abbench.core.fileio import SCHEMA_FIELD, read_object, write_json_atomic
+
+TIMING_SCHEMA = 1
+SHARES_SCHEMA = 1
+ORIGIN_SCHEMA = 1
+
+
+class CellTiming(TypedDict, total=False):
+    """Seconds per part of one cell (``report/cost.py`` PARTS names them); every field may be absent."""
+
+    schema: int
+    startup_s: float  # from the parent's spawn stamp to the cell being ready to build its first shape
+    build_s: float  # the op's inputs
+    first_call_s: float  # each shape's first call: compilation, and the autotuner's benchmarking
+    autotune_bench_calls: int
+    autotune_s: float  # part of first_call_s
+    timing_s: float
+    check_s: float
+    ir_variants: int
+    ir_capture_s: float  # an interpreter cell compiling its kernels again for the IR target
+    total_s: float  # the child's own time, to its last stamp
+    spawned_at: float  # the parent's spawn stamp (time.time())
+    precompile_s: float  # added by the parent: the op's parallel compile before round 1
+    exit_s: float  # added by the parent: from the child's last stamp to seeing it end
+
+
+def write_timing(path: Path, timing: CellTiming | dict[str, float]) -> None:
+    write_json_atomic(path, {**timing, SCHEMA_FIELD: TIMING_SCHEMA})
+
+
+def read_timing(path: Path) -> dict[str, Any]:
+    """The timing file; a CorruptFileError (FormatError) names the file and the field when it is not one."""
+    data = read_object(path)
+    data.version(TIMING_SCHEMA)
+    return data.declared(CellTiming)
+
+
+class Shares(TypedDict):
+    """A compile-only cell's forked shares: each one's seconds, and those that failed (``<name> rc <n>``)."""
+
+    seconds: dict[str, float]
+    failed: list[str]
+
+
+def write_shares(path: Path, shares: Shares) -> None:
+    write_json_atomic(path, {SCHEMA_FIELD: SHARES_SCHEMA, **shares})
+
+
+def read_shares(path: Path) -> Shares:
+    data = read_object(path)
+    data.version(SHARES_SCHEMA)
+    return Shares(seconds=data.number_map("seconds", {}), failed=list(data.texts("failed", [])))
+
+
+class Origin(TypedDict, total=False):
+    """Where a landed cell ran, and where its full run.log and TTGIR stay."""
+
+    schema: int
+    host: str
+    worker: str
+    pid: int
+    cell_dir: str
+    run_log: str
+    run_log_bytes: int
+    ir_dir: str
+    ir_fingerprint: str | None
+    campaign: str
+    campaign_hash: str | None
+
+
+ORIGIN_REQUIRED = ("host", "worker", "cell_dir")
+
+
+def write_origin(path: Path, origin: Origin) -> None:
+    write_json_atomic(path, {**origin, SCHEMA_FIELD: ORIGIN_SCHEMA})
+
+
+def read_origin(path: Path) -> dict[str, Any]:
+    data = read_object(path)
+    data.version(ORIGIN_SCHEMA)
+    return data.declared(Origin, ORIGIN_REQUIRED)
