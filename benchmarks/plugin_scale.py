@@ -161,7 +161,7 @@ PROBE = textwrap.dedent('''
     import pytest
 
     from pytest_abbench.session import transport
-    from pytest_abbench.session.campaign_session import AbbenchSession
+    from pytest_abbench.session.reporting import ReportHooks
     from pytest_abbench.session.xdist_hooks import XdistHooks
 
     WALL, CPU = defaultdict(Counter), defaultdict(Counter)  # part -> test node id -> seconds
@@ -193,7 +193,7 @@ PROBE = textwrap.dedent('''
     # Patched before pytest_configure registers the plugin's objects, so the bound hooks are these.
     timed(transport, "pack", "pack")  # the fixture and the session import these from the module when used
     timed(transport, "land", "land")
-    timed(AbbenchSession, "pytest_runtest_logreport", "abbench")
+    timed(ReportHooks, "pytest_runtest_logreport", "abbench")
     timed(XdistHooks, "pytest_runtest_logreport", "abbench")
 
 

@@ -19,14 +19,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     from pytest_abbench.session import fixtures
-    from pytest_abbench.session.options import resolve
     from pytest_abbench.session.campaign_session import CELL_MARK, SESSION_KEY, AbbenchSession
+    from pytest_abbench.session.collection import CollectionHooks
+    from pytest_abbench.session.options import resolve
+    from pytest_abbench.session.reporting import ReportHooks
 
     config.addinivalue_line("markers", f"{CELL_MARK}(campaign, op): a cell test: pytest-abbench parametrizes it "
                                        "over the rounds and sides of that campaign file's op")
     session = AbbenchSession(config, resolve(config))
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(session, "abbench-session")
+    config.pluginmanager.register(CollectionHooks(session), "abbench-collection")
+    config.pluginmanager.register(ReportHooks(session), "abbench-reporting")
     config.pluginmanager.register(fixtures, "abbench-fixtures")
     if config.pluginmanager.hasplugin("xdist"):
         from pytest_abbench.session.xdist_hooks import XdistHooks

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from helpers import FAULT_CAMPAIGN, simple_campaign, process_alive
+from pytest_abbench.core.budget import CellBudget, read_budget
 from pytest_abbench.core.status import COLUMNS, read_status
 
 
@@ -71,6 +72,36 @@ def test_timeout_kills_the_whole_process_group(fault_run: tuple[pytest.RunResult
     while time.monotonic() < deadline and (process_alive(child) or process_alive(grandchild)):
         time.sleep(0.1)
     assert not process_alive(child) and not process_alive(grandchild)
+
+
+def test_the_outer_guard_leaves_a_timeout_row_and_the_budget_is_in_the_root(campaign_dir: pytest.Pytester,
+                                                                           tmp_path: Path) -> None:
+    """pytest-timeout's guard fires in the parent: the cell's group is killed and the cell still gets its row."""
+    campaign_dir.makepyfile(faults=FAULT_CAMPAIGN)
+    # Stands for a parent that hangs past its guard: in real use the guard is the cell's deadlines plus 300 s
+    # (core.budget), far too long for a test, so it is cut to 4 s while the child's own timeout stays 120 s.
+    campaign_dir.makeconftest("from pytest_abbench.core.budget import CellBudget\n"
+                              "CellBudget.guard_s = lambda self, round_no: 4.0\n")
+    root, pidfile = tmp_path / "root", tmp_path / "hang.pid"
+    os.environ["HANG_PIDFILE"] = str(pidfile)
+    try:
+        result = campaign_dir.runpytest_subprocess("faults.py", "--ab-rounds", "1", "--ab-root", str(root),
+                                                   "--ab-ir-target", "none", "-k", "r1-A and hang",
+                                                   "--cell-timeout", "120", "-p", "no:cacheprovider")
+    finally:
+        del os.environ["HANG_PIDFILE"]
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*Timeout*4*"])
+    rows = read_status(root)
+    assert [(r.op, r.side, r.rc, r.status) for r in rows] == [("hang", "A", 124, "TIMEOUT")]
+    assert 0.0 < rows[0].elapsed_s < 60  # the guard, far before the child's own 120 s
+    assert read_budget(root) == CellBudget(child_s=120.0, precompile_s=120.0, bookkeeping_s=300.0)
+    if pidfile.exists():  # the guard may fire while the side's server still imports, before the op's build
+        pids = [int(p) for p in pidfile.read_text().split()]
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and any(process_alive(pid) for pid in pids):
+            time.sleep(0.1)
+        assert not any(process_alive(pid) for pid in pids)
 
 
 def test_passing_cells_write_results_identity_and_junit_properties(campaign_dir: pytest.Pytester,

@@ -360,10 +360,17 @@ def why_not_campaign(path: Path) -> str | None:
     return "it does not import pytest_abbench (a campaign is found by `from pytest_abbench import ...` and OPS)"
 
 
-def module_name_for(path: Path) -> str:
-    """A stable module name per file: autotune records key kernels by qualified name."""
-    digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:8]
-    return f"abbench_campaign_{re.sub(r'[^A-Za-z0-9_]', '_', path.stem)}_{digest}"
+def module_name_for(path: Path, rootdir: Path | None = None) -> str:
+    """The campaign's module name, from its path relative to ``rootdir`` (the session's rootdir; default the
+    current folder): ``campaigns/mm.py`` is ``abbench_campaign__campaigns__mm``.
+
+    Autotune records key kernels by qualified name and are compared across
+    runs, hosts and moved roots: nothing machine-specific (no absolute path)
+    may be in it.  Two campaign files of one session still get two names.
+    """
+    relative = Path(os.path.relpath(path.resolve(), (rootdir or Path.cwd()).resolve())).with_suffix("")
+    parts = ["up" if part == ".." else re.sub(r"[^A-Za-z0-9_]", "_", part) for part in relative.parts]
+    return "abbench_campaign__" + "__".join(parts)
 
 
 # Campaign files import helpers that sit beside them (``from _kernels.switches import x``), by top-level
@@ -405,12 +412,16 @@ def _helpers_imported(folder: Path, before: set[str]) -> dict[str, ModuleType]:
     return found
 
 
-def load_campaign(path: str | Path) -> Campaign:
-    """Import a campaign file and validate what it declares."""
+def load_campaign(path: str | Path, rootdir: Path | None = None, module_name: str | None = None) -> Campaign:
+    """Import a campaign file and validate what it declares.
+
+    ``module_name``: the name the session gave it (a cell is told it); else
+    ``module_name_for(path, rootdir)``.
+    """
     path = Path(path).resolve()
     if not path.is_file():
         raise CampaignError(f"{path}: no such campaign file")
-    name = module_name_for(path)
+    name = module_name or module_name_for(path, rootdir)
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise CampaignError(f"{path}: cannot be imported as a Python file")

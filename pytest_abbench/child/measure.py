@@ -71,7 +71,7 @@ def measure(config: CellConfig) -> int:
     if config.backend == "cuda" and not torch.cuda.is_available():
         log("[abbench] backend cuda requested but torch.cuda.is_available() is False")
         return EXIT_SETUP_ERROR
-    campaign = load_campaign(config.campaign)
+    campaign = load_campaign(config.campaign, module_name=config.campaign_module)
     op = campaign.op(config.op)
     shapes = op.shapes_for(config.level)
     hook = campaign.switch.setup(config.side)
@@ -227,7 +227,7 @@ def run_ir_only(config: CellConfig) -> int:
         return run_shares(config)
     out = config.out
     enter_compile_only(config.ir_target)
-    campaign = load_campaign(config.campaign)
+    campaign = load_campaign(config.campaign, module_name=config.campaign_module)
     op = campaign.op(config.op)
     hook = campaign.switch.setup(config.side)
     if hook is not None:

@@ -93,6 +93,9 @@ class CellConfig:
         "--shares", int, help="--ir-only: fork this many processes, each compiling share I/N of the shapes"))
     spawn: str = field(default="exec", metadata=_flag(
         "--spawn", choices=SPAWN_METHODS, help="how the plugin started this process (identity axis spawn)"))
+    campaign_module: str | None = field(default=None, metadata=_flag(
+        "--campaign-module", help="the campaign's module name as the session loaded it (from its path relative to "
+                                  "the rootdir): autotune records key kernels by it"))
 
     def compile_only(self) -> CellConfig:
         """This cell as its IR capture runs it: the shapes of ``ir_level``, which may differ from the timed ones."""

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Collection, Mapping
 
+from pytest_abbench.core.budget import CellBudget
+
 from pytest_abbench.core import envnames
 
 DEFAULT_CELL_TIMEOUT_S = 2400.0  # matches the NV campaigns: one hung cell must not hold a batch
@@ -150,6 +152,11 @@ class Settings:
     worker_scratch: Path | None = None
     costs_from: Path | None = None  # --ab-costs-from: an earlier root whose cell times order the ops
     sources: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def budget(self) -> CellBudget:
+        """Every deadline of a cell (``core.budget``), from --cell-timeout."""
+        return CellBudget.from_cell_timeout(self.cell_timeout_s)
 
     def ir_level_for(self, op_levels: Collection[str], side_level: str | None = None) -> str:
         """The shape set IR capture compiles for an op with shapes at ``op_levels``.

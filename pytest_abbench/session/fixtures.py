@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
 import pytest
 
+from pytest_abbench.core.exitcodes import TIMEOUT, status_word
 from pytest_abbench.core.layout import SIDES, CellKey, ir_dir, run_log
 from pytest_abbench.core.outcome import NO_GPU, NO_IR_DIFF, CellOutcome
 from pytest_abbench.session.campaign_session import SHIPPED_KEY, AbbenchSession, session_of
@@ -84,7 +86,16 @@ class Cell:
                                     str(self.planned.campaign_path), rc=0))
             pytest.fail(f"cell {self.key} not started: {session.gpu_problem}", pytrace=False)
         session.root.set_aside(self.key)
-        cell_run = session.runner().run(self.campaign, self.key)
+        started = time.monotonic()
+        try:
+            cell_run = session.runner().run(self.campaign, self.key)
+        except pytest.fail.Exception:
+            # pytest-timeout's guard (core.budget) fired in this process: the child's group is already killed
+            # (cellrun); the cell still gets its row, as TIMEOUT, so the root says what happened and resumes.
+            self.record(CellOutcome(self.key, self.folder, status_word(TIMEOUT), self.campaign.switch.describe(),
+                                    str(self.planned.campaign_path), rc=TIMEOUT,
+                                    elapsed_s=time.monotonic() - started))
+            raise
         self.record(cell_run.outcome)
         if cell_run.failure is not None:
             pytest.fail(cell_run.failure, pytrace=False)

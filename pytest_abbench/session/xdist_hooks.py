@@ -13,13 +13,12 @@ from typing import Any, Iterable, Mapping
 
 import pytest
 
-from pytest_abbench.session.balance import OpTimes, op_costs, op_work, order_ops, root_times
+from pytest_abbench.session.balance import OpTimes, op_costs, op_work, root_times
 from pytest_abbench.campaign.model import CampaignError, CampaignSkipped, looks_like_campaign
 from pytest_abbench.core.fileio import write_json_atomic
-from pytest_abbench.core.layout import CELL_NODEID, CellKey, cell_key
+from pytest_abbench.core.layout import CellKey, cell_key
 from pytest_abbench.core.exitcodes import shell_rc
 from pytest_abbench.core.outcome import OUTCOME_PROPERTY, WORKER_LOST, CellOutcome
-from pytest_abbench.session.progress import RoundProgress
 from pytest_abbench.session.root import op_fingerprints
 from pytest_abbench.session.campaign_session import SEED_INPUT, AbbenchSession
 from pytest_abbench.core.status import StatusFormatError
@@ -55,12 +54,6 @@ def separate_path_arguments(args: Iterable[str]) -> list[tuple[str, str]]:
             if option in PATH_OPTIONS and Path(value).exists()]
 
 
-def op_scope(nodeid: str) -> str:
-    """The xdist scheduling scope of a test: ``campaign::op`` for a cell, the node id for anything else."""
-    match = CELL_NODEID.search(nodeid)
-    return nodeid[: match.start()] if match else nodeid
-
-
 @dataclass
 class WorkerLoad:
     """What one worker ran this session: its cells' child time, their count, its ops in the order it got them."""
@@ -84,8 +77,6 @@ class XdistHooks:
         self.wall_s: float | None = None
         if not session.is_worker:
             config = session.config
-            rsynced = [*(config.getoption("rsyncdir", None) or []), *config.getini("rsyncdirs")]
-            session.locator = CampaignLocator(config.rootpath, (Path(p) for p in rsynced))
             if any(moves_arguments(tx) for tx in config.getoption("tx", None) or ()):
                 self.refuse_separate_paths(config.invocation_params.args)
 
@@ -112,48 +103,14 @@ class XdistHooks:
 
     # -- scheduling --------------------------------------------------------------
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
-        """Every cell of an op on one worker, in collection order, whatever ``--dist`` load mode was asked for.
-
-        The sides of an op must be timed on one GPU and round 1 side A must
-        record before anything replays it.  xdist's own ``loadgroup`` relies on
-        rewriting node ids, which pytest 9.2 no longer allows, so the grouping
-        is done here, by scope: a cell's scope is its op; any other test is its own.
-        The most expensive op is handed out first (``balance.py``).
-        """
+        """Every cell of an op on one worker, the costliest op first, whatever ``--dist`` load mode was asked for
+        (``scheduler.CellsByOp``)."""
         if config.getvalue("dist") in ("no", "each"):
             return None
-        from xdist.scheduler import LoadScopeScheduling
+        from pytest_abbench.session.scheduler import CellsByOp
 
-        hooks = self
-
-        class CellsByOp(LoadScopeScheduling):  # type: ignore[misc]  # xdist ships no type information
-            costs: dict[str, float] | None = None
-
-            def _split_scope(self, nodeid: str) -> str:
-                return op_scope(nodeid)
-
-            def _assign_work_unit(self, node: Any) -> None:
-                # schedule() fills the queue in collection order and then assigns from its front; a
-                # crashed worker's ops go back at its end.  Either way the costliest op goes next.
-                if self.costs is None:
-                    self.costs = hooks.scope_costs(self.workqueue)
-                if self.costs:  # a session without cells keeps xdist's order, untouched
-                    for scope in order_ops(list(self.workqueue), self.costs):
-                        self.workqueue.move_to_end(scope)
-                super()._assign_work_unit(node)
-
-            def remove_node(self, node: Any) -> str | None:
-                # A worker that died mid-op took the op's round-1 records (its scratch root) with it: the op's
-                # remaining cells fail here, each with the reason, instead of replaying nothing on another
-                # worker.  Ops it had not started go back to the queue.
-                lost = hooks.take_lost_op(self.assigned_work.get(node))
-                crashitem: str | None = super().remove_node(node)
-                if lost:
-                    hooks.fail_lost_cells(node, lost)
-                    return None  # each lost cell has its report; xdist's "crashed while running" would be a second
-                return crashitem
-
-        return CellsByOp(config, log)
+        return CellsByOp(config, log, costs_of=self.scope_costs, lost_op=self.take_lost_op,
+                         fail_lost=self.fail_lost_cells)
 
     @staticmethod
     def take_lost_op(workload: Any) -> list[str]:
@@ -298,9 +255,8 @@ class XdistHooks:
             session.plan.ops.setdefault(key.op, str(path) if path is not None else campaign_name(nodeid))
             if path is not None:
                 located.setdefault(key.op, path)
-        session.progress = RoundProgress((key for _, key in cells), session.plan.rounds, session.started)
-        session.root.claim(files, session.settings.switch_env, session.plan,
-                           op_fingerprints(located, session.campaign, session.settings.level))
+        session.start_progress(key for _, key in cells)
+        session.claim_root(files, op_fingerprints(located, session.campaign, session.settings.level))
 
     # -- progress on the controller ---------------------------------------------
     def say(self, line: str) -> None:

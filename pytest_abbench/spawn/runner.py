@@ -19,9 +19,9 @@ from pytest_abbench.core import tunercache
 from pytest_abbench.campaign.model import Campaign
 from pytest_abbench.core import envnames
 from pytest_abbench.core.cellconfig import CHILD_MODULE, CellConfig, autotune_mode_for
-from pytest_abbench.spawn.cellrun import ChildResult, log_tail, run_child
+from pytest_abbench.spawn.cellrun import ChildResult, log_tail
 from pytest_abbench.core.exitcodes import describe, status_word
-from pytest_abbench.spawn.forkserver import ForkServerError, ForkServers
+from pytest_abbench.spawn.strategy import CellSpawn, ExecSpawn, ForkSpawn
 from pytest_abbench.core.fileio import CorruptFileError
 from pytest_abbench.core.cellfiles import read_timing, write_timing
 from pytest_abbench.core.results import read_results
@@ -32,11 +32,6 @@ from pytest_abbench.core.settings import Settings
 from pytest_abbench.core.outcome import FAILED_SHAPES, IR_ONLY, NO_SHAPES, OK, CellOutcome
 
 PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])  # the folder holding pytest_abbench/, for cells of another Python
-# Servers a session starts ahead of their first cell: side A and three switches' side B.  Each idle server
-# holds torch and Triton imported (about 280 MB resident with a CPU torch), so the count stays bounded when a
-# session collects many campaigns of different switches.
-PRESTART_SERVERS = 4
-EXIT_NO_SERVER = 3  # the cell could not be started: its side's fork server failed (the cell's setup-error code)
 
 
 @dataclass
@@ -56,15 +51,14 @@ class CellRunner:
         self.layout = layout
         self.gpu = gpu
         self.check = check  # called while a child runs: stops the session when it must not go on
-        self.servers = ForkServers(layout.servers) if settings.spawn == "fork" else None
+        self.spawn: CellSpawn = ForkSpawn(layout.servers) if settings.spawn == "fork" else ExecSpawn()
         self.precompiled: set[str] = set()
         self.planned_servers: list[tuple[Campaign, CellKey]] = []
         self._target: str | None | bool = False  # the GPU's Triton target, looked up once (False: not yet)
 
     def close(self) -> None:
         """End the session's fork servers (they would also die with this process)."""
-        if self.servers is not None:
-            self.servers.close()
+        self.spawn.close()
 
     def plan_servers(self, cells: Iterable[tuple[Campaign, CellKey]]) -> None:
         """The fork servers to start ahead, once the first cell's own are ready (``_start_planned_servers``).
@@ -80,18 +74,16 @@ class CellRunner:
         self.planned_servers = list(cells)
 
     def _start_planned_servers(self) -> None:
-        """Start the planned servers in the background, up to PRESTART_SERVERS running in all."""
-        assert self.servers is not None
+        """Start the planned servers in the background, as many as the spawn has room for."""
         planned, self.planned_servers = self.planned_servers, []
         for campaign, key in planned:
-            if len(self.servers.servers) >= PRESTART_SERVERS:
+            if self.spawn.room() == 0:
                 return
             self._start_server(campaign, key, self.layout.cell(key))
 
     def _start_server(self, campaign: Campaign, key: CellKey, cell_dir: Path) -> None:
-        """Start the fork server of ``key``'s side (a cell in ``cell_dir``) if none runs; does not wait for it."""
-        assert self.servers is not None
-        self.servers.start(self.python(campaign, key), self.env(campaign, key, cell_dir), f"side-{key.side}")
+        """Start the server of ``key``'s side (a cell in ``cell_dir``) if the spawn keeps one; does not wait for it."""
+        self.spawn.warm(self.python(campaign, key), self.env(campaign, key, cell_dir), f"side-{key.side}")
 
     def tuner_cache(self, campaign: Campaign, side: str) -> str:
         """The side's tuner cache as the identity names it (caliber axis ``tuner_cache``)."""
@@ -141,7 +133,7 @@ class CellRunner:
             # another, so one cell may use every core of this worker.  A level the op lacks: the child says so.
             shares = max(1, min(len(op_shapes.get(ir_level or level) or ()), precompile.worker_share()))
         return CellConfig(
-            campaign=campaign.path, op=key.op, round_no=key.round, side=key.side, role=key.role, out=cell_dir,
+            campaign=campaign.path, campaign_module=campaign.module.__name__, op=key.op, round_no=key.round, side=key.side, role=key.role, out=cell_dir,
             backend=s.backend, timer=side_opts.get("timer") or s.timer, level=level,
             samples=int(side_opts.get("samples") or s.samples),
             direct_rep=int(side_opts.get("direct_rep") or s.direct_rep_ms),
@@ -160,30 +152,16 @@ class CellRunner:
         return [self.python(campaign, key), "-m", CHILD_MODULE, *config.to_argv()]
 
     def start_cell(self, campaign: Campaign, key: CellKey, cell_dir: Path, log_path: Path) -> ChildResult:
-        """Run the cell's child: forked from its side's server (--ab-spawn fork) or a fresh interpreter."""
-        argv = self.argv(campaign, key, cell_dir)
-        env = self.env(campaign, key, cell_dir)
-        if self.servers is None:
-            return run_child(argv, env, log_path, self.settings.cell_timeout_s, self.check)
-        started = time.monotonic()
-        try:
-            self.servers.start(argv[0], env, f"side-{key.side}")
+        """Run the cell's child the session's way (``--ab-spawn``), to its end or its timeout."""
+
+        def warm_others() -> None:
             for side in SIDES:  # the other side's server imports while this cell runs
                 if side != key.side:
                     self._start_server(campaign, CellKey(key.round, key.op, side), cell_dir)
-            server = self.servers.server(argv[0], env, f"side-{key.side}")
             self._start_planned_servers()
-        except ForkServerError as exc:
-            with open(log_path, "a", encoding="utf-8") as log:
-                log.write(f"[abbench] {exc}\n[abbench] --ab-spawn exec starts each cell in a fresh interpreter\n")
-            return ChildResult(rc=EXIT_NO_SERVER, elapsed_s=time.monotonic() - started)
-        for notice in self.servers.notices:
-            with open(log_path, "a", encoding="utf-8") as log:
-                log.write(f"[abbench] {notice}\n")
-        self.servers.notices.clear()
-        waited = time.monotonic() - started  # a server started for this cell: its imports are this cell's start-up
-        child = run_child(argv[3:], env, log_path, self.settings.cell_timeout_s, self.check, server)
-        return ChildResult(child.rc, child.elapsed_s + waited)
+
+        return self.spawn.run(self.argv(campaign, key, cell_dir), self.env(campaign, key, cell_dir),
+                              f"side-{key.side}", log_path, self.settings.budget.child_s, self.check, warm_others)
 
     def precompile(self, campaign: Campaign, key: CellKey, log_path: Path) -> float:
         """Before an op's first round-1 cell on a GPU: compile its kernels for both sides in parallel.
@@ -203,9 +181,8 @@ class CellRunner:
                 log.write("[abbench] precompile skipped: nvidia-smi did not give the GPU's compute capability\n")
                 return 0.0
             parallel = precompile.worker_share()
-            if self.servers is not None:  # both sides' servers import at once; the jobs below wait for each
-                for side in SIDES:
-                    self._start_server(campaign, CellKey(1, key.op, side), self.layout.precompile(key.op) / side)
+            for side in SIDES:  # both sides' servers (if any) import at once; the jobs below wait for each
+                self._start_server(campaign, CellKey(1, key.op, side), self.layout.precompile(key.op) / side)
             jobs = []
             for side in SIDES:
                 side_key = CellKey(1, key.op, side)
@@ -213,24 +190,11 @@ class CellRunner:
                 n = precompile.shares(len(campaign.op(key.op).shapes_for(config.level)), parallel)
                 compile_all = replace(config, ir_only=True, ir_target=self._target, ir_level=None,
                                       autotune_mode="compile-all")
-                python = self.python(campaign, side_key)
-                if self.servers is not None:
-                    # Forked from the side's server, which forks the shares: no share pays for imports.
-                    out = self.layout.precompile(key.op) / side
-                    env = precompile.env_for(self.env(campaign, side_key, out))
-                    server = self.servers.server(python, env, f"side-{side}")
-                    jobs.append(precompile.Job(side, replace(compile_all, out=out, shares=n).to_argv(), env,
-                                               out / "compile.log", server))
-                    continue
-                for i in range(n):
-                    out = self.layout.precompile(key.op) / f"{side}-{i + 1}of{n}"
-                    share = replace(compile_all, out=out, shard=f"{i}/{n}")
-                    jobs.append(precompile.Job(out.name, [python, "-m", CHILD_MODULE, *share.to_argv()],
-                                               precompile.env_for(self.env(campaign, side_key, out)),
-                                               out / "compile.log"))
-            if self.servers is not None:
-                self._start_planned_servers()
-            result = precompile.run_jobs(jobs, parallel, s.cell_timeout_s, self.check)
+                jobs += self.spawn.precompile_jobs(side, compile_all, self.python(campaign, side_key),
+                                                   lambda out: self.env(campaign, side_key, out),
+                                                   self.layout.precompile(key.op), n)
+            self._start_planned_servers()
+            result = precompile.run_jobs(jobs, parallel, s.budget.precompile_s, self.check)
             log.write(result.line(key.op) + "\n")
         return time.monotonic() - started
 

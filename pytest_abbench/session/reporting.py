@@ -1,0 +1,160 @@
+"""Reporting: cells land in the root as their reports arrive, outcomes are gathered, the report is printed.
+
+``ReportHooks`` runs in the process that writes the root (the xdist controller,
+or a serial session) and on workers, where it only collects outcomes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Generator
+
+import pytest
+
+from pytest_abbench.core.layout import CellKey, cell_key, run_log
+from pytest_abbench.core.outcome import NO_IR_DIFF, OUTCOME_PROPERTY, CellOutcome
+from pytest_abbench.core.wording import count
+from pytest_abbench.session.campaign_session import SHIPPED_KEY, AbbenchSession
+from pytest_abbench.session.cells import CALIBER_PROPERTY, GATE_PROPERTY, NOTICE_PROPERTY
+from pytest_abbench.session.transport import SHIPPED_ATTR, ShippedCell
+
+if TYPE_CHECKING:
+    from pytest_abbench.report import Report
+
+
+class ReportHooks:
+    """Lands shipped cells, gathers outcomes into the session, prints notices, caliber lines and the report."""
+
+    def __init__(self, session: AbbenchSession) -> None:
+        self.session = session
+        self.caliber_lines_shown: set[str] = set()
+        self.notices_shown: set[str] = set()
+        self.landed: set[CellKey] = set()
+        self.landed_gates: set[str] = set()
+        self.workers_seen: set[str] = set()  # xdist workers that reported a cell (the controller's idle time)
+        self.final: Report | None = None
+        self.plots: list[Path] = []
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item,
+                                  call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        """A recorded cell's payload rides on the report of the phase that recorded it, once."""
+        report = yield
+        shipped = item.stash.get(SHIPPED_KEY, None)
+        if shipped is not None:
+            del item.stash[SHIPPED_KEY]
+            setattr(report, SHIPPED_ATTR, shipped.to_json())
+        return report
+
+    def land(self, report: pytest.TestReport) -> CellOutcome | None:
+        """Write a cell's payload into the campaign root (the controller, or a serial session: never a worker)."""
+        payload = getattr(report, SHIPPED_ATTR, None)
+        props = dict(report.user_properties)
+        gate = props.get(GATE_PROPERTY)
+        if gate is not None and not self.session.is_worker:
+            from pytest_abbench.checks import irgate
+
+            decision = irgate.GateDecision.from_json(json.loads(str(gate)))
+            if decision.op not in self.landed_gates:
+                self.landed_gates.add(decision.op)
+                irgate.save_decision(self.session.root.path, decision)
+                self.session.gates.setdefault(decision.op, decision)
+        if payload is None or self.session.is_worker:
+            return None
+        from pytest_abbench.session.transport import land
+
+        shipped = ShippedCell.from_json(str(payload))
+        if shipped.outcome.key in self.landed:
+            return None
+        self.landed.add(shipped.outcome.key)
+        return land(shipped, self.session.root, self.controller_campaign(shipped))
+
+    def controller_campaign(self, shipped: ShippedCell) -> str | None:
+        """The controller's own path of the campaign file a cell ran (None in a serial session: the same file)."""
+        if self.session.locator is None or not shipped.campaign_name:
+            return None
+        path = self.session.locator.locate(shipped.campaign_name)
+        if path is None:
+            return None
+        from pytest_abbench.core.identity import file_hash
+
+        if shipped.campaign_hash is not None and file_hash(path) != shipped.campaign_hash:
+            line = (f"abbench: {shipped.worker} ({shipped.host}) ran {shipped.campaign_name} with content hash "
+                    f"{shipped.campaign_hash}; the controller's {path} is {file_hash(path)}: the root's "
+                    "campaign.json does not describe what ran")
+            if line not in self.notices_shown:
+                self.notices_shown.add(line)
+                self.session.write_line(line)
+        return str(path)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Land cells into the root, gather outcomes (here on the xdist controller too), print caliber lines."""
+        node = getattr(report, "node", None)  # set by xdist on the controller only
+        if node is not None:
+            self.workers_seen.add(str(node.gateway.id))
+        if report.when == "teardown" and self.session.progress is not None and not self.session.is_worker:
+            key = cell_key(report.nodeid)
+            line = self.session.progress.cell_done(key) if key is not None else None
+            if line is not None:
+                self.session.write_line(line)
+        for name, value in report.user_properties:
+            if name == NOTICE_PROPERTY and value not in self.notices_shown:
+                self.notices_shown.add(str(value))
+                self.session.write_line(str(value))
+        landed = self.land(report)
+        props = dict(report.user_properties)
+        if OUTCOME_PROPERTY not in props:
+            return
+        measured = CellOutcome.from_json(str(props[OUTCOME_PROPERTY]))  # its folder where it ran
+        outcome = landed or measured
+        if outcome.key in self.session.outcomes and landed is None and not self.session.is_worker:
+            outcome = self.session.outcomes[outcome.key]  # later reports of the cell carry the worker's record again
+        if outcome.key not in self.session.outcomes and outcome.non_utf8_sequences:
+            self.session.write_line(f"abbench: {run_log(measured.cell_dir)}: {outcome.non_utf8_sequences} byte sequence(s) "
+                            "not UTF-8 (kept as written)")
+        self.session.outcomes[outcome.key] = outcome
+        if not self.session.plan.ops.get(outcome.key.op):
+            self.session.plan.ops[outcome.key.op] = outcome.campaign
+        for line in json.loads(str(props.get(CALIBER_PROPERTY, "[]"))):
+            if line not in self.caliber_lines_shown:
+                self.caliber_lines_shown.add(line)
+                self.session.write_line(line)
+
+    def pytest_report_teststatus(self, report: pytest.TestReport, config: pytest.Config) -> Any:
+        if report.when == "setup" and report.skipped and NO_IR_DIFF in str(report.longrepr):
+            return "skipped", "n", ("NO_IR_DIFF", {"yellow": True})
+        return None
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.session.is_worker or not self.session.outcomes:
+            self.session.root.release()
+            return
+        from pytest_abbench import report
+
+        settings = self.session.settings
+        self.final = report.build_report(self.session.root.path, self.session.outcomes.values(), self.session.plan,
+                                         margin_pct=settings.margin_pct, fail_if_slower_pct=settings.fail_if_slower_pct,
+                                         allow_caliber_mismatch=settings.allow_caliber_mismatch,
+                                         wall_s=time.monotonic() - self.session.started, workers=max(1, len(self.workers_seen)))
+        session.exitstatus = self.final.decide_exit(int(session.exitstatus), settings.allow_caliber_mismatch)
+        self.plots = report.write_report(self.session.root.path, self.final)
+        self.session.root.release()
+
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter, exitstatus: int,
+                                config: pytest.Config) -> None:
+        if self.final is None:
+            return
+        from pytest_abbench import report
+
+        layout = self.session.root.layout
+        terminalreporter.section("abbench report")
+        for line in report.render_text(self.final).splitlines():
+            terminalreporter.write_line(line)
+        if self.plots:
+            terminalreporter.write_line(f"plots: {layout.plots} ({count(len(self.plots), 'op')})")
+        terminalreporter.write_line(f"report: {layout.report_md}, {layout.report_json}")
+        terminalreporter.write_line(f"abbench root: {self.session.root.path}")
+        terminalreporter.write_line(self.final.exit_line())

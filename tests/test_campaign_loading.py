@@ -1,0 +1,36 @@
+"""A campaign's module name (which keys its kernels' autotune records) holds no machine-specific path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pytest_abbench.campaign.model import load_campaign, module_name_for
+
+CAMPAIGN = "from pytest_abbench import Op\n\nOPS = [Op('one', build=lambda shape, device: (lambda: None), shapes={'smoke': [{}]})]\n"
+
+
+def write_campaign(rootdir: Path, relative: str) -> Path:
+    path = rootdir / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(CAMPAIGN)
+    return path
+
+
+def test_the_same_campaign_in_two_checkouts_gets_one_module_name(tmp_path: Path) -> None:
+    here, there = tmp_path / "here", tmp_path / "elsewhere" / "moved"
+    names = {module_name_for(write_campaign(root, "campaigns/mm.py"), root) for root in (here, there)}
+    assert names == {"abbench_campaign__campaigns__mm"}
+
+
+def test_loaded_module_is_named_from_the_rootdir_and_distinct_per_file(tmp_path: Path) -> None:
+    first = load_campaign(write_campaign(tmp_path, "campaigns/mm.py"), rootdir=tmp_path)
+    second = load_campaign(write_campaign(tmp_path, "other/mm.py"), rootdir=tmp_path)
+    assert first.module.__name__ == "abbench_campaign__campaigns__mm"
+    assert second.module.__name__ == "abbench_campaign__other__mm"
+    outside = module_name_for(write_campaign(tmp_path / "a", "x-y.py"), tmp_path / "b")
+    assert outside == "abbench_campaign__up__a__x_y" and str(tmp_path) not in outside
+
+
+def test_a_cell_loads_under_the_name_the_session_gave(tmp_path: Path) -> None:
+    path = write_campaign(tmp_path, "c.py")
+    assert load_campaign(path, module_name="abbench_campaign__given").module.__name__ == "abbench_campaign__given"
