@@ -100,6 +100,28 @@ def test_sigint_after_round_3_reports_no_verdict(campaign_dir: pytest.Pytester, 
     assert_no_verdict(offline.stdout.str(), rounds_run, 6)
 
 
+def test_sigterm_ends_with_the_report_and_the_exit_line(campaign_dir: pytest.Pytester, tmp_path: Path) -> None:
+    """A cancelled CI job (SIGTERM) ends like a Ctrl-C: rows kept, report marked incomplete, the exit line."""
+    campaign_dir.makepyfile(c=simple_campaign('"one"'))
+    root = tmp_path / "root"
+    proc = campaign_dir.popen([sys.executable, "-m", "pytest", "c.py", "--ab-rounds", "3", "--ab-root", str(root),
+                               *FAST], stdout=open(tmp_path / "out.txt", "wb"), stderr=open(tmp_path / "err.txt", "wb"))
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        if (root / "status.tsv").exists() and len(read_status(root)) >= 2:
+            break
+        time.sleep(0.05)
+    running = proc.poll() is None
+    proc.send_signal(signal.SIGTERM)
+    rc = proc.wait(timeout=120)
+    out = (tmp_path / "out.txt").read_text()
+    assert rc == 2, f"rc {rc}, pytest {'was' if running else 'was NOT'} running at the SIGTERM; " + out[-3000:]
+    assert "abbench: stopped by SIGTERM" in out
+    assert "abbench: exit 2: interrupted or a collection error (pytest's code); planned cells never ran" in out
+    assert 2 <= len(read_status(root)) < 6
+    assert json.loads((root / "report.json").read_text())["complete"] is False
+
+
 def test_a_malformed_status_line_is_named_and_skipped(campaign_dir: pytest.Pytester, tmp_path: Path) -> None:
     """One torn or edited line of status.tsv costs that line, not every good row (summary and --ab-resume)."""
     campaign_dir.makepyfile(c=simple_campaign('"one"'))

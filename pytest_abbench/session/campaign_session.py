@@ -27,6 +27,7 @@ from pytest_abbench.session.gpuclaim import GpuClaim, claim_gpu
 from pytest_abbench.session.progress import RoundProgress
 from pytest_abbench.session.root import CampaignRoot, default_root
 from pytest_abbench.session.transport import SERIAL_WORKER, CampaignLocator, ShippedCell, scratch_root
+from pytest_abbench.spawn import interrupts
 
 if TYPE_CHECKING:
     from pytest_abbench.checks import irgate
@@ -91,6 +92,7 @@ class AbbenchSession:
         self.started = time.monotonic()
         self.progress: RoundProgress | None = None  # set once the selected cells are known (never on a worker)
         self.controller_check = controller_check()  # made now, while the controller that started a worker is alive
+        interrupts.install()  # a Ctrl-C or SIGTERM from now on ends the session with its report
 
     # -- state the fixtures use -------------------------------------------------
     def campaign(self, path: Path) -> Campaign:

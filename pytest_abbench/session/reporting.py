@@ -19,6 +19,7 @@ from pytest_abbench.core.wording import count
 from pytest_abbench.session.campaign_session import SHIPPED_KEY, AbbenchSession
 from pytest_abbench.session.cells import CALIBER_PROPERTY, GATE_PROPERTY, NOTICE_PROPERTY
 from pytest_abbench.session.transport import SHIPPED_ATTR, ShippedCell
+from pytest_abbench.spawn import interrupts
 
 if TYPE_CHECKING:
     from pytest_abbench.report import Report
@@ -151,6 +152,9 @@ class ReportHooks:
 
         layout = self.session.root.layout
         terminalreporter.section("abbench report")
+        if "SIGTERM" in interrupts.received:
+            terminalreporter.write_line("abbench: stopped by SIGTERM: the cell that was running was killed; "
+                                        "cells not yet run are missing from this report")
         for line in report.render_text(self.final).splitlines():
             terminalreporter.write_line(line)
         if self.plots:
