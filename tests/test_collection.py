@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 
 import pytest
 
@@ -71,6 +72,19 @@ def test_bad_cell_timeout_from_environment_names_the_variable(campaign_dir: pyte
     result = campaign_dir.runpytest("c.py", "--collect-only")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*environment variable CELL_TIMEOUT='soon'*expected a number of seconds*"])
+
+
+@pytest.mark.parametrize("value", ["abc", "\u00b2", "0"])
+def test_bad_compile_jobs_is_refused_before_any_cell(campaign_dir: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
+                                                      tmp_path: Path, value: str) -> None:
+    """ABBENCH_COMPILE_JOBS is read when cells compile; a bad value ("\u00b2" passes str.isdigit) stops the session
+    up front with the variable named, not with a traceback per cell and a root without status.tsv."""
+    campaign_dir.makepyfile(c=simple_campaign('"only"'))
+    monkeypatch.setenv("ABBENCH_COMPILE_JOBS", value)
+    result = campaign_dir.runpytest("c.py", "--ab-ir-only", "--ab-root", str(tmp_path / "root"))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*environment variable ABBENCH_COMPILE_JOBS={value!r}: not a whole number >= 1*"])
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
 
 
 def test_duplicate_op_across_campaigns_is_refused(campaign_dir: pytest.Pytester) -> None:

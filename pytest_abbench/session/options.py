@@ -154,6 +154,12 @@ def resolve(config: pytest.Config) -> Settings:
         worker_scratch=Path(opt.ab_worker_scratch) if opt.ab_worker_scratch else None,
         sources={"cell_timeout": timeout_src, "rounds": rounds_src},
     )
+    from pytest_abbench.spawn.precompile import worker_share
+
+    try:
+        worker_share()  # ABBENCH_COMPILE_JOBS is read when cells compile: a bad value is refused before any runs
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
     if settings.fail_if_slower_pct is not None and (settings.backend != "cuda" or settings.timer == "wall"):
         raise pytest.UsageError(
             f"--ab-fail-if-slower gates on GPU timings; this run times backend {settings.backend} with the "

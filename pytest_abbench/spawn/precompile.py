@@ -56,7 +56,7 @@ def worker_share() -> int:
     """
     forced = os.environ.get(COMPILE_JOBS_ENV, "")
     if forced:
-        if not forced.isdigit() or int(forced) < 1:
+        if not (forced.isascii() and forced.isdigit()) or int(forced) < 1:  # '²'.isdigit() is True
             raise ValueError(f"environment variable {COMPILE_JOBS_ENV}={forced!r}: not a whole number >= 1")
         return int(forced)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
