@@ -15,7 +15,8 @@ from pytest_abbench.core.status import COLUMNS, read_status
 
 @pytest.fixture
 def fault_run(campaign_dir: pytest.Pytester, tmp_path: Path) -> tuple[pytest.RunResult, Path, Path]:
-    """Side A of round 1 of every fault op; the hanging op in a second session with a 10 s cell timeout.
+    """Side A of round 1 of every fault op; the hanging op in a second session (resuming the root) with a 10 s
+    cell timeout.
 
     (A cell that imports torch can need several seconds on a loaded 2-core machine,
     so only the hang gets the short timeout.)  Both sessions share one root.
@@ -28,7 +29,9 @@ def fault_run(campaign_dir: pytest.Pytester, tmp_path: Path) -> tuple[pytest.Run
     result = campaign_dir.runpytest_subprocess(*common, "-k", "r1-A and not hang", "--cell-timeout", "120")
     os.environ["HANG_PIDFILE"] = str(pidfile)
     try:
-        hang = campaign_dir.runpytest_subprocess(*common, "-k", "r1-A and hang", "--cell-timeout", "10")
+        # The same root, continued: a root that holds cells is used again only with --ab-resume.
+        hang = campaign_dir.runpytest_subprocess(*common, "--ab-resume", str(root), "-k", "r1-A and hang",
+                                                 "--cell-timeout", "10")
     finally:
         del os.environ["HANG_PIDFILE"]
     hang.assert_outcomes(failed=1)

@@ -83,3 +83,42 @@ def test_resuming_with_fewer_rounds_is_refused_and_keeps_the_report(campaign_dir
                                 f"would replace the one its 2 rounds make; resume with --ab-rounds 2 (or more)*"])
     assert (root / "report.md").read_text() == report
     assert json.loads((root / "campaign.json").read_text())["plan"]["rounds"] == 2
+
+
+def test_a_root_with_cells_is_used_again_only_with_resume(campaign_dir: pytest.Pytester, tmp_path: Path) -> None:
+    """Without --ab-resume, a root of an earlier session is refused before any cell: its numbers (and a cell's
+    shapes already on disk) would otherwise be reported as this session's, under this session's switch."""
+    root = tmp_path / "root"
+    campaign_dir.makepyfile(c=two_ops(8))
+    campaign_dir.runpytest_subprocess("c.py", "-k", "one", "--ab-rounds", "1", "--ab-root", str(root),
+                                      *FAST).assert_outcomes(passed=2)
+    status, report = (root / "status.tsv").read_text(), (root / "report.md").read_text()
+    again = campaign_dir.runpytest_subprocess("c.py", "-k", "one", "--ab-rounds", "1", "--ab-root", str(root),
+                                              "--ab-switch-env", "OTHER_SWITCH=1", *FAST)
+    assert again.ret == 6
+    again.stdout.fnmatch_lines([f"*root {root} already holds 2 status rows of an earlier session; continue that "
+                                f"campaign with --ab-resume={root}, or give a new --ab-root*"])
+    again.assert_outcomes()  # no cell ran
+    assert (root / "status.tsv").read_text() == status and (root / "report.md").read_text() == report
+
+
+def test_resuming_with_another_caliber_option_is_refused_before_any_cell(campaign_dir: pytest.Pytester,
+                                                                          tmp_path: Path) -> None:
+    """--ab-layout-shift or --ab-spawn changed on resume: refused up front, naming the option and both values
+    (it used to run the new cells, then exit 4, and the root stayed at exit 4 for good)."""
+    root = tmp_path / "root"
+    campaign_dir.makepyfile(c=two_ops(8))
+    campaign_dir.runpytest_subprocess("c.py", "-k", "one", "--ab-rounds", "2", "--ab-root", str(root), "-x",
+                                      "--ab-spawn", "exec", *FAST, "--deselect", "c.py::one[r2-A]")
+    status = (root / "status.tsv").read_text()
+    other = campaign_dir.runpytest_subprocess("c.py", "-k", "one", "--ab-rounds", "2", "--ab-resume", str(root),
+                                              "--ab-layout-shift", "off", *FAST)
+    assert other.ret == 6
+    other.stdout.fnmatch_lines([f"*cannot resume {root}: --ab-layout-shift: the root has on, this session off; *"
+                                "resume with --ab-layout-shift=on*"])
+    other.assert_outcomes()
+    assert (root / "status.tsv").read_text() == status
+    same = campaign_dir.runpytest_subprocess("c.py", "-k", "one", "--ab-rounds", "2", "--ab-resume", str(root),
+                                             "--ab-spawn", "exec", *FAST)
+    assert same.ret == 0, same.stdout.str()[-2000:]
+    assert len(read_status(root)) == 4

@@ -19,6 +19,7 @@ from pytest_abbench.core.layout import CONTROL, SIDES, CellKey, RootLayout
 
 MANIFEST_SCHEMA = 1
 PLAN_FIELD = "plan"  # the plan's key in campaign.json
+CALIBER_OPTIONS_FIELD = "caliber_options"
 OPS_FIELD = "op_fingerprints"  # campaign.json: op -> its fingerprint parts (Campaign.fingerprint)
 
 
@@ -74,6 +75,8 @@ class CampaignManifest:
     switch_env: dict[str, str] | None = None  # --ab-switch-env (None: the campaign's own switch)
     op_fingerprints: dict[str, dict[str, str]] | None = None
     plan: CampaignPlan | None = None
+    # The options that decide what a number means (``Settings.caliber_options``): a resumed session must match.
+    caliber_options: dict[str, str] | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {SCHEMA_FIELD: MANIFEST_SCHEMA}
@@ -83,6 +86,8 @@ class CampaignManifest:
             out[OPS_FIELD] = {op: dict(parts) for op, parts in self.op_fingerprints.items()}
         if self.plan is not None:
             out[PLAN_FIELD] = self.plan.to_json()
+        if self.caliber_options is not None:
+            out[CALIBER_OPTIONS_FIELD] = dict(self.caliber_options)
         return out
 
     @classmethod
@@ -91,7 +96,8 @@ class CampaignManifest:
         fingerprints = data.or_none(OPS_FIELD, data.nested)
         return cls(data.or_none("campaign_files", data.text_map), data.or_none("switch_env", data.text_map),
                    None if fingerprints is None else {op: dict(fingerprints.text_map(op)) for op in fingerprints.data},
-                   data.or_none(PLAN_FIELD, lambda name: CampaignPlan.from_json(data.nested(name))))
+                   data.or_none(PLAN_FIELD, lambda name: CampaignPlan.from_json(data.nested(name))),
+                   data.or_none(CALIBER_OPTIONS_FIELD, data.text_map))
 
 
 def read_manifest(path: Path) -> CampaignManifest:

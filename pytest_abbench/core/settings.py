@@ -153,6 +153,17 @@ class Settings:
     costs_from: Path | None = None  # --ab-costs-from: an earlier root whose cell times order the ops
     sources: dict[str, str] = field(default_factory=dict)
 
+    def caliber_options(self) -> dict[str, str]:
+        """The options that decide what a cell's number means, by option name, as resolved ("auto" decided).
+
+        A resumed root keeps them (campaign.json) and refuses a session whose values differ, before any cell:
+        its new cells would not compare with the old ones (the caliber check's exit 4, for good).
+        """
+        return {"--ab-backend": self.backend, "--ab-timer": self.timer, "--ab-level": self.level,
+                "--ab-direct-rep": str(self.direct_rep_ms), "--ab-direct-warmup": str(self.direct_warmup_ms),
+                "--ab-tuner-cache": self.tuner_cache, "--ab-layout-shift": "on" if self.layout_shift else "off",
+                "--ab-spawn": self.spawn}
+
     @property
     def budget(self) -> CellBudget:
         """Every deadline of a cell (``core.budget``), from --cell-timeout."""

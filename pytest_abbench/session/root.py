@@ -86,7 +86,8 @@ class CampaignRoot:
         return self.layout.root
 
     def claim(self, campaign_files: list[Path], switch_env: dict[str, str] | None, plan: CampaignPlan,
-              fingerprints: Mapping[str, Fingerprint] | None = None) -> None:
+              fingerprints: Mapping[str, Fingerprint] | None = None,
+              caliber_options: Mapping[str, str] | None = None) -> None:
         """Create the root and hold its lock for the session; exit 6 when that is impossible."""
         if self.claimed:
             return
@@ -114,14 +115,15 @@ class CampaignRoot:
         os.ftruncate(fd, len(pid))
         self._lock_fd = fd
         self.claimed = True
-        problem = self.write_manifest(campaign_files, switch_env, plan, fingerprints or {})
+        problem = self.write_manifest(campaign_files, switch_env, plan, fingerprints or {}, caliber_options)
         if problem:
             self.release()
             raise RootStop(problem)
         self.say(f"abbench root: {self.path}" + (" (resumed)" if self.resume else ""))
 
     def write_manifest(self, campaign_files: list[Path], switch_env: dict[str, str] | None,
-                       plan: CampaignPlan, fingerprints: Mapping[str, Fingerprint]) -> str | None:
+                       plan: CampaignPlan, fingerprints: Mapping[str, Fingerprint],
+                       caliber_options: Mapping[str, str] | None = None) -> str | None:
         """Write ``campaign.json``; on --ab-resume first reconcile it with the root's (a str: why not).
 
         A root that keeps op fingerprints is resumed op by op: an op whose
@@ -132,13 +134,31 @@ class CampaignRoot:
         this session collects would replace the one of every round on disk.
         """
         manifest = CampaignManifest({str(p): file_hash(p) for p in sorted(set(campaign_files))}, switch_env,
-                                    {k: dict(v) for k, v in fingerprints.items()}, plan)
+                                    {k: dict(v) for k, v in fingerprints.items()}, plan,
+                                    dict(caliber_options) if caliber_options is not None else None)
+        if not self.resume:
+            held = self.cells_held()
+            if held:
+                # Reusing it would mix an earlier session's cells (and a cell's shapes already on disk) into
+                # this session's report as if measured now, under whatever switch this session names.
+                return (f"root {self.path} already holds {held} of an earlier session; continue that campaign "
+                        f"with --ab-resume={self.path}, or give a new --ab-root (or none: a new folder under "
+                        ".abbench/)")
         if self.resume and self.layout.manifest.exists():
             try:
                 before = read_manifest(self.layout.manifest)
             except CorruptFileError as exc:  # not JSON, or a field that is not what campaign.json holds
                 return f"cannot resume {self.path}: {self.layout.manifest} is unreadable ({exc})"
             planned = before.plan
+            if before.caliber_options is not None and manifest.caliber_options is not None:
+                differ = [(option, was, manifest.caliber_options.get(option))
+                          for option, was in before.caliber_options.items()
+                          if manifest.caliber_options.get(option, was) != was]
+                if differ:
+                    given = "; ".join(f"{option}: the root has {was}, this session {now}" for option, was, now in differ)
+                    again = " ".join(f"{option}={was}" for option, was, _ in differ)
+                    return (f"cannot resume {self.path}: {given}; its new cells would not compare with the ones on "
+                            f"disk (a caliber mismatch); resume with {again}, or start a new root")
             if planned is not None and plan.rounds < planned.rounds:
                 return (f"cannot resume {self.path} with {count(plan.rounds, 'round')}: it was planned with "
                         f"{planned.rounds}, and a {plan.rounds}-round report would replace the one its "
@@ -154,6 +174,14 @@ class CampaignRoot:
                 self._reconcile(before, manifest, plan, planned)
         write_manifest(self.layout.manifest, manifest)
         return None
+
+    def cells_held(self) -> str:
+        """What of an earlier session's cells this root holds ("" when none): its rows, else its cell folders."""
+        rows = len(read_status(self.path, on_bad_line=lambda exc: None)) if self.layout.status.exists() else 0
+        if rows:
+            return count(rows, "status row")
+        folders = sum(1 for _ in self.layout.cell_folders())
+        return count(folders, "cell folder") if folders else ""
 
     def _reconcile(self, before: CampaignManifest, manifest: CampaignManifest, plan: CampaignPlan,
                    planned: CampaignPlan | None) -> None:
