@@ -6,6 +6,7 @@ Real pytest sessions on a real root; the root's files are the interface.
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -122,3 +123,19 @@ def test_resuming_with_another_caliber_option_is_refused_before_any_cell(campaig
                                              "--ab-spawn", "exec", *FAST)
     assert same.ret == 0, same.stdout.str()[-2000:]
     assert len(read_status(root)) == 4
+
+
+def test_a_moved_root_resumes_and_runs_its_missing_cells(campaign_dir: pytest.Pytester, tmp_path: Path) -> None:
+    """Nothing in a root depends on its absolute path: a copy elsewhere resumes without a caliber mismatch."""
+    root, moved = tmp_path / "root", tmp_path / "elsewhere" / "moved"
+    campaign_dir.makepyfile(c=two_ops(8))
+    campaign_dir.runpytest_subprocess("c.py", "-k", "one", "--ab-rounds", "2", "--ab-root", str(root), *FAST,
+                                      "--deselect", "c.py::one[r2-A]").assert_outcomes(passed=3)
+    shutil.copytree(root, moved)
+    shutil.rmtree(root)
+    resumed = campaign_dir.runpytest_subprocess("c.py", "-k", "one", "--ab-rounds", "2", "--ab-resume", str(moved),
+                                                *FAST)
+    assert resumed.ret == 0, resumed.stdout.str()[-3000:]
+    assert "[caliber]" not in resumed.stdout.str()
+    resumed.assert_outcomes(passed=4)  # three read from the root, one run
+    assert len(read_status(moved)) == 4

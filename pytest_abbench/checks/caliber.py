@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pytest_abbench.core.fileio import CorruptFileError, read_json
-from pytest_abbench.core.identity import CALIBER_AXES, IDENTITY_FILE, INFO_FIELDS, LATER_AXES, file_hash, read_identity
+from pytest_abbench.core.identity import (CALIBER_AXES, IDENTITY_FILE, INFO_FIELDS, LATER_AXES, file_hash, read_identity,
+                                          record_key)
 from pytest_abbench.core.layout import RootLayout
 
 
@@ -86,12 +87,13 @@ def judge_autotune(a: dict[str, Any], b: dict[str, Any]) -> str | None:
     if {ma, mb} == {"record", "replay"}:
         replayer, recorder = (b, a) if ma == "record" else (a, b)
         # The replaying side must replay the very record the other side wrote.
-        if recorder.get("autotune_record") and replayer.get("autotune_record") != recorder.get("autotune_record"):
+        if recorder.get("autotune_record") and (record_key(replayer.get("autotune_record"))
+                                                != record_key(recorder.get("autotune_record"))):
             return (f"replay side reads {replayer.get('autotune_record')!r}, "
                     f"not the record side's {recorder.get('autotune_record')!r}")
         return None
     if ma == "replay" and mb == "replay":
-        if a.get("autotune_record") != b.get("autotune_record"):
+        if record_key(a.get("autotune_record")) != record_key(b.get("autotune_record")):
             return "both sides replay, but from different records"
         if a.get("autotune_record_hash") != b.get("autotune_record_hash"):
             return "both sides replay the same record path, but its content changed between them"

@@ -25,6 +25,21 @@ INFO_FIELDS = ("torch", "triton", "driver", "python", "host", "gpu_uuid", "campa
 def file_hash(path: Path) -> str:
     """Short content hash naming a campaign file or an autotune record in identities."""
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+def record_key(record: object) -> str | None:
+    """Which autotune record an identity names, as its place in a root (``autotune/<op>.json``).
+
+    Cells write the record's path relative to their folder; roots of earlier
+    releases hold it absolute.  Either way two cells of one root (moved or
+    not) name the same record by the same key; its content is compared by
+    hash (``autotune_record_hash``).
+    """
+    if not isinstance(record, str) or not record:
+        return None
+    return "/".join(Path(record).parts[-2:])
+
+
 # Every identity has these: without them nothing says what its numbers mean.
 REQUIRED_FIELDS = CALIBER_AXES + ("autotune_mode",)
 
