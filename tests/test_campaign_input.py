@@ -144,6 +144,19 @@ def test_op_name_starting_with_a_dash_is_a_campaign_error(campaign_dir: pytest.P
     result.stdout.fnmatch_lines(["*campaign error: *dash.py: op name '-neg' is not allowed: it starts with '-'*"])
 
 
+@pytest.mark.parametrize("name, message", [
+    ("x" * 300, "op name 'xxxxx*... is 300 characters long; at most 100 are allowed*"),
+    ("matm\u00fcl", "op name 'matm\u00fcl' is not allowed: use ASCII letters, digits*"),
+])
+def test_op_name_that_cannot_be_a_folder_is_a_campaign_error(campaign_dir: pytest.Pytester, name: str,
+                                                              message: str) -> None:
+    # A 300-character name gave "File name too long" from inside a cell; a non-ASCII one did not say why.
+    campaign_dir.makepyfile(named=shapes_campaign('{"smoke": [{"n": 1}]}', name=name))
+    result = campaign_dir.runpytest("named.py", "--collect-only", "--ab-level", "smoke")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines([f"*campaign error: *named.py: {message}"])
+
+
 @pytest.mark.parametrize("make, message", [
     (lambda d: d / "missing" / "python", "SWITCH.python_b '{p}' does not exist"),
     (lambda d: d, "SWITCH.python_b '{p}' is not an executable file (it is a folder)"),

@@ -38,6 +38,7 @@ SIDE_OPTIONS = ("timer", "level", "direct_rep", "direct_warmup", "samples", "tun
 # Op and shape names become folder names under the root: nothing that can
 # climb out of it ("/", "..") or confuse a shell or a pytest id.
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
+MAX_NAME = 100  # characters of an op or level name: folder names under the root, attempts/<op>_<stamp> included
 
 
 class CampaignSkipped(Exception):
@@ -231,9 +232,13 @@ class Campaign:
 def validate_name(name: object, what: str, path: Path) -> str:
     if not isinstance(name, str) or not _NAME_RE.match(name) or name in (".", ".."):
         raise CampaignError(
-            f"{path}: {what} name {name!r} is not allowed: use letters, digits, '_', '-' and '.' "
-            "(it becomes a folder name under the root)"
+            f"{path}: {what} name {_short(name)} is not allowed: use ASCII letters, digits, '_', '-' and '.' "
+            "(it becomes a folder name under the root, on every host a worker runs on)"
         )
+    if len(name) > MAX_NAME:
+        raise CampaignError(f"{path}: {what} name {_short(name)} is {len(name)} characters long; at most {MAX_NAME} "
+                            "are allowed (it becomes a folder and file names under the root, with a stamp added "
+                            "when a cell is set aside; file systems stop at 255 bytes)")
     if name.startswith("-"):
         raise CampaignError(f"{path}: {what} name {name!r} is not allowed: it starts with '-', so a shell, pytest's "
                             "-k and any command line that names it read it as an option; start it with a letter, "
