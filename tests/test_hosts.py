@@ -20,6 +20,7 @@ from helpers import simple_campaign
 
 from pytest_abbench.core.layout import IDENTITY_FILE, LOG_TAIL_FILE, ORIGIN_FILE, RESULTS_FILE, RUN_LOG, TIMING_FILE
 from pytest_abbench.core.status import read_status
+from pytest_abbench.session.xdist_hooks import local_workers
 
 FAST = ("--ab-ir-target", "none", "-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning")
 
@@ -213,3 +214,19 @@ def test_only_a_path_option_written_as_two_arguments_whose_path_exists_is_named(
             "-k", "camp", "--ab-costs-from", str(tmp_path / "camp")]
     # A relative path inside the rsync'd folder is refused too: xdist compares the path as written.
     assert separate_path_arguments(args) == [("--ab-root", "camp/runs"), ("--ab-costs-from", str(tmp_path / "camp"))]
+
+
+def test_more_workers_than_gpus_is_refused_before_any_cell(campaign_dir: pytest.Pytester,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """-n 2 on a host with one GPU ran half the cells and failed the other half NO_GPU; now a usage error.
+
+    No GPU here: --ab-backend cuda and CUDA_VISIBLE_DEVICES stand for a host with one GPU (the refusal comes
+    before anything touches a device)."""
+    campaign_dir.makepyfile(c=simple_campaign('"one"'))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    result = campaign_dir.runpytest_subprocess("c.py", "-n", "2", "--ab-backend", "cuda", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*2 xdist workers on this host, but 1 GPU(s) for them (0: visible on this host); "
+                                 "each worker times on a GPU of its own: use -n 1 (or fewer)*"])
+    assert local_workers(["popen", "2*popen", "popen//python=python3"]) == 4
+    assert local_workers(["popen", "ssh=gpu-host"]) is None

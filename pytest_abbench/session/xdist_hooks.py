@@ -20,6 +20,7 @@ from pytest_abbench.core.layout import CellKey, cell_key
 from pytest_abbench.core.exitcodes import shell_rc
 from pytest_abbench.core.outcome import OUTCOME_PROPERTY, WORKER_LOST, CellOutcome
 from pytest_abbench.session.root import op_fingerprints
+from pytest_abbench.core.settings import visible_gpus
 from pytest_abbench.session.campaign_session import SEED_INPUT, AbbenchSession
 from pytest_abbench.core.status import StatusFormatError
 from pytest_abbench.session.transport import SHIPPED_ATTR, CampaignLocator, ShippedCell, campaign_name, resume_seed
@@ -39,6 +40,21 @@ def moves_arguments(tx: str) -> bool:
     count, star, rest = tx.partition("*")  # "8*ssh=...": eight workers of one spec
     spec = execnet.XSpec(rest if star and count.isdigit() else tx)
     return not spec.popen or bool(spec.chdir)
+
+
+def local_workers(specs: Iterable[str]) -> int | None:
+    """How many workers the ``--tx`` specs start on this host; None when any runs on another (it has its own GPUs)."""
+    import execnet  # xdist's own dependency; this module exists only with xdist
+
+    workers = 0
+    for tx in specs:
+        count, star, rest = tx.partition("*")
+        many = bool(star and count.isdigit())
+        spec = execnet.XSpec(rest if many else tx)
+        if not spec.popen or spec.via:
+            return None
+        workers += int(count) if many else 1
+    return workers
 
 
 def separate_path_arguments(args: Iterable[str]) -> list[tuple[str, str]]:
@@ -79,6 +95,23 @@ class XdistHooks:
             config = session.config
             if any(moves_arguments(tx) for tx in config.getoption("tx", None) or ()):
                 self.refuse_separate_paths(config.invocation_params.args)
+            self.refuse_more_workers_than_gpus(config.getoption("tx", None) or ())
+
+    def refuse_more_workers_than_gpus(self, specs: Iterable[str]) -> None:
+        """On CUDA, this host's workers each claim a GPU of their own: more workers than GPUs is a usage error.
+
+        Started anyway, the workers without a GPU fail every cell they get (NO_GPU), half a campaign lost.
+        Workers on other hosts claim among those hosts' GPUs, which this host cannot count.
+        """
+        settings = self.session.settings
+        workers = local_workers(specs)
+        gpus = settings.gpus if settings.gpus is not None else visible_gpus()
+        if settings.backend != "cuda" or not workers or not gpus or workers <= len(gpus):
+            return
+        source = "--ab-gpus" if settings.gpus is not None else "visible on this host"
+        raise pytest.UsageError(
+            f"{workers} xdist workers on this host, but {len(gpus)} GPU(s) for them ({', '.join(gpus)}: {source}); "
+            f"each worker times on a GPU of its own: use -n {len(gpus)} (or fewer), or list more GPUs with --ab-gpus")
 
     @staticmethod
     def refuse_separate_paths(args: Iterable[str]) -> None:
