@@ -127,3 +127,33 @@ def test_passing_cells_write_results_identity_and_junit_properties(campaign_dir:
     xml = junit.read_text()
     assert 'name="abbench_rc" value="0"' in xml and 'name="AUTOTUNE_REPLAY_FALLBACK" value="0"' in xml
     assert len(read_status(root)) == 4
+
+
+STRAY_THREAD_CAMPAIGN = """
+import threading, time
+from pytest_abbench import Case, Op
+
+def build(shape, device):
+    import torch
+    threading.Thread(target=time.sleep, args=(600,), name="stray").start()  # never joined, not a daemon
+    x = torch.ones(4)
+    return Case(run=lambda: x * 2, expected=lambda: x * 2)
+
+OPS = [Op("stray", build=build, shapes={"smoke": [{}]})]
+"""
+
+
+@pytest.mark.parametrize("spawn", ["exec", "fork"])
+def test_a_thread_the_campaign_leaves_running_does_not_hold_the_cell(campaign_dir: pytest.Pytester, tmp_path: Path,
+                                                                     spawn: str) -> None:
+    """The cell ends once its results are written and names the thread; it used to wait out its whole timeout."""
+    campaign_dir.makepyfile(c=STRAY_THREAD_CAMPAIGN)
+    root = tmp_path / "root"
+    result = campaign_dir.runpytest_subprocess("c.py", "--ab-rounds", "1", "--ab-root", str(root), "-k", "r1-A",
+                                               "--ab-ir-target", "none", "--ab-spawn", spawn, "--cell-timeout", "90",
+                                               "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    (row,) = read_status(root)
+    assert row.status == "ok" and row.elapsed_s < 60, row
+    log = (root / "r1_A" / "stray" / "run.log").read_text()
+    assert "[abbench] the campaign left 1 thread(s) running: 'stray' (time.sleep)" in log

@@ -18,6 +18,7 @@ import threading
 import time
 from typing import Callable, Sequence
 
+from pytest_abbench.child.forking import leave
 from pytest_abbench.core.cellconfig import CellConfig
 
 _PR_SET_CHILD_SUBREAPER = 36
@@ -132,7 +133,7 @@ def supervise(run: Callable[[], int]) -> int:
     sys.stderr.flush()
     pid = os.fork()
     if pid == 0:
-        return run()  # the measuring process: it exits with the cell's status, as before
+        leave(run())  # the measuring process: it exits with the cell's status, not waiting for stray threads
     guard_group()
     while True:
         try:

@@ -10,8 +10,9 @@ from __future__ import annotations
 import atexit
 import os
 import sys
+import threading
 import traceback
-from typing import Callable
+from typing import Callable, NoReturn
 
 
 def fork_and_run(run: Callable[[], int]) -> int:
@@ -27,11 +28,32 @@ def fork_and_run(run: Callable[[], int]) -> int:
     except BaseException:
         traceback.print_exc()
     finally:
-        try:
-            # An exec'd process leaves through sys.exit, which runs the exit handlers (IR capture's
-            # pass-dump reader is one): so does a forked one, before os._exit skips the rest.
-            atexit._run_exitfuncs()
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os._exit(rc if isinstance(rc, int) and 0 <= rc < 256 else 1)
+        leave(rc)
+
+
+def leave(rc: object) -> NoReturn:
+    """End a measuring process once its work is written, with ``rc``, whatever threads the campaign left running.
+
+    An exec'd process leaves through sys.exit, which runs the exit handlers (IR capture's pass-dump reader is
+    one): so does this, before ``os._exit`` skips the rest.  What it skips is the wait for non-daemon threads:
+    a thread a campaign started in ``build`` and never stopped would hold the cell until its timeout, and the
+    message would name only the timeout; it is named here instead.
+    """
+    try:
+        left = [t for t in threading.enumerate() if t is not threading.current_thread() and t.is_alive()
+                and not t.daemon]
+        if left:
+            names = ", ".join(f"{t.name!r}" + (f" ({target})" if (target := _target(t)) else "") for t in left)
+            print(f"[abbench] the campaign left {len(left)} thread(s) running: {names}; the cell ends without "
+                  "waiting for them (its results are written)", flush=True)
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(rc if isinstance(rc, int) and 0 <= rc < 256 else 1)
+
+
+def _target(thread: threading.Thread) -> str:
+    """The function a thread runs, as ``module.qualname`` (empty when unknown)."""
+    target = getattr(thread, "_target", None)
+    return f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', '?')}" if target else ""
