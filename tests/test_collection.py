@@ -119,3 +119,12 @@ def test_liger_campaign_without_liger_is_skipped_with_one_reason(campaign_dir: p
                                                "cuda:90", "-rs", "-p", "no:cacheprovider")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["SKIPPED [[]1[]] *liger.py: liger-kernel is not installed (pip install liger-kernel*"])
+
+
+def test_a_thread_started_at_import_does_not_keep_pytest_from_exiting(campaign_dir: pytest.Pytester) -> None:
+    """pytest used to print its summary and never exit: the campaign's import started a non-daemon thread."""
+    campaign_dir.makepyfile(c=simple_campaign('"one"') + "\nimport threading, time\n"
+                            "threading.Thread(target=time.sleep, args=(600,), name='poller').start()\n")
+    result = campaign_dir.runpytest_subprocess("c.py", "--collect-only", "-p", "no:cacheprovider", timeout=120)
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["*abbench: importing *c.py started thread(s) 'poller': they run as daemons*"])

@@ -13,6 +13,7 @@ import torch or triton; campaign files import their kernels inside ``build``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.util
@@ -24,12 +25,13 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import traceback
 import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Mapping, Sequence, Union
+from typing import Any, Callable, Iterator, Mapping, Sequence, Union
 
 from pytest_abbench.core.cellconfig import LEVELS as LEVELS  # the shape sets an op declares
 from pytest_abbench.core.layout import SIDES as SIDES  # campaign files and the report name the sides through here
@@ -164,6 +166,7 @@ class Campaign:
     ops: list[Op]
     switch: Switch
     skip_timed: str | None = None  # SKIP_TIMED: why its ops cannot be timed here; compiling them still works
+    import_threads: list[str] = field(default_factory=list)  # threads its import started, made daemons
 
     def require_timing(self) -> None:
         """Skip, at collection, a campaign that says it cannot be timed here (``SKIP_TIMED``)."""
@@ -417,6 +420,29 @@ def _helpers_imported(folder: Path, before: set[str]) -> dict[str, ModuleType]:
     return found
 
 
+@contextlib.contextmanager
+def _threads_as_daemons(started: list[str]) -> Iterator[None]:
+    """Threads started while a campaign file is imported run as daemons; ``started`` gets their names.
+
+    A campaign is imported by pytest's own process (collection) and by every
+    cell: a thread it starts at import and never stops would keep pytest from
+    exiting after its summary, and each cell until its timeout.
+    """
+    original = threading.Thread.start
+
+    def start(thread: threading.Thread) -> None:
+        if not thread.daemon:
+            thread.daemon = True
+            started.append(thread.name)
+        original(thread)
+
+    setattr(threading.Thread, "start", start)
+    try:
+        yield
+    finally:
+        setattr(threading.Thread, "start", original)
+
+
 def load_campaign(path: str | Path, rootdir: Path | None = None, module_name: str | None = None) -> Campaign:
     """Import a campaign file and validate what it declares.
 
@@ -433,8 +459,10 @@ def load_campaign(path: str | Path, rootdir: Path | None = None, module_name: st
     module = importlib.util.module_from_spec(spec)
     before = _enter_folder(path.parent)
     sys.modules[name] = module
+    daemons: list[str] = []
     try:
-        spec.loader.exec_module(module)
+        with _threads_as_daemons(daemons):
+            spec.loader.exec_module(module)
     except Exception as exc:
         del sys.modules[name]
         raise CampaignError(_import_failure(path, exc)) from None
@@ -469,7 +497,7 @@ def load_campaign(path: str | Path, rootdir: Path | None = None, module_name: st
         if unknown:
             raise CampaignError(f"{path}: SWITCH.options_{side.lower()}: unknown option(s) {sorted(unknown)} "
                                 f"(use {', '.join(SIDE_OPTIONS)})")
-    return Campaign(path, module, list(ops), switch, skip_timed or None)
+    return Campaign(path, module, list(ops), switch, skip_timed or None, daemons)
 
 
 def _import_failure(path: Path, exc: Exception) -> str:

@@ -69,6 +69,7 @@ class AbbenchSession:
         self.config = config
         self.settings = settings
         self.campaigns: dict[Path, Campaign] = {}
+        self.collection_notices: list[str] = []  # found while collecting, shown after it
         self.plan = CampaignPlan(settings.rounds, settings.control, settings.ir_only)
         self.outcomes: dict[CellKey, CellOutcome] = {}
         self.gates: dict[str, irgate.GateDecision] = {}
@@ -102,6 +103,11 @@ class AbbenchSession:
         path = path.resolve()
         if path not in self.campaigns:
             campaign = load_campaign(path, rootdir=self.config.rootpath)
+            if campaign.import_threads:
+                threads = ", ".join(map(repr, campaign.import_threads))
+                # Collection's output is captured: the line is shown with the collection's summary lines.
+                self.collection_notices.append(f"abbench: importing {path} started thread(s) {threads}: they run "
+                                               "as daemons, so pytest and the cells exit while they still run")
             if not self.settings.ir_only:
                 campaign.require_timing()
             campaign.require_level(self.settings.level)

@@ -182,10 +182,11 @@ class CollectionHooks:
 
     def pytest_report_collectionfinish(self, config: pytest.Config, items: list[pytest.Item]) -> list[str]:
         cells = [p for item in items if (p := planned_cell(item)) is not None]
+        notices = list(self.session.collection_notices)
         if not cells:
-            return []
+            return notices
         ops = {p.key.op for p in cells}
-        return [f"abbench: {count(len(cells), 'cell')}, {count(len(ops), 'op')}, "
+        return notices + [f"abbench: {count(len(cells), 'cell')}, {count(len(ops), 'op')}, "
                 f"{count(self.session.settings.rounds, 'round')}, "
                 f"backend {self.session.settings.backend}, cell timeout {self.session.settings.cell_timeout_s:g}s "
                 f"({self.session.settings.sources['cell_timeout']})"]
