@@ -22,6 +22,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from pytest_abbench.core.cellfiles import read_workers  # noqa: E402
 from pytest_abbench.core.fileio import CorruptFileError, read_json  # noqa: E402
 from pytest_abbench.core.identity import read_identity  # noqa: E402
 from pytest_abbench.core.layout import RootLayout, identity_file  # noqa: E402
@@ -35,7 +36,7 @@ def cell_seconds(layout: RootLayout) -> float:
 
 
 def workers(layout: RootLayout) -> dict[str, Any] | None:
-    return read_json(layout.workers) if layout.workers.exists() else None
+    return read_workers(layout.workers) if layout.workers.exists() else None
 
 
 def gpus_by_op(layout: RootLayout) -> tuple[dict[str, set[str]], dict[str, set[str]]]:

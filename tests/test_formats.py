@@ -14,7 +14,7 @@ import pytest
 
 from pytest_abbench.checks import caliber, irgate
 from pytest_abbench.core.cellfiles import (Shares, read_origin, read_shares, read_timing, write_shares,
-                                           write_timing)
+                                           write_timing, Workers, read_workers, write_workers)
 from pytest_abbench.core.fileio import CorruptFileError, FormatError
 from pytest_abbench.core.identity import IDENTITY_SCHEMA, read_identity
 from pytest_abbench.core.layout import CellKey, RootLayout
@@ -188,3 +188,16 @@ def test_a_shipped_cell_round_trips_and_one_from_a_newer_worker_is_refused(tmp_p
     del broken["outcome"]["rc"]
     with pytest.raises(FormatError, match=r"^shipped cell: field 'outcome\.rc': missing \(expected a whole number\)"):
         ShippedCell.from_json(json.dumps(broken))
+
+
+def test_workers_json_carries_a_version_and_a_bad_field_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "workers.json"
+    write_workers(path, Workers(wall_s=12.5, workers={"gw0": {"gpu": "0", "busy_s": 10.0, "cells": 4, "ops": ["mm"]}}))
+    assert json.loads(path.read_text())["schema"] == 1
+    assert read_workers(path)["workers"]["gw0"]["cells"] == 4
+    path.write_text(json.dumps({"schema": 1, "wall_s": "soon", "workers": {}}))
+    with pytest.raises(FormatError, match=r"workers.json: field 'wall_s'"):
+        read_workers(path)
+    path.write_text(json.dumps({"schema": 2, "wall_s": 1.0, "workers": {}}))
+    with pytest.raises(FormatError, match=r"workers.json: field 'schema'"):
+        read_workers(path)

@@ -5,7 +5,9 @@ process (``child/measure.py``), completed by the parent
 (``spawn/runner.add_parent_timing``), read by the report (``report/cost.py``).
 ``shares.json``: a compile-only cell's forked shares, written by the cell,
 read by the parent's precompile.  ``origin.json``: where a cell landed from
-(``session/transport.py``).  Each carries the format version; a file without
+(``session/transport.py``).  ``workers.json`` (in the root, not a cell folder): an
+xdist session's per-worker busy time, written by ``session/xdist_hooks.py``,
+read by ``benchmarks/scale_check.py``.  Each carries the format version; a file without
 one is the layout from before versions (version 1, the same fields).
 """
 
@@ -19,6 +21,7 @@ from pytest_abbench.core.fileio import SCHEMA_FIELD, read_object, write_json_ato
 TIMING_SCHEMA = 1
 SHARES_SCHEMA = 1
 ORIGIN_SCHEMA = 1
+WORKERS_SCHEMA = 1
 
 
 class CellTiming(TypedDict, total=False):
@@ -95,3 +98,30 @@ def read_origin(path: Path) -> dict[str, Any]:
     data = read_object(path)
     data.version(ORIGIN_SCHEMA)
     return data.declared(Origin, ORIGIN_REQUIRED)
+
+
+class WorkerLoad(TypedDict):
+    """One xdist worker's session: the GPU it pinned, its cells' child time and count, its ops in order."""
+
+    gpu: str | None
+    busy_s: float
+    cells: int
+    ops: list[str]
+
+
+class Workers(TypedDict):
+    """``workers.json``: the session's wall time and each worker's load."""
+
+    wall_s: float
+    workers: dict[str, WorkerLoad]
+
+
+def write_workers(path: Path, workers: Workers) -> None:
+    write_json_atomic(path, {SCHEMA_FIELD: WORKERS_SCHEMA, **workers})
+
+
+def read_workers(path: Path) -> dict[str, Any]:
+    """The root's workers.json; a CorruptFileError (FormatError) names the file and the field when it is not one."""
+    data = read_object(path)
+    data.version(WORKERS_SCHEMA)
+    return data.declared(Workers, ("wall_s", "workers"))

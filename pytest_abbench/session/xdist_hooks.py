@@ -15,7 +15,7 @@ import pytest
 
 from pytest_abbench.session.balance import OpTimes, op_costs, op_work, root_times
 from pytest_abbench.campaign.model import CampaignError, CampaignSkipped, looks_like_campaign
-from pytest_abbench.core.fileio import write_json_atomic
+from pytest_abbench.core.cellfiles import Workers, write_workers
 from pytest_abbench.core.layout import CellKey, cell_key
 from pytest_abbench.core.exitcodes import shell_rc
 from pytest_abbench.core.outcome import OUTCOME_PROPERTY, WORKER_LOST, CellOutcome
@@ -346,12 +346,12 @@ class XdistHooks:
             return
         self.wall_s = time.monotonic() - self.started
         path = self.session.root.layout.workers
-        data = {"wall_s": round(self.wall_s, 3),
-                "workers": {worker: {"gpu": self.gpus.get(worker), "busy_s": round(load.busy_s, 3),
-                                     "cells": load.cells, "ops": load.ops}
-                            for worker, load in self.workers()}}
+        data = Workers(wall_s=round(self.wall_s, 3),
+                       workers={worker: {"gpu": self.gpus.get(worker), "busy_s": round(load.busy_s, 3),
+                                         "cells": load.cells, "ops": load.ops}
+                                for worker, load in self.workers()})
         try:
-            write_json_atomic(path, data)
+            write_workers(path, data)
         except OSError as exc:
             self.session.write_line(f"abbench: cannot write {path}: {exc.strerror or exc}")
 

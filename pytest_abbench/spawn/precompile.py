@@ -24,7 +24,8 @@ from typing import Callable, Mapping, Sequence
 
 from pytest_abbench.spawn.cellrun import StartedCell, kill_group
 from pytest_abbench.core import envnames
-from pytest_abbench.core.fileio import read_json
+from pytest_abbench.core.cellfiles import read_shares
+from pytest_abbench.core.fileio import CorruptFileError
 from pytest_abbench.spawn.forkserver import ForkServer
 from pytest_abbench.core.layout import SHARES_FILE
 
@@ -142,8 +143,12 @@ def run_jobs(jobs: Sequence[Job], parallel: int, timeout_s: float,
     for job in jobs:  # a forked side's shares timed themselves (child/measure.py run_shares)
         shares = job.log.parent / SHARES_FILE
         if job.server is not None and job.name in took and shares.exists():
+            try:
+                seconds = read_shares(shares)["seconds"]
+            except CorruptFileError:
+                continue  # the side keeps its one figure; the compile log says what went wrong
             del took[job.name]
-            took.update({f"{job.name}-{k}": float(v) for k, v in read_json(shares).get("seconds", {}).items()})
+            took.update({f"{job.name}-{k}": v for k, v in seconds.items()})
     return PrecompileResult(time.monotonic() - started, len(jobs), failed, took)
 
 
