@@ -11,6 +11,7 @@ import pytest
 
 from helpers import simple_campaign
 from pytest_abbench.core.layout import CellKey
+from pytest_abbench.core.status import COLUMNS
 from pytest_abbench.session.progress import RoundProgress, duration
 from pytest_abbench.report import cost
 
@@ -22,7 +23,8 @@ def test_a_line_when_a_round_is_complete_with_the_time_left() -> None:
     progress = RoundProgress(cells, rounds=2, started=0.0)
     lines = [progress.cell_done(key, now=10.0 * (n + 1)) for n, key in enumerate(cells)]
     assert lines[:3] == [None, None, None]
-    assert lines[3] == "abbench: round 1 done, 1 of 2 rounds (4 of 8 cells), 40s elapsed, about 40s left"
+    assert lines[3] == ("abbench: round 1 done, 1 of 2 rounds (4 of 8 cells), 40s elapsed, about 40s left "
+                        "(rough: from round 1)")
     assert lines[7] == "abbench: round 2 done, 2 of 2 rounds (8 of 8 cells), 1m20s elapsed"
     assert progress.cell_done(cells[0]) is None, "a cell reported twice counts once"
     assert progress.cell_done(CellKey(3, "one", "A")) is None, "a cell the session did not select is ignored"
@@ -36,9 +38,26 @@ def test_the_time_left_counts_from_the_end_of_round_1_which_compiles() -> None:
     progress = RoundProgress(cells, rounds=4, started=0.0)
     finish = [100.0, 200.0, 210.0, 220.0, 230.0, 240.0, 250.0, 260.0]
     lines = [progress.cell_done(key, now=at) for key, at in zip(cells, finish)]
-    assert lines[1] == "abbench: round 1 done, 1 of 4 rounds (2 of 8 cells), 3m20s elapsed, about 10m00s left"
+    assert lines[1] == ("abbench: round 1 done, 1 of 4 rounds (2 of 8 cells), 3m20s elapsed, about 10m00s left "
+                        "(rough: from round 1)")
     assert lines[3] == "abbench: round 2 done, 2 of 4 rounds (4 of 8 cells), 3m40s elapsed, about 40s left"
     assert lines[5] == "abbench: round 3 done, 3 of 4 rounds (6 of 8 cells), 4m00s elapsed, about 20s left"
+
+
+def test_after_round_1_the_time_left_leaves_out_its_compile_seconds() -> None:
+    """Round 1's cells took 100 s, 90 of them compiling (as their timing says): the rounds after it load the
+    kernels, so the estimate after round 1 is 10 s a cell, not 100 (a topk campaign said 29 min for 66 s)."""
+    cells = [CellKey(r, "op", side) for r in (1, 2, 3, 4) for side in "AB"]
+    progress = RoundProgress(cells, rounds=4, started=0.0)
+    lines = [progress.cell_done(cells[0], now=100.0, compile_s=90.0),
+             progress.cell_done(cells[1], now=200.0, compile_s=90.0)]
+    assert lines[1] == ("abbench: round 1 done, 1 of 4 rounds (2 of 8 cells), 3m20s elapsed, about 1m00s left "
+                        "(rough: round 1 without its 3m00s of compile)")
+    parallel = RoundProgress(cells, rounds=4, started=0.0, workers=2)  # two cells compiled at once
+    parallel.cell_done(cells[0], now=95.0, compile_s=90.0)
+    assert parallel.cell_done(cells[1], now=100.0, compile_s=90.0) == (
+        "abbench: round 1 done, 1 of 4 rounds (2 of 8 cells), 1m40s elapsed, about 30s left "
+        "(rough: round 1 without its 3m00s of compile)")
 
 
 def test_a_session_prints_each_round_and_where_the_time_went(campaign_dir: pytest.Pytester, tmp_path: Path) -> None:
@@ -126,7 +145,9 @@ def test_a_rerun_cell_that_dies_before_its_timing_file_keeps_nothing_of_an_earli
     stale = root / "r1_B" / "one" / "cell_timing.json"
     stale.parent.mkdir(parents=True)
     stale.write_text(json.dumps({"startup_s": 90.0, "timing_s": 4.0, "spawned_at": 0.0, "total_s": 94.0}))
-    result = campaign_dir.runpytest_subprocess("c.py", "--ab-rounds", "1", "--ab-root", str(root), *FAST)
+    # A root that holds a cell folder is used again only to continue it (an earlier attempt that wrote no row).
+    (root / "status.tsv").write_text("\t".join(COLUMNS) + "\n")
+    result = campaign_dir.runpytest_subprocess("c.py", "--ab-rounds", "1", "--ab-resume", str(root), *FAST)
     assert result.ret == 1
     spent = json.loads((root / "report.json").read_text())["time_spent"]
     assert spent["cells_without_timing"] == 1 and spent["startup_s"] < 10.0, spent

@@ -188,7 +188,10 @@ class AbbenchSession:
 
     def start_progress(self, keys: Iterable[CellKey]) -> None:
         """Count rounds over the selected cells (the controller's, or a serial session's; never a worker's)."""
-        self.progress = RoundProgress(keys, self.plan.rounds, self.started)
+        specs = self.config.getoption("tx", None) or () if self.locator is not None else ()
+        # "-n 4" is four "popen" specs; "--tx 4*popen" is one spec of four workers.
+        workers = sum(int(n) if many and n.isdigit() else 1 for n, many, _ in (s.partition("*") for s in specs))
+        self.progress = RoundProgress(keys, self.plan.rounds, self.started, workers=max(1, workers))
 
     def write_line(self, line: str) -> None:
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")

@@ -16,6 +16,7 @@ import pytest
 from pytest_abbench.core.layout import CellKey, cell_key, run_log
 from pytest_abbench.core.outcome import NO_IR_DIFF, OUTCOME_PROPERTY, CellOutcome
 from pytest_abbench.core.wording import count
+from pytest_abbench.report import cost
 from pytest_abbench.session.campaign_session import SHIPPED_KEY, AbbenchSession
 from pytest_abbench.session.cells import CALIBER_PROPERTY, GATE_PROPERTY, NOTICE_PROPERTY
 from pytest_abbench.session.transport import SHIPPED_ATTR, ShippedCell
@@ -97,7 +98,7 @@ class ReportHooks:
             self.workers_seen.add(str(node.gateway.id))
         if report.when == "teardown" and self.session.progress is not None and not self.session.is_worker:
             key = cell_key(report.nodeid)
-            line = self.session.progress.cell_done(key) if key is not None else None
+            line = self.session.progress.cell_done(key, compile_s=self.compile_s(key)) if key is not None else None
             if line is not None:
                 self.session.write_line(line)
         for name, value in report.user_properties:
@@ -122,6 +123,14 @@ class ReportHooks:
             if line not in self.caliber_lines_shown:
                 self.caliber_lines_shown.add(line)
                 self.session.write_line(line)
+
+    def compile_s(self, key: CellKey) -> float:
+        """The compile seconds of a finished cell (its precompile and IR capture included), for the time left."""
+        outcome = self.session.outcomes.get(key)
+        if outcome is None or outcome.resumed or not outcome.measured:
+            return 0.0
+        parts = cost.cell_parts(cost.read_timing(outcome.cell_dir), outcome.elapsed_s, outcome.status)
+        return parts["compile_s"] if parts else 0.0
 
     def pytest_report_teststatus(self, report: pytest.TestReport, config: pytest.Config) -> Any:
         if report.when == "setup" and report.skipped and NO_IR_DIFF in str(report.longrepr):
