@@ -53,6 +53,13 @@ def test_after_round_1_the_time_left_leaves_out_its_compile_seconds() -> None:
              progress.cell_done(cells[1], now=200.0, compile_s=90.0)]
     assert lines[1] == ("abbench: round 1 done, 1 of 4 rounds (2 of 8 cells), 3m20s elapsed, about 1m00s left "
                         "(rough: round 1 without its 3m00s of compile)")
+    gated = RoundProgress(cells + [CellKey(r, "same", s) for r in (1, 2, 3, 4) for s in "AB"], rounds=4, started=0.0)
+    for n, key in enumerate([cells[0], cells[1], CellKey(1, "same", "A")]):
+        gated.cell_done(key, now=100.0 * (n + 1), compile_s=90.0)
+    # The IR gate skips op "same" after round 1: its 6 cells left cost nothing; op's 6 cost 10 s each.
+    assert gated.cell_done(CellKey(1, "same", "B"), now=400.0, compile_s=90.0, gated=["same"]) == (
+        "abbench: round 1 done, 1 of 4 rounds (4 of 16 cells), 6m40s elapsed, about 1m00s left "
+        "(rough: round 1 without its 6m00s of compile)")
     parallel = RoundProgress(cells, rounds=4, started=0.0, workers=2)  # two cells compiled at once
     parallel.cell_done(cells[0], now=95.0, compile_s=90.0)
     assert parallel.cell_done(cells[1], now=100.0, compile_s=90.0) == (

@@ -13,7 +13,7 @@ finished since round 1, which compile nothing.
 from __future__ import annotations
 
 import time
-from typing import Iterable
+from typing import Collection, Iterable
 
 from pytest_abbench.core.layout import CellKey
 
@@ -41,9 +41,10 @@ class RoundProgress:
         self.after_first: tuple[float, int] | None = None  # (when, cells done) as the first round completed
         self.first_compile_s = 0.0  # compile seconds reported by the cells done before the first round completed
 
-    def cell_done(self, key: CellKey, now: float | None = None, compile_s: float = 0.0) -> str | None:
+    def cell_done(self, key: CellKey, now: float | None = None, compile_s: float = 0.0,
+                  gated: Collection[str] = ()) -> str | None:
         """Record ``key`` as done (``compile_s``: its compile seconds); the progress line when that finished its
-        round, else None."""
+        round, else None.  ``gated``: ops the IR gate skips from now on: their cells left cost nothing."""
         if key not in self.expected or key in self.done:
             return None
         self.done.add(key)
@@ -56,6 +57,7 @@ class RoundProgress:
         now = time.monotonic() if now is None else now
         elapsed = now - self.started
         left = len(self.expected) - len(self.done)
+        to_run = sum(1 for k in self.expected - self.done if k.op not in gated)
         rough = ""
         if self.after_first is None:
             self.after_first = (now, len(self.done))
@@ -67,6 +69,6 @@ class RoundProgress:
         else:
             since, cells_then = self.after_first
             per_cell = (now - since) / (len(self.done) - cells_then)
-        eta = f", about {duration(per_cell * left)} left{rough}" if left else ""
+        eta = f", about {duration(per_cell * to_run)} left{rough}" if left else ""
         return (f"abbench: round {key.round} done, {len(self.rounds_done)} of {len({k.round for k in self.expected})} "
                 f"rounds ({len(self.done)} of {len(self.expected)} cells), {duration(elapsed)} elapsed{eta}")

@@ -98,7 +98,10 @@ class ReportHooks:
             self.workers_seen.add(str(node.gateway.id))
         if report.when == "teardown" and self.session.progress is not None and not self.session.is_worker:
             key = cell_key(report.nodeid)
-            line = self.session.progress.cell_done(key, compile_s=self.compile_s(key)) if key is not None else None
+            gated = [] if self.session.settings.allow_no_ir_diff else \
+                [op for op, gate in self.session.gates.items() if gate.state == "no_diff"]
+            line = self.session.progress.cell_done(key, compile_s=self.compile_s(key), gated=gated) \
+                if key is not None else None
             if line is not None:
                 self.session.write_line(line)
         for name, value in report.user_properties:
