@@ -22,6 +22,8 @@ def test_budget_round_trips_through_the_root(tmp_path: Path) -> None:
     assert read_budget(tmp_path) == CellBudget(7.5, 7.5)
     assert json.loads((tmp_path / BUDGET_FILE).read_text())["guard_s"]["round 1"] == 7.5 + 7.5 + 300.0
     assert read_budget(tmp_path / "nowhere") is None  # a root written before budgets were recorded
+    (tmp_path / BUDGET_FILE).write_text(json.dumps({"child_s": 1, "precompile_s": 2, "bookkeeping_s": 3}))
+    assert read_budget(tmp_path) == CellBudget(1.0, 2.0, 3.0)  # no version field: version 1
 
 
 @pytest.mark.parametrize(("data", "message"), [

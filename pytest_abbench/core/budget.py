@@ -55,7 +55,7 @@ def read_budget(root: Path) -> CellBudget | None:
     data = read_json(path)
     if not isinstance(data, dict):
         raise CorruptFileError(f"{path}: expected a JSON object, found {type(data).__name__}")
-    if data.get("schema") != SCHEMA:
+    if data.get("schema", SCHEMA) != SCHEMA:  # without one: version 1, as every format of the root
         raise CorruptFileError(f"{path}: field 'schema': expected {SCHEMA}, found {data.get('schema')!r}")
     seconds: dict[str, float] = {}
     for name in ("child_s", "precompile_s", "bookkeeping_s"):

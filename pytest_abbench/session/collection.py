@@ -138,7 +138,7 @@ class CollectionHooks:
                                     f"(it has: {', '.join(names)})")
         planned = [PlannedCell(key, campaign.path, names.index(op)) for key in self.session.plan.cells(op)]
         # The plugin's own xdist scheduler keeps an op's cells on one worker
-        # (xdist_hooks.CellsByOp); the group marker says the same to any tool that reads it.
+        # (scheduler.CellsByOp); the group marker says the same to any tool that reads it.
         params = [pytest.param(p, id=p.key.cell_id, marks=[pytest.mark.xdist_group(name=op)]) for p in planned]
         metafunc.parametrize("abbench_cell", params, indirect=True)
 
