@@ -230,3 +230,14 @@ def test_more_workers_than_gpus_is_refused_before_any_cell(campaign_dir: pytest.
                                  "each worker times on a GPU of its own: use -n 1 (or fewer)*"])
     assert local_workers(["popen", "2*popen", "popen//python=python3"]) == 4
     assert local_workers(["popen", "ssh=gpu-host"]) is None
+
+
+def test_a_worker_scratch_that_cannot_be_written_is_refused_before_any_worker(campaign_dir: pytest.Pytester,
+                                                                              tmp_path: Path) -> None:
+    """Each worker used to die at its first cell ("worker died: lost") without the OS error ever printed."""
+    campaign_dir.makepyfile(c=simple_campaign('"one"'))
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    result = campaign_dir.runpytest_subprocess("c.py", "-n", "2", f"--ab-worker-scratch={blocker}", *FAST)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*--ab-worker-scratch: cannot write {blocker}/abbench-scratch: Not a directory*"])

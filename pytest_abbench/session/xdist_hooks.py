@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +24,8 @@ from pytest_abbench.session.root import op_fingerprints
 from pytest_abbench.core.settings import visible_gpus
 from pytest_abbench.session.campaign_session import SEED_INPUT, AbbenchSession
 from pytest_abbench.core.status import StatusFormatError
-from pytest_abbench.session.transport import SHIPPED_ATTR, CampaignLocator, ShippedCell, campaign_name, resume_seed
+from pytest_abbench.session.transport import (SHIPPED_ATTR, CampaignLocator, ShippedCell, campaign_name, resume_seed,
+                                              scratch_root)
 
 WORKER_GPU = "abbench_gpu"  # a worker's workeroutput key: the GPU it pinned its cells to
 # The plugin's options whose value is a path on the controller's host.
@@ -96,6 +98,21 @@ class XdistHooks:
             if any(moves_arguments(tx) for tx in config.getoption("tx", None) or ()):
                 self.refuse_separate_paths(config.invocation_params.args)
             self.refuse_more_workers_than_gpus(config.getoption("tx", None) or ())
+            if local_workers(config.getoption("tx", None) or ()):
+                self.refuse_unwritable_scratch()
+
+    def refuse_unwritable_scratch(self) -> None:
+        """This host's workers measure into --ab-worker-scratch (default: the temporary folder): one they cannot
+        write is a usage error naming it, before any worker starts (each worker would die at its first cell,
+        seen here only as "worker died: lost")."""
+        base = scratch_root(self.session.settings.worker_scratch, "check").parent
+        try:
+            base.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=base):
+                pass
+        except OSError as exc:
+            raise pytest.UsageError(f"--ab-worker-scratch: cannot write {base}: {exc.strerror or exc}; xdist workers "
+                                    "measure there (give a folder they can write)") from None
 
     def refuse_more_workers_than_gpus(self, specs: Iterable[str]) -> None:
         """On CUDA, this host's workers each claim a GPU of their own: more workers than GPUs is a usage error.
