@@ -7,8 +7,9 @@ import statistics
 
 import pytest
 
-from pytest_abbench.report.stats import (aa_bias, bh_adjust, interval, judge, robust_cv, rounds_needed, sign_flip,
-                                         t_quantile, t_test_p)
+from pytest_abbench.report.stats import (SPLIT_LOOSE, SPLIT_STRICT, aa_bias, best_split, bh_adjust, binomial_tail,
+                                         interval, judge, mann_kendall, median_se, robust_cv, rounds_needed, sign_flip,
+                                         split_quantile, spread_floor, t_quantile, t_test_above_p, t_test_p)
 
 
 def test_robust_cv_is_half_the_inclusive_iqr_over_the_median() -> None:
@@ -70,3 +71,59 @@ def test_judge_directions_same_and_what_withholds_a_direction() -> None:
 def test_zero_deltas_are_no_sign_flip_and_aa_bias_needs_an_interval_off_zero() -> None:
     assert not sign_flip([0.0, 0.0]) and sign_flip([0.1, -0.1]) and not sign_flip([0.1, 0.0])
     assert aa_bias((-0.5, 1.0)) is None and aa_bias((0.2, 0.6)) == 0.6 and aa_bias(None) is None
+
+
+def test_mann_kendall_is_exact_for_small_series_and_theil_sen_ignores_one_outlier() -> None:
+    # Ten rising values: only 2 of the 10! orderings are as monotone.
+    p, slope = mann_kendall([float(k) for k in range(10)])
+    assert p == pytest.approx(2 / math.factorial(10)) and slope == 1.0
+    # n = 5, S = 4: P(S >= 4) = 0.2417 in Kendall's table; two-sided 0.483.
+    assert mann_kendall([3.0, 1.0, 2.0, 5.0, 4.0])[0] == pytest.approx(0.48333, abs=1e-5)
+    # A warm first round: the median of the pairwise slopes stays 0.
+    p, slope = mann_kendall([5.0, 0.0, 0.01, -0.01, 0.005, -0.005, 0.0])
+    assert slope == pytest.approx(0.0, abs=0.003) and p > 0.2
+    # Ties take the normal approximation with Kendall's tie correction.
+    assert mann_kendall([0.0, 0.0, 1.0, 1.0, 2.0, 2.0])[0] < 0.05
+    assert mann_kendall([1.0, 2.0]) == (1.0, 1.0)
+
+
+def test_best_split_finds_two_tight_groups_and_floors_their_spread() -> None:
+    split = best_split([0.0, 0.01, 8.0, 8.02, 0.02])
+    assert split is not None and split.minority == frozenset({2, 3}) and split.smaller == 2
+    assert split.gap == pytest.approx(8.0) and split.ratio < 1e-5
+    floored = best_split([0.0, 0.01, 8.0, 8.02, 0.02], noise_sd=1.0)
+    assert floored is not None and floored.ratio == pytest.approx(3.0 / 76.8, rel=0.01)
+    assert best_split([1.0, 1.0, 1.0]) is None and best_split([1.0, 2.0]) is None
+
+
+def test_split_ratio_quantiles_match_a_fresh_simulation_of_one_mode() -> None:
+    np = pytest.importorskip("numpy")
+    rng = np.random.default_rng(7)
+    for n in (3, 5, 10, 20):
+        values = rng.standard_normal((20000, n))
+        ratios = [best_split(row.tolist()).ratio for row in values]  # type: ignore[union-attr]
+        assert float(np.mean(np.array(ratios) <= split_quantile(n, SPLIT_LOOSE))) == pytest.approx(0.05, abs=0.006)
+        assert float(np.mean(np.array(ratios) <= split_quantile(n, SPLIT_STRICT))) < 0.003
+    assert split_quantile(100, SPLIT_LOOSE) == split_quantile(20, SPLIT_LOOSE)
+
+
+def test_binomial_tail_and_median_se() -> None:
+    assert binomial_tail(3, 2, 0.5) == pytest.approx(0.5) and binomial_tail(20, 0, 0.05) == pytest.approx(1.0)
+    # Samples with a robust CV of 2%: sigma 2.97% of the log, the median of 10 of them 1.17%.
+    assert median_se(2.0, 10) == pytest.approx(math.sqrt(math.pi / 2) * 0.02 / 0.6744897501960817 / math.sqrt(10))
+    assert median_se(None, 10) == 0.0 and median_se(2.0, 2) == 0.0
+    assert spread_floor(0.03, 0.04) == pytest.approx(0.05)
+
+
+def test_a_spread_floor_keeps_closely_agreeing_rounds_from_a_tiny_p() -> None:
+    rounds = [0.01, 0.0101, 0.0099]
+    assert (t_test_p(rounds) or 1.0) < 0.001
+    assert (t_test_p(rounds, floor=0.02) or 0.0) > 0.4  # t = 0.87 at 2 df
+    lo, hi = interval(rounds, floor=0.02) or (0.0, 0.0)
+    assert hi - lo == pytest.approx(2 * 4.303 * 0.02 / math.sqrt(3), rel=1e-3)
+    assert judge(rounds, 0.0005, 2.0).verdict == "slower"
+    assert judge(rounds, 0.0005, 2.0, floor=0.02).verdict == "slower"  # the p given is the caller's, floored or not
+    # A one-sided test against a bound: +5% rounds are above +2% and not above +8%.
+    five = [math.log(1.05), math.log(1.051), math.log(1.049)]
+    assert (t_test_above_p(five, math.log(1.02)) or 1.0) < 0.01
+    assert (t_test_above_p(five, math.log(1.08)) or 0.0) > 0.99

@@ -20,8 +20,10 @@ from pytest_abbench.core.markers import count_markers
 from pytest_abbench.core.settings import DEFAULT_MARGIN_PCT
 from pytest_abbench.report import cost
 from pytest_abbench.report.model import SCHEMA_VERSION, OpReport, Report, ShapeReport
-from pytest_abbench.report.stats import (aa_bias, bh_adjust, cv_pct, interval, judge, median_or_none, pct, robust_cv,
-                                         sign_flip, stdev, t_test_p, SAME_LEVEL)
+from pytest_abbench.report import flags
+from pytest_abbench.report.flags import Finding, ShapeSeries
+from pytest_abbench.report.stats import (aa_bias, bh_adjust, cv_pct, interval, judge, median_or_none, median_se, pct,
+                                         robust_cv, sign_flip, spread_floor, stdev, t_test_p, SAME_LEVEL)
 from pytest_abbench.core.outcome import IR_ONLY, NO_IR_DIFF, NO_ROW, OK, CellOutcome
 from pytest_abbench.core.plan import CampaignPlan, read_plan
 from pytest_abbench.core.results import read_results as shape_results
@@ -65,7 +67,8 @@ def read_results(folder: Path) -> dict[str, dict[str, Any]]:
     for rec in shape_results(results_file(folder)):
         if not rec.ok or not rec.median_ms:
             continue
-        out[rec.shape] = {"median_ms": rec.median_ms, "timer": rec.timer, "cv": robust_cv(rec.samples_ms)}
+        out[rec.shape] = {"median_ms": rec.median_ms, "timer": rec.timer, "cv": robust_cv(rec.samples_ms),
+                          "samples": len(rec.samples_ms)}
     return out
 
 
@@ -81,7 +84,18 @@ class _ShapeRounds:
     log_ratios: list[float] = field(default_factory=list)  # ln(B/A)
     noise_a: list[float | None] = field(default_factory=list)  # side A's within-cell robust CV (None: < 3 samples)
     noise_b: list[float | None] = field(default_factory=list)
+    samples_a: list[int] = field(default_factory=list)  # samples behind side A's median
+    samples_b: list[int] = field(default_factory=list)
     aa_log_ratios: list[float] = field(default_factory=list)  # ln(A2/A), only rounds where A2 used A's timer
+
+    def median_se(self, side: str) -> float:
+        """The standard error of one of ``side``'s medians (log units), from its cells' typical noise."""
+        noise, samples = (self.noise_a, self.samples_a) if side == "A" else (self.noise_b, self.samples_b)
+        return median_se(median_or_none(noise), int(statistics.median(samples)) if samples else 0)
+
+    def series(self) -> ShapeSeries:
+        return ShapeSeries([math.log(v) for v in self.a_ms], [math.log(v) for v in self.b_ms],
+                           self.median_se("A"), self.median_se("B"))
 
 
 def _sum_markers(cells: list[CellOutcome]) -> dict[str, int]:
@@ -165,6 +179,8 @@ def _add_round(per_shape: dict[str, _ShapeRounds], results_a: dict[str, dict[str
         acc.log_ratios.append(math.log(b["median_ms"] / a["median_ms"]))
         acc.noise_a.append(a["cv"])
         acc.noise_b.append(b["cv"])
+        acc.samples_a.append(a["samples"])
+        acc.samples_b.append(b["samples"])
 
 
 def _read_rounds(rep: OpReport, by_round: _CellsByRound) -> dict[str, _ShapeRounds] | None:
@@ -193,26 +209,29 @@ def _pct_pair(ci: tuple[float, float] | None) -> tuple[float, float] | None:
 
 
 def _shape_report(shape: str, values: _ShapeRounds, rounds: int, margin_pct: float,
-                  p_adjusted: float | None) -> ShapeReport:
-    """A shape measured in every round: its deltas, intervals, noise, A/A interval and verdict."""
+                  p_adjusted: float | None, findings: list[Finding]) -> ShapeReport:
+    """A shape measured in every round: its deltas, intervals, noise, A/A interval, verdict and flags."""
     deltas = [pct(x) for x in values.log_ratios]
+    floor = spread_floor(values.median_se("A"), values.median_se("B"))
     aa = values.aa_log_ratios
     aa_ci_pct = _pct_pair(interval(aa) if len(aa) == rounds else None)
     bias = aa_bias(aa_ci_pct)
-    judgement = judge(values.log_ratios, p_adjusted, margin_pct, bias)
+    judgement, flag_names = flags.apply(judge(values.log_ratios, p_adjusted, margin_pct, bias, floor),
+                                        values.log_ratios, findings, margin_pct)
     return ShapeReport(
         shape=shape, rounds=len(deltas), a_ms=statistics.median(values.a_ms), b_ms=statistics.median(values.b_ms),
         delta_pct=statistics.median(deltas), delta_min_pct=min(deltas), delta_max_pct=max(deltas),
-        ci_pct=_pct_pair(interval(values.log_ratios)),
+        ci_pct=_pct_pair(interval(values.log_ratios, floor=floor)),
         delta_spread_pct=stdev(deltas) if len(deltas) > 1 else 0.0,
         noise_within_a_pct=median_or_none(values.noise_a), noise_within_b_pct=median_or_none(values.noise_b),
         noise_across_a_pct=cv_pct(values.a_ms), noise_across_b_pct=cv_pct(values.b_ms),
         sign_flip=sign_flip(values.log_ratios), verdict=judgement.verdict, per_round_pct=deltas,
-        margin_pct=margin_pct, ci90_pct=_pct_pair(interval(values.log_ratios, SAME_LEVEL)),
-        p_value=t_test_p(values.log_ratios), p_adjusted=p_adjusted, within_margin=judgement.within_margin,
+        margin_pct=margin_pct, ci90_pct=_pct_pair(interval(values.log_ratios, SAME_LEVEL, floor)),
+        p_value=t_test_p(values.log_ratios, floor), p_adjusted=p_adjusted, within_margin=judgement.within_margin,
         note=judgement.note,
         aa_delta_pct=statistics.median(pct(x) for x in aa) if aa else None,
         aa_ci_pct=aa_ci_pct, aa_per_round_pct=[pct(x) for x in aa], aa_bias_pct=bias,
+        flags=flag_names, spread_floor_pct=pct(floor),
     )
 
 
@@ -226,9 +245,17 @@ def _judge_shapes(rep: OpReport, per_shape: dict[str, _ShapeRounds], margin_pct:
             rep.mixed_timer_shapes.append(f"{shape}: measured in {measured} of {rep.rounds_expected} rounds")
             continue
         judged[shape] = values
-    adjusted = bh_adjust([t_test_p(values.log_ratios) for values in judged.values()])
-    for (shape, values), p_adjusted in zip(judged.items(), adjusted):
-        rep.shapes.append(_shape_report(shape, values, rep.rounds_expected, margin_pct, p_adjusted))
+    adjusted = bh_adjust([t_test_p(v.log_ratios, spread_floor(v.median_se("A"), v.median_se("B")))
+                          for v in judged.values()])
+    series = [values.series() for values in judged.values()]
+    of_op = flags.op_findings(series, margin_pct)
+    rep.findings = [f"{f.flag}: {f.text}" for f in of_op]
+    for (shape, values), p_adjusted, own in zip(judged.items(), adjusted, flags.shape_findings(series, margin_pct)):
+        rep.shapes.append(_shape_report(shape, values, rep.rounds_expected, margin_pct, p_adjusted, of_op + own))
+    for name in flags.FLAGS:
+        carrying = sum(1 for s in rep.shapes if name in s.flags)
+        if carrying:
+            rep.flags[name] = carrying
 
 
 def _op_geomean(rep: OpReport, per_shape: dict[str, _ShapeRounds]) -> None:

@@ -15,8 +15,8 @@ from pytest_abbench.core.layout import REPORT_MD as REPORT_MD
 from pytest_abbench.core.exitcodes import exit_reason, session_exit_code
 from pytest_abbench.core.settings import DEFAULT_MARGIN_PCT
 
-SCHEMA_VERSION = 6  # 3: OpReport.caliber_mismatch; 4: Report.complete and failed_cells; 5: the BH/sign-test rule;
-# 6: Report.time_spent
+SCHEMA_VERSION = 7  # 3: OpReport.caliber_mismatch; 4: Report.complete and failed_cells; 5: the BH/sign-test rule;
+# 6: Report.time_spent; 7: ShapeReport.flags and OpReport.findings (report/flags.py), the spread floor
 
 
 @dataclass
@@ -49,6 +49,8 @@ class ShapeReport:
     aa_ci_pct: tuple[float, float] | None = None  # the A/A interval: a diagnostic, never the margin
     aa_per_round_pct: list[float] = field(default_factory=list)
     aa_bias_pct: float | None = None  # the A/A interval excluded zero: a between-process bias of this size
+    flags: list[str] = field(default_factory=list)  # report/flags.py names: conditions that withhold a conclusion
+    spread_floor_pct: float = 0.0  # the least spread a round's delta can have (its cells' own noise), in percent
 
 
 @dataclass
@@ -74,6 +76,8 @@ class OpReport:
     mixed_timer_shapes: list[str] = field(default_factory=list)
     control: bool = False
     aa_geomean_ci_pct: tuple[float, float] | None = None
+    findings: list[str] = field(default_factory=list)  # conditions of the whole op (report/flags.py), as text
+    flags: dict[str, int] = field(default_factory=dict)  # flag name -> shapes carrying it
 
 
 @dataclass

@@ -13,6 +13,7 @@ from pytest_abbench.report import plots
 from pytest_abbench.core.layout import RootLayout
 from pytest_abbench.core.outcome import NO_IR_DIFF
 from pytest_abbench.report import cost
+from pytest_abbench.report.flags import FLAGS
 from pytest_abbench.report.model import OpReport, Report, ShapeReport
 
 
@@ -59,7 +60,8 @@ def _gate_text(o: OpReport) -> str:
 
 
 RULE_TEXT = ("direction: t-test of the round deltas at 5% after Benjamini-Hochberg across the op's shapes, and more "
-             "than half of the rounds on that side; same: 90% interval inside +-margin")
+             "than half of the rounds on that side; same: 90% interval inside +-margin; a flag "
+             f"({', '.join(FLAGS)}) withholds a verdict it could have made")
 
 
 def header_lines(report: Report) -> list[str]:
@@ -78,8 +80,9 @@ def header_lines(report: Report) -> list[str]:
 
 
 def _verdict_text(s: ShapeReport) -> str:
-    """The verdict, with 'within +-m%' for a real effect smaller than the margin."""
-    return f"{s.verdict}, within +-{s.margin_pct:g}%" if s.within_margin else s.verdict
+    """The verdict, with 'within +-m%' for a real effect smaller than the margin, and the shape's flags."""
+    text = f"{s.verdict}, within +-{s.margin_pct:g}%" if s.within_margin else s.verdict
+    return f"{text} [{', '.join(s.flags)}]" if s.flags else text
 
 
 def _shape_table(o: OpReport) -> list[str]:
@@ -129,6 +132,10 @@ def render_text(report: Report) -> str:
                          f"[{_range(o.aa_geomean_ci_pct)}]; " + (
                              f"{biased} shape(s) show a bias between processes (A/A interval excludes 0): "
                              "directions no larger than it are withheld" if biased else "no shape shows a bias"))
+        lines += [f"   {f}" for f in o.findings]
+        if o.flags:
+            lines.append("   flagged (no plain verdict where the condition could have made it): "
+                         + ", ".join(f"{name} on {n} of {len(o.shapes)} shapes" for name, n in o.flags.items()))
         if o.sign_flips:
             lines.append(f"   {o.sign_flips} of {len(o.shapes)} shapes changed sign between rounds: a direction needs "
                          "more than half of the rounds on its side as well as the t-test")

@@ -27,6 +27,7 @@ import math
 import statistics
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import groupby
 
 ALPHA = 0.05  # the level of every test of the rule: t-test (after BH), sign test, TOST
 DIRECTION_LEVEL = 0.95  # the interval printed next to a direction (two-sided test at ALPHA)
@@ -95,24 +96,63 @@ def t_quantile(level: float, df: int) -> float:
     return (lo + hi) / 2.0
 
 
-def interval(values: list[float], level: float = DIRECTION_LEVEL) -> tuple[float, float] | None:
-    """The ``level`` t-interval of the mean of ``values``; None with fewer than 2 values."""
+def interval(values: list[float], level: float = DIRECTION_LEVEL, floor: float = 0.0) -> tuple[float, float] | None:
+    """The ``level`` t-interval of the mean of ``values``; None with fewer than 2 values.
+
+    ``floor``: the smallest standard deviation the values can have (``spread_floor``); a smaller sample
+    standard deviation is taken as luck and replaced by it.
+    """
     if len(values) < 2:
         return None
     mean = statistics.fmean(values)
-    half = t_quantile(level, len(values) - 1) * stdev(values) / math.sqrt(len(values))
+    half = t_quantile(level, len(values) - 1) * max(stdev(values), floor) / math.sqrt(len(values))
     return mean - half, mean + half
 
 
-def t_test_p(values: list[float]) -> float | None:
-    """Two-sided p of the one-sample t-test of mean 0; None with fewer than 2 values."""
+def t_test_p(values: list[float], floor: float = 0.0, null: float = 0.0) -> float | None:
+    """Two-sided p of the one-sample t-test of mean ``null``; None with fewer than 2 values.
+
+    ``floor`` as in ``interval``: rounds that happen to agree closely cannot give a p near 0 when
+    each of them is known to be noisier than their spread says.
+    """
     if len(values) < 2:
         return None
-    mean = statistics.fmean(values)
-    sd = stdev(values)
+    mean = statistics.fmean(values) - null
+    sd = max(stdev(values), floor)
     if sd == 0.0:
         return 1.0 if mean == 0.0 else 0.0
     return t_two_sided_p(mean / (sd / math.sqrt(len(values))), len(values) - 1)
+
+
+def t_test_above_p(values: list[float], bound: float, floor: float = 0.0) -> float | None:
+    """One-sided p of the t-test that the mean of ``values`` exceeds ``bound``; None with fewer than 2 values."""
+    two_sided = t_test_p(values, floor, bound)
+    if two_sided is None:
+        return None
+    return two_sided / 2.0 if statistics.fmean(values) > bound else 1.0 - two_sided / 2.0
+
+
+NORMAL_QUARTILE = 0.6744897501960817  # the upper quartile of N(0, 1): half the interquartile range of sigma 1
+
+
+def median_se(robust_cv_pct: float | None, samples: int) -> float:
+    """The standard error of one cell's median, in log units, from its samples' robust CV (``robust_cv``).
+
+    Half the interquartile range over the median estimates sigma * 0.674 of the log samples; the median
+    of ``samples`` of them has a standard error of sqrt(pi/2) * sigma / sqrt(samples).  0 when unknown.
+    """
+    if robust_cv_pct is None or samples < 3:
+        return 0.0
+    return math.sqrt(math.pi / 2.0) * robust_cv_pct / 100.0 / NORMAL_QUARTILE / math.sqrt(samples)
+
+
+def spread_floor(se_a: float, se_b: float) -> float:
+    """The smallest standard deviation a per-round ln(B/A) can have: its two medians' own sampling noise.
+
+    A round's log ratio is the difference of two cells' medians, each with at least the standard error
+    its own samples show; whatever varies between processes only adds to it.
+    """
+    return math.sqrt(se_a * se_a + se_b * se_b)
 
 
 def bh_adjust(p_values: list[float | None]) -> list[float | None]:
@@ -146,13 +186,14 @@ class Judgement:
 
 
 def judge(log_ratios: list[float], p_adjusted: float | None, margin_pct: float,
-          aa_bias_pct: float | None = None) -> Judgement:
+          aa_bias_pct: float | None = None, floor: float = 0.0) -> Judgement:
     """The verdict of one shape from its per-round ln(B/A), its BH-adjusted p and the equivalence margin.
 
     ``aa_bias_pct``: the size of a between-process bias the A/A control showed
     (its interval excluded zero); directions no larger than it are withheld.
+    ``floor``: the smallest standard deviation of a round's ln(B/A) (``spread_floor``), as in ``interval``.
     """
-    ci90 = interval(log_ratios, SAME_LEVEL)
+    ci90 = interval(log_ratios, SAME_LEVEL, floor)
     if ci90 is None or p_adjusted is None:
         return Judgement("inconclusive", note="fewer than 2 rounds")
     lo90, hi90 = pct(ci90[0]), pct(ci90[1])
@@ -210,3 +251,117 @@ def median_or_none(values: list[float | None]) -> float | None:
 def cv_pct(values: list[float]) -> float | None:
     """Coefficient of variation in percent; None with fewer than 2 values."""
     return 100.0 * stdev(values) / statistics.fmean(values) if len(values) >= 2 else None
+
+
+EXACT_KENDALL_MAX = 30  # up to this many values without ties, Mann-Kendall's p is exact; beyond, the normal approximation
+
+
+@lru_cache(maxsize=None)
+def _kendall_s_tail(n: int) -> tuple[float, ...]:
+    """P(|S| >= s) for s = 0..n(n-1)/2 under no trend: S counts rising minus falling pairs of n distinct values.
+
+    Every ordering is equally likely; the number of orderings with k inversions (Mahonian numbers) gives
+    S = n(n-1)/2 - 2k exactly.
+    """
+    counts = [1]
+    for size in range(2, n + 1):
+        grown = [0] * (len(counts) + size - 1)
+        for k, c in enumerate(counts):
+            for extra in range(size):
+                grown[k + extra] += c
+        counts = grown
+    total = math.factorial(n)
+    pairs = n * (n - 1) // 2
+    by_abs = [0] * (pairs + 1)
+    for k, c in enumerate(counts):
+        by_abs[abs(pairs - 2 * k)] += c
+    tail, running = [0.0] * (pairs + 1), 0
+    for s in range(pairs, -1, -1):
+        running += by_abs[s]
+        tail[s] = running / total
+    return tuple(tail)
+
+
+def mann_kendall(values: list[float]) -> tuple[float, float]:
+    """Mann-Kendall's two-sided p for a monotone trend in ``values`` (in their order), and Theil-Sen's slope.
+
+    Both use only the signs and sizes of pairwise differences: one outlying value (a bad process, a warm
+    first round) moves neither much, where a least-squares slope follows it.  p is 1 with fewer than 3 values.
+    """
+    n = len(values)
+    diffs = [(values[j] - values[i], j - i) for i in range(n) for j in range(i + 1, n)]
+    if n < 3:
+        return 1.0, (diffs[0][0] if diffs else 0.0)
+    s = sum((d > 0) - (d < 0) for d, _ in diffs)
+    slopes = sorted(d / gap for d, gap in diffs)
+    slope = (slopes[(len(slopes) - 1) // 2] + slopes[len(slopes) // 2]) / 2.0
+    tied = [len(list(group)) for _, group in groupby(sorted(values))]
+    if n <= EXACT_KENDALL_MAX and all(t == 1 for t in tied):
+        return _kendall_s_tail(n)[abs(s)], slope
+    variance = (n * (n - 1) * (2 * n + 5) - sum(t * (t - 1) * (2 * t + 5) for t in tied)) / 18.0
+    if variance <= 0.0 or s == 0:
+        return 1.0, slope
+    z = (abs(s) - 1) / math.sqrt(variance)  # continuity-corrected
+    return min(1.0, math.erfc(z / math.sqrt(2.0))), slope
+
+
+@dataclass(frozen=True)
+class Split:
+    """The best cut of a series into a low and a high group (least squares within the two), and how clean it is."""
+
+    minority: frozenset[int]  # positions of the smaller group (the low one on a tie)
+    smaller: int  # its size
+    gap: float  # mean of the high group minus mean of the low group
+    ratio: float  # within-group sum of squares over the total: near 0 when the values sit in two tight groups
+
+
+def best_split(values: list[float], noise_sd: float = 0.0) -> Split | None:
+    """The two-group cut of ``values`` with the least within-group sum of squares; None with fewer than 3 values.
+
+    ``noise_sd`` floors the within-group spread (each value is at least this noisy): groups that happen
+    to be tighter than their own measurement noise do not make the cut look cleaner than it can be.
+    """
+    n = len(values)
+    if n < 3:
+        return None
+    order = sorted(range(n), key=lambda i: values[i])
+    ordered = [values[i] for i in order]
+    mean = math.fsum(ordered) / n
+    total = math.fsum((v - mean) ** 2 for v in ordered)
+    if total <= 0.0:
+        return None
+    centred = [v - mean for v in ordered]  # running sums of centred values keep the cuts' arithmetic exact enough
+    sums, squares = [0.0], [0.0]
+    for v in centred:
+        sums.append(sums[-1] + v)
+        squares.append(squares[-1] + v * v)
+    within, k = min(((squares[k] - sums[k] ** 2 / k) + (squares[n] - squares[k] - (sums[n] - sums[k]) ** 2 / (n - k)), k)
+                    for k in range(1, n))
+    within = max(within, 0.0)
+    low_idx, high_idx = order[:k], order[k:]
+    gap = math.fsum(ordered[k:]) / (n - k) - math.fsum(ordered[:k]) / k
+    minority = low_idx if k <= n - k else high_idx
+    return Split(frozenset(minority), min(k, n - k), gap, max(within, (n - 2) * noise_sd ** 2) / total)
+
+
+# The 0.1% and 5% quantiles of Split.ratio for n values drawn from one normal distribution (no modes):
+# 2,000,000 seeded draws per n (numpy, seed 20261202; docs/verdicts.md has the script).  Below the
+# quantile, a cut is that unlikely from one mode.  Beyond 20 values the 20-value quantiles apply: the
+# quantiles grow with n, so the test only gets stricter.
+SPLIT_RATIO_QUANTILES: dict[int, tuple[float, float]] = {
+    3: (2.84e-07, 0.000687), 4: (0.000288, 0.0143), 5: (0.00289, 0.0392), 6: (0.00934, 0.0647),
+    7: (0.0187, 0.0876), 8: (0.0291, 0.107), 9: (0.04, 0.122), 10: (0.0508, 0.136), 11: (0.0617, 0.148),
+    12: (0.072, 0.158), 13: (0.0812, 0.167), 14: (0.0899, 0.175), 15: (0.0978, 0.182), 16: (0.105, 0.188),
+    17: (0.111, 0.194), 18: (0.118, 0.199), 19: (0.124, 0.204), 20: (0.129, 0.209)}
+SPLIT_STRICT, SPLIT_LOOSE = 0, 1  # indices into SPLIT_RATIO_QUANTILES' pairs: the 0.1% and the 5% quantile
+SPLIT_LOOSE_LEVEL = 0.05
+
+
+def split_quantile(n: int, which: int) -> float:
+    """The quantile of ``SPLIT_RATIO_QUANTILES`` for ``n`` values (``SPLIT_STRICT`` or ``SPLIT_LOOSE``)."""
+    return SPLIT_RATIO_QUANTILES[min(n, max(SPLIT_RATIO_QUANTILES))][which]
+
+
+def binomial_tail(trials: int, hits: int, p: float) -> float:
+    """P(X >= hits) for X ~ Binomial(trials, p)."""
+    return math.fsum(math.comb(trials, k) * p ** k * (1.0 - p) ** (trials - k) for k in range(max(0, hits), trials + 1))

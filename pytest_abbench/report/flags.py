@@ -1,0 +1,211 @@
+"""Named conditions under which a shape's delta is no conclusion, and how the report finds them.
+
+A flag names a condition the rounds show and the verdict rule cannot see:
+the t-test assumes every round draws from one distribution, and a trend over
+the rounds (``drift``) or processes that land in one of two places
+(``bimodal``) break that.  Each flag has one name here, the name report.json,
+report.md and the terminal carry; other conditions (the GPU's state) are
+added to ``FLAGS`` the same way.
+
+A finding withholds a shape's plain verdict (faster, slower, same) when it
+could have produced it: a direction no more than twice as large as the
+condition, or a ``same`` that the condition would carry past the margin.  A
+larger effect stands, and the op's line still names the condition.  An
+``inconclusive`` shape carries the flags that apply to it, as the reason it
+may stay so.  ``docs/verdicts.md`` has the simulator's figures for each rule.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter
+from dataclasses import dataclass
+
+from pytest_abbench.report.stats import (SPLIT_LOOSE, SPLIT_LOOSE_LEVEL, SPLIT_STRICT, Judgement, bh_adjust, best_split, binomial_tail,
+                                         mann_kendall, pct, split_quantile)
+
+DRIFT = "drift"
+BIMODAL = "bimodal"
+FLAGS: dict[str, str] = {  # every flag name, in the order reports list them, and what it means
+    DRIFT: "a trend over the rounds, in the delta or in one side's medians: the delta depends on when it was "
+           "measured",
+    BIMODAL: "the per-process medians fall in two separate groups: the delta depends on which group each "
+             "process landed in",
+}
+
+FLAG_ALPHA = 0.05  # the level of each finding's test, per op (Bonferroni across its tests, BH across shapes)
+DRIFT_MIN_FRACTION = 0.25  # of the margin: a trend that moves a series less over the whole campaign is no finding
+BIMODAL_MIN_FRACTION = 0.5  # of the margin: two groups closer than this are no finding
+BIMODAL_OP_ALPHA = 0.001  # the op-wide count's binomial level: stricter, as shapes share their processes
+MIN_DRIFT_ROUNDS = 6  # Mann-Kendall's smallest p with 5 values is 1/60: three tests at 5% need 6 rounds
+MIN_SPLIT_ROUNDS = 4  # two groups of two
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One condition found in an op or a shape."""
+
+    flag: str  # a key of FLAGS
+    size: float  # log units: how far it can move a delta (a trend: over the campaign; two groups: their distance)
+    text: str  # what was seen: "side B drifts +0.41%/round"
+
+
+@dataclass(frozen=True)
+class ShapeSeries:
+    """One shape's per-round values in round order, in log units, with each side's measurement noise."""
+
+    log_a: list[float]  # ln of side A's median per round
+    log_b: list[float]
+    se_a: float  # standard error of one of side A's medians (report.stats.median_se)
+    se_b: float
+
+    @property
+    def log_ratios(self) -> list[float]:
+        return [b - a for a, b in zip(self.log_a, self.log_b)]
+
+
+def _per_round(text: str, slope: float) -> str:
+    return f"{text} {pct(slope):+.2f}%/round"
+
+
+def _trend(delta: list[float], side_a: list[float], side_b: list[float],
+           min_change: float) -> tuple[float, Finding | None]:
+    """The three trend tests of one set of series (the delta, side A, side B), Bonferroni-corrected.
+
+    A side's trend counts only while the other side shows none: when both move together the machine
+    moved, and alternating sides cancel it in the delta.  Returns the smallest corrected p and its finding.
+    """
+    n = len(delta)
+    if n < MIN_DRIFT_ROUNDS:
+        return 1.0, None
+    p_delta, s_delta = mann_kendall(delta)
+    p_a, s_a = mann_kendall(side_a)
+    p_b, s_b = mann_kendall(side_b)
+    tests = [(p_a, s_a, "side A drifts")] if p_b >= FLAG_ALPHA else []
+    tests += [(p_b, s_b, "side B drifts")] if p_a >= FLAG_ALPHA else []
+    tests.append((p_delta, s_delta, "the delta drifts"))
+    material = [t for t in tests if abs(t[1]) * (n - 1) >= min_change]
+    if not material:
+        return 1.0, None
+    p, slope, what = min(material, key=lambda t: t[0])  # on a tie, the side that moved
+    return min(1.0, 3 * p), Finding(DRIFT, abs(slope) * (n - 1), _per_round(what, slope))
+
+
+def _mean_series(series: list[list[float]]) -> list[float]:
+    return [statistics.fmean(values) for values in zip(*series)]
+
+
+def _side_splits(shapes: list[ShapeSeries], side: str, min_gap: float) -> list[tuple[float, frozenset[int]]]:
+    """(gap, rounds of the smaller group) of each shape whose medians on ``side`` split more cleanly than one
+    mode gives 5% of the time (``SPLIT_LOOSE``), by at least ``min_gap``."""
+    found = []
+    for shape in shapes:
+        values, se = (shape.log_a, shape.se_a) if side == "A" else (shape.log_b, shape.se_b)
+        split = best_split(values, se)
+        if split is not None and split.gap >= min_gap and split.ratio <= split_quantile(len(values), SPLIT_LOOSE):
+            found.append((split.gap, split.minority))
+    return found
+
+
+def op_findings(shapes: list[ShapeSeries], margin_pct: float) -> list[Finding]:
+    """Conditions of the op as a whole, which every shape shares: its processes drift, or fall in two groups.
+
+    * drift: the trend tests on the op's per-round means over shapes (a process that drifts moves them all);
+    * two groups per shape: more shapes than chance (binomial, ``BIMODAL_OP_ALPHA``) whose medians on a side
+      split cleanly (``SPLIT_LOOSE``), not counting the rounds that split every shape alike (one process that
+      moved all shapes: a bad process, which the rounds already see as such);
+    * two groups per process: the per-round mean over shapes (each centred on its own median) splits into two
+      groups of at least two rounds (``SPLIT_STRICT``).
+    """
+    if not shapes:
+        return []
+    margin = math.log1p(margin_pct / 100.0)
+    n = len(shapes[0].log_a)
+    found = []
+    p, drift = _trend(_mean_series([s.log_ratios for s in shapes]), _mean_series([s.log_a for s in shapes]),
+                      _mean_series([s.log_b for s in shapes]), DRIFT_MIN_FRACTION * margin)
+    if drift is not None and p < FLAG_ALPHA and len(shapes) > 1:  # one shape: shape_findings tests the same
+        found.append(Finding(drift.flag, drift.size, drift.text + " (the op's shapes together)"))
+    min_gap = BIMODAL_MIN_FRACTION * margin
+    splits, gaps = 0, []
+    for side in ("A", "B"):
+        side_found = _side_splits(shapes, side, min_gap)
+        common = Counter(minority for _, minority in side_found).most_common(1)
+        shared = common[0][0] if common and 2 * common[0][1] >= len(shapes) else None
+        kept = [gap for gap, minority in side_found if minority != shared]
+        splits += len(kept)
+        gaps += kept
+    if splits >= 2 and binomial_tail(2 * len(shapes), splits, SPLIT_LOOSE_LEVEL) < BIMODAL_OP_ALPHA:
+        gap = statistics.median(gaps)
+        found.append(Finding(BIMODAL, gap, f"in {splits} of {2 * len(shapes)} shape-sides the processes fall in two "
+                                           f"groups (median {pct(gap):.1f}% apart)"))
+    if n >= MIN_SPLIT_ROUNDS and len(shapes) > 1:  # one shape: its own test (shape_findings) is this one
+        for side in ("A", "B"):
+            values = [s.log_a if side == "A" else s.log_b for s in shapes]
+            centred = [[v - statistics.median(series) for v in series] for series in values]
+            se = statistics.median(s.se_a if side == "A" else s.se_b for s in shapes) / math.sqrt(len(shapes))
+            split = best_split(_mean_series(centred), se)
+            if (split is not None and split.smaller >= 2 and split.gap >= min_gap
+                    and split.ratio <= split_quantile(n, SPLIT_STRICT)):
+                rounds = ", ".join(str(r + 1) for r in sorted(split.minority))
+                found.append(Finding(BIMODAL, split.gap, f"side {side}'s processes fall in two groups "
+                                                         f"{pct(split.gap):.1f}% apart (rounds {rounds} vs the rest)"))
+    return found
+
+
+def shape_findings(shapes: list[ShapeSeries], margin_pct: float) -> list[list[Finding]]:
+    """Each shape's own conditions: a trend (its corrected p after Benjamini-Hochberg across the op's shapes),
+    or one side's medians in two groups of at least two rounds each, unlikely (``SPLIT_STRICT``) from one mode."""
+    margin = math.log1p(margin_pct / 100.0)
+    trends = [_trend(s.log_ratios, s.log_a, s.log_b, DRIFT_MIN_FRACTION * margin) for s in shapes]
+    adjusted = bh_adjust([p for p, _ in trends])
+    found: list[list[Finding]] = []
+    for shape, (_, trend), p in zip(shapes, trends, adjusted):
+        own = [trend] if trend is not None and p is not None and p < FLAG_ALPHA else []
+        for side, values, se in (("A", shape.log_a, shape.se_a), ("B", shape.log_b, shape.se_b)):
+            split = best_split(values, se)
+            if (split is not None and len(values) >= MIN_SPLIT_ROUNDS and split.smaller >= 2
+                    and split.gap >= BIMODAL_MIN_FRACTION * margin
+                    and split.ratio <= split_quantile(len(values), SPLIT_STRICT)):
+                own.append(Finding(BIMODAL, split.gap, f"side {side}'s processes fall in two groups "
+                                                       f"{pct(split.gap):.1f}% apart ({split.smaller} and "
+                                                       f"{len(values) - split.smaller} rounds)"))
+        found.append(own)
+    return found
+
+
+def withholds(finding: Finding, judgement: Judgement, log_ratios: list[float], margin_pct: float) -> bool:
+    """Whether ``finding`` could have produced ``judgement``: a direction at most twice its size, a ``same``
+    it would carry past the margin.  Any finding applies to an ``inconclusive`` shape (it may be why)."""
+    mean = abs(statistics.fmean(log_ratios))
+    if judgement.verdict in ("faster", "slower"):
+        return mean <= 2.0 * finding.size
+    if judgement.verdict == "same":
+        return mean + finding.size >= math.log1p(margin_pct / 100.0)
+    return True
+
+
+def apply(judgement: Judgement, log_ratios: list[float], findings: list[Finding],
+          margin_pct: float) -> tuple[Judgement, list[str]]:
+    """The shape's judgement once ``findings`` are weighed, and its flags (names in ``FLAGS`` order).
+
+    A withheld verdict becomes ``inconclusive`` whose note says what is known and why it is no conclusion:
+    ``slower in 8 of 10 rounds; side B drifts +0.40%/round``.
+    """
+    relevant = [f for f in findings if withholds(f, judgement, log_ratios, margin_pct)]
+    if not relevant:
+        return judgement, []
+    flags = [name for name in FLAGS if any(f.flag == name for f in relevant)]
+    texts = list(dict.fromkeys(f.text for f in relevant))
+    known = judgement.note or _known(judgement, log_ratios, margin_pct)
+    return Judgement("inconclusive", note="; ".join([known, *texts])), flags
+
+
+def _known(judgement: Judgement, log_ratios: list[float], margin_pct: float) -> str:
+    """What the rounds say before a flag is weighed: ``slower in 8 of 10 rounds``, or the interval of a ``same``."""
+    if judgement.verdict == "same":
+        return f"90% interval inside +-{margin_pct:g}%"
+    mean = statistics.fmean(log_ratios)
+    direction = "slower" if mean > 0 else "faster"
+    return f"{direction} in {sum(1 for d in log_ratios if (d > 0 if mean > 0 else d < 0))} of {len(log_ratios)} rounds"
