@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 from helpers import simple_campaign, synthetic_root
 
 from pytest_abbench.cli import main
-from pytest_abbench.report import REPORT_JSON, build_report, render_text, report_from_json, write_report
+from pytest_abbench.core.fileio import FormatError
+from pytest_abbench.report import REPORT_JSON, build_report, read_report, render_text, report_from_json, write_report
 
 
 def test_consistent_ten_percent_faster_has_an_interval_around_it(tmp_path: Path) -> None:
@@ -73,6 +75,18 @@ def test_report_json_round_trips_and_plots_are_drawn(tmp_path: Path) -> None:
     assert data["schema_version"] == built.schema_version
     assert report_from_json(data) == built
     assert [p.name for p in plots] == ["op.png"] and plots[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_report_json_of_another_schema_is_refused_naming_the_file_and_field(tmp_path: Path) -> None:
+    synthetic_root(tmp_path, {"a": [0.1, 0.12, 0.09]})
+    write_report(tmp_path, build_report(tmp_path))
+    path = tmp_path / REPORT_JSON
+    assert read_report(path) == report_from_json(json.loads(path.read_text()))
+    path.write_text(json.dumps({**json.loads(path.read_text()), "schema_version": 6}))
+    with pytest.raises(FormatError, match=rf"^{re.escape(str(path))}: field 'schema_version': expected 7, .* got 6$"):
+        read_report(path)
+    with pytest.raises(FormatError, match=r"report.json: field 'schema_version': missing"):
+        report_from_json({"ops": []})
 
 
 @pytest.mark.parametrize("mode", [("-n", "2"), ("-p", "no:xdist")])

@@ -8,13 +8,17 @@ either.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
+
+from pytest_abbench.core.fileio import Fields, read_json
 
 from pytest_abbench.core.layout import REPORT_JSON as REPORT_JSON  # the names callers import with the model
 from pytest_abbench.core.layout import REPORT_MD as REPORT_MD
 from pytest_abbench.core.exitcodes import exit_reason, session_exit_code
 from pytest_abbench.core.settings import DEFAULT_MARGIN_PCT
 
+SCHEMA_FIELD = "schema_version"  # report.json's own name for its format version (the other files say "schema")
 SCHEMA_VERSION = 7  # 3: OpReport.caliber_mismatch; 4: Report.complete and failed_cells; 5: the BH/sign-test rule;
 # 6: Report.time_spent; 7: ShapeReport.flags and OpReport.findings (report/flags.py), the spread floor
 
@@ -122,10 +126,17 @@ def _pair(value: Any) -> tuple[float, float] | None:
     return (float(value[0]), float(value[1])) if value else None
 
 
-def report_from_json(data: dict[str, Any]) -> Report:
-    """The Report a report.json holds (JSON turns tuples into lists; this turns them back)."""
-    if data.get("schema_version") != SCHEMA_VERSION:
-        raise ValueError(f"report.json schema_version {data.get('schema_version')!r}, this reader knows {SCHEMA_VERSION}")
+def report_from_json(data: Any, where: str = REPORT_JSON) -> Report:
+    """The Report a report.json holds (JSON turns tuples into lists; this turns them back).
+
+    ``where`` names the file in errors: a report of another schema_version is a FormatError naming the file
+    and the field.
+    """
+    fields = Fields(where, data)
+    version = fields.whole(SCHEMA_FIELD)
+    if version != SCHEMA_VERSION:
+        raise fields.error(SCHEMA_FIELD, f"{SCHEMA_VERSION}, the version this pytest-abbench writes (rebuild the "
+                                         "report with `abbench summary ROOT`)", version)
     ops = []
     for o in data["ops"]:
         shapes = [ShapeReport(**{**s, "ci_pct": _pair(s["ci_pct"]), "aa_ci_pct": _pair(s["aa_ci_pct"]),
@@ -134,3 +145,8 @@ def report_from_json(data: dict[str, Any]) -> Report:
         ops.append(OpReport(**{**o, "shapes": shapes, "geomean_ci_pct": _pair(o["geomean_ci_pct"]),
                                "aa_geomean_ci_pct": _pair(o["aa_geomean_ci_pct"])}))
     return Report(**{**data, "ops": ops})
+
+
+def read_report(path: Path) -> Report:
+    """The Report in the report.json at ``path``; errors name the file."""
+    return report_from_json(read_json(path), str(path))
