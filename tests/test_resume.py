@@ -68,6 +68,10 @@ def test_an_edited_op_runs_again_alone_and_a_subset_resumes(campaign_dir: pytest
                                  "they are"])
     manifest = json.loads((root / "campaign.json").read_text())
     assert set(manifest["op_fingerprints"]) == {"one", "two"} and set(manifest["plan"]["ops"]) == {"one", "two"}
+    # The root's report still covers op two, which this session did not select (it held only op one before).
+    report = json.loads((root / "report.json").read_text())
+    assert {o["op"] for o in report["ops"]} == {"one", "two"} and report["complete"] is True
+    assert "== two: rounds 1/1" in subset.stdout.str()
 
 
 def test_resuming_with_fewer_rounds_is_refused_and_keeps_the_report(campaign_dir: pytest.Pytester,

@@ -6,6 +6,7 @@ or a serial session) and on workers, where it only collects outcomes.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -15,6 +16,8 @@ import pytest
 
 from pytest_abbench.core.layout import CellKey, cell_key, run_log
 from pytest_abbench.core.outcome import NO_IR_DIFF, OUTCOME_PROPERTY, CellOutcome
+from pytest_abbench.core.fileio import CorruptFileError
+from pytest_abbench.core.plan import CampaignPlan, read_plan
 from pytest_abbench.core.wording import count
 from pytest_abbench.report import cost
 from pytest_abbench.session.campaign_session import SHIPPED_KEY, AbbenchSession
@@ -148,13 +151,36 @@ class ReportHooks:
         from pytest_abbench import report
 
         settings = self.session.settings
-        self.final = report.build_report(self.session.root.path, self.session.outcomes.values(), self.session.plan,
+        outcomes, plan = self.report_scope()
+        self.final = report.build_report(self.session.root.path, outcomes, plan,
                                          margin_pct=settings.margin_pct, fail_if_slower_pct=settings.fail_if_slower_pct,
                                          allow_caliber_mismatch=settings.allow_caliber_mismatch,
                                          wall_s=time.monotonic() - self.session.started, workers=max(1, len(self.workers_seen)))
         session.exitstatus = self.final.decide_exit(int(session.exitstatus), settings.allow_caliber_mismatch)
         self.plots = report.write_report(self.session.root.path, self.final)
         self.session.root.release()
+
+    def report_scope(self) -> tuple[list[CellOutcome], CampaignPlan]:
+        """The cells and plan the report covers: this session's, and on --ab-resume the root's other ops too.
+
+        A resumed root may hold ops this session did not select (a subset, another campaign file): report.md
+        and report.json stay the root's report, not one of this session's ops alone.
+        """
+        outcomes = dict(self.session.outcomes)
+        plan = self.session.plan
+        if self.session.settings.resume is None:
+            return list(outcomes.values()), plan
+        from pytest_abbench.report.build import discover
+
+        layout = self.session.root.layout
+        for outcome in discover(layout, problems=[]):  # a bad line is named by the report's own read
+            if outcome.key.op not in plan.ops:  # run by an earlier session: not this one's time
+                outcomes.setdefault(outcome.key, dataclasses.replace(outcome, resumed=True))
+        try:
+            root_plan = read_plan(layout)
+        except CorruptFileError:
+            root_plan = None  # claim() refused an unreadable campaign.json: this cannot be reached
+        return list(outcomes.values()), root_plan or plan
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter, exitstatus: int,
                                 config: pytest.Config) -> None:
