@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import textwrap
 import time
 from pathlib import Path
 
@@ -157,3 +158,23 @@ def test_a_thread_the_campaign_leaves_running_does_not_hold_the_cell(campaign_di
     assert row.status == "ok" and row.elapsed_s < 60, row
     log = (root / "r1_A" / "stray" / "run.log").read_text()
     assert "[abbench] the campaign left 1 thread(s) running: 'stray' (time.sleep)" in log
+
+
+def test_a_build_that_calls_sys_exit_fails_its_shape(campaign_dir: pytest.Pytester, tmp_path: Path) -> None:
+    """sys.exit(0) inside build used to end the cell cleanly with nothing measured (NO_SHAPES)."""
+    campaign_dir.makepyfile(c=textwrap.dedent("""
+        import sys
+        from pytest_abbench import Op
+
+        def build(shape, device):
+            sys.exit(0)
+
+        OPS = [Op("quits", build=build, shapes={"smoke": [{}]})]
+    """))
+    root = tmp_path / "root"
+    result = campaign_dir.runpytest_subprocess("c.py", "--ab-rounds", "1", "--ab-root", str(root), "-k", "r1-A",
+                                               "--ab-ir-target", "none", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*cell quits[[]r1-A[]] failed: FAILED_SHAPES (1 failed, 0 ok shapes)*",
+                                 "*SystemExit: 0*"])
+    assert [(r.status, r.failed) for r in read_status(root)] == [("FAILED_SHAPES", 1)]

@@ -177,7 +177,7 @@ def measure_shapes(config: CellConfig, op: Op, shapes: Sequence[Shape], results:
         except CapturePoisoned as exc:
             append_result(results, dataclasses.replace(base, status="poisoned", timer="cudagraph", error=exc.reason))
             return True
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # a build that calls sys.exit(0) failed its shape: no clean exit
             log(f"[abbench] shape {shape.id}: {type(exc).__name__}: {exc}")
             traceback.print_exc(file=sys.stdout)
             append_result(results, dataclasses.replace(base, status="error", error=f"{type(exc).__name__}: {exc}"[:500]))
