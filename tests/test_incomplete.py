@@ -71,22 +71,30 @@ def test_x_on_a_failing_round_2_cell_reports_no_verdict(campaign_dir: pytest.Pyt
     assert "abbench: exit 1: 1 cell(s) failed: one[r2-B]; planned cells never ran" in offline
 
 
-def test_sigint_after_round_3_reports_no_verdict(campaign_dir: pytest.Pytester, tmp_path: Path) -> None:
+def signal_after_rows(campaign_dir: pytest.Pytester, tmp_path: Path, rounds: int, rows: int,
+                      signum: signal.Signals) -> tuple[Path, str]:
+    """Run a one-op campaign in a real pytest process and send it ``signum`` once ``rows`` rows are written;
+    the root and what pytest printed.  It must end with pytest's "interrupted" code, 2."""
     campaign_dir.makepyfile(c=simple_campaign('"one"'))
     root = tmp_path / "root"
-    proc = campaign_dir.popen([sys.executable, "-m", "pytest", "c.py", "--ab-rounds", "6", "--ab-root", str(root),
-                               *FAST], stdout=open(tmp_path / "out.txt", "wb"), stderr=open(tmp_path / "err.txt", "wb"))
+    proc = campaign_dir.popen([sys.executable, "-m", "pytest", "c.py", "--ab-rounds", str(rounds), "--ab-root",
+                               str(root), *FAST], stdout=open(tmp_path / "out.txt", "wb"),
+                              stderr=open(tmp_path / "err.txt", "wb"))
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:
-        if len(read_status(root)) >= 6 if (root / "status.tsv").exists() else False:
+        if (root / "status.tsv").exists() and len(read_status(root)) >= rows:
             break
         time.sleep(0.05)
     running = proc.poll() is None
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     rc = proc.wait(timeout=120)
-    assert rc == 2, (f"rc {rc}, pytest {'was' if running else 'was NOT'} running at the SIGINT; "
-                     + (tmp_path / "out.txt").read_text()[-3000:])  # 2: pytest's "interrupted"
     out = (tmp_path / "out.txt").read_text()
+    assert rc == 2, f"rc {rc}, pytest {'was' if running else 'was NOT'} running at the {signum.name}; " + out[-3000:]
+    return root, out
+
+
+def test_sigint_after_round_3_reports_no_verdict(campaign_dir: pytest.Pytester, tmp_path: Path) -> None:
+    root, out = signal_after_rows(campaign_dir, tmp_path, rounds=6, rows=6, signum=signal.SIGINT)
     rows = read_status(root)
     assert len(rows) in (6, 7), out  # a cell that started before the signal may have finished
     rounds_run = max(r.round for r in rows if r.side == "A" and any(
@@ -102,20 +110,7 @@ def test_sigint_after_round_3_reports_no_verdict(campaign_dir: pytest.Pytester, 
 
 def test_sigterm_ends_with_the_report_and_the_exit_line(campaign_dir: pytest.Pytester, tmp_path: Path) -> None:
     """A cancelled CI job (SIGTERM) ends like a Ctrl-C: rows kept, report marked incomplete, the exit line."""
-    campaign_dir.makepyfile(c=simple_campaign('"one"'))
-    root = tmp_path / "root"
-    proc = campaign_dir.popen([sys.executable, "-m", "pytest", "c.py", "--ab-rounds", "3", "--ab-root", str(root),
-                               *FAST], stdout=open(tmp_path / "out.txt", "wb"), stderr=open(tmp_path / "err.txt", "wb"))
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and proc.poll() is None:
-        if (root / "status.tsv").exists() and len(read_status(root)) >= 2:
-            break
-        time.sleep(0.05)
-    running = proc.poll() is None
-    proc.send_signal(signal.SIGTERM)
-    rc = proc.wait(timeout=120)
-    out = (tmp_path / "out.txt").read_text()
-    assert rc == 2, f"rc {rc}, pytest {'was' if running else 'was NOT'} running at the SIGTERM; " + out[-3000:]
+    root, out = signal_after_rows(campaign_dir, tmp_path, rounds=3, rows=2, signum=signal.SIGTERM)
     assert "abbench: stopped by SIGTERM" in out
     assert "abbench: exit 2: interrupted or a collection error (pytest's code); planned cells never ran" in out
     assert 2 <= len(read_status(root)) < 6
