@@ -67,6 +67,40 @@ def test_regression_gate_exit_code_names_the_ops(tmp_path: Path, capsys: pytest.
     assert main(["summary", str(tmp_path), "--ab-fail-if-slower", "10"]) == 0  # the interval is not beyond 10%
 
 
+def test_the_gate_trips_on_one_slower_shape_that_the_geomean_hides(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    # One shape of ten +10% in every round, nine unchanged: the geomean moves about 1%, below a 5% gate.
+    deltas = {"big": [0.10, 0.101, 0.099, 0.10]} | {f"n={n}": [0.001, -0.001, 0.0005, -0.0005] for n in range(9)}
+    synthetic_root(tmp_path, deltas, op="mixed")
+    synthetic_root(tmp_path, {"s": [0.001, -0.001, 0.0005, -0.0005]}, op="fine")
+    report = build_report(tmp_path, fail_if_slower_pct=5.0)
+    assert report.slower_ops == ["mixed[big]"] and report.gate_scope == "shapes"
+    op = report.ops[1]
+    assert op.geomean_ci_pct is not None and op.geomean_ci_pct[1] < 5.0
+    assert build_report(tmp_path, fail_if_slower_pct=5.0, gate="geomean").slower_ops == []
+    assert build_report(tmp_path, fail_if_slower_pct=12.0).slower_ops == []  # the interval is not beyond 12%
+    assert main(["summary", str(tmp_path), "--ab-fail-if-slower", "5"]) == 7
+    out = capsys.readouterr().out
+    assert "REGRESSION GATE: slower beyond the threshold: mixed[big]" in out
+    assert "abbench: exit 7: slower beyond --ab-fail-if-slower: mixed[big]" in out
+
+
+def test_the_gate_sees_half_the_shapes_slower_when_the_other_half_is_faster(tmp_path: Path) -> None:
+    # +5% and -5% shapes: a geomean near 0 hides both; the shape gate names the slower ones.
+    up, down = [0.05, 0.051, 0.049, 0.05], [-0.05, -0.049, -0.051, -0.05]
+    synthetic_root(tmp_path, {"a": up, "b": down, "c": up, "d": down})
+    assert build_report(tmp_path, fail_if_slower_pct=2.0).slower_ops == ["op[a, c]"]
+    assert build_report(tmp_path, fail_if_slower_pct=2.0, gate="geomean").slower_ops == []
+
+
+def test_the_gate_does_not_count_a_shape_whose_slower_reading_a_flag_withheld(tmp_path: Path) -> None:
+    # Side B 1% slower every round from +5%: beyond a 2% gate, but a delta that changes with time is no conclusion.
+    synthetic_root(tmp_path, {"s": [0.05 + 0.01 * k for k in range(8)]})
+    report = build_report(tmp_path, fail_if_slower_pct=2.0)
+    assert report.slower_ops == [] and report.gate_held == ["op[s] (inconclusive [drift])"]
+    assert "beyond the threshold but not counted (no plain 'slower'): op[s] (inconclusive [drift])" in render_text(report)
+
+
 def test_report_json_round_trips_and_plots_are_drawn(tmp_path: Path) -> None:
     synthetic_root(tmp_path, {"a": [0.1, 0.12, 0.09], "b": [0.01, -0.01, 0.02]}, control={"a": [0.0, 0.01, -0.01]})
     built = build_report(tmp_path)

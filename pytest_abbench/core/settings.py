@@ -20,6 +20,8 @@ from pytest_abbench.core import envnames
 DEFAULT_CELL_TIMEOUT_S = 2400.0  # matches the NV campaigns: one hung cell must not hold a batch
 DEFAULT_ROUNDS = 2
 DEFAULT_MARGIN_PCT = 2.0
+GATE_SHAPES, GATE_GEOMEAN = "shapes", "geomean"  # what --ab-fail-if-slower judges (--ab-gate)
+GATE_SCOPES = (GATE_SHAPES, GATE_GEOMEAN)
 
 def positive_seconds(text: str) -> float:
     """argparse type for a timeout: a positive number of seconds, the bad value named."""
@@ -117,8 +119,12 @@ def add_report_options(add: Callable[..., Any]) -> None:
     add("--ab-margin", type=percent, default=None, metavar="PCT",
         help=f"equivalence margin: 'same' when the 90%% interval lies inside +-PCT (default {DEFAULT_MARGIN_PCT}%%)")
     add("--ab-fail-if-slower", type=percent, default=None, metavar="PCT",
-        help="exit 7 when an op is 'slower' with its whole geomean interval beyond PCT (GPU timers only: "
-             "interpreter and wall-clock runs are refused)")
+        help="exit 7 when a shape is 'slower' with its whole interval beyond PCT after Benjamini-Hochberg across "
+             "every shape of the report, or an op is 'slower' with its whole geomean interval beyond PCT; the exit "
+             "reason names them (GPU timers only: interpreter and wall-clock runs are refused)")
+    add("--ab-gate", type=choice(GATE_SCOPES), default=GATE_SHAPES,
+        help=f"what --ab-fail-if-slower judges: {GATE_SHAPES} (every shape and every op's geomean, the default) or "
+             f"{GATE_GEOMEAN} (each op's geomean alone)")
 
 
 @dataclass
@@ -146,6 +152,7 @@ class Settings:
     allow_caliber_mismatch: bool
     margin_pct: float | None
     fail_if_slower_pct: float | None
+    gate: str = GATE_SHAPES  # --ab-gate: what --ab-fail-if-slower judges
     layout_shift: bool = True
     spawn: str = "exec"
     precompile: bool = True

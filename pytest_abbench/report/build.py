@@ -17,13 +17,14 @@ from pytest_abbench.core.fileio import CorruptFileError
 from pytest_abbench.core.layout import (CONTROL, IDENTITY_FILE, SIDES, CellKey, RootLayout, identity_file, results_file,
                                    run_log)
 from pytest_abbench.core.markers import count_markers
-from pytest_abbench.core.settings import DEFAULT_MARGIN_PCT
+from pytest_abbench.core.settings import DEFAULT_MARGIN_PCT, GATE_GEOMEAN, GATE_SHAPES
 from pytest_abbench.report import cost
 from pytest_abbench.report.model import SCHEMA_VERSION, OpReport, Report, ShapeReport
 from pytest_abbench.report import flags
 from pytest_abbench.report.flags import Finding, ShapeSeries
-from pytest_abbench.report.stats import (aa_bias, bh_adjust, cv_pct, interval, judge, median_or_none, median_se, pct,
-                                         robust_cv, sign_flip, spread_floor, stdev, t_test_p, SAME_LEVEL)
+from pytest_abbench.report.stats import (ALPHA, aa_bias, bh_adjust, cv_pct, interval, judge, median_or_none, median_se,
+                                         pct, robust_cv, sign_flip, spread_floor, stdev, t_test_above_p, t_test_p,
+                                         SAME_LEVEL)
 from pytest_abbench.core.outcome import IR_ONLY, NO_IR_DIFF, NO_ROW, OK, CellOutcome
 from pytest_abbench.core.plan import CampaignPlan, read_plan
 from pytest_abbench.core.results import read_results as shape_results
@@ -361,14 +362,46 @@ def _gpu_timed(setup: dict[str, str]) -> bool:
     return setup["backend"] == "cuda" and "wall" not in setup["timer"].split(" | ") and setup["timer"] != "unknown"
 
 
+def _gate(ops: list[OpReport], threshold_pct: float, scope: str) -> tuple[list[str], list[str]]:
+    """What --ab-fail-if-slower trips on, as ``op`` (geomean scope) or ``op[geomean, shape, ...]``, and the shapes
+    beyond the threshold it does not count (no plain ``slower``: a flag or the rounds withheld it).
+
+    An op trips on its geomean when the op has a ``slower`` shape and the geomean's 95% interval lies above the
+    threshold.  With the shapes scope a shape trips when it is ``slower`` and the one-sided t-test of its rounds
+    above the threshold (at 2.5%: the lower end of its 95% interval) holds after Benjamini-Hochberg across every
+    shape of the report: the gate is one decision about the whole report, so with no shape beyond the threshold
+    it trips by chance at most 2.5% of the time, however many shapes the report has.
+    """
+    judged = [o for o in ops if o.state == "verdict"]
+    over_geomean = {o.op for o in judged
+                    if o.geomean_ci_pct and o.geomean_ci_pct[0] > threshold_pct and o.verdicts.get("slower")}
+    if scope == GATE_GEOMEAN:
+        return [o.op for o in judged if o.op in over_geomean], []
+    pairs = [(o, s) for o in judged for s in o.shapes]
+    bound = math.log1p(threshold_pct / 100.0)
+    adjusted = bh_adjust([t_test_above_p([math.log1p(d / 100.0) for d in s.per_round_pct], bound,
+                                         math.log1p(s.spread_floor_pct / 100.0)) for _, s in pairs])
+    over = {(o.op, s.shape) for (o, s), p in zip(pairs, adjusted) if p is not None and p < ALPHA / 2.0}
+    slower, held = [], []
+    for o in judged:
+        names = (["geomean"] if o.op in over_geomean else []) + [
+            s.shape for s in o.shapes if (o.op, s.shape) in over and s.verdict == "slower"]
+        if names:
+            slower.append(f"{o.op}[{', '.join(names)}]")
+        held += [f"{o.op}[{s.shape}] ({s.verdict}{' [' + ', '.join(s.flags) + ']' if s.flags else ''})"
+                 for s in o.shapes if (o.op, s.shape) in over and s.verdict != "slower"]
+    return slower, held
+
+
 def build_report(root: Path, outcomes: Iterable[CellOutcome] | None = None, plan: CampaignPlan | None = None,
                  margin_pct: float | None = None, fail_if_slower_pct: float | None = None,
-                 allow_caliber_mismatch: bool = False, wall_s: float | None = None, workers: int = 1) -> Report:
+                 allow_caliber_mismatch: bool = False, wall_s: float | None = None, workers: int = 1,
+                 gate: str = GATE_SHAPES) -> Report:
     """The report of ``root`` judged against ``plan``: of ``outcomes`` (a session's cells), else of every row and
     folder on disk; without a plan, the one in the root's campaign.json.
 
-    ``fail_if_slower_pct`` names the ops in ``slower_ops``.  ``wall_s`` (a live
-    session's wall time over ``workers`` workers) adds idle time to ``time_spent``.
+    ``fail_if_slower_pct`` names what trips the gate in ``slower_ops`` (``_gate``; ``gate`` is --ab-gate's
+    scope).  ``wall_s`` (a live session's wall time over ``workers`` workers) adds idle time to ``time_spent``.
     """
     problems: list[str] = []
     layout = RootLayout(root)
@@ -384,12 +417,10 @@ def build_report(root: Path, outcomes: Iterable[CellOutcome] | None = None, plan
            for op, op_cells in sorted(by_op.items())]
     setup = _setup_facts(cells)
     gpu_timed = _gpu_timed(setup)
-    slower = []
+    slower: list[str] = []
+    held: list[str] = []
     if fail_if_slower_pct is not None and gpu_timed:
-        for o in ops:
-            if o.state == "verdict" and o.geomean_ci_pct and o.geomean_ci_pct[0] > fail_if_slower_pct \
-                    and o.verdicts.get("slower"):
-                slower.append(o.op)
+        slower, held = _gate(ops, fail_if_slower_pct, gate)
     source = "--ab-margin" if margin_pct is not None else "default"
     margin = DEFAULT_MARGIN_PCT if margin_pct is None else margin_pct
     planned = {key for op in by_op for key in plan.cells(op)}
@@ -398,4 +429,4 @@ def build_report(root: Path, outcomes: Iterable[CellOutcome] | None = None, plan
     return Report(SCHEMA_VERSION, str(root), margin, source, ops, [f.line() for f in result.findings],
                   bool(result.mismatches), slower, problems, complete=planned <= ran, failed_cells=failed,
                   rounds_planned=plan.rounds, setup=setup, gpu_timed=gpu_timed,
-                  time_spent=cost.time_spent(cells, wall_s, workers))
+                  time_spent=cost.time_spent(cells, wall_s, workers), gate_scope=gate, gate_held=held)

@@ -16,11 +16,12 @@ from pytest_abbench.core.fileio import Fields, read_json
 from pytest_abbench.core.layout import REPORT_JSON as REPORT_JSON  # the names callers import with the model
 from pytest_abbench.core.layout import REPORT_MD as REPORT_MD
 from pytest_abbench.core.exitcodes import exit_reason, session_exit_code
-from pytest_abbench.core.settings import DEFAULT_MARGIN_PCT
+from pytest_abbench.core.settings import DEFAULT_MARGIN_PCT, GATE_SHAPES
 
 SCHEMA_FIELD = "schema_version"  # report.json's own name for its format version (the other files say "schema")
 SCHEMA_VERSION = 7  # 3: OpReport.caliber_mismatch; 4: Report.complete and failed_cells; 5: the BH/sign-test rule;
-# 6: Report.time_spent; 7: ShapeReport.flags and OpReport.findings (report/flags.py), the spread floor
+# 6: Report.time_spent; 7: ShapeReport.flags and OpReport.findings (report/flags.py), the spread floor, the per-shape
+# gate (Report.gate_scope, gate_held)
 
 
 @dataclass
@@ -95,7 +96,7 @@ class Report:
     ops: list[OpReport]
     caliber_lines: list[str]
     caliber_mismatch: bool
-    slower_ops: list[str]
+    slower_ops: list[str]  # what tripped --ab-fail-if-slower: ``op`` (geomean scope) or ``op[geomean, shape, ...]``
     problems: list[str]
     complete: bool = True  # every planned cell has an outcome (False after Ctrl-C, -x, --maxfail, a crash)
     failed_cells: list[str] = field(default_factory=list)  # cells that did not finish, e.g. "topk[r2-B]"
@@ -105,6 +106,8 @@ class Report:
     setup: dict[str, str] = field(default_factory=dict)  # switch, backend, timer, device (from the identities)
     gpu_timed: bool = True  # False: interpreter or wall-clock numbers, which say nothing about GPU speed
     time_spent: dict[str, Any] = field(default_factory=dict)  # report/cost.py: where the cells' time went
+    gate_scope: str = GATE_SHAPES  # --ab-gate: what slower_ops judged (every shape and geomean, or geomeans alone)
+    gate_held: list[str] = field(default_factory=list)  # shapes beyond --ab-fail-if-slower with no plain 'slower'
 
     def decide_exit(self, pytest_status: int, allow_caliber_mismatch: bool) -> int:
         """Set ``exit_code`` and ``exit_reason`` by the one rule of ``exitcodes``; returns the code."""

@@ -144,6 +144,9 @@ def render_text(report: Report) -> str:
         lines += _shape_table(o)
     if report.slower_ops:
         lines.append(f"REGRESSION GATE: slower beyond the threshold: {', '.join(report.slower_ops)}")
+    if report.gate_held:
+        lines.append("regression gate: beyond the threshold but not counted (no plain 'slower'): "
+                     + ", ".join(report.gate_held))
     spent = cost.describe(report.time_spent)
     if spent:
         lines.append(spent)

@@ -148,6 +148,7 @@ def resolve(config: pytest.Config) -> Settings:
         allow_caliber_mismatch=opt.allow_caliber_mismatch,
         margin_pct=opt.ab_margin,
         fail_if_slower_pct=opt.ab_fail_if_slower,
+        gate=opt.ab_gate,
         layout_shift=opt.ab_layout_shift == "on",
         spawn=resolve_spawn(opt.ab_spawn),
         precompile=opt.ab_precompile == "on",
