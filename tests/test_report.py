@@ -152,6 +152,17 @@ def test_verdicts_from_per_round_deltas(tmp_path: Path) -> None:
     assert op.sign_flips == 1 and not report.caliber_mismatch
 
 
+def test_each_shape_says_in_how_many_rounds_b_was_faster(tmp_path: Path) -> None:
+    synthetic_root(tmp_path, {"mostly": [-0.05, -0.04, 0.01, -0.06], "never": [0.02, 0.03, 0.0, 0.025]})
+    report = build_report(tmp_path)
+    assert [s.faster_rounds for s in report.ops[0].shapes] == [3, 0]  # a round of exactly 0 is faster in none
+    table = render_text(report).splitlines()
+    header = next(line for line in table if "95% CI" in line)
+    assert header.split().index("faster") == header.split().index("CI") + 1
+    rows = {line.split()[0]: line for line in table if line.split()[:1] in (["mostly"], ["never"])}
+    assert re.search(r" ~ [-+0-9.]+% +3/4 ", rows["mostly"]) and re.search(r" ~ [-+0-9.]+% +0/4 ", rows["never"])
+
+
 def test_failed_round_gives_no_verdict(tmp_path: Path) -> None:
     synthetic_root(tmp_path, {"s": [-0.1, -0.1, -0.1]}, failed=(2, "B"))
     op = build_report(tmp_path).ops[0]

@@ -232,7 +232,7 @@ def _shape_report(shape: str, values: _ShapeRounds, rounds: int, margin_pct: flo
         note=judgement.note,
         aa_delta_pct=statistics.median(pct(x) for x in aa) if aa else None,
         aa_ci_pct=aa_ci_pct, aa_per_round_pct=[pct(x) for x in aa], aa_bias_pct=bias,
-        flags=flag_names, spread_floor_pct=pct(floor),
+        flags=flag_names, spread_floor_pct=pct(floor), faster_rounds=sum(1 for x in values.log_ratios if x < 0),
     )
 
 

@@ -21,7 +21,7 @@ from pytest_abbench.core.settings import DEFAULT_MARGIN_PCT, GATE_SHAPES
 SCHEMA_FIELD = "schema_version"  # report.json's own name for its format version (the other files say "schema")
 SCHEMA_VERSION = 7  # 3: OpReport.caliber_mismatch; 4: Report.complete and failed_cells; 5: the BH/sign-test rule;
 # 6: Report.time_spent; 7: ShapeReport.flags and OpReport.findings (report/flags.py), the spread floor, the per-shape
-# gate (Report.gate_scope, gate_held)
+# gate (Report.gate_scope, gate_held), ShapeReport.faster_rounds
 
 
 @dataclass
@@ -56,6 +56,7 @@ class ShapeReport:
     aa_bias_pct: float | None = None  # the A/A interval excluded zero: a between-process bias of this size
     flags: list[str] = field(default_factory=list)  # report/flags.py names: conditions that withhold a conclusion
     spread_floor_pct: float = 0.0  # the least spread a round's delta can have (its cells' own noise), in percent
+    faster_rounds: int = 0  # rounds in which B was faster than A ("faster in x of N rounds")
 
 
 @dataclass
