@@ -53,6 +53,26 @@ def test_an_aa_bias_withholds_directions_no_larger_than_it(tmp_path: Path) -> No
     assert "2 shape(s) show a bias between processes" in text
 
 
+def test_a_lone_aa_interval_off_zero_among_many_shapes_is_no_bias(tmp_path: Path) -> None:
+    # One A/A shape of ten with a t-test p of 0.016: chance among ten shapes (BH: 0.16), not a machine bias.
+    quiet = [0.001, -0.001, 0.0005, -0.0005]
+    control = {"x": [0.01, 0.012, 0.004, 0.008]} | {f"n={n}": quiet for n in range(9)}
+    synthetic_root(tmp_path, {shape: [0.05, 0.051, 0.049, 0.05] for shape in control}, control=control)
+    report = build_report(tmp_path)
+    x = report.ops[0].shapes[0]
+    assert x.aa_ci_pct is not None and x.aa_ci_pct[0] > 0.0  # its own interval excludes 0 ...
+    assert x.aa_p_adjusted is not None and x.aa_p_adjusted > 0.05 and x.aa_bias_pct is None  # ... BH says chance
+    assert x.verdict == "slower" and "no shape shows a bias" in render_text(report)
+
+
+def test_the_report_says_how_many_false_directions_chance_gives_at_its_size(tmp_path: Path) -> None:
+    synthetic_root(tmp_path, {"s": [0.05, 0.051, 0.049, 0.05], "t": [0.001, -0.001, 0.0005, -0.0005]}, op="one")
+    synthetic_root(tmp_path, {"s": [0.001, -0.001, 0.0005, -0.0005]}, op="two")
+    assert ("by chance: with no change anywhere this rule gives a false direction to at most about 5% of ops, up to "
+            "0.1 of these 2 ops (3 shapes); of the 1 direction(s) reported, up to 5% may be false"
+            in render_text(build_report(tmp_path)))
+
+
 def test_a_missing_control_cell_withholds_the_verdict(tmp_path: Path) -> None:
     synthetic_root(tmp_path, {"s": [0.1, 0.1]}, control={"s": [0.0, 0.0]}, failed=(2, "A2"))
     op = build_report(tmp_path).ops[0]

@@ -88,10 +88,13 @@ class _ShapeRounds:
     samples_a: list[int] = field(default_factory=list)  # samples behind side A's median
     samples_b: list[int] = field(default_factory=list)
     aa_log_ratios: list[float] = field(default_factory=list)  # ln(A2/A), only rounds where A2 used A's timer
+    noise_control: list[float | None] = field(default_factory=list)  # A2's within-cell robust CV, in those rounds
+    samples_control: list[int] = field(default_factory=list)
 
     def median_se(self, side: str) -> float:
         """The standard error of one of ``side``'s medians (log units), from its cells' typical noise."""
-        noise, samples = (self.noise_a, self.samples_a) if side == "A" else (self.noise_b, self.samples_b)
+        noise, samples = {"A": (self.noise_a, self.samples_a), "B": (self.noise_b, self.samples_b),
+                          CONTROL: (self.noise_control, self.samples_control)}[side]
         return median_se(median_or_none(noise), int(statistics.median(samples)) if samples else 0)
 
     def series(self) -> ShapeSeries:
@@ -175,6 +178,8 @@ def _add_round(per_shape: dict[str, _ShapeRounds], results_a: dict[str, dict[str
         a2 = results_control.get(shape)
         if a2 is not None and a2.get("timer") == a.get("timer"):
             acc.aa_log_ratios.append(math.log(a2["median_ms"] / a["median_ms"]))
+            acc.noise_control.append(a2["cv"])
+            acc.samples_control.append(a2["samples"])
         acc.a_ms.append(a["median_ms"])
         acc.b_ms.append(b["median_ms"])
         acc.log_ratios.append(math.log(b["median_ms"] / a["median_ms"]))
@@ -209,14 +214,26 @@ def _pct_pair(ci: tuple[float, float] | None) -> tuple[float, float] | None:
     return (pct(ci[0]), pct(ci[1])) if ci else None
 
 
-def _shape_report(shape: str, values: _ShapeRounds, rounds: int, margin_pct: float,
-                  p_adjusted: float | None, findings: list[Finding]) -> ShapeReport:
-    """A shape measured in every round: its deltas, intervals, noise, A/A interval, verdict and flags."""
+def _aa_rounds(values: _ShapeRounds, rounds: int) -> tuple[list[float], float] | None:
+    """The shape's A/A log ratios and their spread floor, when every round has one; else None."""
+    if len(values.aa_log_ratios) != rounds:
+        return None
+    return values.aa_log_ratios, spread_floor(values.median_se("A"), values.median_se(CONTROL))
+
+
+def _shape_report(shape: str, values: _ShapeRounds, rounds: int, margin_pct: float, p_adjusted: float | None,
+                  findings: list[Finding], aa_p_adjusted: float | None) -> ShapeReport:
+    """A shape measured in every round: its deltas, intervals, noise, A/A interval, verdict and flags.
+
+    ``aa_p_adjusted``: the A/A t-test's p after Benjamini-Hochberg across the op's shapes; a bias between
+    processes is shown (and withholds directions no larger) only where it is below 5%.
+    """
     deltas = [pct(x) for x in values.log_ratios]
     floor = spread_floor(values.median_se("A"), values.median_se("B"))
     aa = values.aa_log_ratios
-    aa_ci_pct = _pct_pair(interval(aa) if len(aa) == rounds else None)
-    bias = aa_bias(aa_ci_pct)
+    aa_full = _aa_rounds(values, rounds)
+    aa_ci_pct = _pct_pair(interval(*aa_full) if aa_full else None)
+    bias = aa_bias(aa_ci_pct) if aa_p_adjusted is not None and aa_p_adjusted < ALPHA else None
     judgement, flag_names = flags.apply(judge(values.log_ratios, p_adjusted, margin_pct, bias, floor),
                                         values.log_ratios, findings, margin_pct)
     return ShapeReport(
@@ -231,7 +248,7 @@ def _shape_report(shape: str, values: _ShapeRounds, rounds: int, margin_pct: flo
         p_value=t_test_p(values.log_ratios, floor), p_adjusted=p_adjusted, within_margin=judgement.within_margin,
         note=judgement.note,
         aa_delta_pct=statistics.median(pct(x) for x in aa) if aa else None,
-        aa_ci_pct=aa_ci_pct, aa_per_round_pct=[pct(x) for x in aa], aa_bias_pct=bias,
+        aa_ci_pct=aa_ci_pct, aa_per_round_pct=[pct(x) for x in aa], aa_bias_pct=bias, aa_p_adjusted=aa_p_adjusted,
         flags=flag_names, spread_floor_pct=pct(floor), faster_rounds=sum(1 for x in values.log_ratios if x < 0),
     )
 
@@ -251,8 +268,11 @@ def _judge_shapes(rep: OpReport, per_shape: dict[str, _ShapeRounds], margin_pct:
     series = [values.series() for values in judged.values()]
     of_op = flags.op_findings(series, margin_pct)
     rep.findings = [f"{f.flag}: {f.text}" for f in of_op]
-    for (shape, values), p_adjusted, own in zip(judged.items(), adjusted, flags.shape_findings(series, margin_pct)):
-        rep.shapes.append(_shape_report(shape, values, rep.rounds_expected, margin_pct, p_adjusted, of_op + own))
+    aa_tests = [_aa_rounds(values, rep.rounds_expected) for values in judged.values()]
+    aa_adjusted = bh_adjust([t_test_p(aa[0], aa[1]) if aa else None for aa in aa_tests])
+    for (shape, values), p_adjusted, own, aa_p in zip(judged.items(), adjusted, flags.shape_findings(series, margin_pct),
+                                                      aa_adjusted):
+        rep.shapes.append(_shape_report(shape, values, rep.rounds_expected, margin_pct, p_adjusted, of_op + own, aa_p))
     for name in flags.FLAGS:
         carrying = sum(1 for s in rep.shapes if name in s.flags)
         if carrying:

@@ -21,7 +21,7 @@ from pytest_abbench.core.settings import DEFAULT_MARGIN_PCT, GATE_SHAPES
 SCHEMA_FIELD = "schema_version"  # report.json's own name for its format version (the other files say "schema")
 SCHEMA_VERSION = 7  # 3: OpReport.caliber_mismatch; 4: Report.complete and failed_cells; 5: the BH/sign-test rule;
 # 6: Report.time_spent; 7: ShapeReport.flags and OpReport.findings (report/flags.py), the spread floor, the per-shape
-# gate (Report.gate_scope, gate_held), ShapeReport.faster_rounds
+# gate (Report.gate_scope, gate_held), ShapeReport.faster_rounds, ShapeReport.aa_p_adjusted (the A/A bias after BH)
 
 
 @dataclass
@@ -53,7 +53,8 @@ class ShapeReport:
     aa_delta_pct: float | None = None  # A/A control: median over rounds of A2/A-1
     aa_ci_pct: tuple[float, float] | None = None  # the A/A interval: a diagnostic, never the margin
     aa_per_round_pct: list[float] = field(default_factory=list)
-    aa_bias_pct: float | None = None  # the A/A interval excluded zero: a between-process bias of this size
+    aa_bias_pct: float | None = None  # the A/A t-test held after BH across the op's shapes: a bias of this size
+    aa_p_adjusted: float | None = None  # the A/A t-test's p after Benjamini-Hochberg across the op's shapes
     flags: list[str] = field(default_factory=list)  # report/flags.py names: conditions that withhold a conclusion
     spread_floor_pct: float = 0.0  # the least spread a round's delta can have (its cells' own noise), in percent
     faster_rounds: int = 0  # rounds in which B was faster than A ("faster in x of N rounds")

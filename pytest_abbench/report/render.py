@@ -15,6 +15,7 @@ from pytest_abbench.core.outcome import NO_IR_DIFF
 from pytest_abbench.report import cost
 from pytest_abbench.report.flags import FLAGS
 from pytest_abbench.report.model import OpReport, Report, ShapeReport
+from pytest_abbench.report.stats import ALPHA
 
 
 def _range(ci: tuple[float, float] | None) -> str:
@@ -73,10 +74,27 @@ def header_lines(report: Report) -> list[str]:
              f"timer {setup.get('timer', 'unknown')}; device {setup.get('device', 'unknown')}",
              f"rounds planned {report.rounds_planned}, run {rounds_run}; margin +-{report.margin_pct:g}% "
              f"({report.margin_source}); {RULE_TEXT}"]
+    chance = chance_line(report)
+    if chance:
+        lines.append(chance)
     if not report.gpu_timed:
         lines.append("NOT GPU TIMINGS: interpreter or wall-clock numbers say nothing about GPU speed; a direction "
                      "below describes this machine only")
     return lines
+
+
+def chance_line(report: Report) -> str:
+    """How many false directions this report's size and rule give by chance: Benjamini-Hochberg at 5% across each
+    op's shapes bounds the chance that an op with no change gets any direction by 5%, and the share of false ones
+    among the directions of an op by 5% (the majority of rounds a direction also needs only lowers both)."""
+    judged = [o for o in report.ops if o.state == "verdict" and o.shapes]
+    if not judged:
+        return ""
+    shapes = sum(len(o.shapes) for o in judged)
+    directions = sum(o.verdicts.get("faster", 0) + o.verdicts.get("slower", 0) for o in judged)
+    return (f"by chance: with no change anywhere this rule gives a false direction to at most about {ALPHA:.0%} of "
+            f"ops, up to {ALPHA * len(judged):.1f} of these {len(judged)} ops ({shapes} shapes); of the {directions} "
+            f"direction(s) reported, up to {ALPHA:.0%} may be false")
 
 
 def _verdict_text(s: ShapeReport) -> str:
@@ -131,8 +149,9 @@ def render_text(report: Report) -> str:
             biased = sum(1 for s in o.shapes if s.aa_bias_pct is not None)
             lines.append(f"   A/A control (a diagnostic, never the margin): geomean interval "
                          f"[{_range(o.aa_geomean_ci_pct)}]; " + (
-                             f"{biased} shape(s) show a bias between processes (A/A interval excludes 0): "
-                             "directions no larger than it are withheld" if biased else "no shape shows a bias"))
+                             f"{biased} shape(s) show a bias between processes (A/A t-test at 5% after "
+                             "Benjamini-Hochberg across the op's shapes): directions no larger than it are withheld"
+                             if biased else "no shape shows a bias"))
         lines += [f"   {f}" for f in o.findings]
         if o.flags:
             lines.append("   flagged (no plain verdict where the condition could have made it): "
