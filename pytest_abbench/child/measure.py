@@ -23,6 +23,7 @@ from pytest_abbench.campaign.model import Case, Op, Shape, load_campaign, shape_
 from pytest_abbench.core.cellconfig import CHILD_MODULE, CellConfig
 from pytest_abbench.child.autotune_pin import AutotunePin, AutotuneRecordError, install
 from pytest_abbench.child.forking import fork_and_run
+from pytest_abbench.child.gpustate import open_sampler
 from pytest_abbench.child.identity import build_identity, write_identity
 from pytest_abbench.child.ircapture import enter_compile_only, install_capture, merge_ir
 from pytest_abbench.child.layout_shift import hold_pads, pad_sizes
@@ -143,6 +144,8 @@ def measure_shapes(config: CellConfig, op: Op, shapes: Sequence[Shape], results:
 
     device = "cuda" if config.backend == "cuda" else "cpu"
     already = done_shape_ids(results)  # non-empty after a poisoned-capture restart
+    gpu = open_sampler(config.backend)  # NVML around each timed window, read outside it
+    log(f"[abbench] GPU state: {gpu.describe()}")
     for index, shape in enumerate(shapes):
         if shape.id in already:
             continue
@@ -171,8 +174,10 @@ def measure_shapes(config: CellConfig, op: Op, shapes: Sequence[Shape], results:
                 log(f"[abbench] shape {shape.id}: WRONG RESULT: {problem}")
                 append_result(results, dataclasses.replace(base, status="wrong", error=problem))
                 continue
+            window = gpu.start()
             timing = time_with_fallback(case.run, config.timer, config.direct_rep, config.direct_warmup,
                                         config.samples, config.op, shape.id, log)
+            gpu_state = gpu.finish(window)
             phases["timing_s"] += time.perf_counter() - t3
         except CapturePoisoned as exc:
             append_result(results, dataclasses.replace(base, status="poisoned", timer="cudagraph", error=exc.reason))
@@ -190,7 +195,8 @@ def measure_shapes(config: CellConfig, op: Op, shapes: Sequence[Shape], results:
         samples = sorted(timing.samples_ms)
         median = samples[len(samples) // 2] if samples else None
         append_result(results, dataclasses.replace(base, status="ok", timer=timing.timer, samples_ms=timing.samples_ms,
-                                                   median_ms=median, n=len(samples), marker=timing.marker))
+                                                   median_ms=median, n=len(samples), marker=timing.marker,
+                                                   gpu_state=gpu_state))
         log(f"[abbench] shape {shape.id}: {median:.4f} ms ({timing.timer}, n={len(samples)})")
     return False
 

@@ -1,0 +1,166 @@
+"""The GPU's state around each timed window of a shape, read through NVML: clocks, power, temperature, the
+clock-event reasons and the energy counter.
+
+A window is one run of the shape's timer (``child/timers.py``): the cell
+reads NVML just before it and just after it returns, never inside it, so the
+timer's numbers are those of a cell without sampling.  ``pynvml`` (the
+``nvidia-ml-py`` package) is imported when a cell opens its sampler, in the
+cell process only.  Anything NVML cannot do (no GPU, no library, a device it
+does not know, a reading the device does not support) leaves the state out
+with the reason; it never fails the cell.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from pytest_abbench.core.results import REASON_BITS, GpuReading, GpuState
+
+
+def decode_reasons(mask: int) -> list[str]:
+    """The names of the bits set in a clock-event reasons mask, lowest bit first; an unnamed bit as ``bit_0x800``."""
+    known = dict(REASON_BITS)
+    names = []
+    bit = 1
+    while bit <= mask:
+        if mask & bit:
+            names.append(known.get(bit, f"bit_{bit:#x}"))
+        bit <<= 1
+    return names
+
+
+def _why(exc: BaseException) -> str:
+    """An exception as one short line: ``NVMLError_NotSupported: Not Supported``."""
+    return f"{type(exc).__name__}: {exc}".replace("\n", " ")[:200]
+
+
+@dataclass
+class Window:
+    """A window's first edge: the reading taken before the timer ran, and when."""
+
+    before: GpuReading | None
+    started: float
+
+
+class GpuSampler:
+    """Reads one device through NVML before and after each timed window; with ``not_recorded`` set, every window
+    records that reason instead.
+
+    ``nvml`` is the ``pynvml`` module (or a stand-in with its names), ``handle`` the device's NVML handle.
+    """
+
+    def __init__(self, nvml: Any = None, handle: Any = None, not_recorded: str | None = None,
+                 device: str = "", clock: Callable[[], float] = time.monotonic) -> None:
+        self.nvml, self.handle, self.not_recorded, self.device, self.clock = nvml, handle, not_recorded, device, clock
+
+    def describe(self) -> str:
+        """One run.log line's worth: which device is read, or why none is."""
+        return f"not recorded ({self.not_recorded})" if self.not_recorded else f"NVML on {self.device}"
+
+    def _reasons(self) -> int:
+        nvml = self.nvml
+        read = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) \
+            or nvml.nvmlDeviceGetCurrentClocksThrottleReasons  # the name an older pynvml has
+        return int(read(self.handle))
+
+    def read(self) -> GpuReading | None:
+        """Every value NVML gives now; None when it gave none at all (each value's error is in ``errors``)."""
+        if self.not_recorded is not None:
+            return None
+        nvml, handle = self.nvml, self.handle
+        reading = GpuReading()
+        calls: dict[str, Callable[[], float]] = {
+            "sm_clock_mhz": lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM),
+            "mem_clock_mhz": lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_MEM),
+            "power_w": lambda: nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0,  # milliwatts
+            "temperature_c": lambda: nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU),
+            "energy_mj": lambda: nvml.nvmlDeviceGetTotalEnergyConsumption(handle),
+        }
+        for name, call in calls.items():
+            try:
+                setattr(reading, name, float(call()))
+            except Exception as exc:  # NVMLError_NotSupported, NoPermission, GpuIsLost, a missing function...
+                reading.errors[name] = _why(exc)
+        try:
+            reading.reasons_mask = self._reasons()
+            reading.reasons = decode_reasons(reading.reasons_mask)
+        except Exception as exc:
+            reading.errors["reasons_mask"] = _why(exc)
+        return None if len(reading.errors) == len(calls) + 1 else reading
+
+    def start(self) -> Window:
+        """Read the first edge; call right before the timer runs."""
+        return Window(self.read(), self.clock())
+
+    def finish(self, window: Window) -> GpuState:
+        """Read the second edge and make the window's state; call right after the timer returns."""
+        if self.not_recorded is not None:
+            return GpuState(not_recorded=self.not_recorded)
+        ended = self.clock()
+        after = self.read()
+        before = window.before
+        if before is None and after is None:
+            return GpuState(not_recorded=f"NVML gave no reading on {self.device}")
+        energy = None
+        if before is not None and after is not None and before.energy_mj is not None and after.energy_mj is not None:
+            energy = after.energy_mj - before.energy_mj
+            energy = energy if energy >= 0 else None  # the counter restarted (driver reloaded): no figure
+        reasons = [name for _, name in REASON_BITS
+                   if any(name in r.reasons for r in (before, after) if r is not None)]
+        seen = {name for r in (before, after) if r is not None for name in r.reasons}
+        reasons += sorted(seen - set(reasons))  # unnamed bits last
+        return GpuState(before, after, round(ended - window.started, 6), energy, reasons)
+
+
+def cuda_device_ids() -> tuple[str | None, str | None]:
+    """The cell's CUDA device as NVML can look it up: its UUID (``GPU-...``) and PCI bus id.
+
+    torch's device 0 is whatever CUDA_VISIBLE_DEVICES names (an index or a UUID); its UUID and bus id name the
+    same physical GPU in NVML, which ignores CUDA_VISIBLE_DEVICES.
+    """
+    import torch
+
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    uuid = str(getattr(props, "uuid", "") or "") or None
+    if uuid and not uuid.startswith(("GPU-", "MIG-")):
+        uuid = f"GPU-{uuid}"
+    domain, bus, slot = (getattr(props, f"pci_{name}_id", None) for name in ("domain", "bus", "device"))
+    pci = f"{domain:04x}:{bus:02x}:{slot:02x}.0" if None not in (domain, bus, slot) else None  # torch >= 2.5
+    return uuid, pci
+
+
+def open_sampler(backend: str, nvml: Any = None,
+                 device: Callable[[], tuple[str | None, str | None]] = cuda_device_ids) -> GpuSampler:
+    """The sampler of this cell's device; one that records why not where there is no device NVML can read.
+
+    ``nvml`` (default: ``import pynvml``) and ``device`` (the UUID and PCI bus id) are parameters so a test
+    can stand in for a GPU.
+    """
+    if backend != "cuda":
+        return GpuSampler(not_recorded=f"backend {backend}: the kernels run on no GPU")
+    if nvml is None:
+        try:
+            import pynvml  # nvidia-ml-py: imported here, in the cell process only
+        except ImportError as exc:
+            return GpuSampler(not_recorded=f"nvidia-ml-py is not installed ({exc})")
+        nvml = pynvml
+    try:
+        nvml.nvmlInit()
+    except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        return GpuSampler(not_recorded=f"NVML did not start: {_why(exc)}")
+    try:
+        uuid, pci = device()
+    except Exception as exc:
+        return GpuSampler(not_recorded=f"the cell's CUDA device is unknown: {_why(exc)}")
+    tried = []
+    for key, lookup in ((uuid, "nvmlDeviceGetHandleByUUID"), (pci, "nvmlDeviceGetHandleByPciBusId")):
+        if key is None:
+            continue
+        try:
+            return GpuSampler(nvml, getattr(nvml, lookup)(key), device=key)
+        except Exception as exc:
+            tried.append(f"{key}: {_why(exc)}")
+    return GpuSampler(not_recorded="NVML does not know the cell's device (" + ("; ".join(tried) or "no UUID or PCI "
+                                                                                "bus id from torch") + ")")
