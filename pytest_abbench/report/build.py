@@ -19,6 +19,7 @@ from pytest_abbench.core.layout import (CONTROL, IDENTITY_FILE, SIDES, CellKey, 
 from pytest_abbench.core.markers import count_markers
 from pytest_abbench.core.settings import DEFAULT_MARGIN_PCT, GATE_GEOMEAN, GATE_SHAPES
 from pytest_abbench.report import cost
+from pytest_abbench.report import gpustate
 from pytest_abbench.report.model import SCHEMA_VERSION, OpReport, Report, ShapeReport
 from pytest_abbench.report import flags
 from pytest_abbench.report.flags import Finding, ShapeSeries
@@ -70,6 +71,7 @@ def read_results(folder: Path) -> dict[str, dict[str, Any]]:
             continue
         out[rec.shape] = {"median_ms": rec.median_ms, "timer": rec.timer, "cv": robust_cv(rec.samples_ms),
                           "samples": len(rec.samples_ms)}
+        out[rec.shape]["gpu_state"] = rec.gpu_state  # NVML around its timed window (report/gpustate.py)
     return out
 
 
@@ -88,6 +90,7 @@ class _ShapeRounds:
     samples_a: list[int] = field(default_factory=list)  # samples behind side A's median
     samples_b: list[int] = field(default_factory=list)
     aa_log_ratios: list[float] = field(default_factory=list)  # ln(A2/A), only rounds where A2 used A's timer
+    gpu: list[tuple[Any, Any]] = field(default_factory=list)  # each round's GPU state of side A and B
     noise_control: list[float | None] = field(default_factory=list)  # A2's within-cell robust CV, in those rounds
     samples_control: list[int] = field(default_factory=list)
 
@@ -187,6 +190,7 @@ def _add_round(per_shape: dict[str, _ShapeRounds], results_a: dict[str, dict[str
         acc.noise_b.append(b["cv"])
         acc.samples_a.append(a["samples"])
         acc.samples_b.append(b["samples"])
+        acc.gpu.append((a.get("gpu_state"), b.get("gpu_state")))
 
 
 def _read_rounds(rep: OpReport, by_round: _CellsByRound) -> dict[str, _ShapeRounds] | None:
@@ -352,6 +356,7 @@ def build_op(op: str, cells: list[CellOutcome], root: Path, plan: CampaignPlan, 
     rep.state = "verdict"
     _judge_shapes(rep, per_shape, margin_pct)
     _op_geomean(rep, per_shape)
+    gpustate.summarise(rep, {shape: values.gpu for shape, values in per_shape.items()})
     for shape_rep in rep.shapes:
         rep.verdicts[shape_rep.verdict] = rep.verdicts.get(shape_rep.verdict, 0) + 1
     rep.sign_flips = sum(1 for shape_rep in rep.shapes if shape_rep.sign_flip)

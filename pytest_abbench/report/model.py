@@ -22,6 +22,7 @@ SCHEMA_FIELD = "schema_version"  # report.json's own name for its format version
 SCHEMA_VERSION = 7  # 3: OpReport.caliber_mismatch; 4: Report.complete and failed_cells; 5: the BH/sign-test rule;
 # 6: Report.time_spent; 7: ShapeReport.flags and OpReport.findings (report/flags.py), the spread floor, the per-shape
 # gate (Report.gate_scope, gate_held), ShapeReport.faster_rounds, ShapeReport.aa_p_adjusted (the A/A bias after BH)
+# 7 also: OpReport.gpu_state and ShapeReport.gpu_flags (report/gpustate.py), optional with defaults
 
 
 @dataclass
@@ -57,6 +58,7 @@ class ShapeReport:
     aa_p_adjusted: float | None = None  # the A/A t-test's p after Benjamini-Hochberg across the op's shapes
     flags: list[str] = field(default_factory=list)  # report/flags.py names: conditions that withhold a conclusion
     spread_floor_pct: float = 0.0  # the least spread a round's delta can have (its cells' own noise), in percent
+    gpu_flags: list[str] = field(default_factory=list)  # report/gpustate.py names: the GPU's state in its windows
     faster_rounds: int = 0  # rounds in which B was faster than A ("faster in x of N rounds")
 
 
@@ -85,6 +87,7 @@ class OpReport:
     aa_geomean_ci_pct: tuple[float, float] | None = None
     findings: list[str] = field(default_factory=list)  # conditions of the whole op (report/flags.py), as text
     flags: dict[str, int] = field(default_factory=dict)  # flag name -> shapes carrying it
+    gpu_state: dict[str, Any] = field(default_factory=dict)  # side -> its timed windows' GPU state (report/gpustate.py)
 
 
 @dataclass

@@ -13,6 +13,7 @@ from pytest_abbench.report import plots
 from pytest_abbench.core.layout import RootLayout
 from pytest_abbench.core.outcome import NO_IR_DIFF
 from pytest_abbench.report import cost
+from pytest_abbench.report import gpustate
 from pytest_abbench.report.flags import FLAGS
 from pytest_abbench.report.model import OpReport, Report, ShapeReport
 from pytest_abbench.report.stats import ALPHA
@@ -145,6 +146,7 @@ def render_text(report: Report) -> str:
             continue
         counts = ", ".join(f"{k} {v}" for k, v in sorted(o.verdicts.items()))
         lines.append(f"   geomean delta {_fmt(o.geomean_pct)} [{_range(o.geomean_ci_pct)}]; verdicts: {counts}")
+        lines += gpustate.op_lines(o)
         if o.control:
             biased = sum(1 for s in o.shapes if s.aa_bias_pct is not None)
             lines.append(f"   A/A control (a diagnostic, never the margin): geomean interval "
