@@ -127,3 +127,12 @@ def test_a_spread_floor_keeps_closely_agreeing_rounds_from_a_tiny_p() -> None:
     five = [math.log(1.05), math.log(1.051), math.log(1.049)]
     assert (t_test_above_p(five, math.log(1.02)) or 1.0) < 0.01
     assert (t_test_above_p(five, math.log(1.08)) or 0.0) > 0.99
+
+
+def test_a_percent_beyond_a_float_is_infinite_not_a_crash() -> None:
+    """A 2-round interval of interpreter wall-clock noise (t quantile 12.7) reached exp() overflow and took the
+    session's report down with an OverflowError."""
+    from pytest_abbench.report.stats import pct
+
+    assert pct(1000.0) == float("inf") and pct(-1000.0) == -100.0
+    assert round(pct(0.0953101798), 6) == 10.0

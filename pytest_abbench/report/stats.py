@@ -35,8 +35,12 @@ SAME_LEVEL = 0.90  # the interval of the equivalence test: two one-sided tests a
 
 
 def pct(log_ratio: float) -> float:
-    """A log ratio ln(B/A) as a percent change B/A-1."""
-    return (math.exp(log_ratio) - 1.0) * 100.0
+    """A log ratio ln(B/A) as a percent change B/A-1; +inf where B/A is beyond a float (a 2-round interval of
+    wall-clock noise can reach it: its t quantile is 12.7)."""
+    try:
+        return math.expm1(log_ratio) * 100.0
+    except OverflowError:
+        return math.inf
 
 
 def stdev(values: list[float]) -> float:
