@@ -186,11 +186,9 @@ class AbbenchSession:
                         self.settings.caliber_options())
         write_budget(self.root.path, self.settings.budget)
 
-    def start_progress(self, keys: Iterable[CellKey]) -> None:
-        """Count rounds over the selected cells (the controller's, or a serial session's; never a worker's)."""
-        specs = self.config.getoption("tx", None) or () if self.locator is not None else ()
-        # "-n 4" is four "popen" specs; "--tx 4*popen" is one spec of four workers.
-        workers = sum(int(n) if many and n.isdigit() else 1 for n, many, _ in (s.partition("*") for s in specs))
+    def start_progress(self, keys: Iterable[CellKey], workers: int = 1) -> None:
+        """Count rounds over the selected cells (the controller's, or a serial session's; never a worker's);
+        ``workers``: the cells that run at once (xdist's)."""
         self.progress = RoundProgress(keys, self.plan.rounds, self.started, workers=max(1, workers))
 
     def write_line(self, line: str) -> None:

@@ -32,30 +32,32 @@ WORKER_GPU = "abbench_gpu"  # a worker's workeroutput key: the GPU it pinned its
 PATH_OPTIONS = ("--ab-root", "--ab-resume", "--ab-costs-from", "--ab-worker-scratch")
 
 
+def parse_tx(tx: str) -> tuple[int, Any]:
+    """A ``--tx`` spec as (workers, execnet.XSpec): ``"8*ssh=host"`` is eight workers of one spec."""
+    import execnet  # xdist's own dependency; this module exists only with xdist
+
+    count, star, rest = tx.partition("*")
+    many = bool(star and count.isdigit())
+    return (int(count) if many else 1), execnet.XSpec(rest if many else tx)
+
+
 def moves_arguments(tx: str) -> bool:
     """A ``--tx`` spec whose workers get their path arguments rewritten by xdist: another host, or a ``chdir``.
 
     ``-n N`` is N plain ``popen`` specs: those share the controller's folder and keep the arguments as given.
     """
-    import execnet  # xdist's own dependency; this module exists only with xdist
-
-    count, star, rest = tx.partition("*")  # "8*ssh=...": eight workers of one spec
-    spec = execnet.XSpec(rest if star and count.isdigit() else tx)
+    spec = parse_tx(tx)[1]
     return not spec.popen or bool(spec.chdir)
 
 
 def local_workers(specs: Iterable[str]) -> int | None:
     """How many workers the ``--tx`` specs start on this host; None when any runs on another (it has its own GPUs)."""
-    import execnet  # xdist's own dependency; this module exists only with xdist
-
     workers = 0
     for tx in specs:
-        count, star, rest = tx.partition("*")
-        many = bool(star and count.isdigit())
-        spec = execnet.XSpec(rest if many else tx)
+        count, spec = parse_tx(tx)
         if not spec.popen or spec.via:
             return None
-        workers += int(count) if many else 1
+        workers += count
     return workers
 
 
@@ -305,7 +307,8 @@ class XdistHooks:
             session.plan.ops.setdefault(key.op, str(path) if path is not None else campaign_name(nodeid))
             if path is not None:
                 located.setdefault(key.op, path)
-        session.start_progress(key for _, key in cells)
+        workers = sum(parse_tx(tx)[0] for tx in session.config.getoption("tx", None) or ())
+        session.start_progress((key for _, key in cells), workers)
         session.claim_root(files, op_fingerprints(located, session.campaign, session.settings.level))
 
     # -- progress on the controller ---------------------------------------------
