@@ -91,4 +91,44 @@ def test_rounds_that_agree_more_closely_than_their_cells_are_noisy_give_no_tiny_
     assert quiet.spread_floor_pct == 0.0 and quiet.p_value is not None and quiet.p_value < 0.001
     assert quiet.verdict == "slower"
     assert noisy.spread_floor_pct > 2.0 and noisy.p_value is not None and noisy.p_value > 0.3
-    assert noisy.verdict == "inconclusive" and noisy.ci_pct is not None and noisy.ci_pct[0] < -4.0  # 4.3 x 2.4% / sqrt(3)
+    assert noisy.verdict == "inconclusive"
+    assert noisy.ci_pct is not None and noisy.ci_pct[0] < -4.0  # 1% - 4.3 x 2.4% / sqrt(3)
+
+
+def _scale_rounds(root: Path, factor_of_round: dict[int, float]) -> None:
+    """Multiply every cell's times (both sides) in a round: the machine, not the code, moved."""
+    for rnd, factor in factor_of_round.items():
+        for results in root.glob(f"r{rnd}_*/*/results.jsonl"):
+            lines = []
+            for line in results.read_text().splitlines():
+                rec = json.loads(line)
+                rec["median_ms"] *= factor
+                rec["samples_ms"] = [v * factor for v in rec["samples_ms"]]
+                lines.append(json.dumps(rec))
+            results.write_text("\n".join(lines) + "\n")
+
+
+def test_both_sides_moving_together_is_the_machine_and_no_drift(tmp_path: Path) -> None:
+    # Every process 1% slower than the one before, both sides alike, B +5% throughout: the delta holds.
+    synthetic_root(tmp_path, {"s": [0.05, 0.051, 0.049, 0.05, 0.05, 0.051, 0.049, 0.05]})
+    _scale_rounds(tmp_path, {rnd: 1.01 ** rnd for rnd in range(1, 9)})
+    op = build_report(tmp_path).ops[0]
+    assert op.findings == [] and op.shapes[0].flags == [] and op.shapes[0].verdict == "slower"
+
+
+def test_processes_that_move_every_shape_into_two_groups_are_named_for_the_op(tmp_path: Path) -> None:
+    # Side B's processes of rounds 1, 4 and 6 landed 8% higher with all four shapes.
+    high = {1, 4, 6}
+    synthetic_root(tmp_path, {f"n={n}": [0.08 + 0.001 * n if r in high else 0.001 * n for r in range(1, 9)]
+                              for n in range(4)})
+    op = build_report(tmp_path).ops[0]
+    assert "bimodal: side B's processes fall in two groups 8.0% apart with all shapes (rounds 1, 4, 6 vs the rest)" \
+        in op.findings
+    assert all(s.flags == [BIMODAL] and s.verdict == "inconclusive" for s in op.shapes)
+
+
+def test_a_large_effect_stands_beside_processes_in_two_groups(tmp_path: Path) -> None:
+    # +20% with side B's processes 6.7% apart in 3 of 8 rounds: two such groups cannot make +20% (2 x 6.7% < 20%).
+    synthetic_root(tmp_path, {"s": [0.28 if r in (2, 5, 7) else 0.20 for r in range(1, 9)]})
+    shape = build_report(tmp_path).ops[0].shapes[0]
+    assert shape.verdict == "slower" and shape.flags == []

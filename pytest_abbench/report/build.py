@@ -274,8 +274,8 @@ def _judge_shapes(rep: OpReport, per_shape: dict[str, _ShapeRounds], margin_pct:
     rep.findings = [f"{f.flag}: {f.text}" for f in of_op]
     aa_tests = [_aa_rounds(values, rep.rounds_expected) for values in judged.values()]
     aa_adjusted = bh_adjust([t_test_p(aa[0], aa[1]) if aa else None for aa in aa_tests])
-    for (shape, values), p_adjusted, own, aa_p in zip(judged.items(), adjusted, flags.shape_findings(series, margin_pct),
-                                                      aa_adjusted):
+    own_findings = flags.shape_findings(series, margin_pct)
+    for (shape, values), p_adjusted, own, aa_p in zip(judged.items(), adjusted, own_findings, aa_adjusted):
         rep.shapes.append(_shape_report(shape, values, rep.rounds_expected, margin_pct, p_adjusted, of_op + own, aa_p))
     for name in flags.FLAGS:
         carrying = sum(1 for s in rep.shapes if name in s.flags)

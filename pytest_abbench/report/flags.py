@@ -8,9 +8,9 @@ report.md and the terminal carry; other conditions (the GPU's state) are
 added to ``FLAGS`` the same way.
 
 A finding withholds a shape's plain verdict (faster, slower, same) when it
-could have produced it: a direction no more than twice as large as the
-condition, or a ``same`` that the condition would carry past the margin.  A
-larger effect stands, and the op's line still names the condition.  An
+could have produced it: a direction not clearly larger than the condition
+(``WITHHOLD_FACTOR``), or a ``same`` that the condition would carry past the
+margin.  A larger effect stands, and the op's line still names the condition.  An
 ``inconclusive`` shape carries the flags that apply to it, as the reason it
 may stay so.  ``docs/verdicts.md`` has the simulator's figures for each rule.
 """
@@ -22,8 +22,8 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass
 
-from pytest_abbench.report.stats import (SPLIT_LOOSE, SPLIT_LOOSE_LEVEL, SPLIT_STRICT, Judgement, bh_adjust, best_split, binomial_tail,
-                                         mann_kendall, pct, split_quantile)
+from pytest_abbench.report.stats import (SPLIT_LOOSE, SPLIT_LOOSE_LEVEL, SPLIT_STRICT, Judgement, bh_adjust, best_split,
+                                         binomial_tail, mann_kendall, pct, split_quantile)
 
 DRIFT = "drift"
 BIMODAL = "bimodal"
@@ -40,6 +40,7 @@ BIMODAL_MIN_FRACTION = 0.5  # of the margin: two groups closer than this are no 
 BIMODAL_OP_ALPHA = 0.001  # the op-wide count's binomial level: stricter, as shapes share their processes
 MIN_DRIFT_ROUNDS = 6  # Mann-Kendall's smallest p with 5 values is 1/60: three tests at 5% need 6 rounds
 MIN_SPLIT_ROUNDS = 4  # two groups of two
+MIN_PROCESS_GROUP = 3  # rounds in the smaller group of an op's processes that split with all shapes
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,7 @@ def _trend(delta: list[float], side_a: list[float], side_b: list[float],
            min_change: float) -> tuple[float, Finding | None]:
     """The three trend tests of one set of series (the delta, side A, side B), Bonferroni-corrected.
 
-    A side's trend counts only while the other side shows none: when both move together the machine
+    A side's trend counts unless the other side trends the same way: when both move together the machine
     moved, and alternating sides cancel it in the delta.  Returns the smallest corrected p and its finding.
     """
     n = len(delta)
@@ -82,8 +83,8 @@ def _trend(delta: list[float], side_a: list[float], side_b: list[float],
     p_delta, s_delta = mann_kendall(delta)
     p_a, s_a = mann_kendall(side_a)
     p_b, s_b = mann_kendall(side_b)
-    tests = [(p_a, s_a, "side A drifts")] if p_b >= FLAG_ALPHA else []
-    tests += [(p_b, s_b, "side B drifts")] if p_a >= FLAG_ALPHA else []
+    together = p_a < FLAG_ALPHA and p_b < FLAG_ALPHA and (s_a > 0) == (s_b > 0)  # the machine moved both sides
+    tests = [] if together else [(p_a, s_a, "side A drifts"), (p_b, s_b, "side B drifts")]
     tests.append((p_delta, s_delta, "the delta drifts"))
     material = [t for t in tests if abs(t[1]) * (n - 1) >= min_change]
     if not material:
@@ -115,8 +116,9 @@ def op_findings(shapes: list[ShapeSeries], margin_pct: float) -> list[Finding]:
     * two groups per shape: more shapes than chance (binomial, ``BIMODAL_OP_ALPHA``) whose medians on a side
       split cleanly (``SPLIT_LOOSE``), not counting the rounds that split every shape alike (one process that
       moved all shapes: a bad process, which the rounds already see as such);
-    * two groups per process: the per-round mean over shapes (each centred on its own median) splits into two
-      groups of at least two rounds (``SPLIT_STRICT``).
+    * two groups per process: the per-round mean over shapes (each centred on its own median) splits cleanly
+      (``SPLIT_STRICT``) into groups of at least ``MIN_PROCESS_GROUP`` rounds: the processes of a side land in
+      one of two places with every shape; two rounds apart are as likely a bad process and a warm first round.
     """
     if not shapes:
         return []
@@ -140,17 +142,18 @@ def op_findings(shapes: list[ShapeSeries], margin_pct: float) -> list[Finding]:
         gap = statistics.median(gaps)
         found.append(Finding(BIMODAL, gap, f"in {splits} of {2 * len(shapes)} shape-sides the processes fall in two "
                                            f"groups (median {pct(gap):.1f}% apart)"))
-    if n >= MIN_SPLIT_ROUNDS and len(shapes) > 1:  # one shape: its own test (shape_findings) is this one
+    if n >= 2 * MIN_PROCESS_GROUP and len(shapes) > 1:  # one shape: its own test (shape_findings) is this one
         for side in ("A", "B"):
             values = [s.log_a if side == "A" else s.log_b for s in shapes]
             centred = [[v - statistics.median(series) for v in series] for series in values]
             se = statistics.median(s.se_a if side == "A" else s.se_b for s in shapes) / math.sqrt(len(shapes))
             split = best_split(_mean_series(centred), se)
-            if (split is not None and split.smaller >= 2 and split.gap >= min_gap
+            if (split is not None and split.smaller >= MIN_PROCESS_GROUP and split.gap >= min_gap
                     and split.ratio <= split_quantile(n, SPLIT_STRICT)):
                 rounds = ", ".join(str(r + 1) for r in sorted(split.minority))
                 found.append(Finding(BIMODAL, split.gap, f"side {side}'s processes fall in two groups "
-                                                         f"{pct(split.gap):.1f}% apart (rounds {rounds} vs the rest)"))
+                                                         f"{pct(split.gap):.1f}% apart with all shapes (rounds "
+                                                         f"{rounds} vs the rest)"))
     return found
 
 
@@ -175,12 +178,20 @@ def shape_findings(shapes: list[ShapeSeries], margin_pct: float) -> list[list[Fi
     return found
 
 
+# How large a direction must be, in multiples of a finding's size, before the finding cannot have made it.  A trend
+# of size c (over the campaign) spreads the rounds' deltas over mean +- c/2: a direction stands when that line stays
+# clear of zero by a factor of two, |mean| > c.  Two groups c apart move a round's delta by up to c, and rounds that
+# landed unevenly move the mean by up to c: a direction stands at |mean| > 2c.
+WITHHOLD_FACTOR = {DRIFT: 1.0, BIMODAL: 2.0}
+
+
 def withholds(finding: Finding, judgement: Judgement, log_ratios: list[float], margin_pct: float) -> bool:
-    """Whether ``finding`` could have produced ``judgement``: a direction at most twice its size, a ``same``
-    it would carry past the margin.  Any finding applies to an ``inconclusive`` shape (it may be why)."""
+    """Whether ``finding`` could have produced ``judgement``: a direction no larger than ``WITHHOLD_FACTOR`` times
+    its size, a ``same`` it would carry past the margin.  Any finding applies to an ``inconclusive`` shape (it may
+    be why)."""
     mean = abs(statistics.fmean(log_ratios))
     if judgement.verdict in ("faster", "slower"):
-        return mean <= 2.0 * finding.size
+        return mean <= WITHHOLD_FACTOR[finding.flag] * finding.size
     if judgement.verdict == "same":
         return mean + finding.size >= math.log1p(margin_pct / 100.0)
     return True

@@ -117,7 +117,8 @@ def _shape_table(o: OpReport) -> list[str]:
         across = "/".join("-" if v is None else f"{v:.1f}%" for v in (s.noise_across_a_pct, s.noise_across_b_pct))
         faster = f"{s.faster_rounds}/{s.rounds}"  # rounds in which B was faster: "faster in x of N rounds"
         line = (f"   {s.shape:<{width}} {s.a_ms:>10.4g} {s.b_ms:>10.4g} {rng:>26} {_range(s.ci_pct):>18} "
-                f"{faster:>7} {noise:>11} {across:>11} {'yes' if s.sign_flip else 'no':>4} {f'+-{s.margin_pct:g}%':>7}  "
+                f"{faster:>7} {noise:>11} {across:>11} {'yes' if s.sign_flip else 'no':>4} "
+                f"{f'+-{s.margin_pct:g}%':>7}  "
                 f"{_verdict_text(s):<22}" + (f"  {_range(s.aa_ci_pct):>18}" if o.control else ""))
         lines.append(line.rstrip() + (f"  ({s.note})" if s.note else ""))
     return lines

@@ -257,7 +257,7 @@ def cv_pct(values: list[float]) -> float | None:
     return 100.0 * stdev(values) / statistics.fmean(values) if len(values) >= 2 else None
 
 
-EXACT_KENDALL_MAX = 30  # up to this many values without ties, Mann-Kendall's p is exact; beyond, the normal approximation
+EXACT_KENDALL_MAX = 30  # up to this many values without ties Mann-Kendall's p is exact; beyond, normal approximation
 
 
 @lru_cache(maxsize=None)
@@ -339,8 +339,8 @@ def best_split(values: list[float], noise_sd: float = 0.0) -> Split | None:
     for v in centred:
         sums.append(sums[-1] + v)
         squares.append(squares[-1] + v * v)
-    within, k = min(((squares[k] - sums[k] ** 2 / k) + (squares[n] - squares[k] - (sums[n] - sums[k]) ** 2 / (n - k)), k)
-                    for k in range(1, n))
+    within, k = min(((squares[k] - sums[k] ** 2 / k)
+                     + (squares[n] - squares[k] - (sums[n] - sums[k]) ** 2 / (n - k)), k) for k in range(1, n))
     within = max(within, 0.0)
     low_idx, high_idx = order[:k], order[k:]
     gap = math.fsum(ordered[k:]) / (n - k) - math.fsum(ordered[:k]) / k
