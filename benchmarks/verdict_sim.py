@@ -1,15 +1,22 @@
 """The verdict rule on a seeded simulator: known effects in, the report's verdicts out.
 
-    python benchmarks/verdict_sim.py                # the full grid of docs/verdicts.md (a few minutes)
-    python benchmarks/verdict_sim.py --quick        # the seeded subset the test suite checks
+    python benchmarks/verdict_sim.py                # both tables of docs/verdicts.md (about 45 min on 2 cores)
+    python benchmarks/verdict_sim.py --only scenarios   # the second table alone
+    python benchmarks/verdict_sim.py --quick        # the seeded subsets the test suite checks (seconds)
 
 Each setting (rounds x planted effect x A/A control x layout) becomes a root
 written exactly as cells write it (status.tsv, campaign.json with its plan,
 run_identity.json, results.jsonl with every sample), and is scored by
 ``build_report``, the code ``abbench summary`` runs.  Next to the rule the
-report applies, the table shows the rule it replaced (every round must agree,
-the A/A interval as the margin, no correction across shapes), recomputed from
-the same report's numbers.
+report applies, the first table shows the rule it replaced (every round must
+agree, the A/A interval as the margin, no correction across shapes),
+recomputed from the same report's numbers.
+
+The second table (``scenario_grid``) runs conditions the rule must not be
+fooled by, on this noisy machine and a quiet one (every noise term a tenth):
+side B drifting 0.4% a round, processes in two modes 8% apart (per cell, per
+shape), half the shapes +5% and half -5%, and the regression gate on roots of
+one campaign each, with one +10% shape among unchanged ones or none.
 
 Noise model (log scale, per cell = one process): every sample has lognormal
 noise of 2% and is an outlier (+50%) with probability 1%; a shape's value is
@@ -55,14 +62,35 @@ BAD_PROCESS_P, BAD_PROCESS_SD = 0.02, 0.03
 FIRST_CELL_SLOW = math.log(1.01)
 LAYOUT_SD = 0.002
 MARGIN_PCT = 2.0
+# A quiet machine: every noise term above (sample, process, bad process, warm-up, layout) a tenth as large;
+# outliers stay (+50% with probability 1%: the median drops them on any machine).
+MACHINES = {"noisy": 1.0, "quiet": 0.1}
+DRIFT_PER_ROUND = 0.004  # the drift scenario: side B 0.4% slower every round (identical code)
+BIMODAL_GAP = math.log(1.08)  # the bimodal scenarios: two modes 8% apart, each drawn with probability 1/2
+SCENARIOS = ("plain", "drift", "bimodal-cell", "bimodal-shape", "mixed", "single")
 
 
 @dataclass(frozen=True)
 class Setting:
     rounds: int
-    effect: float  # planted B/A - 1
+    effect: float  # planted B/A - 1 (mixed: +effect on even shapes, -effect on odd ones; single: one shape only)
     control: bool
     layout: str  # fixed | shifted
+    scenario: str = "plain"  # one of SCENARIOS
+    machine: str = "noisy"  # a key of MACHINES
+    roots: int = 1  # roots written (the gate scenarios: each root is one campaign the gate judges)
+    gate_pct: float | None = None  # --ab-fail-if-slower for the gate scenarios
+
+    def effects(self, ops: int, shapes: int) -> np.ndarray:
+        """The planted B/A - 1 of every (op, shape)."""
+        planted = np.zeros((ops, shapes))
+        if self.scenario == "mixed":
+            planted[:, 0::2], planted[:, 1::2] = self.effect, -self.effect
+        elif self.scenario == "single":
+            planted[0, 0] = self.effect
+        else:
+            planted[:, :] = self.effect
+        return planted
 
 
 @dataclass
@@ -80,9 +108,24 @@ class Score:
     legacy_wrong: int = 0
     legacy_same: int = 0
     legacy_ops_with_direction: int = 0
+    flagged: int = 0  # shapes with any flag (report/flags.py)
+    drift: int = 0  # shapes flagged drift
+    bimodal: int = 0  # shapes flagged bimodal
+    ops_flagged: int = 0  # ops with a flagged shape
+    ops_unconcluded: int = 0  # ops where no shape has a plain faster, slower or same
+    ops_flagged_or_unconcluded: int = 0
+    ops_same: int = 0  # ops with a shape called same
+    ops_bias: int = 0  # ops where the A/A control reports a bias between processes (with --ab-control)
+    roots: int = 0
+    roots_tripped: int = 0  # roots where --ab-fail-if-slower tripped (the gate scenarios)
+    roots_tripped_geomean: int = 0  # the same roots judged with --ab-gate geomean
 
     def rate(self, count: int, per_op: bool = False) -> float:
         return 100.0 * count / max(1, self.ops if per_op else self.shapes)
+
+    def add(self, other: "Score") -> None:
+        for name, value in vars(other).items():
+            setattr(self, name, getattr(self, name) + value)
 
 
 def write_root(root: Path, setting: Setting, ops: int, shapes: int, rng: np.random.Generator) -> None:
@@ -90,25 +133,34 @@ def write_root(root: Path, setting: Setting, ops: int, shapes: int, rng: np.rand
     plan = CampaignPlan(setting.rounds, control=setting.control, ops={f"op{o:03d}": "sim.py" for o in range(ops)})
     root.mkdir(parents=True)
     write_manifest(RootLayout(root).manifest, CampaignManifest(campaign_files={}, plan=plan))
-    fixed_layout = rng.normal(0.0, LAYOUT_SD, (ops, shapes))
+    scale = MACHINES[setting.machine]
+    planted = setting.effects(ops, shapes)
+    fixed_layout = rng.normal(0.0, LAYOUT_SD * scale, (ops, shapes))
     rows = ["\t".join(COLUMNS) + "\n"]
     first = True
     for rnd in range(1, setting.rounds + 1):
         for role in plan.roles(rnd):
             side = role[0]
-            offset = (rng.normal(0.0, PROCESS_SHARED, (ops, 1)) + rng.normal(0.0, PROCESS_OWN, (ops, shapes))
-                      + (rng.random((ops, 1)) < BAD_PROCESS_P) * rng.normal(0.0, BAD_PROCESS_SD, (ops, 1)))
+            offset = (rng.normal(0.0, PROCESS_SHARED * scale, (ops, 1))
+                      + rng.normal(0.0, PROCESS_OWN * scale, (ops, shapes))
+                      + (rng.random((ops, 1)) < BAD_PROCESS_P) * rng.normal(0.0, BAD_PROCESS_SD * scale, (ops, 1)))
             if first:
-                offset += FIRST_CELL_SLOW  # each op's first cell (r1-A) runs slow: a pessimistic warm-up
+                offset += FIRST_CELL_SLOW * scale  # each op's first cell (r1-A) runs slow: a pessimistic warm-up
                 first = False
             if setting.layout == "shifted":
-                offset += rng.normal(0.0, LAYOUT_SD, (ops, shapes))
+                offset += rng.normal(0.0, LAYOUT_SD * scale, (ops, shapes))
             elif role == "B" and setting.effect != 0.0:
                 offset += fixed_layout  # B's code meets the one layout every process uses
             if role == "B":
-                offset += math.log1p(setting.effect)
-            noise = rng.normal(0.0, SAMPLE_NOISE, (ops, shapes, SAMPLES))
+                offset += np.log1p(planted)
+            noise = rng.normal(0.0, SAMPLE_NOISE * scale, (ops, shapes, SAMPLES))
             noise += (rng.random((ops, shapes, SAMPLES)) < OUTLIER_P) * OUTLIER_LOG
+            if setting.scenario == "drift" and role == "B":
+                offset += math.log1p(DRIFT_PER_ROUND) * (rnd - 1)
+            elif setting.scenario == "bimodal-cell":  # every shape of the process in the process's mode
+                offset += (rng.random((ops, 1)) < 0.5) * BIMODAL_GAP
+            elif setting.scenario == "bimodal-shape":  # each shape of the process in a mode of its own
+                offset += (rng.random((ops, shapes)) < 0.5) * BIMODAL_GAP
             samples_ms = np.exp(offset[:, :, None] + noise)
             for o in range(ops):
                 cell = root / f"r{rnd}_{role}" / f"op{o:03d}"
@@ -146,15 +198,21 @@ def legacy_verdict(per_round_pct: list[float], aa_ci_pct: tuple[float, float] | 
     return "same" if -margin < lo and hi < margin else "inconclusive"
 
 
-def score(report: Report, setting: Setting) -> Score:
-    planted = "slower" if setting.effect > 0 else "faster" if setting.effect < 0 else None
-    opposite = {"slower": "faster", "faster": "slower"}.get(planted or "")
+PLAIN = ("faster", "slower", "same")
+
+
+def score(report: Report, setting: Setting, ops: int, shapes: int) -> Score:
+    planted_all = setting.effects(ops, shapes)
     found = Score()
     for op in report.ops:
         assert op.state == "verdict", f"{op.op}: {op.reason}"
+        o = int(op.op[2:])
         found.ops += 1
-        any_new = any_old = False
+        any_new = any_old = any_flag = any_plain = any_same = any_bias = False
         for s in op.shapes:
+            effect = float(planted_all[o, int(s.shape[2:])])
+            planted = "slower" if effect > 0 else "faster" if effect < 0 else None
+            opposite = {"slower": "faster", "faster": "slower"}.get(planted or "")
             found.shapes += 1
             old = legacy_verdict(s.per_round_pct, s.aa_ci_pct)
             new_dir = s.verdict in ("faster", "slower")
@@ -167,19 +225,45 @@ def score(report: Report, setting: Setting) -> Score:
             found.legacy_same += old == "same"
             any_new |= new_dir and s.verdict != planted
             any_old |= old_dir and old != planted
-            truth = setting.effect * 100.0
+            truth = effect * 100.0
             found.covered += s.ci_pct is not None and s.ci_pct[0] <= truth <= s.ci_pct[1]
+            flags = s.flags
+            found.flagged += bool(flags)
+            found.drift += "drift" in flags
+            found.bimodal += "bimodal" in flags
+            any_flag |= bool(flags)
+            any_plain |= s.verdict in PLAIN
+            any_same |= s.verdict == "same"
+            any_bias |= s.aa_bias_pct is not None
         found.ops_with_direction += any_new
         found.legacy_ops_with_direction += any_old
+        found.ops_flagged += any_flag
+        found.ops_unconcluded += not any_plain
+        found.ops_flagged_or_unconcluded += any_flag or not any_plain
+        found.ops_same += any_same
+        found.ops_bias += any_bias
     return found
 
 
 def run_setting(setting: Setting, ops: int, shapes: int, seed: int, tmp: Path) -> Score:
     key = (setting.rounds, int(round(setting.effect * 1000)), setting.control, setting.layout == "shifted")
-    rng = np.random.default_rng([seed, *(abs(k) * 2 + (k < 0) for k in map(int, key))])
-    root = tmp / f"r{setting.rounds}_e{setting.effect:+.3f}_c{int(setting.control)}_{setting.layout}"
-    write_root(root, setting, ops, shapes, rng)
-    return score(build_report(root, margin_pct=MARGIN_PCT), setting)
+    if (setting.scenario, setting.machine) != ("plain", "noisy"):  # the original grid keeps its streams
+        key += (SCENARIOS.index(setting.scenario), list(MACHINES).index(setting.machine) + 1)
+    total = Score()
+    for r in range(setting.roots):
+        rng = np.random.default_rng([seed, *(abs(k) * 2 + (k < 0) for k in map(int, key)), *([r] if r else [])])
+        root = tmp / f"r{setting.rounds}_e{setting.effect:+.3f}_c{int(setting.control)}_{setting.layout}_{r}"
+        write_root(root, setting, ops, shapes, rng)
+        report = build_report(root, margin_pct=MARGIN_PCT, fail_if_slower_pct=setting.gate_pct)
+        found = score(report, setting, ops, shapes)
+        if setting.gate_pct is not None:
+            found.roots = 1
+            found.roots_tripped = bool(report.slower_ops)
+            found.roots_tripped_geomean = bool(
+                build_report(root, margin_pct=MARGIN_PCT, fail_if_slower_pct=setting.gate_pct,
+                             gate="geomean").slower_ops)
+        total.add(found)
+    return total
 
 
 def grid(quick: bool) -> list[Setting]:
@@ -196,13 +280,58 @@ def grid(quick: bool) -> list[Setting]:
     return settings
 
 
+def scenario_grid(quick: bool) -> list[Setting]:
+    """The conditions of docs/verdicts.md's second table, on a noisy and a quiet machine.
+
+    no change and +5% (how many shapes carry a flag with nothing to flag), side B drifting 0.4% a round,
+    processes in two modes 8% apart (per cell, per shape), half the shapes +5% and half -5%, and the gate:
+    roots with one +10% shape among unchanged ones, and unchanged roots, at --ab-fail-if-slower 5.
+    """
+    machines = ("noisy", "quiet")
+    if quick:  # what the test suite checks
+        return [Setting(10, 0.0, False, "fixed", "drift", m) for m in machines] + [
+            Setting(3, 0.0, False, "fixed", "bimodal-shape", "quiet"),
+            Setting(6, 0.0, False, "fixed", "bimodal-cell", "quiet"),
+            Setting(6, 0.05, False, "fixed", "mixed", "noisy"),
+            Setting(6, 0.10, False, "fixed", "single", "quiet", roots=5, gate_pct=5.0),
+            Setting(6, 0.0, False, "fixed", "single", "noisy", roots=5, gate_pct=5.0)]
+    settings = [Setting(r, e, False, "fixed", "plain", m) for m in machines for e in (0.0, 0.05) for r in (3, 6, 10)]
+    settings += [Setting(r, 0.0, False, "fixed", "drift", m) for m in machines for r in (6, 10)]
+    settings += [Setting(r, 0.0, False, "fixed", f"bimodal-{kind}", m) for kind in ("cell", "shape") for m in machines
+                 for r in (3, 6, 10)]
+    settings += [Setting(r, 0.05, False, "fixed", "mixed", m) for m in machines for r in (3, 6, 10)]
+    settings += [Setting(r, e, False, "fixed", "single", m, roots=100, gate_pct=5.0) for m in machines for r in (6, 10)
+                 for e in (0.10, 0.0)]
+    return settings
+
+
+def scenario_table(results: dict[Setting, Score]) -> list[str]:
+    """One line per scenario: flags, false and right directions, same, and the gate."""
+    lines = [f"{'scenario':>13} {'machine':>7} {'rounds':>6} {'effect':>6} | {'flagged':>7} {'drift':>6} "
+             f"{'bimodal':>7} | {'ops flagged':>11} {'or unconcl':>10} {'ops false':>9} | {'right':>6} "
+             f"{'same':>6} {'ops same':>8} | {'gate trips':>10} {'geomean':>7}"]
+    for s, sc in results.items():
+        right = f"{sc.rate(sc.direction):>5.1f}%" if s.scenario in ("mixed", "plain") and s.effect else "     -"
+        gate = (f"{100.0 * sc.roots_tripped / sc.roots:>9.1f}% {100.0 * sc.roots_tripped_geomean / sc.roots:>6.1f}%"
+                if sc.roots else f"{'-':>10} {'-':>7}")
+        lines.append(f"{s.scenario:>13} {s.machine:>7} {s.rounds:>6} {s.effect * 100:>+5.0f}% | "
+                     f"{sc.rate(sc.flagged):>6.1f}% {sc.rate(sc.drift):>5.1f}% {sc.rate(sc.bimodal):>6.1f}% | "
+                     f"{sc.rate(sc.ops_flagged, True):>10.1f}% {sc.rate(sc.ops_flagged_or_unconcluded, True):>9.1f}% "
+                     f"{sc.rate(sc.ops_with_direction, True):>8.1f}% | {right} {sc.rate(sc.same):>5.1f}% "
+                     f"{sc.rate(sc.ops_same, True):>7.1f}% | {gate}")
+    return lines
+
+
 def table(results: dict[Setting, Score]) -> list[str]:
     lines = [f"{'rounds':>6} {'effect':>7} {'control':>7} {'layout':>7} | {'direction':>9} {'wrong':>6} "
-             f"{'same':>6} {'ops false':>9} {'CI covers':>9} | {'old dir':>7} {'old same':>8} {'old ops':>7}"]
+             f"{'same':>6} {'ops false':>9} {'CI covers':>9} {'flagged':>7} {'ops bias':>8} | {'old dir':>7} "
+             f"{'old same':>8} {'old ops':>7}"]
     for s, sc in results.items():
+        bias = f"{sc.rate(sc.ops_bias, True):>7.1f}%" if s.control else f"{'-':>8}"
         lines.append(f"{s.rounds:>6} {s.effect * 100:>+6.0f}% {'yes' if s.control else 'no':>7} {s.layout:>7} | "
                      f"{sc.rate(sc.direction):>8.1f}% {sc.rate(sc.wrong):>5.1f}% {sc.rate(sc.same):>5.1f}% "
-                     f"{sc.rate(sc.ops_with_direction, True):>8.1f}% {sc.rate(sc.covered):>8.1f}% | "
+                     f"{sc.rate(sc.ops_with_direction, True):>8.1f}% {sc.rate(sc.covered):>8.1f}% "
+                     f"{sc.rate(sc.flagged):>6.1f}% {bias} | "
                      f"{sc.rate(sc.legacy_direction):>6.1f}% {sc.rate(sc.legacy_same):>7.1f}% "
                      f"{sc.rate(sc.legacy_ops_with_direction, True):>6.1f}%")
     return lines
@@ -214,15 +343,27 @@ def _run_one(job: tuple[Setting, int, int, int]) -> Score:
         return run_setting(setting, ops, shapes, seed, Path(tmp))
 
 
+def _score_all(settings: list[Setting], seed: int, ops: int, shapes: int, jobs: int) -> dict[Setting, Score]:
+    work = [(s, ops if s.gate_pct is None else GATE_OPS, shapes, seed) for s in settings]
+    if jobs > 1:
+        with multiprocessing.Pool(jobs) as pool:
+            return dict(zip(settings, pool.map(_run_one, work)))
+    return {job[0]: _run_one(job) for job in work}
+
+
 def simulate(quick: bool, seed: int = 1, ops: int | None = None, shapes: int = 10,
              jobs: int = 1) -> dict[Setting, Score]:
     """Every setting of the grid scored (each from its own seeded stream, so ``jobs`` changes no number)."""
-    ops = ops or (40 if quick else 100)
-    work = [(s, ops, shapes, seed) for s in grid(quick)]
-    if jobs > 1:
-        with multiprocessing.Pool(jobs) as pool:
-            return dict(zip(grid(quick), pool.map(_run_one, work)))
-    return {job[0]: _run_one(job) for job in work}
+    return _score_all(grid(quick), seed, ops or (40 if quick else 100), shapes, jobs)
+
+
+GATE_OPS = 4  # each gate root: 4 ops x the shapes per op, one campaign the gate judges as a whole
+
+
+def simulate_scenarios(quick: bool, seed: int = 1, ops: int | None = None, shapes: int = 10,
+                       jobs: int = 1) -> dict[Setting, Score]:
+    """Every setting of ``scenario_grid`` scored, like ``simulate``."""
+    return _score_all(scenario_grid(quick), seed, ops or (40 if quick else 100), shapes, jobs)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -232,12 +373,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ops", type=int, default=None, help="ops per setting (default 100; 40 with --quick)")
     parser.add_argument("--shapes", type=int, default=10, help="shapes per op")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="settings simulated in parallel")
+    parser.add_argument("--only", choices=("rule", "scenarios"), default=None,
+                        help="one of the two tables (default both)")
     args = parser.parse_args(argv)
-    results = simulate(args.quick, args.seed, args.ops, args.shapes, args.jobs)
-    print(f"seed {args.seed}, {args.ops or (40 if args.quick else 100)} ops x {args.shapes} shapes per setting, "
-          f"margin +-{MARGIN_PCT:g}%; 'direction' is the false-direction rate where the effect is 0, the detection "
-          "rate otherwise; 'old' columns: the rule before (every round agrees, A/A interval as margin, no correction)")
-    print("\n".join(table(results)))
+    ops = args.ops or (40 if args.quick else 100)
+    if args.only != "scenarios":
+        results = simulate(args.quick, args.seed, args.ops, args.shapes, args.jobs)
+        print(f"seed {args.seed}, {ops} ops x {args.shapes} shapes per setting, margin +-{MARGIN_PCT:g}%; 'direction' "
+              "is the false-direction rate where the effect is 0, the detection rate otherwise; 'old' columns: the "
+              "rule before (every round agrees, A/A interval as margin, no correction)")
+        print("\n".join(table(results)), flush=True)
+    if args.only != "rule":
+        scenarios = simulate_scenarios(args.quick, args.seed, args.ops, args.shapes, args.jobs)
+        print(f"\nscenarios: seed {args.seed}, {ops} ops x {args.shapes} shapes per setting; gate: roots of {GATE_OPS} "
+              f"ops x {args.shapes} shapes at --ab-fail-if-slower 5; shares of shapes unless 'ops'; 'ops false': ops "
+              "with a direction other than the planted one; 'right': the planted direction")
+        print("\n".join(scenario_table(scenarios)))
 
 
 if __name__ == "__main__":

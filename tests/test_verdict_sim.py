@@ -51,3 +51,44 @@ def test_a_five_percent_effect_is_never_same_even_with_a_noisy_control(results: 
     for (rounds, effect, control), sc in results.items():
         if abs(effect) >= 0.05:
             assert sc.same == 0 and sc.wrong == 0, (rounds, control)
+
+
+@pytest.fixture(scope="module")
+def scenarios() -> dict[tuple[str, str, int], object]:
+    sim = sys.modules.get("verdict_sim") or load_sim()
+    scored = sim.simulate_scenarios(quick=True, seed=1, ops=30, shapes=10)
+    return {(s.scenario, s.machine, s.rounds, s.effect): score for s, score in scored.items()}
+
+
+def test_a_side_that_drifts_leaves_ops_flagged_or_unconcluded(scenarios: dict) -> None:
+    # Side B 0.4% slower every round for 10 rounds, identical code.  docs/verdicts.md: 100% of ops on the quiet
+    # machine, 82% on the noisy one at 100 ops (the 90% target is missed there: the drift is a third of a round's noise).
+    quiet, noisy = scenarios[("drift", "quiet", 10, 0.0)], scenarios[("drift", "noisy", 10, 0.0)]
+    assert quiet.rate(quiet.ops_flagged_or_unconcluded, per_op=True) >= 90.0
+    assert noisy.rate(noisy.ops_flagged_or_unconcluded, per_op=True) >= 70.0
+
+
+def test_without_drift_or_modes_few_shapes_carry_a_flag(results: dict) -> None:
+    for (rounds, effect, control), sc in results.items():
+        assert sc.rate(sc.flagged) <= 15.0, (rounds, effect, control)
+
+
+def test_processes_in_two_modes_give_few_false_directions(scenarios: dict) -> None:
+    # Each shape's process (or each process) in one of two modes 8% apart; without flags 21-30% of quiet ops
+    # got a false direction at 3 rounds.
+    for key in (("bimodal-shape", "quiet", 3, 0.0), ("bimodal-cell", "quiet", 6, 0.0)):
+        sc = scenarios[key]
+        assert sc.rate(sc.ops_with_direction, per_op=True) <= 6.0, key
+        assert sc.rate(sc.ops_flagged, per_op=True) >= 80.0, key
+
+
+def test_mixed_five_percent_shapes_are_never_same_and_get_their_direction(scenarios: dict) -> None:
+    sc = scenarios[("mixed", "noisy", 6, 0.05)]
+    assert sc.ops_same == 0 and sc.wrong == 0 and sc.rate(sc.direction) >= 90.0
+
+
+def test_the_gate_trips_on_one_slower_shape_and_not_on_unchanged_roots(scenarios: dict) -> None:
+    single, unchanged = scenarios[("single", "quiet", 6, 0.10)], scenarios[("single", "noisy", 6, 0.0)]
+    assert single.roots == unchanged.roots == 5
+    assert single.roots_tripped == 5 and single.roots_tripped_geomean == 0  # the geomean alone never sees it
+    assert unchanged.roots_tripped == 0
