@@ -120,8 +120,8 @@ def add_report_options(add: Callable[..., Any]) -> None:
         help=f"equivalence margin: 'same' when the 90%% interval lies inside +-PCT (default {DEFAULT_MARGIN_PCT}%%)")
     add("--ab-fail-if-slower", type=percent, default=None, metavar="PCT",
         help="exit 7 when a shape is 'slower' with its whole interval beyond PCT after Benjamini-Hochberg across "
-             "every shape of the report, or an op is 'slower' with its whole geomean interval beyond PCT; the exit "
-             "reason names them (GPU timers only: interpreter and wall-clock runs are refused)")
+             "its op's shapes, or an op is 'slower' with its whole geomean interval beyond PCT; the exit reason "
+             "names them (GPU timers only: interpreter and wall-clock runs are refused)")
     add("--ab-gate", type=choice(GATE_SCOPES), default=GATE_SHAPES,
         help=f"what --ab-fail-if-slower judges: {GATE_SHAPES} (every shape and every op's geomean, the default) or "
              f"{GATE_GEOMEAN} (each op's geomean alone)")

@@ -393,28 +393,25 @@ def _gate(ops: list[OpReport], threshold_pct: float, scope: str) -> tuple[list[s
 
     An op trips on its geomean when the op has a ``slower`` shape and the geomean's 95% interval lies above the
     threshold.  With the shapes scope a shape trips when it is ``slower`` and the one-sided t-test of its rounds
-    above the threshold (at 2.5%: the lower end of its 95% interval) holds after Benjamini-Hochberg across every
-    shape of the report: the gate is one decision about the whole report, so with no shape beyond the threshold
-    it trips by chance at most 2.5% of the time, however many shapes the report has.
+    above the threshold (at 2.5%: the lower end of its 95% interval) holds after Benjamini-Hochberg across the
+    op's shapes, the verdicts' own multiplicity control (docs/verdicts.md weighs it against one across the report).
     """
     judged = [o for o in ops if o.state == "verdict"]
     over_geomean = {o.op for o in judged
                     if o.geomean_ci_pct and o.geomean_ci_pct[0] > threshold_pct and o.verdicts.get("slower")}
     if scope == GATE_GEOMEAN:
         return [o.op for o in judged if o.op in over_geomean], []
-    pairs = [(o, s) for o in judged for s in o.shapes]
     bound = math.log1p(threshold_pct / 100.0)
-    adjusted = bh_adjust([t_test_above_p([math.log1p(d / 100.0) for d in s.per_round_pct], bound,
-                                         math.log1p(s.spread_floor_pct / 100.0)) for _, s in pairs])
-    over = {(o.op, s.shape) for (o, s), p in zip(pairs, adjusted) if p is not None and p < ALPHA / 2.0}
     slower, held = [], []
     for o in judged:
-        names = (["geomean"] if o.op in over_geomean else []) + [
-            s.shape for s in o.shapes if (o.op, s.shape) in over and s.verdict == "slower"]
+        adjusted = bh_adjust([t_test_above_p([math.log1p(d / 100.0) for d in s.per_round_pct], bound,
+                                             math.log1p(s.spread_floor_pct / 100.0)) for s in o.shapes])
+        over = [s for s, p in zip(o.shapes, adjusted) if p is not None and p < ALPHA / 2.0]
+        names = (["geomean"] if o.op in over_geomean else []) + [s.shape for s in over if s.verdict == "slower"]
         if names:
             slower.append(f"{o.op}[{', '.join(names)}]")
         held += [f"{o.op}[{s.shape}] ({s.verdict}{' [' + ', '.join(s.flags) + ']' if s.flags else ''})"
-                 for s in o.shapes if (o.op, s.shape) in over and s.verdict != "slower"]
+                 for s in over if s.verdict != "slower"]
     return slower, held
 
 
