@@ -62,7 +62,7 @@ def scenarios() -> dict[tuple[str, str, int], object]:
 
 def test_a_side_that_drifts_leaves_ops_flagged_or_unconcluded(scenarios: dict) -> None:
     # Side B 0.4% slower every round for 10 rounds, identical code.  docs/verdicts.md: 100% of ops on the quiet
-    # machine, 82% on the noisy one at 100 ops (the 90% target is missed there: the drift is a third of a round's noise).
+    # machine, 82% on the noisy one at 100 ops (the 90% target is missed there: the drift is a fifth of a round's noise).
     quiet, noisy = scenarios[("drift", "quiet", 10, 0.0)], scenarios[("drift", "noisy", 10, 0.0)]
     assert quiet.rate(quiet.ops_flagged_or_unconcluded, per_op=True) >= 90.0
     assert noisy.rate(noisy.ops_flagged_or_unconcluded, per_op=True) >= 70.0
@@ -74,7 +74,7 @@ def test_without_drift_or_modes_few_shapes_carry_a_flag(results: dict) -> None:
 
 
 def test_processes_in_two_modes_give_few_false_directions(scenarios: dict) -> None:
-    # Each shape's process (or each process) in one of two modes 8% apart; without flags 21-30% of quiet ops
+    # Each shape's process (or each process) in one of two modes 8% apart; with flags off 27% of quiet ops
     # got a false direction at 3 rounds.
     for key in (("bimodal-shape", "quiet", 3, 0.0), ("bimodal-cell", "quiet", 6, 0.0)):
         sc = scenarios[key]
