@@ -136,3 +136,15 @@ def test_a_percent_beyond_a_float_is_infinite_not_a_crash() -> None:
 
     assert pct(1000.0) == float("inf") and pct(-1000.0) == -100.0
     assert round(pct(0.0953101798), 6) == 10.0
+
+
+def test_a_quantile_outside_0_1_is_refused_instead_of_searched_forever() -> None:
+    """The A/A interval once passed its spread floor where the level goes: a floor above 1 searched forever and
+    hung the session at its report."""
+    from pytest_abbench.report.stats import interval, t_quantile
+
+    for level in (0.0, 1.0, 1.5):
+        with pytest.raises(ValueError, match="strictly between 0 and 1"):
+            t_quantile(level, 3)
+    narrow, floored = interval([0.01, 0.02, 0.03]), interval([0.01, 0.02, 0.03], floor=1.5)
+    assert narrow is not None and floored is not None and floored[1] - floored[0] > narrow[1] - narrow[0]

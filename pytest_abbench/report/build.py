@@ -236,7 +236,7 @@ def _shape_report(shape: str, values: _ShapeRounds, rounds: int, margin_pct: flo
     floor = spread_floor(values.median_se("A"), values.median_se("B"))
     aa = values.aa_log_ratios
     aa_full = _aa_rounds(values, rounds)
-    aa_ci_pct = _pct_pair(interval(*aa_full) if aa_full else None)
+    aa_ci_pct = _pct_pair(interval(aa_full[0], floor=aa_full[1]) if aa_full else None)
     bias = aa_bias(aa_ci_pct) if aa_p_adjusted is not None and aa_p_adjusted < ALPHA else None
     judgement, flag_names = flags.apply(judge(values.log_ratios, p_adjusted, margin_pct, bias, floor),
                                         values.log_ratios, findings, margin_pct)

@@ -91,6 +91,8 @@ def t_two_sided_p(t: float, df: int) -> float:
 @lru_cache(maxsize=None)
 def t_quantile(level: float, df: int) -> float:
     """The two-sided ``level`` quantile of Student's t: P(|T| <= q) = level."""
+    if not 0.0 < level < 1.0:  # the search below would never end
+        raise ValueError(f"t_quantile: level must lie strictly between 0 and 1, got {level!r}")
     lo, hi = 0.0, 1.0
     while t_two_sided_p(hi, df) > 1.0 - level:
         hi *= 2.0
