@@ -182,14 +182,18 @@ def write_root(root: Path, setting: Setting, ops: int, shapes: int, rng: np.rand
     (root / STATUS_FILE).write_text("".join(rows))
 
 
-def legacy_verdict(per_round_pct: list[float], aa_ci_pct: tuple[float, float] | None) -> str:
-    """The rule this report replaced: 95% interval off zero and every round agreeing; the A/A interval as margin."""
+def legacy_verdict(per_round_pct: list[float], aa_per_round_pct: list[float]) -> str:
+    """The rule this report replaced: 95% interval off zero and every round agreeing; the A/A interval as margin.
+
+    Both intervals as that rule computed them, from the rounds alone (no spread floor).
+    """
     logs = [math.log1p(p / 100.0) for p in per_round_pct]
     ci = interval(logs)
     if ci is None:
         return "inconclusive"
     lo, hi = pct(ci[0]), pct(ci[1])
-    margin = max(abs(aa_ci_pct[0]), abs(aa_ci_pct[1])) if aa_ci_pct else MARGIN_PCT
+    aa_ci = interval([math.log1p(p / 100.0) for p in aa_per_round_pct]) if len(aa_per_round_pct) == len(logs) else None
+    margin = max(abs(pct(aa_ci[0])), abs(pct(aa_ci[1]))) if aa_ci else MARGIN_PCT
     one_sign = all(d > 0 for d in per_round_pct) or all(d < 0 for d in per_round_pct)
     if lo > 0 and one_sign:
         return "slower"
@@ -214,7 +218,7 @@ def score(report: Report, setting: Setting, ops: int, shapes: int) -> Score:
             planted = "slower" if effect > 0 else "faster" if effect < 0 else None
             opposite = {"slower": "faster", "faster": "slower"}.get(planted or "")
             found.shapes += 1
-            old = legacy_verdict(s.per_round_pct, s.aa_ci_pct)
+            old = legacy_verdict(s.per_round_pct, s.aa_per_round_pct)
             new_dir = s.verdict in ("faster", "slower")
             old_dir = old in ("faster", "slower")
             found.direction += s.verdict == planted if planted else new_dir
