@@ -111,7 +111,7 @@ def summary(args: argparse.Namespace) -> int:
             return EXIT_USAGE
         built = report.build_report(dir_a, outcomes, plan, margin_pct=args.ab_margin,
                                     fail_if_slower_pct=args.ab_fail_if_slower,
-                                    allow_caliber_mismatch=args.allow_caliber_mismatch)
+                                    allow_caliber_mismatch=args.allow_caliber_mismatch, gate=args.ab_gate)
     else:
         if args.root is None:
             print("abbench summary: give ROOT, or --ab A B (two roots or two cell folders)", file=sys.stderr)
@@ -124,7 +124,7 @@ def summary(args: argparse.Namespace) -> int:
             print(f"abbench summary: root {root} is empty (no r<k>_<side>/<op>/ cells)", file=sys.stderr)
             return EXIT_USAGE
         built = report.build_report(root, margin_pct=args.ab_margin, fail_if_slower_pct=args.ab_fail_if_slower,
-                                    allow_caliber_mismatch=args.allow_caliber_mismatch)
+                                    allow_caliber_mismatch=args.allow_caliber_mismatch, gate=args.ab_gate)
     if args.ab_fail_if_slower is not None and not built.gpu_timed:
         print(f"abbench summary: --ab-fail-if-slower gates on GPU timings; these cells were timed with "
               f"{built.setup.get('backend')} / {built.setup.get('timer')}, which says nothing about GPU speed",

@@ -154,7 +154,7 @@ class ReportHooks:
         outcomes, plan = self.report_scope()
         self.final = report.build_report(self.session.root.path, outcomes, plan,
                                          margin_pct=settings.margin_pct, fail_if_slower_pct=settings.fail_if_slower_pct,
-                                         allow_caliber_mismatch=settings.allow_caliber_mismatch,
+                                         allow_caliber_mismatch=settings.allow_caliber_mismatch, gate=settings.gate,
                                          wall_s=time.monotonic() - self.session.started, workers=max(1, len(self.workers_seen)))
         session.exitstatus = self.final.decide_exit(int(session.exitstatus), settings.allow_caliber_mismatch)
         self.plots = report.write_report(self.session.root.path, self.final)
