@@ -28,9 +28,8 @@ from typing import TYPE_CHECKING, Iterable
 from pytest_abbench.core.cellfiles import Origin, write_origin
 from pytest_abbench.core.fileio import SCHEMA_FIELD, Fields, FormatError
 from pytest_abbench.core.identity import file_hash
-from pytest_abbench.core.layout import (AUTOTUNE_DIR, GATE_DIR, IDENTITY_FILE, RESULTS_FILE, SCRATCH_DIR, STATUS_FILE,
-                                   TIMING_FILE, TUNER_RECORD_DIR, RootLayout, ir_dir, log_tail_file,
-                                   origin_file, run_log)
+from pytest_abbench.core.layout import (AUTOTUNE_DIR, GATE_DIR, IDENTITY_FILE, RESULTS_FILE, SCRATCH_DIR, TIMING_FILE,
+                                        TUNER_RECORD_DIR, RootLayout, ir_dir, log_tail_file, origin_file, run_log)
 from pytest_abbench.core.outcome import CellOutcome
 
 if TYPE_CHECKING:

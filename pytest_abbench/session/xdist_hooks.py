@@ -17,7 +17,7 @@ import pytest
 from pytest_abbench.session.balance import OpTimes, op_costs, op_work, root_times
 from pytest_abbench.campaign.model import CampaignError, CampaignSkipped, looks_like_campaign
 from pytest_abbench.core.cellfiles import Workers, write_workers
-from pytest_abbench.core.layout import CellKey, cell_key
+from pytest_abbench.core.layout import cell_key
 from pytest_abbench.core.exitcodes import shell_rc
 from pytest_abbench.core.outcome import OUTCOME_PROPERTY, WORKER_LOST, CellOutcome
 from pytest_abbench.session.root import op_fingerprints
