@@ -22,12 +22,13 @@ import argparse
 import dataclasses
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from pytest_abbench import report
 from pytest_abbench.core.exitcodes import EXIT_CELL_FAILED
 from pytest_abbench.core.layout import RESULTS_FILE, SIDES, CellKey, RootLayout, results_file
-from pytest_abbench.core.outcome import OK, CellOutcome
+from pytest_abbench.checks import irgate
+from pytest_abbench.core.outcome import NO_IR_DIFF, OK, CellOutcome
 from pytest_abbench.core.settings import add_report_options
 from pytest_abbench.core.plan import CampaignPlan
 from pytest_abbench.report.build import discover
@@ -73,13 +74,28 @@ def _pair_outcomes(dir_a: Path, dir_b: Path, runs: _Runs) -> tuple[list[CellOutc
         cell, other = (dir_a, dir_b) if cell_a is not None else (dir_b, dir_a)
         return f"{cell} is a cell folder but {other} is not: give two cell folders or two roots"
     layouts = RootLayout(dir_a), RootLayout(dir_b)
-    keys = sorted({key for layout in layouts for key, _ in layout.cell_folders()})
+    # Rounds the IR gate skipped have no folder, only a row: they count as done, as in the run itself.
+    keys = sorted({key for layout in layouts for key, _ in layout.cell_folders()}
+                  | {key for layout in layouts for key, cell in runs.of_root(layout.root).items()
+                     if cell.status == NO_IR_DIFF})
     outcomes: list[CellOutcome] = []
     for key in keys:
         op = f"{key.op}@{key.role}"
         outcomes += [runs.outcome(layout.cell(key), CellKey(key.round, op, side))
                      for layout, side in zip(layouts, SIDES)]
     return outcomes, CampaignPlan(max((o.key.round for o in outcomes), default=1))
+
+
+def _gate_of_two_runs(dir_a: Path, dir_b: Path) -> Callable[[str], irgate.GateDecision | None]:
+    """The IR gate of ``<op>@<side>`` when two roots are compared: the runs' own decisions for ``op`` when both
+    found that the switch changed no code (then both skipped the same rounds); otherwise none."""
+    def gate_of(pseudo_op: str) -> irgate.GateDecision | None:
+        op = pseudo_op.rpartition("@")[0]
+        decisions = [irgate.load_decision(d, op) for d in (dir_a, dir_b)] if op else []
+        if decisions and all(d is not None and d.state == "no_diff" for d in decisions):
+            return decisions[0]
+        return None
+    return gate_of
 
 
 def summary(args: argparse.Namespace) -> int:
@@ -111,7 +127,8 @@ def summary(args: argparse.Namespace) -> int:
             return EXIT_USAGE
         built = report.build_report(dir_a, outcomes, plan, margin_pct=args.ab_margin,
                                     fail_if_slower_pct=args.ab_fail_if_slower,
-                                    allow_caliber_mismatch=args.allow_caliber_mismatch, gate=args.ab_gate)
+                                    allow_caliber_mismatch=args.allow_caliber_mismatch, gate=args.ab_gate,
+                                    gate_of=_gate_of_two_runs(dir_a, dir_b))
     else:
         if args.root is None:
             print("abbench summary: give ROOT, or --ab A B (two roots or two cell folders)", file=sys.stderr)

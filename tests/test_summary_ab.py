@@ -94,3 +94,22 @@ def test_summary_gates_on_the_geomean_alone_when_asked(tmp_path: Path, campaign_
     synthetic_root(tmp_path / "x", deltas)
     assert summary(campaign_dir, str(tmp_path / "x"), "--ab-fail-if-slower", "5").ret == 7
     assert summary(campaign_dir, str(tmp_path / "x"), "--ab-fail-if-slower", "5", "--ab-gate", "geomean").ret == 0
+
+
+def test_ab_of_two_runs_counts_rounds_the_ir_gate_skipped_as_done(campaign_dir: pytest.Pytester,
+                                                                  tmp_path: Path) -> None:
+    from helpers import IR_CAMPAIGN
+    campaign_dir.makepyfile(ircamp=IR_CAMPAIGN)
+    roots = [tmp_path / "run1", tmp_path / "run2"]
+    for root in roots:
+        # add's switch changes no code: round 2 is skipped by the IR gate in both runs; torchonly runs both.
+        result = campaign_dir.runpytest_subprocess("ircamp.py", "-k", "add or torchonly", "--ab-rounds", "2",
+                                                   "--ab-root",
+                                                   str(root), "--ab-samples", "1", "-p", "no:cacheprovider")
+        assert result.ret == 0, result.stdout.str()
+    result = summary(campaign_dir, "--ab", *map(str, roots))
+    out = result.stdout.str()
+    assert result.ret == 0, out
+    assert "INCOMPLETE" not in out
+    result.stdout.fnmatch_lines(["== add@A: rounds 1/2*", "   switch changed no generated code; 1 round skipped*",
+                                 "== torchonly@A: rounds 2/2*", "abbench: exit 0: *"])

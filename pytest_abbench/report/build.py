@@ -6,11 +6,12 @@ memory stays flat in the number of rounds.
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, TypeAlias
+from typing import Any, Callable, Iterable, TypeAlias
 
 from pytest_abbench.checks import caliber, irgate
 from pytest_abbench.core.fileio import CorruptFileError
@@ -297,16 +298,16 @@ def _op_geomean(rep: OpReport, per_shape: dict[str, _ShapeRounds]) -> None:
         rep.aa_geomean_ci_pct = _pct_pair(interval(aa_rounds))
 
 
-def build_op(op: str, cells: list[CellOutcome], root: Path, plan: CampaignPlan, margin_pct: float,
-             result: caliber.CaliberResult, allow_caliber_mismatch: bool = False) -> OpReport:
-    """One op's verdicts against its plan, ``margin_pct`` the equivalence margin of ``same``."""
+def build_op(op: str, cells: list[CellOutcome], gate: irgate.GateDecision | None, plan: CampaignPlan,
+             margin_pct: float, result: caliber.CaliberResult, allow_caliber_mismatch: bool = False) -> OpReport:
+    """One op's verdicts against its plan, ``margin_pct`` the equivalence margin of ``same``; ``gate`` is the
+    op's IR-gate decision (None: none was made)."""
     by_round: _CellsByRound = {}
     for c in cells:
         by_round.setdefault(c.key.round, {})[c.key.role] = c
     rounds_expected = plan.rounds
     rep = OpReport(op, plan.ops.get(op, ""), 0, rounds_expected, "no_verdict")
     rep.markers = _sum_markers(cells)
-    gate = irgate.load_decision(root, op)
     if gate is not None:
         rep.gate = {"state": gate.state, "reason": gate.reason, "basis": gate.basis}
         rep.gate_lines = gate.headline()
@@ -418,12 +419,14 @@ def _gate(ops: list[OpReport], threshold_pct: float, scope: str) -> tuple[list[s
 def build_report(root: Path, outcomes: Iterable[CellOutcome] | None = None, plan: CampaignPlan | None = None,
                  margin_pct: float | None = None, fail_if_slower_pct: float | None = None,
                  allow_caliber_mismatch: bool = False, wall_s: float | None = None, workers: int = 1,
-                 gate: str = GATE_SHAPES) -> Report:
+                 gate: str = GATE_SHAPES,
+                 gate_of: Callable[[str], irgate.GateDecision | None] | None = None) -> Report:
     """The report of ``root`` judged against ``plan``: of ``outcomes`` (a session's cells), else of every row and
     folder on disk; without a plan, the one in the root's campaign.json.
 
     ``fail_if_slower_pct`` names what trips the gate in ``slower_ops`` (``_gate``; ``gate`` is --ab-gate's
     scope).  ``wall_s`` (a live session's wall time over ``workers`` workers) adds idle time to ``time_spent``.
+    ``gate_of`` gives an op's IR-gate decision; by default the one saved in ``root``.
     """
     problems: list[str] = []
     layout = RootLayout(root)
@@ -434,7 +437,9 @@ def build_report(root: Path, outcomes: Iterable[CellOutcome] | None = None, plan
     for c in sorted(cells, key=lambda c: (c.key.op, c.key.round, c.key.role)):
         by_op.setdefault(c.key.op, []).append(c)
     result = caliber.CaliberResult()
-    ops = [build_op(op, op_cells, root, plan, DEFAULT_MARGIN_PCT if margin_pct is None else margin_pct, result,
+    if gate_of is None:
+        gate_of = functools.partial(irgate.load_decision, root)
+    ops = [build_op(op, op_cells, gate_of(op), plan, DEFAULT_MARGIN_PCT if margin_pct is None else margin_pct, result,
                     allow_caliber_mismatch)
            for op, op_cells in sorted(by_op.items())]
     setup = _setup_facts(cells)
