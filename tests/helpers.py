@@ -142,7 +142,7 @@ def simple_campaign(ops: str = '"one", "two"', switch: str = 'Switch(env_b={"ABB
 
 
 def synthetic_root(root: Path, deltas: dict[str, list[float]], failed: tuple[int, str] | None = None,
-                   control: dict[str, list[float]] | None = None, op: str = "op") -> None:
+                   control: dict[str, list[float]] | None = None, op: str = "op", switch: str = "X=1") -> None:
     """One op, one shape per entry: per round A = 1.0 ms, B = 1 + delta (and A2 = 1 + control delta).
 
     Identities are equal; results.jsonl, run_identity.json and status.tsv
@@ -166,7 +166,7 @@ def synthetic_root(root: Path, deltas: dict[str, list[float]], failed: tuple[int
                                          "samples_ms": [ms] * 5}))
             (cell / "results.jsonl").write_text("\n".join(lines) + "\n")
             status = "TIMEOUT" if failed == (rnd, side) else "ok"
-            append_status_row(root, StatusRow(rnd, op, side, "X=1", 124 if status != "ok" else 0, status, 1.0,
+            append_status_row(root, StatusRow(rnd, op, side, switch, 124 if status != "ok" else 0, status, 1.0,
                                               len(deltas), 0))
 
 

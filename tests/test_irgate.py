@@ -101,7 +101,11 @@ def test_ir_only_triage_compiles_both_sides_and_times_nothing(pytester: pytest.P
     result = pytester.runpytest_subprocess("ircamp.py", "--ab-ir-only", "--ab-ir-target", "cuda:90",
                                            "--ab-root", str(root), *FAST)
     result.assert_outcomes(passed=6)
-    result.stdout.fnmatch_lines(["IR triage: the switch changes the generated code of 1 of 3 ops: dot (worth GPU time)"])
+    result.stdout.fnmatch_lines(["switch (side B): DISABLE_MMA_V3=1",
+                                 "IR triage only: compiled at smoke for cuda:90; nothing timed, so no backend, timer, "
+                                 "device, rounds or verdict rule apply",
+                                 "IR triage: the switch changes the generated code of 1 of 3 ops: dot (worth GPU time)"])
+    assert "unknown" not in result.stdout.str() and "NOT GPU TIMINGS" not in result.stdout.str()
     assert not list(root.glob("r*_*/*/results.jsonl"))
     assert {r.status for r in read_status(root)} == {"IR_ONLY"}
 

@@ -12,6 +12,7 @@ from helpers import simple_campaign, synthetic_root
 from pytest_abbench.cli import main
 from pytest_abbench.core.fileio import FormatError
 from pytest_abbench.report import REPORT_JSON, build_report, read_report, render_text, report_from_json, write_report
+from pytest_abbench.report.render import header_lines
 
 
 def test_consistent_ten_percent_faster_has_an_interval_around_it(tmp_path: Path) -> None:
@@ -240,3 +241,13 @@ def test_summary_refuses_to_gate_on_wall_clock_and_the_header_says_why(
     out = capsys.readouterr().out
     assert "switch (side B): X=1; backend interpreter; timer wall; device H200" in out
     assert "NOT GPU TIMINGS" in out and "rounds planned 4, run 4" in out
+
+
+def test_each_switch_of_a_root_gets_a_header_line_naming_its_ops(tmp_path: Path) -> None:
+    synthetic_root(tmp_path, {"s": [0.05, 0.051]}, op="mm", switch="DISABLE_MMA_V3=1")
+    synthetic_root(tmp_path, {"s": [0.0, 0.001]}, op="sum", switch="ABBENCH_PLANTED=1")
+    synthetic_root(tmp_path, {"s": [0.0, 0.001]}, op="topk", switch="DISABLE_MMA_V3=1")
+    header = header_lines(build_report(tmp_path))
+    assert header[:3] == ["switch (side B) of mm, topk: DISABLE_MMA_V3=1", "switch (side B) of sum: ABBENCH_PLANTED=1",
+                          "backend cuda; timer cudagraph; device H200"]
+    assert not any(" | " in line for line in header[:3])

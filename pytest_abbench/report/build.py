@@ -443,6 +443,8 @@ def build_report(root: Path, outcomes: Iterable[CellOutcome] | None = None, plan
                     allow_caliber_mismatch)
            for op, op_cells in sorted(by_op.items())]
     setup = _setup_facts(cells)
+    for o in ops:
+        o.switch = " | ".join(dict.fromkeys(c.switch for c in by_op[o.op] if c.switch))
     gpu_timed = _gpu_timed(setup)
     slower: list[str] = []
     held: list[str] = []

@@ -22,7 +22,7 @@ SCHEMA_FIELD = "schema_version"  # report.json's own name for its format version
 SCHEMA_VERSION = 7  # 3: OpReport.caliber_mismatch; 4: Report.complete and failed_cells; 5: the BH/sign-test rule;
 # 6: Report.time_spent; 7: ShapeReport.flags and OpReport.findings (report/flags.py), the spread floor, the per-shape
 # gate (Report.gate_scope, gate_held), ShapeReport.faster_rounds, ShapeReport.aa_p_adjusted (the A/A bias after BH)
-# 7 also: OpReport.gpu_state and ShapeReport.gpu_flags (report/gpustate.py), optional with defaults
+# 7 also: OpReport.gpu_state and ShapeReport.gpu_flags (report/gpustate.py), OpReport.switch, optional with defaults
 
 
 @dataclass
@@ -88,6 +88,7 @@ class OpReport:
     findings: list[str] = field(default_factory=list)  # conditions of the whole op (report/flags.py), as text
     flags: dict[str, int] = field(default_factory=dict)  # flag name -> shapes carrying it
     gpu_state: dict[str, Any] = field(default_factory=dict)  # side -> its timed windows' GPU state (report/gpustate.py)
+    switch: str = ""  # what side B changes for this op (its cells' status rows), as Switch.describe() says it
 
 
 @dataclass

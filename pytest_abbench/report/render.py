@@ -66,14 +66,33 @@ RULE_TEXT = ("direction: t-test of the round deltas at 5% after Benjamini-Hochbe
              f"({', '.join(FLAGS)}) withholds a verdict it could have made")
 
 
+def switch_lines(report: Report) -> list[str]:
+    """What side B changes: one line when every op has the same switch, else one line per switch naming its ops."""
+    by_switch: dict[str, list[str]] = {}
+    for o in report.ops:
+        by_switch.setdefault(o.switch or report.setup.get("switch", "unknown"), []).append(o.op)
+    if len(by_switch) <= 1:
+        return [f"switch (side B): {next(iter(by_switch), report.setup.get('switch', 'unknown'))}"]
+    return [f"switch (side B) of {', '.join(ops)}: {switch}" for switch, ops in by_switch.items()]
+
+
 def header_lines(report: Report) -> list[str]:
     """What was compared and how: switch, backend, timer, device, rounds, margin, the rule; a warning off-GPU."""
     setup = report.setup
+    if report.ops and all(o.state == "ir_only" for o in report.ops):
+        # Nothing ran on any device: there is no backend, timer or device to name, and no rule was applied.
+        bases = dict.fromkeys(str(o.gate.get("basis")) for o in report.ops if o.gate and o.gate.get("basis"))
+        compiled = f"compiled at {', '.join(bases)}" if bases else "compiled"
+        return [*switch_lines(report), f"IR triage only: {compiled}; nothing timed, so no backend, timer, device, "
+                                       "rounds or verdict rule apply"]
     run = [o.rounds_completed for o in report.ops if o.state not in ("ir_only",)]
     rounds_run = "-" if not run else str(min(run)) if min(run) == max(run) else f"{min(run)}-{max(run)}"
-    lines = [f"switch (side B): {setup.get('switch', 'unknown')}; backend {setup.get('backend', 'unknown')}; "
-             f"timer {setup.get('timer', 'unknown')}; device {setup.get('device', 'unknown')}",
-             f"rounds planned {report.rounds_planned}, run {rounds_run}; margin +-{report.margin_pct:g}% "
+    switches = switch_lines(report)
+    where = (f"backend {setup.get('backend', 'unknown')}; timer {setup.get('timer', 'unknown')}; "
+             f"device {setup.get('device', 'unknown')}")
+    # One switch shares its line with where it ran; several get a line each, then where they ran.
+    lines = [f"{switches[0]}; {where}"] if len(switches) == 1 else [*switches, where]
+    lines += [f"rounds planned {report.rounds_planned}, run {rounds_run}; margin +-{report.margin_pct:g}% "
              f"({report.margin_source}); {RULE_TEXT}"]
     chance = chance_line(report)
     if chance:
