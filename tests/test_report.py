@@ -251,3 +251,13 @@ def test_each_switch_of_a_root_gets_a_header_line_naming_its_ops(tmp_path: Path)
     assert header[:3] == ["switch (side B) of mm, topk: DISABLE_MMA_V3=1", "switch (side B) of sum: ABBENCH_PLANTED=1",
                           "backend cuda; timer cudagraph; device H200"]
     assert not any(" | " in line for line in header[:3])
+
+
+def test_a_long_shape_id_is_shortened_in_its_row_and_given_whole_under_the_table(tmp_path: Path) -> None:
+    long_id = "M=4096," + ",".join(f"arg{i}={i}" for i in range(700))  # about 5,000 characters
+    synthetic_root(tmp_path, {long_id: [0.05, 0.051], "n=8": [0.0, 0.001]})
+    lines = render_text(build_report(tmp_path)).splitlines()
+    rows = [line for line in lines if "M=4096," in line or line.startswith("   n=8 ")]
+    assert len(long_id) > 5000 and max(len(line) for line in rows[:-1]) < 200
+    assert rows[0].startswith("   M=4096,arg0=0") and "... [1]" in rows[0]
+    assert rows[-1] == f"   [1] shape {long_id}"

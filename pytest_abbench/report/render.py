@@ -123,24 +123,46 @@ def _verdict_text(s: ShapeReport) -> str:
     return f"{text} [{', '.join(s.flags)}]" if s.flags else text
 
 
+SHAPE_COLUMN_MAX = 48  # a shape id longer than this is shortened in its row and given whole under the table
+
+
+def _shape_labels(o: OpReport) -> tuple[list[str], list[str]]:
+    """The shape column's text per shape, and the notes that give shortened ids whole.
+
+    A long id (a campaign can build one from every argument) would make every row as wide as it is; its row
+    shows the start and a note number, and the note under the table keeps the whole id, so it is never lost.
+    """
+    labels, notes = [], []
+    for s in o.shapes:
+        if len(s.shape) <= SHAPE_COLUMN_MAX:
+            labels.append(s.shape)
+            continue
+        mark = f"... [{len(notes) + 1}]"
+        labels.append(s.shape[:SHAPE_COLUMN_MAX - len(mark)] + mark)
+        notes.append(f"   [{len(notes) + 1}] shape {s.shape}")
+    return labels, notes
+
+
 def _shape_table(o: OpReport) -> list[str]:
-    """One line per shape in declared order; the shape id is never cut (the column is as wide as the longest)."""
-    width = max([len("shape")] + [len(s.shape) for s in o.shapes])
+    """One line per shape in declared order; an id too long for the column is shortened there and given whole
+    in a note under the table."""
+    labels, notes = _shape_labels(o)
+    width = max([len("shape")] + [len(label) for label in labels])
     lines = [f"   {'shape':<{width}} {'A ms':>10} {'B ms':>10} {'delta med [min ~ max]':>26} "
              f"{'95% CI':>18} {'faster':>7} {'noise A/B':>11} {'rounds A/B':>11} {'flip':>4} {'margin':>7}  verdict"
              + (f"  {'A/A 95% CI':>18}" if o.control else "")]
-    for s in o.shapes:
+    for s, label in zip(o.shapes, labels):
         rng = f"{s.delta_pct:+.1f}% [{s.delta_min_pct:+.1f} ~ {s.delta_max_pct:+.1f}]"
         noise = "/".join("-" if v is None else f"{v:.1f}%" for v in (s.noise_within_a_pct, s.noise_within_b_pct))
         # Spread of each side's medians across rounds: how much the machine moved between processes.
         across = "/".join("-" if v is None else f"{v:.1f}%" for v in (s.noise_across_a_pct, s.noise_across_b_pct))
         faster = f"{s.faster_rounds}/{s.rounds}"  # rounds in which B was faster: "faster in x of N rounds"
-        line = (f"   {s.shape:<{width}} {s.a_ms:>10.4g} {s.b_ms:>10.4g} {rng:>26} {_range(s.ci_pct):>18} "
+        line = (f"   {label:<{width}} {s.a_ms:>10.4g} {s.b_ms:>10.4g} {rng:>26} {_range(s.ci_pct):>18} "
                 f"{faster:>7} {noise:>11} {across:>11} {'yes' if s.sign_flip else 'no':>4} "
                 f"{f'+-{s.margin_pct:g}%':>7}  "
                 f"{_verdict_text(s):<22}" + (f"  {_range(s.aa_ci_pct):>18}" if o.control else ""))
         lines.append(line.rstrip() + (f"  ({s.note})" if s.note else ""))
-    return lines
+    return lines + notes
 
 
 def render_text(report: Report) -> str:
