@@ -132,7 +132,8 @@ def _shape_labels(o: OpReport) -> tuple[list[str], list[str]]:
     A long id (a campaign can build one from every argument) would make every row as wide as it is; its row
     shows the start and a note number, and the note under the table keeps the whole id, so it is never lost.
     """
-    labels, notes = [], []
+    labels: list[str] = []
+    notes: list[str] = []
     for s in o.shapes:
         if len(s.shape) <= SHAPE_COLUMN_MAX:
             labels.append(s.shape)
