@@ -19,7 +19,19 @@ def matplotlib_available() -> bool:
     return True
 
 
-def plot_op(op: OpReport, path: Path) -> None:
+def caption(op: OpReport, report: Report) -> str:
+    """What a plot's numbers hold under, drawn under it and kept in the PNG's Description: a plot copied out of
+    its report must still say which switch, where and with which timer, and that off-GPU numbers are no GPU's."""
+    setup = report.setup
+    text = (f"switch (side B): {op.switch or setup.get('switch', 'unknown')}; device {setup.get('device', 'unknown')}; "
+            f"backend {setup.get('backend', 'unknown')}; timer {setup.get('timer', 'unknown')}")
+    if not report.gpu_timed:
+        text += "\nNOT GPU TIMINGS: interpreter or wall-clock numbers say nothing about GPU speed"
+    return text
+
+
+def plot_op(op: OpReport, path: Path, note: str = "") -> None:
+    """``op``'s plot at ``path``; ``note`` (its caption) is drawn under the axes and kept in the PNG's metadata."""
     # The object API without pyplot: no global figure state, no display backend, and no
     # pyplot import (half a second at session end).
     from matplotlib.figure import Figure
@@ -47,9 +59,11 @@ def plot_op(op: OpReport, path: Path) -> None:
     geo = f"{op.geomean_pct:+.1f}%" if op.geomean_pct is not None else "-"
     ax.set_title(f"{op.op}: geomean {geo}, {op.rounds_completed} rounds, {op.sign_flips} sign flips", fontsize=9)
     ax.legend(fontsize=7, loc="best")
-    fig.subplots_adjust(left=0.12, right=0.98, top=0.92, bottom=0.3)  # fixed margins: tight_layout costs 40 ms
+    if note:
+        fig.text(0.01, 0.01, note, fontsize=6, color="tab:red" if "NOT GPU" in note else "0.3", va="bottom")
+    fig.subplots_adjust(left=0.12, right=0.98, top=0.92, bottom=0.36)  # fixed margins: tight_layout costs 40 ms
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, metadata={"Description": note} if note else None)
 
 
 def write_plots(root: Path, report: Report) -> list[Path]:
@@ -60,6 +74,6 @@ def write_plots(root: Path, report: Report) -> list[Path]:
     for op in report.ops:
         if op.state == "verdict" and op.shapes:
             path = RootLayout(root).plots / f"{op.op}.png"
-            plot_op(op, path)
+            plot_op(op, path, caption(op, report))
             written.append(path)
     return written
