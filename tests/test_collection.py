@@ -128,3 +128,17 @@ def test_a_thread_started_at_import_does_not_keep_pytest_from_exiting(campaign_d
     result = campaign_dir.runpytest_subprocess("c.py", "--collect-only", "-p", "no:cacheprovider", timeout=120)
     assert result.ret == 0
     result.stdout.fnmatch_lines(["*abbench: importing *c.py started thread(s) 'poller': they run as daemons*"])
+
+
+def test_a_campaign_whose_import_hangs_is_a_collection_error_naming_where_it_waits(
+        campaign_dir: pytest.Pytester) -> None:
+    """Collection hung with no bound and no word: the import waited on something that never came."""
+    campaign_dir.makepyfile(c=simple_campaign('"one"') + "\nimport threading\n"
+                            "def wait_for_the_license_server():\n"
+                            "    threading.Event().wait()\n"
+                            "wait_for_the_license_server()\n")
+    result = campaign_dir.runpytest_subprocess("c.py", "--ab-import-timeout", "2", "--collect-only",
+                                               "-p", "no:cacheprovider", timeout=60)
+    assert result.ret == pytest.ExitCode.INTERRUPTED, result.stdout.str()
+    result.stdout.fnmatch_lines(["*c.py: importing it did not finish in 2 s (--ab-import-timeout); it waits in "
+                                 "threading.py:* in wait; c.py:* in wait_for_the_license_server*"])

@@ -28,6 +28,7 @@ import sys
 import threading
 import traceback
 import unicodedata
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -420,6 +421,9 @@ def _helpers_imported(folder: Path, before: set[str]) -> dict[str, ModuleType]:
     return found
 
 
+_IMPORT_THREADS: "weakref.WeakSet[threading.Thread]" = weakref.WeakSet()  # the threads bounded imports run in
+
+
 @contextlib.contextmanager
 def _threads_as_daemons(started: list[str]) -> Iterator[None]:
     """Threads started while a campaign file is imported run as daemons; ``started`` gets their names.
@@ -431,7 +435,8 @@ def _threads_as_daemons(started: list[str]) -> Iterator[None]:
     original = threading.Thread.start
 
     def start(thread: threading.Thread) -> None:
-        if not thread.daemon:
+        # A thread made by a bounded import's own thread (a daemon) inherits daemon=True: it counts too.
+        if not thread.daemon or threading.current_thread() in _IMPORT_THREADS:
             thread.daemon = True
             started.append(thread.name)
         original(thread)
@@ -443,11 +448,48 @@ def _threads_as_daemons(started: list[str]) -> Iterator[None]:
         setattr(threading.Thread, "start", original)
 
 
-def load_campaign(path: str | Path, rootdir: Path | None = None, module_name: str | None = None) -> Campaign:
+def _where_it_waits(thread: threading.Thread) -> str:
+    """The innermost frames of ``thread``'s stack, as ``file:line in function`` (what a hung import waits in)."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    if frame is None:
+        return "its stack could not be read"
+    frames = traceback.extract_stack(frame)[-3:]
+    return "; ".join(f"{Path(f.filename).name}:{f.lineno} in {f.name}" for f in reversed(frames))
+
+
+def _exec_bounded(exec_module: Callable[[], None], path: Path, timeout_s: float) -> None:
+    """Run ``exec_module`` in a daemon thread and wait ``timeout_s`` for it.
+
+    A campaign whose import hangs (a lock, a network call, an endless loop) would otherwise hang pytest's
+    collection with no bound and no word; the thread is a daemon, so the process can still end.
+    """
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            exec_module()
+        except BaseException as exc:  # handed to the caller's thread, which decides what it means
+            failure.append(exc)
+
+    thread = threading.Thread(target=run, name=f"abbench-import-{path.name}", daemon=True)
+    _IMPORT_THREADS.add(thread)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        raise CampaignError(f"{path}: importing it did not finish in {timeout_s:g} s (--ab-import-timeout); it waits "
+                            f"in {_where_it_waits(thread)}")
+    if failure:
+        raise failure[0]
+
+
+def load_campaign(path: str | Path, rootdir: Path | None = None, module_name: str | None = None,
+                  import_timeout_s: float | None = None) -> Campaign:
     """Import a campaign file and validate what it declares.
 
     ``module_name``: the name the session gave it (a cell is told it); else
-    ``module_name_for(path, rootdir)``.
+    ``module_name_for(path, rootdir)``.  ``import_timeout_s``: how long the
+    import may take (pytest's collection); None waits as long as it takes
+    (a cell, which its own deadline bounds).
     """
     path = Path(path).resolve()
     if not path.is_file():
@@ -462,7 +504,14 @@ def load_campaign(path: str | Path, rootdir: Path | None = None, module_name: st
     daemons: list[str] = []
     try:
         with _threads_as_daemons(daemons):
-            spec.loader.exec_module(module)
+            exec_module = functools.partial(spec.loader.exec_module, module)
+            if import_timeout_s is None:
+                exec_module()
+            else:
+                _exec_bounded(exec_module, path, import_timeout_s)
+    except CampaignError:
+        sys.modules.pop(name, None)
+        raise
     except Exception as exc:
         del sys.modules[name]
         raise CampaignError(_import_failure(path, exc)) from None

@@ -18,6 +18,9 @@ from pytest_abbench.core.budget import CellBudget
 from pytest_abbench.core import envnames
 
 DEFAULT_CELL_TIMEOUT_S = 2400.0  # matches the NV campaigns: one hung cell must not hold a batch
+# The slowest client import measured is FlagGems' (2-3 s on the H200 host); two minutes is far beyond any import
+# that works and short enough that a hung one is noticed.
+DEFAULT_IMPORT_TIMEOUT_S = 120.0
 DEFAULT_ROUNDS = 2
 DEFAULT_MARGIN_PCT = 2.0
 GATE_SHAPES, GATE_GEOMEAN = "shapes", "geomean"  # what --ab-fail-if-slower judges (--ab-gate)
@@ -158,6 +161,7 @@ class Settings:
     precompile: bool = True
     worker_scratch: Path | None = None
     costs_from: Path | None = None  # --ab-costs-from: an earlier root whose cell times order the ops
+    import_timeout_s: float = DEFAULT_IMPORT_TIMEOUT_S  # --ab-import-timeout: a campaign import at collection that takes longer fails
     sources: dict[str, str] = field(default_factory=dict)
 
     def caliber_options(self) -> dict[str, str]:

@@ -102,7 +102,7 @@ class AbbenchSession:
         Raises CampaignSkipped for ``SKIP``, and for ``SKIP_TIMED`` unless the session only compiles."""
         path = path.resolve()
         if path not in self.campaigns:
-            campaign = load_campaign(path, rootdir=self.config.rootpath)
+            campaign = load_campaign(path, rootdir=self.config.rootpath, import_timeout_s=self.settings.import_timeout_s)
             if campaign.import_threads:
                 threads = ", ".join(map(repr, campaign.import_threads))
                 # Collection's output is captured: the line is shown with the collection's summary lines.

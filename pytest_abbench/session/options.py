@@ -18,8 +18,8 @@ import pytest
 
 from pytest_abbench.core import cellconfig, envnames
 from pytest_abbench.core.layout import STATUS_FILE
-from pytest_abbench.core.settings import (DEFAULT_CELL_TIMEOUT_S, DEFAULT_ROUNDS, MAX_ROUNDS, Settings,
-                                          add_report_options, choice, default_level, detect_backend,
+from pytest_abbench.core.settings import (DEFAULT_CELL_TIMEOUT_S, DEFAULT_IMPORT_TIMEOUT_S, DEFAULT_ROUNDS,
+                                          MAX_ROUNDS, Settings, add_report_options, choice, default_level, detect_backend,
                                           env_assignment, existing_root, gpu_list, positive_int,
                                           positive_seconds, rounds_count, tuner_cache_mode)
 from pytest_abbench.core.status import StatusFormatError, read_status
@@ -79,6 +79,9 @@ def register(parser: pytest.Parser) -> None:
              "which ops the switch changes (no GPU needed)")
     add("--ab-ir-target", default="cuda:90", metavar="BACKEND:ARCH",
         help="without a GPU, compile round 1's kernels for this target to capture TTGIR ('none' to skip)")
+    add("--ab-import-timeout", type=positive_seconds, default=DEFAULT_IMPORT_TIMEOUT_S, metavar="SECONDS",
+        help=f"how long importing a campaign file at collection may take before it is a collection error naming "
+             f"where the import waits (default {DEFAULT_IMPORT_TIMEOUT_S:g})")
     add_report_options(add)
     parser.addini("cell_timeout", CELL_TIMEOUT_HELP, default=None)
     parser.addini("ab_rounds", "rounds per op", default=None)
@@ -153,6 +156,7 @@ def resolve(config: pytest.Config) -> Settings:
         spawn=resolve_spawn(opt.ab_spawn),
         precompile=opt.ab_precompile == "on",
         worker_scratch=Path(opt.ab_worker_scratch) if opt.ab_worker_scratch else None,
+        import_timeout_s=opt.ab_import_timeout,
         sources={"cell_timeout": timeout_src, "rounds": rounds_src},
     )
     from pytest_abbench.spawn.precompile import worker_share
