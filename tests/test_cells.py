@@ -64,7 +64,9 @@ def test_fault_cells_are_named_and_recorded(fault_run: tuple[pytest.RunResult, P
     assert (rows["segv"].rc, rows["segv"].status) == (139, "SEGFAULT")
     assert (rows["wrong"].success, rows["wrong"].failed) == (0, 1)
     m = rows["markers"]
-    assert (m.AUTOTUNE_REPLAY_FALLBACK, m.BENCHMARK_DIRECT_NO_CUDAGRAPH, m.BENCHMARK_CAPTURE_POISONED) == (2, 1, 0)
+    # The op prints marker words itself: they reach run.log but are not the plugin's markers, so none counts.
+    assert (m.AUTOTUNE_REPLAY_FALLBACK, m.BENCHMARK_DIRECT_NO_CUDAGRAPH, m.BENCHMARK_CAPTURE_POISONED) == (0, 0, 0)
+    assert "AUTOTUNE_REPLAY_FALLBACK kernel=k key=[1]" in (root / "r1_A" / "markers" / "run.log").read_text()
     assert m.status == "ok", "markers degrade a measurement, they do not fail a cell"
     assert all(r.switch == "ABBENCH_TEST_SWITCH=1" for r in rows.values())
 

@@ -12,6 +12,7 @@ import pytest
 
 from pytest_abbench.core.cellconfig import CHILD_MODULE, CellConfig
 from pytest_abbench.child.timers import CapturePoisoned, Timing, time_with_fallback
+from pytest_abbench.core.status import read_status
 from pytest_abbench.core.markers import BENCHMARK_CAPTURE_POISONED, BENCHMARK_DIRECT_NO_CUDAGRAPH
 
 REPO = Path(__file__).resolve().parent.parent
@@ -80,6 +81,9 @@ def test_record_then_replay_never_benchmarks_and_a_miss_is_marked_once(pytester:
         assert logs[cell].count("BENCH_CALL") == 2, "a missing key is tuned normally"
     timing = json.loads((root / "r2_A" / "addone" / "cell_timing.json").read_text())
     assert timing["autotune_bench_calls"] == 0
+    # The plugin's own marker lines are what status.tsv counts (through each cell's markers.log).
+    counted = {(r.round, r.side): r.AUTOTUNE_REPLAY_FALLBACK for r in read_status(root)}
+    assert counted == {(1, "A"): 0, (1, "B"): 1, (2, "A"): 0, (2, "B"): 1}
 
 
 def test_identity_file_contents(pytester: pytest.Pytester, tmp_path: Path) -> None:

@@ -30,8 +30,8 @@ from pytest_abbench.child.layout_shift import hold_pads, pad_sizes
 from pytest_abbench.child.timers import CapturePoisoned, time_with_fallback
 from pytest_abbench.core.cellfiles import Shares, write_shares, write_timing
 from pytest_abbench.checks.irgate import ttgir_files
-from pytest_abbench.core.layout import IR_DIR, RESULTS_FILE, SHARES_FILE, TIMING_FILE, share_dir
-from pytest_abbench.core.markers import AUTOTUNE_REPLAY_FALLBACK
+from pytest_abbench.core.layout import IR_DIR, RESULTS_FILE, SHARES_FILE, TIMING_FILE, markers_log, share_dir
+from pytest_abbench.core.markers import AUTOTUNE_REPLAY_FALLBACK, is_marker_line
 from pytest_abbench.core.results import ShapeResult, append_result, read_results
 
 EXIT_SETUP_ERROR = 3  # the campaign, the switch hook or the autotune record could not be used
@@ -49,9 +49,22 @@ def is_sticky_cuda_error(exc: BaseException) -> bool:
     return any(marker in text for marker in STICKY_CUDA_ERRORS)
 
 
+# Where this cell's marker lines go (set when the cell starts; None outside a cell).
+_MARKERS_FILE: list[Path | None] = [None]
+
+
 def log(line: str) -> None:
-    """One line of run.log, flushed so a cell killed on timeout leaves its last words."""
+    """One line of run.log, flushed so a cell killed on timeout leaves its last words; a marker line also goes to
+    the cell's markers.log, the only place markers are counted from (core.markers)."""
     print(line, flush=True)
+    target = _MARKERS_FILE[0]
+    if target is not None and is_marker_line(line):
+        with open(target, "a", encoding="utf-8") as handle:
+            handle.write(line.replace("\n", " ") + "\n")
+
+
+def _count_markers_into(out: Path) -> None:
+    _MARKERS_FILE[0] = markers_log(out)
 
 
 def child_command(config: CellConfig) -> list[str]:
@@ -65,6 +78,7 @@ def measure(config: CellConfig) -> int:
     spawned = float(os.environ.get(envnames.ABBENCH_SPAWN_TIME, started))
     out = config.out
     out.mkdir(parents=True, exist_ok=True)
+    _count_markers_into(out)
 
     import torch
     import triton  # noqa: F401  (import cost belongs to start-up)
@@ -232,6 +246,8 @@ def run_ir_only(config: CellConfig) -> int:
     if config.shares > 1:
         return run_shares(config)
     out = config.out
+    if config.shard is None and not os.environ.get(envnames.ABBENCH_IR_CAPTURE):  # a share writes its cell's
+        _count_markers_into(out)
     enter_compile_only(config.ir_target)
     campaign = load_campaign(config.campaign, module_name=config.campaign_module)
     op = campaign.op(config.op)
@@ -307,6 +323,7 @@ def capture_ir_on_cpu(config: CellConfig) -> float:
     """Run this cell again in compile-only mode, without the interpreter, for the IR target; its seconds."""
     env = dict(os.environ)
     env.pop(envnames.TRITON_INTERPRET, None)
+    env[envnames.ABBENCH_IR_CAPTURE] = "1"
     ir_dir = config.out / IR_DIR
     ir_dir.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()

@@ -14,6 +14,9 @@ SWITCH_ALLOW_NO_IR_DIFF = "SWITCH_ALLOW_NO_IR_DIFF"
 ABBENCH_COMPILE_JOBS = "ABBENCH_COMPILE_JOBS"
 # Set by spawn/runner.py; child/measure.py reads it: when the parent started the child (its start-up cost).
 ABBENCH_SPAWN_TIME = "ABBENCH_SPAWN_TIME"
+# Set for the compile-only run a measured interpreter cell starts to capture IR: its marker lines are not the
+# cell's measurement (the measured run already printed any replay miss) and are not counted.
+ABBENCH_IR_CAPTURE = "ABBENCH_IR_CAPTURE"
 # Set to "0" by spawn/precompile.py; child/ircapture.py reads it: no per-pass dump in a precompile process.
 ABBENCH_PASS_DUMP = "ABBENCH_PASS_DUMP"
 # Set by spawn/runner.py; child/measure.py and FlagGems' LibTuner read it: the cell's library tuner cache.

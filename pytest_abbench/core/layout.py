@@ -36,6 +36,7 @@ SCRATCH_DIR = "abbench-scratch"  # under --ab-worker-scratch: each xdist worker'
 
 # Cell folder files.
 RUN_LOG = "run.log"
+MARKERS_LOG = "markers.log"  # the marker lines the plugin's own code wrote, apart from what a campaign prints
 RESULTS_FILE = "results.jsonl"
 IDENTITY_FILE = "run_identity.json"
 TIMING_FILE = "cell_timing.json"
@@ -183,6 +184,10 @@ def cell_key(nodeid: str) -> CellKey | None:
 
 def run_log(cell_dir: Path) -> Path:
     return cell_dir / RUN_LOG
+
+
+def markers_log(cell_dir: Path) -> Path:
+    return cell_dir / MARKERS_LOG
 
 
 def results_file(cell_dir: Path) -> Path:

@@ -1,4 +1,10 @@
-"""The fixed words a cell prints when its measurement degraded, and how they are counted."""
+"""The fixed words a cell prints when its measurement degraded, and how they are counted.
+
+The plugin's own code writes each marker line twice: into run.log, where a
+reader sees it in context, and into the cell's markers.log, which is what is
+counted.  A campaign (or a library it calls) that prints a marker word only
+reaches run.log, so it cannot fake or hide a degraded measurement.
+"""
 
 from __future__ import annotations
 
@@ -66,5 +72,10 @@ def _count_undecodable(decoder: codecs.IncrementalDecoder, chunk: bytes) -> int:
 
 
 def count_markers(log: Path) -> dict[str, int]:
-    """Marker lines in a run.log (see ``scan_log``)."""
+    """Marker lines at the start of a line in ``log`` (a cell's markers.log; see ``scan_log``)."""
     return scan_log(log).markers
+
+
+def is_marker_line(line: str) -> bool:
+    """A line that starts with a marker word: the ones the cell's markers.log keeps."""
+    return line.partition(" ")[0] in MARKERS

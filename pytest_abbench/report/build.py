@@ -15,8 +15,8 @@ from typing import Any, Callable, Iterable, TypeAlias
 
 from pytest_abbench.checks import caliber, irgate
 from pytest_abbench.core.fileio import CorruptFileError
-from pytest_abbench.core.layout import (CONTROL, IDENTITY_FILE, SIDES, CellKey, RootLayout, identity_file, results_file,
-                                   run_log)
+from pytest_abbench.core.layout import (CONTROL, IDENTITY_FILE, SIDES, CellKey, RootLayout, identity_file,
+                                   markers_log, results_file)
 from pytest_abbench.core.markers import count_markers
 from pytest_abbench.core.settings import DEFAULT_MARGIN_PCT, GATE_GEOMEAN, GATE_SHAPES
 from pytest_abbench.report import cost
@@ -44,8 +44,8 @@ def discover(layout: RootLayout, problems: list[str]) -> list[CellOutcome]:
     for key, folder in layout.cell_folders():
         if key not in cells:
             problems.append(f"{folder}: cell folder without a status.tsv row (crashed or still running)")
-            # No row counted its markers: read them from the log (the only case where a log is re-read).
-            cells[key] = CellOutcome(key, folder, NO_ROW, markers=count_markers(run_log(folder)))
+            # No row counted its markers: read them from its markers.log (the only case they are re-read).
+            cells[key] = CellOutcome(key, folder, NO_ROW, markers=count_markers(markers_log(folder)))
     return list(cells.values())
 
 
