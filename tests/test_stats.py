@@ -129,13 +129,16 @@ def test_a_spread_floor_keeps_closely_agreeing_rounds_from_a_tiny_p() -> None:
     assert (t_test_above_p(five, math.log(1.08)) or 0.0) > 0.99
 
 
-def test_a_percent_beyond_a_float_is_infinite_not_a_crash() -> None:
+def test_a_percent_beyond_any_meaning_is_capped_not_a_crash_and_not_printed_as_45_digits() -> None:
     """A 2-round interval of interpreter wall-clock noise (t quantile 12.7) reached exp() overflow and took the
-    session's report down with an OverflowError."""
-    from pytest_abbench.report.stats import pct
+    session's report down with an OverflowError; short of overflow it printed "+5368157731...0.0%"."""
+    from pytest_abbench.report.render import _range
+    from pytest_abbench.report.stats import PCT_CAP, pct
 
-    assert pct(1000.0) == float("inf") and pct(-1000.0) == -100.0
+    assert pct(1000.0) == PCT_CAP and pct(100.0) == PCT_CAP and pct(-1000.0) == -100.0
     assert round(pct(0.0953101798), 6) == 10.0
+    assert _range((pct(-3.0), pct(100.0))) == "-95.0 ~ >+9999%"
+    assert _range((-1.0, 5.0)) == "-1.0 ~ +5.0%"
 
 
 def test_a_quantile_outside_0_1_is_refused_instead_of_searched_forever() -> None:

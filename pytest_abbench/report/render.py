@@ -24,7 +24,14 @@ def _range(ci: tuple[float, float] | None) -> str:
     if not ci:
         return "-"
     digits = 2 if ci[1] - ci[0] < 1.0 else 1
-    return f"{ci[0]:+.{digits}f} ~ {ci[1]:+.{digits}f}%"
+    return f"{_pct_end(ci[0], digits)} ~ {_pct_end(ci[1], digits)}%"
+
+
+BEYOND_PCT = 9999.0  # B/A of 100x: an interval end past it reads ">+9999" (stats.PCT_CAP bounds the number)
+
+
+def _pct_end(value: float, digits: int) -> str:
+    return f">+{BEYOND_PCT:.0f}" if value > BEYOND_PCT else f"{value:+.{digits}f}"
 
 
 def _fmt(v: float | None, unit: str = "%") -> str:

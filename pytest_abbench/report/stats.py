@@ -34,13 +34,17 @@ DIRECTION_LEVEL = 0.95  # the interval printed next to a direction (two-sided te
 SAME_LEVEL = 0.90  # the interval of the equivalence test: two one-sided tests at ALPHA
 
 
+# The largest percent change the report states: B/A = 10,001.  A 2-round interval of wall-clock noise (its t
+# quantile is 12.7) can reach ratios beyond a float; past this cap a number says nothing but "enormous", and
+# report.json must stay strict JSON (no Infinity).  The text shows such an end as ">+9999%" (render.py).
+PCT_CAP = 1_000_000.0
+
+
 def pct(log_ratio: float) -> float:
-    """A log ratio ln(B/A) as a percent change B/A-1; +inf where B/A is beyond a float (a 2-round interval of
-    wall-clock noise can reach it: its t quantile is 12.7)."""
-    try:
-        return math.expm1(log_ratio) * 100.0
-    except OverflowError:
-        return math.inf
+    """A log ratio ln(B/A) as a percent change B/A-1, at most ``PCT_CAP``."""
+    if log_ratio >= math.log1p(PCT_CAP / 100.0):
+        return PCT_CAP
+    return math.expm1(log_ratio) * 100.0
 
 
 def stdev(values: list[float]) -> float:
