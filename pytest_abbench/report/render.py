@@ -202,8 +202,11 @@ def render_text(report: Report) -> str:
 
 
 def write_report(root: Path, report: Report) -> list[Path]:
-    """report.json, report.md and (with matplotlib) plots/<op>.png; returns the plots written."""
+    """report.json, report.md, report.html and (with matplotlib) plots/<op>.png; returns the plots written."""
+    from pytest_abbench.report.html import render_html  # html builds on this module's lines: imported at use
+
     layout = RootLayout(root)
     write_json_atomic(layout.report_json, report.to_json())
     layout.report_md.write_text("# abbench report\n\n```\n" + render_text(report) + "\n```\n")
+    layout.report_html.write_text(render_html(report), encoding="utf-8")
     return plots.write_plots(root, report)
