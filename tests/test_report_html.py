@@ -291,6 +291,8 @@ def test_interval_plot_places_each_point_between_its_ends_on_a_shared_axis() -> 
     texts = [t.all_text() for t in svg.find("text")]
     assert texts[0] == "t" and texts[1:texts.index("B/A - 1 (%)")] == ["-15%", "-10%", "-5%", "0", "+5%", "+10%"]
     assert nice_ticks(-12.0, 6.0) == [-15.0, -10.0, -5.0, 0.0, 5.0, 10.0]
+    assert nice_ticks(-2.0, 10.000000000000009) == [-5.0, 0.0, 5.0, 10.0]  # a +10% delta's rounding error
+    assert nice_ticks(0.0, 0.0) == [-1.0, -0.5, 0.0, 0.5, 1.0]
 
 
 def test_page_is_a_whole_document_with_its_title_escaped() -> None:

@@ -44,7 +44,7 @@ ul.notes { margin: .3em 0; padding-left: 1.3em; } ul.notes li { margin: .1em 0; 
 .flag { display: inline-block; border: 1px solid #999; border-radius: 3px; padding: 0 .3em; margin: 0 .15em;
         font-size: .85em; background: #f7f7f7; }
 .muted { color: #666; } svg { display: block; max-width: 100%; height: auto; margin: .5em 0; }
-code { font-size: .95em; }
+.scroll { overflow-x: auto; } .setup td:first-child { font-weight: 600; white-space: nowrap; }
 """
 
 VERDICT_COLOURS = {"slower": "#b03a2e", "faster": "#1e8449", "same": "#555555", "inconclusive": "#b9770e"}
@@ -89,11 +89,13 @@ def number(value: float | None, text: str) -> Cell:
 
 
 def table(headers: Sequence[str | Cell], rows: Iterable[Sequence[Cell]], css: str = "") -> str:
-    """A ``<table>``: header strings (escaped) or cells, then rows of :class:`Cell`."""
+    """A ``<table>`` that scrolls sideways when wide: header strings (escaped) or cells (none: no header row),
+    then rows of :class:`Cell`."""
     head = "".join(h.to_html("th") if isinstance(h, Cell) else f"<th>{esc(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(c.to_html() for c in row) + "</tr>\n" for row in rows)
     cls = f' class="{esc(css)}"' if css else ""
-    return f"<table{cls}>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}</tbody>\n</table>\n"
+    thead = f"<thead><tr>{head}</tr></thead>\n" if head else ""
+    return f'<div class="scroll"><table{cls}>\n{thead}<tbody>\n{body}</tbody>\n</table></div>\n'
 
 
 def notes(lines: Iterable[str], css: str = "notes") -> str:
@@ -140,14 +142,11 @@ def nice_ticks(low: float, high: float, count: int = 6) -> list[float]:
     raw = (high - low) / max(1, count - 1)
     power = 10.0 ** math.floor(math.log10(raw))
     step = next(m * power for m in (1.0, 2.0, 5.0, 10.0) if m * power >= raw)
-    first = math.floor(low / step) * step
-    ticks = []
-    k = 0
-    while first + k * step <= high + step * 1e-9:
-        ticks.append(round(first + k * step, 10))
-        k += 1
-    if ticks[-1] < high:
-        ticks.append(round(first + k * step, 10))
+    slack = 1e-6  # of a step: a value a rounding error past a tick (10.000000000000009) stays at that tick
+    first = math.floor(low / step + slack) * step
+    ticks = [round(first, 10)]
+    while ticks[-1] < high - slack * step:
+        ticks.append(round(first + len(ticks) * step, 10))
     return ticks
 
 
@@ -230,6 +229,16 @@ def _hover(p: PlotPoint) -> str:
     delta = "-" if p.delta is None else f"{p.delta:+.2f}%"
     interval = "" if p.low is None or p.high is None else f" [{p.low:+.2f} ~ {p.high:+.2f}%]"
     return f"{p.label}: {delta}{interval}" + (f" {p.verdict}" if p.verdict else "")
+
+
+def plot_caption(margin_pct: float | None, band: bool = False) -> str:
+    """What an interval plot's marks mean, for the line under it."""
+    parts = ["large dot: median delta (colour: verdict)", "bar: 95% interval", "small dots: each round's delta"]
+    if margin_pct:
+        parts.append(f"green: the +-{margin_pct:g}% margin")
+    if band:
+        parts.append("grey box: the A/A 95% interval")
+    return "; ".join(parts)
 
 
 def _ends(ci: tuple[float, float] | None) -> tuple[float | None, float | None]:
@@ -322,16 +331,18 @@ def _gpu_table(o: OpReport) -> str:
 
 
 def _op_section(o: OpReport) -> str:
+    sub = f"{o.campaign}: {render.op_heading(o)}" if o.campaign else render.op_heading(o)
     parts = [f'<section class="op" data-op="{esc(o.op)}">\n<h2>{clipped(o.op, "40em")} '
-             f'<span class="sub">{esc(o.campaign)}: {esc(render.op_heading(o))}</span></h2>\n']
+             f'<span class="sub">{esc(sub)}</span></h2>\n']
     parts.append(notes(render.op_notes(o)))
     if o.state == "verdict" and o.shapes:
         headers = [*SHAPE_HEADERS, *([Cell("A/A 95% CI", title="a diagnostic, never the margin")] if o.control
                                      else [])]
         parts.append(table(headers, (_shape_row(s, o.control) for s in o.shapes), css="shapes"))
         parts.append(_gpu_table(o))
-        parts.append(interval_plot_svg(shape_points(o), margin_pct=max(s.margin_pct for s in o.shapes),
-                                       title=f"{o.op}: B/A - 1 per shape, 95% interval, rounds as dots"))
+        margin = max(s.margin_pct for s in o.shapes)
+        parts.append(interval_plot_svg(shape_points(o), margin_pct=margin, title=f"{o.op}: B/A - 1 per shape"))
+        parts.append(f'<p class="muted">{esc(plot_caption(margin, o.control))}</p>\n')
     parts.append("</section>\n")
     return "".join(parts)
 
@@ -352,7 +363,7 @@ def _header(report: Report) -> str:
     if report.exit_code is not None:
         rows.append([Cell("exit"), Cell(f"{report.exit_code}: {report.exit_reason}")])
     parts = [f"<h1>abbench report: {clipped(report.setup.get('switch', 'unknown'), '50em')}</h1>\n",
-             table(["", ""], rows, css="setup")]
+             table([], rows, css="setup")]
     banners = []
     if not report.complete:
         failed = f" (cells not finished: {', '.join(report.failed_cells)})" if report.failed_cells else ""
@@ -361,7 +372,7 @@ def _header(report: Report) -> str:
         banners.append("CALIBER MISMATCH: the two sides' numbers mean different things for "
                        + ", ".join(o.op for o in report.ops if o.caliber_mismatch))
     if report.slower_ops:
-        banners.append(f"REGRESSION GATE: slower beyond the threshold: {', '.join(report.slower_ops)}")
+        banners.append(render.gate_line(report))
     parts += [f'<p class="banner">{esc(b)}</p>\n' for b in banners]
     if not report.gpu_timed:
         parts.append('<p class="banner warn">NOT GPU TIMINGS: interpreter or wall-clock numbers say nothing about '
@@ -374,5 +385,6 @@ def _header(report: Report) -> str:
 
 def render_html(report: Report) -> str:
     """The report as one self-contained HTML page: header, banners, one section per op, the closing lines."""
-    body = _header(report) + "".join(_op_section(o) for o in report.ops) + notes(render.tail_lines(report))
+    tail = [line for line in render.tail_lines(report) if line != render.gate_line(report)]  # a banner up top
+    body = _header(report) + "".join(_op_section(o) for o in report.ops) + notes(tail)
     return page(f"abbench report: {report.setup.get('switch', 'unknown')}", body)

@@ -175,11 +175,14 @@ def op_notes(o: OpReport) -> list[str]:
     return lines
 
 
+def gate_line(report: Report) -> str:
+    """What tripped --ab-fail-if-slower; empty when nothing did."""
+    return f"REGRESSION GATE: slower beyond the threshold: {', '.join(report.slower_ops)}" if report.slower_ops else ""
+
+
 def tail_lines(report: Report) -> list[str]:
     """What the report says after its ops: the regression gate, the shapes it held, where the time went."""
-    lines: list[str] = []
-    if report.slower_ops:
-        lines.append(f"REGRESSION GATE: slower beyond the threshold: {', '.join(report.slower_ops)}")
+    lines = [gate_line(report)] if report.slower_ops else []
     if report.gate_held:
         lines.append("regression gate: beyond the threshold but not counted (no plain 'slower'): "
                      + ", ".join(report.gate_held))
