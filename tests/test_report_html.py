@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import pytest
