@@ -132,7 +132,7 @@ def test_a_spread_floor_keeps_closely_agreeing_rounds_from_a_tiny_p() -> None:
 def test_a_percent_beyond_any_meaning_is_capped_not_a_crash_and_not_printed_as_45_digits() -> None:
     """A 2-round interval of interpreter wall-clock noise (t quantile 12.7) reached exp() overflow and took the
     session's report down with an OverflowError; short of overflow it printed "+5368157731...0.0%"."""
-    from pytest_abbench.report.render import _range
+    from pytest_abbench.report.render import interval_text as _range
     from pytest_abbench.report.stats import PCT_CAP, pct
 
     assert pct(1000.0) == PCT_CAP and pct(100.0) == PCT_CAP and pct(-1000.0) == -100.0

@@ -29,6 +29,7 @@ TRITON_CACHE_DIR = "cache"
 PLOTS_DIR = "plots"
 REPORT_MD = "report.md"
 REPORT_JSON = "report.json"
+REPORT_HTML = "report.html"  # the report as one self-contained page
 WORKERS_FILE = "workers.json"  # an xdist session's per-worker busy time and GPU
 PRECOMPILE_DIR = "precompile"  # --ab-precompile: each op's compile-only processes (logs, TTGIR)
 SERVERS_DIR = "servers"  # --ab-spawn fork: each fork server's log (its imports' warnings, its death)
@@ -116,6 +117,10 @@ class RootLayout:
     @property
     def report_json(self) -> Path:
         return self.root / REPORT_JSON
+
+    @property
+    def report_html(self) -> Path:
+        return self.root / REPORT_HTML
 
     @property
     def workers(self) -> Path:

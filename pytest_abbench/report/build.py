@@ -364,11 +364,12 @@ def build_op(op: str, cells: list[CellOutcome], gate: irgate.GateDecision | None
     return rep
 
 
-SETUP_FIELDS = ("switch", "backend", "timer", "device")  # what the report header names, read from identities
+# What the report header names, read from identities: the text header the first four, report.html all of them.
+SETUP_FIELDS = ("switch", "backend", "timer", "device", "bench_level", "triton", "torch", "driver")
 
 
 def _setup_facts(cells: list[CellOutcome]) -> dict[str, str]:
-    """Switch, backend, timer and device as the cells' identities record them; several values joined by ' | '."""
+    """``SETUP_FIELDS`` as the cells' identities record them; several values joined by ' | '."""
     seen: dict[str, list[str]] = {name: [] for name in SETUP_FIELDS}
     firsts: dict[tuple[str, str], Path] = {}
     for c in sorted(cells, key=lambda c: c.key.round):

@@ -19,7 +19,7 @@ from pytest_abbench.report.model import OpReport, Report, ShapeReport
 from pytest_abbench.report.stats import ALPHA
 
 
-def _range(ci: tuple[float, float] | None) -> str:
+def interval_text(ci: tuple[float, float] | None) -> str:
     """An interval in percent (two decimals when it is narrower than a point), or - when there is none."""
     if not ci:
         return "-"
@@ -124,7 +124,7 @@ def chance_line(report: Report) -> str:
             f"direction(s) reported, up to {ALPHA:.0%} may be false")
 
 
-def _verdict_text(s: ShapeReport) -> str:
+def verdict_text(s: ShapeReport) -> str:
     """The verdict, with 'within +-m%' for a real effect smaller than the margin, and the shape's flags."""
     text = f"{s.verdict}, within +-{s.margin_pct:g}%" if s.within_margin else s.verdict
     return f"{text} [{', '.join(s.flags)}]" if s.flags else text
@@ -165,19 +165,20 @@ def _shape_table(o: OpReport) -> list[str]:
         # Spread of each side's medians across rounds: how much the machine moved between processes.
         across = "/".join("-" if v is None else f"{v:.1f}%" for v in (s.noise_across_a_pct, s.noise_across_b_pct))
         faster = f"{s.faster_rounds}/{s.rounds}"  # rounds in which B was faster: "faster in x of N rounds"
-        line = (f"   {label:<{width}} {s.a_ms:>10.4g} {s.b_ms:>10.4g} {rng:>26} {_range(s.ci_pct):>18} "
+        line = (f"   {label:<{width}} {s.a_ms:>10.4g} {s.b_ms:>10.4g} {rng:>26} {interval_text(s.ci_pct):>18} "
                 f"{faster:>7} {noise:>11} {across:>11} {'yes' if s.sign_flip else 'no':>4} "
                 f"{f'+-{s.margin_pct:g}%':>7}  "
-                f"{_verdict_text(s):<22}" + (f"  {_range(s.aa_ci_pct):>18}" if o.control else ""))
+                f"{verdict_text(s):<22}" + (f"  {interval_text(s.aa_ci_pct):>18}" if o.control else ""))
         lines.append(line.rstrip() + (f"  ({s.note})" if s.note else ""))
     return lines + notes
 
 
-def render_text(report: Report) -> str:
-    """The report as lines: header, caliber findings and problems, then one block per op."""
-    lines: list[str] = header_lines(report)
-    if not report.complete:
-        lines.append("INCOMPLETE: the session stopped before every planned cell ran; ops missing rounds get no verdict")
+INCOMPLETE_TEXT = "INCOMPLETE: the session stopped before every planned cell ran; ops missing rounds get no verdict"
+
+
+def lead_lines(report: Report) -> list[str]:
+    """What the report says before its ops: incomplete, caliber findings, problems, the IR triage's count."""
+    lines = [INCOMPLETE_TEXT] if not report.complete else []
     lines += report.caliber_lines
     lines += [f"problem: {p}" for p in report.problems]
     triage = [o for o in report.ops if o.state == "ir_only"]
@@ -185,49 +186,79 @@ def render_text(report: Report) -> str:
         changed = [o.op for o in triage if o.gate and o.gate["state"] == "diff"]
         lines.append(f"IR triage: the switch changes the generated code of {len(changed)} of {len(triage)} ops"
                      + (f": {', '.join(changed)} (worth GPU time)" if changed else ""))
-    for o in report.ops:
-        marker_text = " ".join(f"{k}={v}" for k, v in o.markers.items() if v) or "markers clean"
-        lines.append(f"== {o.op}: rounds {o.rounds_completed}/{o.rounds_expected}, {marker_text}, "
-                     f"caliber {_caliber_text(o)}, "
-                     f"IR gate {_gate_text(o)}")
-        lines += [f"   IR: {g}" for g in o.gate_lines]
-        if o.state != "verdict":
-            lines.append(f"   {o.reason}")
-            continue
-        counts = ", ".join(f"{k} {v}" for k, v in sorted(o.verdicts.items()))
-        lines.append(f"   geomean delta {_fmt(o.geomean_pct)} [{_range(o.geomean_ci_pct)}]; verdicts: {counts}")
-        lines += gpustate.op_lines(o)
-        if o.control:
-            biased = sum(1 for s in o.shapes if s.aa_bias_pct is not None)
-            lines.append(f"   A/A control (a diagnostic, never the margin): geomean interval "
-                         f"[{_range(o.aa_geomean_ci_pct)}]; " + (
-                             f"{biased} shape(s) show a bias between processes (A/A t-test at 5% after "
-                             "Benjamini-Hochberg across the op's shapes): directions no larger than it are withheld"
-                             if biased else "no shape shows a bias"))
-        lines += [f"   {f}" for f in o.findings]
-        if o.flags:
-            lines.append("   flagged (no plain verdict where the condition could have made it): "
-                         + ", ".join(f"{name} on {n} of {len(o.shapes)} shapes" for name, n in o.flags.items()))
-        if o.sign_flips:
-            lines.append(f"   {o.sign_flips} of {len(o.shapes)} shapes changed sign between rounds: a direction needs "
-                         "more than half of the rounds on its side as well as the t-test")
-        for m in o.mixed_timer_shapes:
-            lines.append(f"   no verdict for {m} (timer differs between sides or shape missing)")
-        lines += _shape_table(o)
-    if report.slower_ops:
-        lines.append(f"REGRESSION GATE: slower beyond the threshold: {', '.join(report.slower_ops)}")
+    return lines
+
+
+def op_heading(o: OpReport) -> str:
+    """The op's state in one line: ``rounds 2/2, markers clean, caliber ok, IR gate diff``."""
+    marker_text = " ".join(f"{k}={v}" for k, v in o.markers.items() if v) or "markers clean"
+    return (f"rounds {o.rounds_completed}/{o.rounds_expected}, {marker_text}, caliber {_caliber_text(o)}, "
+            f"IR gate {_gate_text(o)}")
+
+
+def op_notes(o: OpReport) -> list[str]:
+    """The op's lines between its heading and its shape table: the IR lines, then why it has no verdict, or its
+    geomean, GPU state, A/A control, findings, flags, sign flips and shapes without a verdict."""
+    lines = [f"IR: {g}" for g in o.gate_lines]
+    if o.state != "verdict":
+        return lines + [o.reason]
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(o.verdicts.items()))
+    lines.append(f"geomean delta {_fmt(o.geomean_pct)} [{interval_text(o.geomean_ci_pct)}]; verdicts: {counts}")
+    lines += [line.removeprefix("   ") for line in gpustate.op_lines(o)]
+    if o.control:
+        biased = sum(1 for s in o.shapes if s.aa_bias_pct is not None)
+        lines.append(f"A/A control (a diagnostic, never the margin): geomean interval "
+                     f"[{interval_text(o.aa_geomean_ci_pct)}]; " + (
+                         f"{biased} shape(s) show a bias between processes (A/A t-test at 5% after "
+                         "Benjamini-Hochberg across the op's shapes): directions no larger than it are withheld"
+                         if biased else "no shape shows a bias"))
+    lines += o.findings
+    if o.flags:
+        lines.append("flagged (no plain verdict where the condition could have made it): "
+                     + ", ".join(f"{name} on {n} of {len(o.shapes)} shapes" for name, n in o.flags.items()))
+    if o.sign_flips:
+        lines.append(f"{o.sign_flips} of {len(o.shapes)} shapes changed sign between rounds: a direction needs "
+                     "more than half of the rounds on its side as well as the t-test")
+    for m in o.mixed_timer_shapes:
+        lines.append(f"no verdict for {m} (timer differs between sides or shape missing)")
+    return lines
+
+
+def gate_line(report: Report) -> str:
+    """What tripped --ab-fail-if-slower; empty when nothing did."""
+    return f"REGRESSION GATE: slower beyond the threshold: {', '.join(report.slower_ops)}" if report.slower_ops else ""
+
+
+def tail_lines(report: Report) -> list[str]:
+    """What the report says after its ops: the regression gate, the shapes it held, where the time went."""
+    lines = [gate_line(report)] if report.slower_ops else []
     if report.gate_held:
         lines.append("regression gate: beyond the threshold but not counted (no plain 'slower'): "
                      + ", ".join(report.gate_held))
     spent = cost.describe(report.time_spent)
     if spent:
         lines.append(spent)
+    return lines
+
+
+def render_text(report: Report) -> str:
+    """The report as lines: header, caliber findings and problems, then one block per op."""
+    lines: list[str] = header_lines(report) + lead_lines(report)
+    for o in report.ops:
+        lines.append(f"== {o.op}: {op_heading(o)}")
+        lines += [f"   {line}" for line in op_notes(o)]
+        if o.state == "verdict":
+            lines += _shape_table(o)
+    lines += tail_lines(report)
     return "\n".join(lines)
 
 
 def write_report(root: Path, report: Report) -> list[Path]:
-    """report.json, report.md and (with matplotlib) plots/<op>.png; returns the plots written."""
+    """report.json, report.md, report.html and (with matplotlib) plots/<op>.png; returns the plots written."""
+    from pytest_abbench.report.html import render_html  # html builds on this module's lines: imported at use
+
     layout = RootLayout(root)
     write_json_atomic(layout.report_json, report.to_json())
     layout.report_md.write_text("# abbench report\n\n```\n" + render_text(report) + "\n```\n")
+    layout.report_html.write_text(render_html(report), encoding="utf-8")
     return plots.write_plots(root, report)

@@ -197,6 +197,6 @@ class ReportHooks:
             terminalreporter.write_line(line)
         if self.plots:
             terminalreporter.write_line(f"plots: {layout.plots} ({count(len(self.plots), 'op')})")
-        terminalreporter.write_line(f"report: {layout.report_md}, {layout.report_json}")
+        terminalreporter.write_line(f"report: {layout.report_md}, {layout.report_json}, {layout.report_html}")
         terminalreporter.write_line(f"abbench root: {self.session.root.path}")
         terminalreporter.write_line(self.final.exit_line())
