@@ -314,3 +314,11 @@ def test_a_session_writes_report_html(campaign_dir: pytest.Pytester, tmp_path: P
     rows = shape_rows(doc, "one")
     assert [r.find("span", "clip")[0].attrs["title"] for r in rows] == [s.shape for s in report.ops[0].shapes]
     assert [float(r.find("td")[1].attrs["data-value"]) for r in rows] == [s.a_ms for s in report.ops[0].shapes]
+
+
+def test_the_page_names_each_switch_with_its_ops(tmp_path: Path) -> None:
+    synthetic_root(tmp_path, {"s": [0.05, 0.051]}, op="mm", switch="DISABLE_MMA_V3=1")
+    synthetic_root(tmp_path, {"s": [0.0, 0.001]}, op="sum", switch="ABBENCH_PLANTED=1")
+    page = render_html(build_report(tmp_path))
+    assert "of mm: DISABLE_MMA_V3=1" in page and "of sum: ABBENCH_PLANTED=1" in page
+    assert "DISABLE_MMA_V3=1 | ABBENCH_PLANTED=1" not in page and "<title>abbench report: 2 switches</title>" in page

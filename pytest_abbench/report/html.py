@@ -355,14 +355,22 @@ def _rounds_run(report: Report) -> str:
 def _header(report: Report) -> str:
     known = [k for k in SETUP_LABELS if k in report.setup]
     extra = [k for k in report.setup if k not in SETUP_LABELS]  # fields a later report adds: shown as they are
+    switches = render.switch_lines(report)
     rows = [[Cell(SETUP_LABELS.get(k, k).replace("_", " ")), Cell(markup=clipped(report.setup[k], "60em"))]
-            for k in known + extra]
-    rows += [[Cell("rounds"), Cell(f"planned {report.rounds_planned}, run {_rounds_run(report)}")],
-             [Cell("margin"), Cell(f"+-{report.margin_pct:g}% ({report.margin_source})")],
-             [Cell("rule"), Cell(render.RULE_TEXT)], [Cell("root"), Cell(markup=clipped(report.root, "60em"))]]
+            for k in known + extra if not (k == "switch" and len(switches) > 1)]
+    if len(switches) > 1:  # several switches: which ops each one is for, as the text header says
+        rows[:0] = [[Cell("switch"), Cell(markup=clipped(line.removeprefix("switch (side B) "), "60em"))]
+                    for line in switches]
+    if report.ops and all(o.state == "ir_only" for o in report.ops):
+        rows += [[Cell("IR triage"), Cell(render.header_lines(report)[-1])]]
+    else:
+        rows += [[Cell("rounds"), Cell(f"planned {report.rounds_planned}, run {_rounds_run(report)}")],
+                 [Cell("margin"), Cell(f"+-{report.margin_pct:g}% ({report.margin_source})")],
+                 [Cell("rule"), Cell(render.RULE_TEXT)]]
+    rows += [[Cell("root"), Cell(markup=clipped(report.root, "60em"))]]
     if report.exit_code is not None:
         rows.append([Cell("exit"), Cell(f"{report.exit_code}: {report.exit_reason}")])
-    parts = [f"<h1>abbench report: {clipped(report.setup.get('switch', 'unknown'), '50em')}</h1>\n",
+    parts = [f"<h1>abbench report: {clipped(_title(report), '50em')}</h1>\n",
              table([], rows, css="setup")]
     banners = []
     if not report.complete:
@@ -387,4 +395,10 @@ def render_html(report: Report) -> str:
     """The report as one self-contained HTML page: header, banners, one section per op, the closing lines."""
     tail = [line for line in render.tail_lines(report) if line != render.gate_line(report)]  # a banner up top
     body = _header(report) + "".join(_op_section(o) for o in report.ops) + notes(tail)
-    return page(f"abbench report: {report.setup.get('switch', 'unknown')}", body)
+    return page(f"abbench report: {_title(report)}", body)
+
+
+def _title(report: Report) -> str:
+    """The switch a page is about, or how many when its ops have several (the header names each)."""
+    switches = render.switch_lines(report)
+    return report.setup.get("switch", "unknown") if len(switches) <= 1 else f"{len(switches)} switches"
