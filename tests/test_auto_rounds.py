@@ -80,3 +80,29 @@ def test_a_settled_op_stops_early_an_unsettled_one_runs_to_the_cap_and_resume_de
     assert [rows[(5, "seesaw", s)] for s in ("A", "B")] == ["ok", "ok"]
     assert "== seesaw: rounds 5 of up to 5 (the cap reached: 1 shape(s) unsettled)" in resumed.stdout.str()
     assert "== planted: rounds 3 of up to 5 (every shape settled)" in resumed.stdout.str()
+
+
+@pytest.mark.parametrize("text, expected", [("6", (6, None)), ("auto", (AUTO_LAST, AUTO_FIRST)), ("auto:12", (12, 3)),
+                                            ("auto:4-8", (8, 4))])
+def test_rounds_values(text: str, expected: tuple[int, int | None]) -> None:
+    assert rounds_plan(text) == expected
+
+
+@pytest.mark.parametrize("text, why", [("auto:x", "expected N, auto, auto:MAX or auto:MIN-MAX"),
+                                       ("auto:", "expected N, auto"), ("auto:3-", "expected N, auto"),
+                                       ("auto:1-5", "at least 2 rounds"), ("auto:5-3", "must exceed"),
+                                       ("auto:3", "must exceed"), ("auto:2000", "at most 1000"), ("autox", "whole")])
+def test_a_bad_rounds_value_is_named(text: str, why: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match=why) as caught:
+        rounds_plan(text)
+    assert repr(text) in str(caught.value)
+
+
+def test_the_looks_share_alpha_and_a_budget_needs_auto(pytester: pytest.Pytester) -> None:
+    for first, last in ((3, 10), (3, 4), (2, 30)):
+        assert sum(look_alpha(n, first, last) for n in range(first, last + 1)) == pytest.approx(ALPHA)
+    assert look_alpha(6, None, 6) == ALPHA
+    result = pytester.runpytest("--ab-rounds", "6", "--ab-rounds-budget", "60", "-p", "no:cacheprovider")
+    result.stderr.fnmatch_lines(["*--ab-rounds-budget 60: a budget for added rounds needs --ab-rounds auto*"])
+    result = pytester.runpytest("--ab-rounds", "auto:9-4", "-p", "no:cacheprovider")
+    result.stderr.fnmatch_lines(["*--ab-rounds: *auto:9-4*"])
