@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pytest_abbench.core.outcome import SETTLED
-from pytest_abbench.core.settings import AUTO_FIRST, AUTO_LAST, rounds_plan
+from pytest_abbench.core.settings import AUTO_FIRST, AUTO_LAST, default_rounds, rounds_plan
 from pytest_abbench.core.status import read_status
 from pytest_abbench.report.sequential import look_alpha
 from pytest_abbench.report.stats import ALPHA
@@ -86,6 +86,10 @@ def test_a_settled_op_stops_early_an_unsettled_one_runs_to_the_cap_and_resume_de
                                             ("auto:4-8", (8, 4))])
 def test_rounds_values(text: str, expected: tuple[int, int | None]) -> None:
     assert rounds_plan(text) == expected
+
+
+def test_the_default_is_auto_on_a_gpu_and_two_rounds_in_the_interpreter() -> None:
+    assert default_rounds("cuda") == rounds_plan("auto") and default_rounds("interpreter") == (2, None)
 
 
 @pytest.mark.parametrize("text, why", [("auto:x", "expected N, auto, auto:MAX or auto:MIN-MAX"),

@@ -81,6 +81,13 @@ def rounds_plan(text: str) -> tuple[int, int | None]:
     return last, first
 
 
+def default_rounds(backend: str) -> tuple[int, int | None]:
+    """--ab-rounds when none is given, as ``rounds_plan`` gives it: ``auto`` on a GPU; DEFAULT_ROUNDS in the
+    interpreter, whose wall-clock numbers say nothing about GPU speed (its runs exercise every check, and stay
+    short).  docs/verdicts.md "The default rounds" has the reason."""
+    return (AUTO_LAST, AUTO_FIRST) if backend == "cuda" else (DEFAULT_ROUNDS, None)
+
+
 def percent(text: str) -> float:
     try:
         value = float(text.rstrip("%"))

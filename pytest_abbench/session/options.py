@@ -20,7 +20,7 @@ from pytest_abbench.core import cellconfig, envnames
 from pytest_abbench.core.layout import STATUS_FILE
 from pytest_abbench.core.settings import (AUTO_FIRST, AUTO_LAST, DEFAULT_CELL_TIMEOUT_S, DEFAULT_ROUNDS, MAX_ROUNDS,
                                           Settings,
-                                          add_report_options, choice, default_level, detect_backend,
+                                          add_report_options, choice, default_level, default_rounds, detect_backend,
                                           env_assignment, existing_root, gpu_list, positive_int,
                                           positive_seconds, rounds_plan, tuner_cache_mode)
 from pytest_abbench.core.status import StatusFormatError, read_status
@@ -36,7 +36,8 @@ def register(parser: pytest.Parser) -> None:
     group = parser.getgroup("abbench", "A/B benchmark campaigns (pytest-abbench)")
     add = group.addoption
     add("--ab-rounds", type=rounds_plan, default=None, metavar="N|auto[:[MIN-]MAX]",
-        help=f"rounds per op, 1 to {MAX_ROUNDS} (default {DEFAULT_ROUNDS}); auto: after {AUTO_FIRST} rounds (MIN) an op "
+        help=f"rounds per op, 1 to {MAX_ROUNDS} (default: auto on a GPU, {DEFAULT_ROUNDS} in the interpreter); "
+             f"auto: after {AUTO_FIRST} rounds (MIN) an op "
              f"adds rounds only while some of its shapes are unsettled (no verdict, an interval wider than the margin), "
              f"up to {AUTO_LAST} (MAX); each look judges at its share of the 5% level")
     add("--ab-rounds-budget", type=positive_seconds, default=None, metavar="SECONDS",
@@ -115,8 +116,9 @@ def resolve(config: pytest.Config) -> Settings:
     opt = config.option
     timeout, timeout_src = _from_env_or_ini(config, opt.cell_timeout, envnames.CELL_TIMEOUT, "cell_timeout",
                                             positive_seconds, DEFAULT_CELL_TIMEOUT_S)
+    backend = detect_backend(opt.ab_backend)
     (rounds, auto_min), rounds_src = _from_env_or_ini(config, opt.ab_rounds, None, "ab_rounds", rounds_plan,
-                                                      (DEFAULT_ROUNDS, None))
+                                                      default_rounds(backend))
     if opt.ab_rounds_budget is not None and auto_min is None:
         raise pytest.UsageError(f"--ab-rounds-budget {opt.ab_rounds_budget:g}: a budget for added rounds needs "
                                 f"--ab-rounds auto (this session runs {rounds} rounds per op, {rounds_src})")
@@ -133,7 +135,6 @@ def resolve(config: pytest.Config) -> Settings:
     if opt.ab_ir_only:
         rounds, auto_min, rounds_src = 1, None, "--ab-ir-only compiles round 1 only"
     allow_no_ir = bool(opt.ab_allow_no_ir_diff) or os.environ.get(envnames.SWITCH_ALLOW_NO_IR_DIFF, "") == "1"
-    backend = detect_backend(opt.ab_backend)
     cuda = backend == "cuda"
     given_level = opt.ab_level if opt.ab_level != "auto" else None
     settings = Settings(
