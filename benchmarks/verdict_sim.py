@@ -39,7 +39,7 @@ import multiprocessing
 import os
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,9 +49,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pytest_abbench.core.layout import CONTROL, IDENTITY_FILE, RESULTS_FILE, STATUS_FILE, RootLayout  # noqa: E402
 from pytest_abbench.core.plan import CampaignManifest, CampaignPlan, write_manifest  # noqa: E402
+from pytest_abbench.core.layout import CellKey  # noqa: E402
+from pytest_abbench.core.outcome import SETTLED, CellOutcome  # noqa: E402
 from pytest_abbench.report import build_report  # noqa: E402
+from pytest_abbench.report.build import settled_after  # noqa: E402
 from pytest_abbench.report.model import Report  # noqa: E402
-from pytest_abbench.report.stats import interval, pct  # noqa: E402
+from pytest_abbench.report import sequential  # noqa: E402
+from pytest_abbench.report.stats import ALPHA, interval, pct  # noqa: E402
 from pytest_abbench.core.status import COLUMNS, StatusRow  # noqa: E402
 
 SAMPLES = 10
@@ -68,6 +72,7 @@ MACHINES = {"noisy": 1.0, "quiet": 0.1}
 DRIFT_PER_ROUND = 0.004  # the drift scenario: side B 0.4% slower every round (identical code)
 BIMODAL_GAP = math.log(1.08)  # the bimodal scenarios: two modes 8% apart, each drawn with probability 1/2
 SCENARIOS = ("plain", "drift", "bimodal-cell", "bimodal-shape", "mixed", "single")
+LOOK_ALPHA = sequential.look_alpha
 
 
 @dataclass(frozen=True)
@@ -80,6 +85,8 @@ class Setting:
     machine: str = "noisy"  # a key of MACHINES
     roots: int = 1  # roots written (the gate scenarios: each root is one campaign the gate judges)
     gate_pct: float | None = None  # --ab-fail-if-slower for the gate scenarios
+    auto_min: int | None = None  # --ab-rounds auto:MIN-ROUNDS: looks from auto_min to ``rounds`` (the cap)
+    naive: bool = False  # auto rounds with every look at the full 5% (the invalid procedure, for comparison)
 
     def effects(self, ops: int, shapes: int) -> np.ndarray:
         """The planted B/A - 1 of every (op, shape)."""
@@ -119,6 +126,8 @@ class Score:
     roots: int = 0
     roots_tripped: int = 0  # roots where --ab-fail-if-slower tripped (the gate scenarios)
     roots_tripped_geomean: int = 0  # the same roots judged with --ab-gate geomean
+    rounds_run: int = 0  # rounds summed over the ops (auto rounds: each op's own)
+    ops_settled: int = 0  # auto rounds: ops that stopped settled before the cap
 
     def rate(self, count: int, per_op: bool = False) -> float:
         return 100.0 * count / max(1, self.ops if per_op else self.shapes)
@@ -129,14 +138,20 @@ class Score:
 
 
 def write_root(root: Path, setting: Setting, ops: int, shapes: int, rng: np.random.Generator) -> None:
-    """One campaign root of ``ops`` ops x ``shapes`` shapes under ``setting``, as cells write it."""
-    plan = CampaignPlan(setting.rounds, control=setting.control, ops={f"op{o:03d}": "sim.py" for o in range(ops)})
+    """One campaign root of ``ops`` ops x ``shapes`` shapes under ``setting``, as cells write it.
+
+    With ``auto_min`` every round up to the cap is drawn (the same numbers as the fixed setting of that many
+    rounds), then the looks of ``--ab-rounds auto`` decide which rounds each op keeps (``stop_rounds``).
+    """
+    plan = CampaignPlan(setting.rounds, control=setting.control, ops={f"op{o:03d}": "sim.py" for o in range(ops)},
+                        auto_min=setting.auto_min)
     root.mkdir(parents=True)
     write_manifest(RootLayout(root).manifest, CampaignManifest(campaign_files={}, plan=plan))
     scale = MACHINES[setting.machine]
     planted = setting.effects(ops, shapes)
     fixed_layout = rng.normal(0.0, LAYOUT_SD * scale, (ops, shapes))
-    rows = ["\t".join(COLUMNS) + "\n"]
+    header = "\t".join(COLUMNS) + "\n"
+    rows: list[StatusRow] = []
     first = True
     for rnd in range(1, setting.rounds + 1):
         for role in plan.roles(rnd):
@@ -178,8 +193,30 @@ def write_root(root: Path, setting: Setting, ops: int, shapes: int, rng: np.rand
                                              "samples_ms": values, "median_ms": float(np.median(values))}))
                 (cell / RESULTS_FILE).write_text("\n".join(lines) + "\n")
                 rows.append(StatusRow(round=rnd, op=f"op{o:03d}", side=role, switch="sim", rc=0, status="ok",
-                                      elapsed_s=1.0, success=shapes, failed=0).to_line())
-    (root / STATUS_FILE).write_text("".join(rows))
+                                      elapsed_s=1.0, success=shapes, failed=0))
+    if plan.auto_min is not None:
+        rows = stop_rounds(root, plan, rows)
+    (root / STATUS_FILE).write_text("".join([header, *(row.to_line() for row in rows)]))
+
+
+def stop_rounds(root: Path, plan: CampaignPlan, rows: list[StatusRow]) -> list[StatusRow]:
+    """The looks of ``--ab-rounds auto`` as the session takes them: after each round from ``auto_min`` on, an
+    op whose shapes settled (``build.settled_after``, the session's own question) skips its later rounds."""
+    layout = RootLayout(root)
+    cells = [CellOutcome.from_row(row, layout.cell(CellKey(row.round, row.op, row.side))) for row in rows]
+    by_op: dict[str, list[CellOutcome]] = {}
+    for cell in cells:
+        by_op.setdefault(cell.key.op, []).append(cell)
+    stopped: dict[str, int] = {}
+    assert plan.auto_min is not None
+    for look in range(plan.auto_min, plan.rounds):
+        for op, mine in by_op.items():
+            if op not in stopped:
+                judged = settled_after(root, op, mine, plan, MARGIN_PCT, look)
+                if judged.state == "verdict" and not judged.unsettled:
+                    stopped[op] = look
+    return [replace(row, status=SETTLED, rc=0, elapsed_s=0.0, success=0)
+            if row.round > stopped.get(row.op, plan.rounds) else row for row in rows]
 
 
 def legacy_verdict(per_round_pct: list[float], aa_per_round_pct: list[float]) -> str:
@@ -212,6 +249,8 @@ def score(report: Report, setting: Setting, ops: int, shapes: int) -> Score:
         assert op.state == "verdict", f"{op.op}: {op.reason}"
         o = int(op.op[2:])
         found.ops += 1
+        found.rounds_run += op.rounds_completed
+        found.ops_settled += op.stopped == "settled"
         any_new = any_old = any_flag = any_plain = any_same = any_bias = False
         for s in op.shapes:
             effect = float(planted_all[o, int(s.shape[2:])])
@@ -254,20 +293,32 @@ def run_setting(setting: Setting, ops: int, shapes: int, seed: int, tmp: Path) -
     if (setting.scenario, setting.machine) != ("plain", "noisy"):  # the original grid keeps its streams
         key += (SCENARIOS.index(setting.scenario), list(MACHINES).index(setting.machine) + 1)
     total = Score()
-    for r in range(setting.roots):
-        rng = np.random.default_rng([seed, *(abs(k) * 2 + (k < 0) for k in map(int, key)), *([r] if r else [])])
-        root = tmp / f"r{setting.rounds}_e{setting.effect:+.3f}_c{int(setting.control)}_{setting.layout}_{r}"
-        write_root(root, setting, ops, shapes, rng)
-        report = build_report(root, margin_pct=MARGIN_PCT, fail_if_slower_pct=setting.gate_pct)
-        found = score(report, setting, ops, shapes)
-        if setting.gate_pct is not None:
-            found.roots = 1
-            found.roots_tripped = bool(report.slower_ops)
-            found.roots_tripped_geomean = bool(
-                build_report(root, margin_pct=MARGIN_PCT, fail_if_slower_pct=setting.gate_pct,
-                             gate="geomean").slower_ops)
-        total.add(found)
+    if setting.naive:  # every look at the full level: what stopping on a delta that looks significant does
+        sequential.look_alpha = lambda rounds, first, last: ALPHA  # this worker process only; put back below
+    try:
+        for r in range(setting.roots):
+            total.add(_score_root(setting, ops, shapes, seed, tmp, key, r))
+    finally:
+        sequential.look_alpha = LOOK_ALPHA
     return total
+
+
+def _score_root(setting: Setting, ops: int, shapes: int, seed: int, tmp: Path, key: tuple[Any, ...],
+                r: int) -> Score:
+    """Root ``r`` of ``setting``, written and scored."""
+    rng = np.random.default_rng([seed, *(abs(k) * 2 + (k < 0) for k in map(int, key)), *([r] if r else [])])
+    root = tmp / (f"r{setting.rounds}_e{setting.effect:+.3f}_c{int(setting.control)}_{setting.layout}_{r}_"
+                  f"a{setting.auto_min}{'n' if setting.naive else ''}")
+    write_root(root, setting, ops, shapes, rng)
+    report = build_report(root, margin_pct=MARGIN_PCT, fail_if_slower_pct=setting.gate_pct)
+    found = score(report, setting, ops, shapes)
+    if setting.gate_pct is not None:
+        found.roots = 1
+        found.roots_tripped = bool(report.slower_ops)
+        found.roots_tripped_geomean = bool(
+            build_report(root, margin_pct=MARGIN_PCT, fail_if_slower_pct=setting.gate_pct,
+                         gate="geomean").slower_ops)
+    return found
 
 
 def grid(quick: bool) -> list[Setting]:
@@ -307,6 +358,52 @@ def scenario_grid(quick: bool) -> list[Setting]:
     settings += [Setting(r, e, False, "fixed", "single", m, roots=100, gate_pct=5.0) for m in machines for r in (6, 10)
                  for e in (0.10, 0.0)]
     return settings
+
+
+AUTO_FIRST, AUTO_CAPS = 3, (6, 10)
+
+
+def auto_grid(quick: bool) -> list[Setting]:
+    """``--ab-rounds auto`` against fixed rounds on the same roots (an auto setting draws the numbers of the fixed
+    one of its cap): no change, +2% and +5% on both machines, the drift and two-mode scenarios and mixed +-5%
+    shapes, each with looks from 3 rounds to a cap of 6 and of 10, the fixed counts that the auto rows are
+    compared with, and the looks at the full 5% each (``naive``), which is what the shares of the level prevent."""
+    if quick:  # what the test suite checks
+        return [Setting(10, e, False, "fixed", "plain", m, auto_min=AUTO_FIRST) for m in ("noisy", "quiet")
+                for e in (0.0, 0.05)] + [Setting(10, 0.05, False, "fixed", "plain", "noisy", auto_min=AUTO_FIRST,
+                                                 naive=True)]
+    settings = []
+    for m in ("noisy", "quiet"):
+        for scenario, effects in (("plain", (0.0, 0.02, 0.05)), ("drift", (0.0,)), ("bimodal-cell", (0.0,)),
+                                  ("bimodal-shape", (0.0,)), ("mixed", (0.05,))):
+            for e in effects:
+                for cap in AUTO_CAPS:
+                    settings.append(Setting(cap, e, False, "fixed", scenario, m, auto_min=AUTO_FIRST))
+                settings.append(Setting(max(AUTO_CAPS), e, False, "fixed", scenario, m, auto_min=AUTO_FIRST,
+                                        naive=True))
+                settings += [Setting(r, e, False, "fixed", scenario, m) for r in range(AUTO_FIRST, max(AUTO_CAPS) + 1)
+                             if r in (3, 4, 5, 6, 7, 8, 10)]
+    return settings
+
+
+def auto_table(results: dict[Setting, Score]) -> list[str]:
+    """One line per setting: the rounds it spent per op, then what the rule concluded with them."""
+    lines = [f"{'scenario':>13} {'machine':>7} {'effect':>6} {'rounds':>12} | {'per op':>6} {'settled':>7} | "
+             f"{'direction':>9} {'ops false':>9} {'same':>6} {'ops flagged':>11} {'or unconcl':>10}"]
+    for s, sc in results.items():
+        rounds = (f"auto:{s.auto_min}-{s.rounds}" + ("*" if s.naive else "")) if s.auto_min else f"{s.rounds}"
+        settled = f"{sc.rate(sc.ops_settled, True):>6.1f}%" if s.auto_min else f"{'-':>7}"
+        lines.append(f"{s.scenario:>13} {s.machine:>7} {s.effect * 100:>+5.0f}% {rounds:>12} | "
+                     f"{sc.rounds_run / max(1, sc.ops):>6.2f} {settled} | {sc.rate(sc.direction):>8.1f}% "
+                     f"{sc.rate(sc.ops_with_direction, True):>8.1f}% {sc.rate(sc.same):>5.1f}% "
+                     f"{sc.rate(sc.ops_flagged, True):>10.1f}% {sc.rate(sc.ops_flagged_or_unconcluded, True):>9.1f}%")
+    return lines
+
+
+def simulate_auto(quick: bool, seed: int = 1, ops: int | None = None, shapes: int = 10,
+                  jobs: int = 1) -> dict[Setting, Score]:
+    """Every setting of ``auto_grid`` scored, like ``simulate``."""
+    return _score_all(auto_grid(quick), seed, ops or (40 if quick else 100), shapes, jobs)
 
 
 def scenario_table(results: dict[Setting, Score]) -> list[str]:
@@ -377,17 +474,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ops", type=int, default=None, help="ops per setting (default 100; 40 with --quick)")
     parser.add_argument("--shapes", type=int, default=10, help="shapes per op")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="settings simulated in parallel")
-    parser.add_argument("--only", choices=("rule", "scenarios"), default=None,
-                        help="one of the two tables (default both)")
+    parser.add_argument("--only", choices=("rule", "scenarios", "auto"), default=None,
+                        help="one of the three tables (default all)")
     args = parser.parse_args(argv)
     ops = args.ops or (40 if args.quick else 100)
-    if args.only != "scenarios":
+    if args.only in (None, "rule"):
         results = simulate(args.quick, args.seed, args.ops, args.shapes, args.jobs)
         print(f"seed {args.seed}, {ops} ops x {args.shapes} shapes per setting, margin +-{MARGIN_PCT:g}%; 'direction' "
               "is the false-direction rate where the effect is 0, the detection rate otherwise; 'old' columns: the "
               "rule before (every round agrees, A/A interval as margin, no correction)")
         print("\n".join(table(results)), flush=True)
-    if args.only != "rule":
+    if args.only in (None, "auto"):
+        auto = simulate_auto(args.quick, args.seed, args.ops, args.shapes, args.jobs)
+        print(f"\nauto rounds: seed {args.seed}, {ops} ops x {args.shapes} shapes per setting; 'rounds': fixed, or "
+              "auto:FIRST-CAP (* every look at the full 5%, no share); 'per op': rounds run per op; 'settled': ops "
+              "that stopped before the cap; 'direction': false-direction rate where the effect is 0, else the "
+              "planted direction; shares of shapes unless 'ops'")
+        print("\n".join(auto_table(auto)), flush=True)
+    if args.only in (None, "scenarios"):
         scenarios = simulate_scenarios(args.quick, args.seed, args.ops, args.shapes, args.jobs)
         print(f"\nscenarios: seed {args.seed}, {ops} ops x {args.shapes} shapes per setting; gate: roots of {GATE_OPS} "
               f"ops x {args.shapes} shapes at --ab-fail-if-slower 5; shares of shapes unless 'ops'; 'ops false': ops "

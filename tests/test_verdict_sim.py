@@ -92,3 +92,26 @@ def test_the_gate_trips_on_one_slower_shape_and_not_on_unchanged_roots(scenarios
     assert single.roots == unchanged.roots == 5
     assert single.roots_tripped == 5 and single.roots_tripped_geomean == 0  # the geomean alone never sees it
     assert unchanged.roots_tripped == 0
+
+
+@pytest.fixture(scope="module")
+def auto() -> dict[tuple[str, float, bool, int | None], object]:
+    sim = sys.modules.get("verdict_sim") or load_sim()
+    scored = sim.simulate_auto(quick=True, seed=1, ops=20, shapes=10)
+    return {(s.machine, s.effect, s.naive, s.auto_min, s.rounds): score for s, score in scored.items()}
+
+
+def test_auto_rounds_stop_early_without_more_false_directions(auto: dict) -> None:
+    # The looks of --ab-rounds auto:3-10, each at its share of 5%, on the same roots as fixed rounds.
+    same_code = auto[("noisy", 0.0, False, 3, 10)]
+    assert same_code.rate(same_code.direction) <= 1.0  # fixed rounds: 0.0% to 0.7% of shapes (docs/verdicts.md)
+    assert same_code.rate(same_code.ops_with_direction, per_op=True) <= 10.0
+    for machine, most in (("noisy", 8.5), ("quiet", 4.0)):
+        five = auto[(machine, 0.05, False, 3, 10)]
+        assert five.rate(five.direction) >= 99.0 and five.same == 0 and five.wrong == 0, machine
+        assert five.rounds_run / five.ops <= most, machine  # quiet: settled at 3 rounds, not run to 10
+    quiet = auto[("quiet", 0.0, False, 3, 10)]
+    assert quiet.rate(quiet.same) >= 99.0 and quiet.rounds_run / quiet.ops <= 4.0
+    # Every look at the full 5% stops sooner: the shares are what the rounds saved by it would cost.
+    naive = auto[("noisy", 0.05, True, 3, 10)]
+    assert naive.rounds_run < auto[("noisy", 0.05, False, 3, 10)].rounds_run

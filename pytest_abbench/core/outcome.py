@@ -28,6 +28,11 @@ NO_SHAPES = "NO_SHAPES"  # the child exited 0 having measured nothing
 NO_GPU = "NO_GPU"  # the worker has no GPU of its own: the cell never started
 WORKER_LOST = "WORKER_LOST"  # its xdist worker died before the cell finished: it runs again on --ab-resume
 NO_ROW = "NO_STATUS_ROW"  # a cell folder on disk without a status.tsv row: crashed, or still running
+# --ab-rounds auto: a round its op did not need, skipped.  Decided again on --ab-resume (the same rounds give the same
+# answer; a budget may have grown), so neither counts as finished there; neither is a failure.
+SETTLED = "ROUND_SETTLED"  # every shape of the op settled at an earlier round
+OVER_BUDGET = "ROUND_OVER_BUDGET"  # --ab-rounds-budget was spent before this round began
+NOT_NEEDED = (SETTLED, OVER_BUDGET)
 # A cell with one of these needs no new run on --ab-resume; its files are what a rerun would make.
 FINISHED = (OK, NO_IR_DIFF, IR_ONLY)
 
@@ -55,9 +60,14 @@ class CellOutcome:
         return self.status in FINISHED
 
     @property
+    def not_needed(self) -> bool:
+        """A round ``--ab-rounds auto`` skipped: not run, and no failure."""
+        return self.status in NOT_NEEDED
+
+    @property
     def measured(self) -> bool:
         """The child ran and wrote files worth comparing (identity, IR)."""
-        return self.status not in (NO_IR_DIFF, NO_GPU, WORKER_LOST)
+        return self.status not in (NO_IR_DIFF, NO_GPU, WORKER_LOST, *NOT_NEEDED)
 
     def to_row(self) -> StatusRow:
         return StatusRow(self.key.round, self.key.op, self.key.role, self.switch, self.rc, self.status,

@@ -35,12 +35,22 @@ def side_order(round_no: int, control: bool = False) -> tuple[str, ...]:
 
 @dataclass
 class CampaignPlan:
-    """Rounds and roles of every op; ``ops`` maps an op to the file that declares it (empty when unknown)."""
+    """Rounds and roles of every op; ``ops`` maps an op to the file that declares it (empty when unknown).
+
+    ``auto_min``: with ``--ab-rounds auto`` the rounds every op runs before its verdicts are first looked at;
+    ``rounds`` is then the most an op may run (each op stops at the first look where its shapes settled,
+    ``report.sequential``).  None: every op runs ``rounds``.
+    """
 
     rounds: int
     control: bool = False
     ir_only: bool = False
     ops: dict[str, str] = field(default_factory=dict)
+    auto_min: int | None = None
+
+    @property
+    def auto(self) -> bool:
+        return self.auto_min is not None
 
     def roles(self, round_no: int) -> tuple[str, ...]:
         return side_order(round_no, self.control)
@@ -54,12 +64,18 @@ class CampaignPlan:
         return key.round, side_order(key.round, True).index(key.role)
 
     def to_json(self) -> dict[str, Any]:
-        return {"rounds": self.rounds, "control": self.control, "ir_only": self.ir_only, "ops": dict(self.ops)}
+        out = {"rounds": self.rounds, "control": self.control, "ir_only": self.ir_only, "ops": dict(self.ops)}
+        if self.auto_min is not None:  # absent from a fixed plan: roots written before auto rounds read the same
+            out["auto_min"] = self.auto_min
+        return out
 
     @classmethod
     def from_json(cls, data: Fields) -> "CampaignPlan":
-        return cls(data.whole("rounds"), data.flag("control", False), data.flag("ir_only", False),
-                   dict(data.text_map("ops", {})))
+        plan = cls(data.whole("rounds"), data.flag("control", False), data.flag("ir_only", False),
+                   dict(data.text_map("ops", {})), data.whole_or_none("auto_min"))
+        if plan.auto_min is not None and not 1 <= plan.auto_min <= plan.rounds:
+            raise data.error("auto_min", f"a number of rounds from 1 to rounds ({plan.rounds})", plan.auto_min)
+        return plan
 
 
 @dataclass

@@ -58,6 +58,39 @@ def rounds_count(text: str) -> int:
     return value
 
 
+AUTO_ROUNDS = "auto"
+AUTO_FIRST, AUTO_LAST = 3, 10  # --ab-rounds auto: looks from 3 rounds (fewer conclude nothing: docs/verdicts.md) to 10
+
+
+def rounds_plan(text: str) -> tuple[int, int | None]:
+    """argparse type for --ab-rounds: ``N`` (every op runs N rounds) or ``auto``, ``auto:MAX``, ``auto:MIN-MAX``
+    (each op stops at the first round from MIN on where its shapes settled, at MAX at the latest), as
+    (rounds, first look); the bad value named."""
+    kind, sep, bounds = text.partition(":")
+    if kind != AUTO_ROUNDS:
+        return rounds_count(text), None
+    low, dash, high = bounds.partition("-") if sep else ("", "", "")
+    expected = f"expected N, {AUTO_ROUNDS}, {AUTO_ROUNDS}:MAX or {AUTO_ROUNDS}:MIN-MAX with whole numbers, got {text!r}"
+    if sep and not (bounds and (low.isdigit() if dash else True) and (high.isdigit() if dash else bounds.isdigit())):
+        raise argparse.ArgumentTypeError(expected)
+    first = int(low) if dash else AUTO_FIRST
+    last = int(high) if dash else int(bounds) if sep else AUTO_LAST
+    if first < 2:
+        raise argparse.ArgumentTypeError(f"the first look needs at least 2 rounds (an interval), got {text!r}")
+    if last <= first:
+        raise argparse.ArgumentTypeError(f"the most rounds must exceed the first look's {first}, got {text!r}")
+    if last > MAX_ROUNDS:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_ROUNDS} rounds, got {text!r}")
+    return last, first
+
+
+def default_rounds(backend: str) -> tuple[int, int | None]:
+    """--ab-rounds when none is given, as ``rounds_plan`` gives it: ``auto`` on a GPU; DEFAULT_ROUNDS in the
+    interpreter, whose wall-clock numbers say nothing about GPU speed (its runs exercise every check, and stay
+    short).  docs/verdicts.md "The default rounds" has the reason."""
+    return (AUTO_LAST, AUTO_FIRST) if backend == "cuda" else (DEFAULT_ROUNDS, None)
+
+
 def percent(text: str) -> float:
     try:
         value = float(text.rstrip("%"))
@@ -134,7 +167,7 @@ def add_report_options(add: Callable[..., Any]) -> None:
 class Settings:
     """Every option after command line > environment > ini > default resolution."""
 
-    rounds: int
+    rounds: int  # with auto_min: the most rounds an op may run
     root: Path | None
     cell_timeout_s: float
     switch_env: dict[str, str] | None
@@ -162,6 +195,8 @@ class Settings:
     worker_scratch: Path | None = None
     costs_from: Path | None = None  # --ab-costs-from: an earlier root whose cell times order the ops
     import_timeout_s: float = DEFAULT_IMPORT_TIMEOUT_S  # --ab-import-timeout: a campaign import at collection that takes longer fails
+    auto_min: int | None = None  # --ab-rounds auto: the first look (CampaignPlan.auto_min); None: fixed rounds
+    rounds_budget_s: float | None = None  # --ab-rounds-budget: device seconds after which no op adds a round
     sources: dict[str, str] = field(default_factory=dict)
 
     def caliber_options(self) -> dict[str, str]:

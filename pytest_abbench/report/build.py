@@ -23,11 +23,11 @@ from pytest_abbench.report import cost
 from pytest_abbench.report import gpustate
 from pytest_abbench.report.model import SCHEMA_VERSION, OpReport, Report, ShapeReport
 from pytest_abbench.report import flags
+from pytest_abbench.report import sequential
 from pytest_abbench.report.flags import Finding, ShapeSeries
 from pytest_abbench.report.stats import (ALPHA, aa_bias, bh_adjust, cv_pct, interval, judge, median_or_none, median_se,
-                                         pct, robust_cv, sign_flip, spread_floor, stdev, t_test_above_p, t_test_p,
-                                         SAME_LEVEL)
-from pytest_abbench.core.outcome import IR_ONLY, NO_IR_DIFF, NO_ROW, OK, CellOutcome
+                                         pct, robust_cv, sign_flip, spread_floor, stdev, t_test_above_p, t_test_p)
+from pytest_abbench.core.outcome import IR_ONLY, NO_IR_DIFF, NO_ROW, OK, OVER_BUDGET, SETTLED, CellOutcome
 from pytest_abbench.core.plan import CampaignPlan, read_plan
 from pytest_abbench.core.results import read_results as shape_results
 from pytest_abbench.core.status import read_status
@@ -227,7 +227,7 @@ def _aa_rounds(values: _ShapeRounds, rounds: int) -> tuple[list[float], float] |
 
 
 def _shape_report(shape: str, values: _ShapeRounds, rounds: int, margin_pct: float, p_adjusted: float | None,
-                  findings: list[Finding], aa_p_adjusted: float | None) -> ShapeReport:
+                  findings: list[Finding], aa_p_adjusted: float | None, alpha: float = ALPHA) -> ShapeReport:
     """A shape measured in every round: its deltas, intervals, noise, A/A interval, verdict and flags.
 
     ``aa_p_adjusted``: the A/A t-test's p after Benjamini-Hochberg across the op's shapes; a bias between
@@ -239,7 +239,7 @@ def _shape_report(shape: str, values: _ShapeRounds, rounds: int, margin_pct: flo
     aa_full = _aa_rounds(values, rounds)
     aa_ci_pct = _pct_pair(interval(aa_full[0], floor=aa_full[1]) if aa_full else None)
     bias = aa_bias(aa_ci_pct) if aa_p_adjusted is not None and aa_p_adjusted < ALPHA else None
-    judgement, flag_names = flags.apply(judge(values.log_ratios, p_adjusted, margin_pct, bias, floor),
+    judgement, flag_names = flags.apply(judge(values.log_ratios, p_adjusted, margin_pct, bias, floor, alpha),
                                         values.log_ratios, findings, margin_pct)
     return ShapeReport(
         shape=shape, rounds=len(deltas), a_ms=statistics.median(values.a_ms), b_ms=statistics.median(values.b_ms),
@@ -249,7 +249,7 @@ def _shape_report(shape: str, values: _ShapeRounds, rounds: int, margin_pct: flo
         noise_within_a_pct=median_or_none(values.noise_a), noise_within_b_pct=median_or_none(values.noise_b),
         noise_across_a_pct=cv_pct(values.a_ms), noise_across_b_pct=cv_pct(values.b_ms),
         sign_flip=sign_flip(values.log_ratios), verdict=judgement.verdict, per_round_pct=deltas,
-        margin_pct=margin_pct, ci90_pct=_pct_pair(interval(values.log_ratios, SAME_LEVEL, floor)),
+        margin_pct=margin_pct, ci90_pct=_pct_pair(interval(values.log_ratios, 1.0 - 2.0 * alpha, floor)),
         p_value=t_test_p(values.log_ratios, floor), p_adjusted=p_adjusted, within_margin=judgement.within_margin,
         note=judgement.note,
         aa_delta_pct=statistics.median(pct(x) for x in aa) if aa else None,
@@ -277,7 +277,9 @@ def _judge_shapes(rep: OpReport, per_shape: dict[str, _ShapeRounds], margin_pct:
     aa_adjusted = bh_adjust([t_test_p(aa[0], aa[1]) if aa else None for aa in aa_tests])
     own_findings = flags.shape_findings(series, margin_pct)
     for (shape, values), p_adjusted, own, aa_p in zip(judged.items(), adjusted, own_findings, aa_adjusted):
-        rep.shapes.append(_shape_report(shape, values, rep.rounds_expected, margin_pct, p_adjusted, of_op + own, aa_p))
+        rep.shapes.append(_shape_report(shape, values, rep.rounds_expected, margin_pct, p_adjusted, of_op + own, aa_p,
+                                        rep.alpha))
+    rep.unsettled = [s.shape for s in rep.shapes if not sequential.shape_settled(s.verdict, s.ci90_pct, margin_pct)]
     for name in flags.FLAGS:
         carrying = sum(1 for s in rep.shapes if name in s.flags)
         if carrying:
@@ -298,15 +300,37 @@ def _op_geomean(rep: OpReport, per_shape: dict[str, _ShapeRounds]) -> None:
         rep.aa_geomean_ci_pct = _pct_pair(interval(aa_rounds))
 
 
+_STOPPED_BY = {SETTLED: "settled", OVER_BUDGET: "budget"}  # the status of a skipped round -> OpReport.stopped
+
+
+def _auto_rounds(cells: list[CellOutcome], plan: CampaignPlan) -> tuple[int, str]:
+    """The rounds an op of an auto plan ran, and why they ended (``OpReport.stopped``): before its first round
+    skipped as not needed, settled or over the budget; else the cap.  ``(plan.rounds, "")`` for a fixed plan."""
+    if not plan.auto:
+        return plan.rounds, ""
+    skipped = sorted((c.key.round, c.status) for c in cells if c.not_needed)
+    if not skipped:
+        return plan.rounds, "cap"
+    first, status = skipped[0]
+    return max(1, first - 1), _STOPPED_BY[status]
+
+
 def build_op(op: str, cells: list[CellOutcome], gate: irgate.GateDecision | None, plan: CampaignPlan,
-             margin_pct: float, result: caliber.CaliberResult, allow_caliber_mismatch: bool = False) -> OpReport:
+             margin_pct: float, result: caliber.CaliberResult, allow_caliber_mismatch: bool = False,
+             look: int | None = None) -> OpReport:
     """One op's verdicts against its plan, ``margin_pct`` the equivalence margin of ``same``; ``gate`` is the
-    op's IR-gate decision (None: none was made)."""
+    op's IR-gate decision (None: none was made).
+
+    ``look``: judge the op's first ``look`` rounds as a look of an auto plan (``settled_after``).
+    """
     by_round: _CellsByRound = {}
     for c in cells:
-        by_round.setdefault(c.key.round, {})[c.key.role] = c
-    rounds_expected = plan.rounds
-    rep = OpReport(op, plan.ops.get(op, ""), 0, rounds_expected, "no_verdict")
+        if look is None or c.key.round <= look:
+            by_round.setdefault(c.key.round, {})[c.key.role] = c
+    cells = [c for c in cells if look is None or c.key.round <= look]
+    rounds_expected, stopped = (look, "") if look is not None else _auto_rounds(cells, plan)
+    rep = OpReport(op, plan.ops.get(op, ""), 0, rounds_expected, "no_verdict",
+                   alpha=sequential.look_alpha(rounds_expected, plan.auto_min, plan.rounds))
     rep.markers = _sum_markers(cells)
     if gate is not None:
         rep.gate = {"state": gate.state, "reason": gate.reason, "basis": gate.basis}
@@ -355,6 +379,7 @@ def build_op(op: str, cells: list[CellOutcome], gate: irgate.GateDecision | None
         return rep
     rep.rounds_completed = rounds_expected
     rep.state = "verdict"
+    rep.stopped = stopped
     _judge_shapes(rep, per_shape, margin_pct)
     _op_geomean(rep, per_shape)
     gpustate.summarise(rep, {shape: values.gpu for shape, values in per_shape.items()})
@@ -362,6 +387,26 @@ def build_op(op: str, cells: list[CellOutcome], gate: irgate.GateDecision | None
         rep.verdicts[shape_rep.verdict] = rep.verdicts.get(shape_rep.verdict, 0) + 1
     rep.sign_flips = sum(1 for shape_rep in rep.shapes if shape_rep.sign_flip)
     return rep
+
+
+def settled_after(root: Path, op: str, cells: Iterable[CellOutcome], plan: CampaignPlan, margin_pct: float | None,
+                  rounds: int) -> OpReport:
+    """``op`` judged on its first ``rounds`` rounds as a look of the auto ``plan``: settled when its state is
+    ``verdict`` and ``unsettled`` is empty.  What the session asks before an op's next round, and the simulator.
+    """
+    return build_op(op, [c for c in cells if c.key.op == op], irgate.load_decision(root, op), plan,
+                    DEFAULT_MARGIN_PCT if margin_pct is None else margin_pct, caliber.CaliberResult(), look=rounds)
+
+
+def _auto_summary(ops: list[OpReport], plan: CampaignPlan) -> dict[str, int]:
+    """Report.auto_rounds: the looks' range, how many ops stopped how, and the rounds they ran."""
+    if plan.auto_min is None:
+        return {}
+    judged = [o for o in ops if o.state == "verdict"]
+    summary = {"first": plan.auto_min, "last": plan.rounds, "rounds_run": sum(o.rounds_completed for o in judged)}
+    for why in ("settled", "cap", "budget"):
+        summary[why] = sum(1 for o in judged if o.stopped == why)
+    return summary
 
 
 # What the report header names, read from identities: the text header the first four, report.html all of them.
@@ -455,8 +500,9 @@ def build_report(root: Path, outcomes: Iterable[CellOutcome] | None = None, plan
     margin = DEFAULT_MARGIN_PCT if margin_pct is None else margin_pct
     planned = {key for op in by_op for key in plan.cells(op)}
     ran = {c.key for c in cells}
-    failed = sorted(str(c.key) for c in cells if not c.finished)
+    failed = sorted(str(c.key) for c in cells if not (c.finished or c.not_needed))
     return Report(SCHEMA_VERSION, str(root), margin, source, ops, [f.line() for f in result.findings],
                   bool(result.mismatches), slower, problems, complete=planned <= ran, failed_cells=failed,
                   rounds_planned=plan.rounds, setup=setup, gpu_timed=gpu_timed,
-                  time_spent=cost.time_spent(cells, wall_s, workers), gate_scope=gate, gate_held=held)
+                  time_spent=cost.time_spent(cells, wall_s, workers), gate_scope=gate, gate_held=held,
+                  auto_rounds=_auto_summary(ops, plan))

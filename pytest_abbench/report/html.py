@@ -330,8 +330,9 @@ def _gpu_table(o: OpReport) -> str:
     return table(headers, rows, css="gpu")
 
 
-def _op_section(o: OpReport) -> str:
-    sub = f"{o.campaign}: {render.op_heading(o)}" if o.campaign else render.op_heading(o)
+def _op_section(o: OpReport, rounds_planned: int) -> str:
+    heading = render.op_heading(o, rounds_planned)
+    sub = f"{o.campaign}: {heading}" if o.campaign else heading
     parts = [f'<section class="op" data-op="{esc(o.op)}">\n<h2>{clipped(o.op, "40em")} '
              f'<span class="sub">{esc(sub)}</span></h2>\n']
     parts.append(notes(render.op_notes(o)))
@@ -394,7 +395,7 @@ def _header(report: Report) -> str:
 def render_html(report: Report) -> str:
     """The report as one self-contained HTML page: header, banners, one section per op, the closing lines."""
     tail = [line for line in render.tail_lines(report) if line != render.gate_line(report)]  # a banner up top
-    body = _header(report) + "".join(_op_section(o) for o in report.ops) + notes(tail)
+    body = _header(report) + "".join(_op_section(o, report.rounds_planned) for o in report.ops) + notes(tail)
     return page(f"abbench report: {_title(report)}", body)
 
 

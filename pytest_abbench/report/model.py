@@ -22,7 +22,9 @@ SCHEMA_FIELD = "schema_version"  # report.json's own name for its format version
 SCHEMA_VERSION = 7  # 3: OpReport.caliber_mismatch; 4: Report.complete and failed_cells; 5: the BH/sign-test rule;
 # 6: Report.time_spent; 7: ShapeReport.flags and OpReport.findings (report/flags.py), the spread floor, the per-shape
 # gate (Report.gate_scope, gate_held), ShapeReport.faster_rounds, ShapeReport.aa_p_adjusted (the A/A bias after BH)
-# 7 also: OpReport.gpu_state and ShapeReport.gpu_flags (report/gpustate.py), OpReport.switch, optional with defaults
+# 7 also: OpReport.gpu_state and ShapeReport.gpu_flags (report/gpustate.py), OpReport.switch, optional with defaults;
+# OpReport.alpha, stopped and unsettled, Report.auto_rounds (--ab-rounds auto, report/sequential.py), optional
+# with defaults
 
 
 @dataclass
@@ -89,6 +91,9 @@ class OpReport:
     flags: dict[str, int] = field(default_factory=dict)  # flag name -> shapes carrying it
     gpu_state: dict[str, Any] = field(default_factory=dict)  # side -> its timed windows' GPU state (report/gpustate.py)
     switch: str = ""  # what side B changes for this op (its cells' status rows), as Switch.describe() says it
+    alpha: float = 0.05  # the level its verdicts were judged at (with --ab-rounds auto: its look's share)
+    stopped: str = ""  # --ab-rounds auto: why its rounds ended: settled | cap | budget ("" with fixed rounds)
+    unsettled: list[str] = field(default_factory=list)  # shapes with no verdict and an interval wider than the margin
 
 
 @dataclass
@@ -114,6 +119,9 @@ class Report:
     time_spent: dict[str, Any] = field(default_factory=dict)  # report/cost.py: where the cells' time went
     gate_scope: str = GATE_SHAPES  # --ab-gate: what slower_ops judged (every shape and geomean, or geomeans alone)
     gate_held: list[str] = field(default_factory=list)  # shapes beyond --ab-fail-if-slower with no plain 'slower'
+    # --ab-rounds auto: {"first": rounds before the first look, "last": the cap, "settled"/"cap"/"budget": ops that
+    # stopped so, "rounds_run": rounds summed over the ops judged}; empty with fixed rounds
+    auto_rounds: dict[str, int] = field(default_factory=dict)
 
     def decide_exit(self, pytest_status: int, allow_caliber_mismatch: bool) -> int:
         """Set ``exit_code`` and ``exit_reason`` by the one rule of ``exitcodes``; returns the code."""

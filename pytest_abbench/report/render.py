@@ -16,6 +16,7 @@ from pytest_abbench.report import cost
 from pytest_abbench.report import gpustate
 from pytest_abbench.report.flags import FLAGS
 from pytest_abbench.report.model import OpReport, Report, ShapeReport
+from pytest_abbench.report.sequential import look_alpha
 from pytest_abbench.report.stats import ALPHA
 
 
@@ -101,6 +102,8 @@ def header_lines(report: Report) -> list[str]:
     lines = [f"{switches[0]}; {where}"] if len(switches) == 1 else [*switches, where]
     lines += [f"rounds planned {report.rounds_planned}, run {rounds_run}; margin +-{report.margin_pct:g}% "
              f"({report.margin_source}); {RULE_TEXT}"]
+    if report.auto_rounds:
+        lines.append(auto_line(report))
     chance = chance_line(report)
     if chance:
         lines.append(chance)
@@ -108,6 +111,30 @@ def header_lines(report: Report) -> list[str]:
         lines.append("NOT GPU TIMINGS: interpreter or wall-clock numbers say nothing about GPU speed; a direction "
                      "below describes this machine only")
     return lines
+
+
+STOPPED_TEXT = {"settled": "every shape settled", "cap": "the cap reached", "budget": "the --ab-rounds-budget spent"}
+
+
+def auto_line(report: Report) -> str:
+    """--ab-rounds auto: the looks, each look's level, and why the ops' rounds ended."""
+    auto = report.auto_rounds
+    first, last = auto["first"], auto["last"]
+    judged = auto["settled"] + auto["cap"] + auto["budget"]
+    why = ", ".join(f"{auto[k]} {STOPPED_TEXT[k]}" for k in ("settled", "cap", "budget") if auto[k]) or "no op judged"
+    mean = f"; {auto['rounds_run'] / judged:.1f} rounds per op" if judged else ""
+    return (f"rounds auto, {first} to {last}: after round {first} an op adds rounds only while a shape has no "
+            f"verdict and an interval wider than the margin; each look before round {last} judges at "
+            f"{look_alpha(first, first, last):.2%}, round {last} at {look_alpha(last, first, last):.2%} (shares of "
+            f"{ALPHA:.0%}); ops stopped: {why}{mean}")
+
+
+def _rounds_text(o: OpReport, rounds_planned: int) -> str:
+    """``rounds 4/6``; with auto rounds ``rounds 4 of up to 10 (every shape settled)``."""
+    if not o.stopped:
+        return f"rounds {o.rounds_completed}/{o.rounds_expected}"
+    unsettled = f": {len(o.unsettled)} shape(s) unsettled" if o.unsettled else ""
+    return f"rounds {o.rounds_completed} of up to {rounds_planned} ({STOPPED_TEXT[o.stopped]}{unsettled})"
 
 
 def chance_line(report: Report) -> str:
@@ -189,10 +216,11 @@ def lead_lines(report: Report) -> list[str]:
     return lines
 
 
-def op_heading(o: OpReport) -> str:
-    """The op's state in one line: ``rounds 2/2, markers clean, caliber ok, IR gate diff``."""
+def op_heading(o: OpReport, rounds_planned: int) -> str:
+    """The op's state in one line: ``rounds 2/2, markers clean, caliber ok, IR gate diff``; ``rounds_planned``
+    is the report's (with auto rounds, the cap)."""
     marker_text = " ".join(f"{k}={v}" for k, v in o.markers.items() if v) or "markers clean"
-    return (f"rounds {o.rounds_completed}/{o.rounds_expected}, {marker_text}, caliber {_caliber_text(o)}, "
+    return (f"{_rounds_text(o, rounds_planned)}, {marker_text}, caliber {_caliber_text(o)}, "
             f"IR gate {_gate_text(o)}")
 
 
@@ -245,7 +273,7 @@ def render_text(report: Report) -> str:
     """The report as lines: header, caliber findings and problems, then one block per op."""
     lines: list[str] = header_lines(report) + lead_lines(report)
     for o in report.ops:
-        lines.append(f"== {o.op}: {op_heading(o)}")
+        lines.append(f"== {o.op}: {op_heading(o, report.rounds_planned)}")
         lines += [f"   {line}" for line in op_notes(o)]
         if o.state == "verdict":
             lines += _shape_table(o)

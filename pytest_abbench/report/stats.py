@@ -196,14 +196,16 @@ class Judgement:
 
 
 def judge(log_ratios: list[float], p_adjusted: float | None, margin_pct: float,
-          aa_bias_pct: float | None = None, floor: float = 0.0) -> Judgement:
+          aa_bias_pct: float | None = None, floor: float = 0.0, alpha: float = ALPHA) -> Judgement:
     """The verdict of one shape from its per-round ln(B/A), its BH-adjusted p and the equivalence margin.
 
     ``aa_bias_pct``: the size of a between-process bias the A/A control showed
     (its interval excluded zero); directions no larger than it are withheld.
     ``floor``: the smallest standard deviation of a round's ln(B/A) (``spread_floor``), as in ``interval``.
+    ``alpha``: the level of the direction's t-test and of each one-sided test of ``same`` (ALPHA; with
+    ``--ab-rounds auto`` the share of ALPHA its look was given, ``report.sequential.look_alpha``).
     """
-    ci90 = interval(log_ratios, SAME_LEVEL, floor)
+    ci90 = interval(log_ratios, 1.0 - 2.0 * alpha, floor)
     if ci90 is None or p_adjusted is None:
         return Judgement("inconclusive", note="fewer than 2 rounds")
     lo90, hi90 = pct(ci90[0]), pct(ci90[1])
@@ -212,13 +214,13 @@ def judge(log_ratios: list[float], p_adjusted: float | None, margin_pct: float,
     agreeing = sum(1 for d in log_ratios if (d > 0 if mean > 0 else d < 0))
     needed = rounds_needed(len(log_ratios))
     direction = "slower" if mean > 0 else "faster"
-    if p_adjusted < ALPHA and agreeing >= needed:
+    if p_adjusted < alpha and agreeing >= needed:
         if aa_bias_pct is not None and abs(pct(mean)) <= aa_bias_pct:
             return Judgement("inconclusive", note=f"{direction} by no more than the A/A bias of {aa_bias_pct:.2g}%")
         return Judgement(direction, within_margin=equivalent)
     if equivalent:
         return Judgement("same")
-    if p_adjusted < ALPHA:
+    if p_adjusted < alpha:
         return Judgement("inconclusive", note=f"{agreeing} of {len(log_ratios)} rounds {direction}, {needed} needed")
     return Judgement("inconclusive")
 

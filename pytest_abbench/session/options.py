@@ -18,10 +18,11 @@ import pytest
 
 from pytest_abbench.core import cellconfig, envnames
 from pytest_abbench.core.layout import STATUS_FILE
-from pytest_abbench.core.settings import (DEFAULT_CELL_TIMEOUT_S, DEFAULT_IMPORT_TIMEOUT_S, DEFAULT_ROUNDS,
-                                          MAX_ROUNDS, Settings, add_report_options, choice, default_level, detect_backend,
+from pytest_abbench.core.settings import (AUTO_FIRST, AUTO_LAST, DEFAULT_CELL_TIMEOUT_S, DEFAULT_IMPORT_TIMEOUT_S,
+                                          DEFAULT_ROUNDS, MAX_ROUNDS, Settings, add_report_options, choice,
+                                          default_level, default_rounds, detect_backend,
                                           env_assignment, existing_root, gpu_list, positive_int,
-                                          positive_seconds, rounds_count, tuner_cache_mode)
+                                          positive_seconds, rounds_plan, tuner_cache_mode)
 from pytest_abbench.core.status import StatusFormatError, read_status
 
 TIMERS = ("auto", *cellconfig.TIMERS)
@@ -34,7 +35,14 @@ CELL_TIMEOUT_HELP = f"seconds before a cell's process group is killed (rc 124 TI
 def register(parser: pytest.Parser) -> None:
     group = parser.getgroup("abbench", "A/B benchmark campaigns (pytest-abbench)")
     add = group.addoption
-    add("--ab-rounds", type=rounds_count, default=None, metavar="N", help=f"rounds per op, 1 to {MAX_ROUNDS} (default {DEFAULT_ROUNDS})")
+    add("--ab-rounds", type=rounds_plan, default=None, metavar="N|auto[:[MIN-]MAX]",
+        help=f"rounds per op, 1 to {MAX_ROUNDS} (default: auto on a GPU, {DEFAULT_ROUNDS} in the interpreter); "
+             f"auto: after {AUTO_FIRST} rounds (MIN) an op "
+             f"adds rounds only while some of its shapes are unsettled (no verdict, an interval wider than the margin), "
+             f"up to {AUTO_LAST} (MAX); each look judges at its share of the 5% level")
+    add("--ab-rounds-budget", type=positive_seconds, default=None, metavar="SECONDS",
+        help="with --ab-rounds auto: once the cells of this process (its GPU) have taken SECONDS, no op adds a round "
+             "beyond the first look")
     add("--ab-root", default=None, metavar="DIR", help="output folder (default: a new timestamped folder under .abbench/)")
     add("--cell-timeout", type=positive_seconds, default=None, metavar="SECONDS", help=CELL_TIMEOUT_HELP)
     add("--ab-switch-env", type=env_assignment, action="append", default=[], metavar="KEY=VALUE",
@@ -84,7 +92,7 @@ def register(parser: pytest.Parser) -> None:
              f"where the import waits (default {DEFAULT_IMPORT_TIMEOUT_S:g})")
     add_report_options(add)
     parser.addini("cell_timeout", CELL_TIMEOUT_HELP, default=None)
-    parser.addini("ab_rounds", "rounds per op", default=None)
+    parser.addini("ab_rounds", "rounds per op: N or auto[:[MIN-]MAX] (--ab-rounds)", default=None)
 
 
 
@@ -111,7 +119,12 @@ def resolve(config: pytest.Config) -> Settings:
     opt = config.option
     timeout, timeout_src = _from_env_or_ini(config, opt.cell_timeout, envnames.CELL_TIMEOUT, "cell_timeout",
                                             positive_seconds, DEFAULT_CELL_TIMEOUT_S)
-    rounds, rounds_src = _from_env_or_ini(config, opt.ab_rounds, None, "ab_rounds", rounds_count, DEFAULT_ROUNDS)
+    backend = detect_backend(opt.ab_backend)
+    (rounds, auto_min), rounds_src = _from_env_or_ini(config, opt.ab_rounds, None, "ab_rounds", rounds_plan,
+                                                      default_rounds(backend))
+    if opt.ab_rounds_budget is not None and auto_min is None:
+        raise pytest.UsageError(f"--ab-rounds-budget {opt.ab_rounds_budget:g}: a budget for added rounds needs "
+                                f"--ab-rounds auto (this session runs {rounds} rounds per op, {rounds_src})")
     # An xdist worker (maybe on another host) never reads the controller's root: the controller checks it.
     # (config.workerinput, not PYTEST_XDIST_WORKER: that variable leaks into every process a worker starts.)
     if opt.ab_resume and not hasattr(config, "workerinput") and not (opt.ab_resume / STATUS_FILE).is_file():
@@ -123,9 +136,8 @@ def resolve(config: pytest.Config) -> Settings:
     if opt.ab_ir_only and opt.ab_ir_target in ("", "none"):
         raise pytest.UsageError("--ab-ir-only needs an --ab-ir-target to compile for (e.g. cuda:90), not 'none'")
     if opt.ab_ir_only:
-        rounds, rounds_src = 1, "--ab-ir-only compiles round 1 only"
+        rounds, auto_min, rounds_src = 1, None, "--ab-ir-only compiles round 1 only"
     allow_no_ir = bool(opt.ab_allow_no_ir_diff) or os.environ.get(envnames.SWITCH_ALLOW_NO_IR_DIFF, "") == "1"
-    backend = detect_backend(opt.ab_backend)
     cuda = backend == "cuda"
     given_level = opt.ab_level if opt.ab_level != "auto" else None
     settings = Settings(
@@ -157,6 +169,8 @@ def resolve(config: pytest.Config) -> Settings:
         precompile=opt.ab_precompile == "on",
         worker_scratch=Path(opt.ab_worker_scratch) if opt.ab_worker_scratch else None,
         import_timeout_s=opt.ab_import_timeout,
+        auto_min=auto_min,
+        rounds_budget_s=opt.ab_rounds_budget,
         sources={"cell_timeout": timeout_src, "rounds": rounds_src},
     )
     from pytest_abbench.spawn.precompile import worker_share

@@ -243,8 +243,7 @@ class CampaignRoot:
         if dest.root.exists():
             write_manifest(dest.manifest, CampaignManifest(
                 op_fingerprints={op: dict(fingerprint)},
-                plan=None if planned is None else CampaignPlan(planned.rounds, planned.control, planned.ir_only,
-                                                               {op: planned.ops.get(op, "")})))
+                plan=None if planned is None else dataclasses.replace(planned, ops={op: planned.ops.get(op, "")})))
         return len(cells)
 
     def _move_rows(self, op: str, dest: RootLayout) -> set[CellKey]:

@@ -240,13 +240,16 @@ def scratch_root(base: Path | None, worker: str) -> Path:
     return (base / f"{time.strftime('%Y%m%d-%H%M%S')}-{worker}-{os.getpid()}").resolve()
 
 
-def resume_seed(layout: RootLayout) -> dict[str, Blob]:
-    """What a worker of a resumed campaign needs from the controller's root: the rows, gate decisions, records."""
+def resume_seed(layout: RootLayout, cell_files: bool = False) -> dict[str, Blob]:
+    """What a worker of a resumed campaign needs from the controller's root: the rows, gate decisions, records;
+    with ``cell_files`` (``--ab-rounds auto``: the worker judges the rounds done before) each cell's small files."""
     root = layout.root
     paths = [layout.status]
     for folder in (root / GATE_DIR, root / AUTOTUNE_DIR, root / TUNER_RECORD_DIR):
         if folder.is_dir():
             paths += sorted(p for p in folder.rglob("*") if p.is_file())
+    if cell_files:
+        paths += [folder / name for _, folder in layout.cell_folders() for name in CELL_FILES]
     return read_blobs(root, paths)
 
 

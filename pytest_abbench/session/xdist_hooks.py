@@ -148,7 +148,7 @@ class XdistHooks:
         # Workers never see the controller's root: they measure into scratch roots of their own hosts and
         # ship each cell back on its report.  A resumed campaign sends what its remaining cells read.
         if self.session.settings.resume is not None:
-            node.workerinput[SEED_INPUT] = resume_seed(self.session.root.layout)
+            node.workerinput[SEED_INPUT] = resume_seed(self.session.root.layout, self.session.plan.auto)
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.started = time.monotonic()

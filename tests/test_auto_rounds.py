@@ -1,0 +1,112 @@
+"""--ab-rounds auto: an op whose shapes settled skips its later rounds, an unsettled one runs to the cap, the
+report says why each stopped, and a resumed root decides its rounds again (real pytest sessions, real cells on the
+CPU; the durations are planted sleeps, so the verdicts do not depend on this machine's noise)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_abbench.core.outcome import SETTLED
+from pytest_abbench.core.settings import AUTO_FIRST, AUTO_LAST, default_rounds, rounds_plan
+from pytest_abbench.core.status import read_status
+from pytest_abbench.report.sequential import look_alpha
+from pytest_abbench.report.stats import ALPHA
+
+FAST = ("--ab-ir-target", "none", "-p", "no:cacheprovider", "--ab-samples", "5")
+
+# ``planted``: side B sleeps twice as long as side A in every round (+100%: settled at the first look).
+# ``seesaw``: side B is 40% slower in odd rounds and 40% faster in even ones: no direction, no `same`, an interval
+# far wider than the margin at any round count: it runs to the cap.  The round is read from the cell's test id.
+CAMPAIGN = '''
+import os, time
+from pytest_abbench import Op, Switch
+
+def _round():
+    test = os.environ["PYTEST_CURRENT_TEST"]  # "c.py::seesaw[r3-B] (call)"
+    return int(test.split("[r", 1)[1].split("-", 1)[0])
+
+def planted(shape, device):
+    seconds = 0.04 if os.environ.get("ABBENCH_TEST_SWITCH") else 0.02
+    return lambda: time.sleep(seconds)
+
+def seesaw(shape, device):
+    factor = (1.4 if _round() % 2 else 0.6) if os.environ.get("ABBENCH_TEST_SWITCH") else 1.0
+    return lambda: time.sleep(0.02 * factor)
+
+OPS = [Op("planted", build=planted, shapes={"smoke": [{"n": 1}]}),
+       Op("seesaw", build=seesaw, shapes={"smoke": [{"n": 1}]})]
+SWITCH = Switch(env_b={"ABBENCH_TEST_SWITCH": "1"})
+'''
+
+
+def _rows(root: Path) -> dict[tuple[int, str, str], str]:
+    """(round, op, side) -> status, the last row of each cell."""
+    return {(r.round, r.op, r.side): r.status for r in read_status(root)}
+
+
+def test_a_settled_op_stops_early_an_unsettled_one_runs_to_the_cap_and_resume_decides_again(
+        campaign_dir: pytest.Pytester, tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    campaign_dir.makepyfile(c=CAMPAIGN)
+    result = campaign_dir.runpytest_subprocess("c.py", "--ab-rounds", "auto:3-4", "--ab-root", str(root), *FAST,
+                                               "-rs")
+    result.assert_outcomes(passed=6 + 8, skipped=2)
+    rows = _rows(root)
+    assert [rows[(4, "planted", side)] for side in ("A", "B")] == [SETTLED, SETTLED]
+    assert all(rows[(r, "seesaw", s)] == "ok" for r in range(1, 5) for s in ("A", "B"))
+    out = result.stdout.str()
+    assert "every shape of planted settled after 3 rounds" in out  # the skip's reason (-rs)
+    assert "rounds auto, 3 to 4" in out and "ops stopped: 1 every shape settled, 1 the cap reached" in out
+    assert "== planted: rounds 3 of up to 4 (every shape settled)" in out
+    assert "== seesaw: rounds 4 of up to 4 (the cap reached: 1 shape(s) unsettled)" in out
+    assert "abbench: exit 0" in out  # skipped rounds are neither missing nor failed
+    report = json.loads((root / "report.json").read_text())
+    assert report["complete"] and not report["failed_cells"]
+    ops = {o["op"]: o for o in report["ops"]}
+    assert ops["planted"]["shapes"][0]["verdict"] == "slower" and ops["planted"]["stopped"] == "settled"
+    assert ops["seesaw"]["stopped"] == "cap" and ops["seesaw"]["unsettled"] == ["n=1"]
+    assert report["auto_rounds"] == {"first": 3, "last": 4, "rounds_run": 7, "settled": 1, "cap": 1, "budget": 0}
+
+    # Resumed with a higher cap: the settled op's rounds are decided again from its rounds on disk (skipped again,
+    # nothing run), the unsettled one runs its fifth round only.
+    resumed = campaign_dir.runpytest_subprocess("c.py", "--ab-rounds", "auto:3-5", "--ab-resume", str(root), *FAST)
+    resumed.assert_outcomes(passed=6 + 8 + 2, skipped=4)
+    rows = _rows(root)
+    assert [rows[(r, "planted", s)] for r in (4, 5) for s in ("A", "B")] == [SETTLED] * 4
+    assert [rows[(5, "seesaw", s)] for s in ("A", "B")] == ["ok", "ok"]
+    assert "== seesaw: rounds 5 of up to 5 (the cap reached: 1 shape(s) unsettled)" in resumed.stdout.str()
+    assert "== planted: rounds 3 of up to 5 (every shape settled)" in resumed.stdout.str()
+
+
+@pytest.mark.parametrize("text, expected", [("6", (6, None)), ("auto", (AUTO_LAST, AUTO_FIRST)), ("auto:12", (12, 3)),
+                                            ("auto:4-8", (8, 4))])
+def test_rounds_values(text: str, expected: tuple[int, int | None]) -> None:
+    assert rounds_plan(text) == expected
+
+
+def test_the_default_is_auto_on_a_gpu_and_two_rounds_in_the_interpreter() -> None:
+    assert default_rounds("cuda") == rounds_plan("auto") and default_rounds("interpreter") == (2, None)
+
+
+@pytest.mark.parametrize("text, why", [("auto:x", "expected N, auto, auto:MAX or auto:MIN-MAX"),
+                                       ("auto:", "expected N, auto"), ("auto:3-", "expected N, auto"),
+                                       ("auto:1-5", "at least 2 rounds"), ("auto:5-3", "must exceed"),
+                                       ("auto:3", "must exceed"), ("auto:2000", "at most 1000"), ("autox", "whole")])
+def test_a_bad_rounds_value_is_named(text: str, why: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match=why) as caught:
+        rounds_plan(text)
+    assert repr(text) in str(caught.value)
+
+
+def test_the_looks_share_alpha_and_a_budget_needs_auto(pytester: pytest.Pytester) -> None:
+    for first, last in ((3, 10), (3, 4), (2, 30)):
+        assert sum(look_alpha(n, first, last) for n in range(first, last + 1)) == pytest.approx(ALPHA)
+    assert look_alpha(6, None, 6) == ALPHA
+    result = pytester.runpytest("--ab-rounds", "6", "--ab-rounds-budget", "60", "-p", "no:cacheprovider")
+    result.stderr.fnmatch_lines(["*--ab-rounds-budget 60: a budget for added rounds needs --ab-rounds auto*"])
+    result = pytester.runpytest("--ab-rounds", "auto:9-4", "-p", "no:cacheprovider")
+    result.stderr.fnmatch_lines(["*--ab-rounds: *auto:9-4*"])
