@@ -16,6 +16,7 @@ from typing import Any, Callable, Collection, Mapping
 from pytest_abbench.core.budget import CellBudget
 
 from pytest_abbench.core import envnames
+from pytest_abbench.core.regimes import DEFAULT_REGIME
 
 DEFAULT_CELL_TIMEOUT_S = 2400.0  # matches the NV campaigns: one hung cell must not hold a batch
 DEFAULT_ROUNDS = 2
@@ -158,6 +159,7 @@ class Settings:
     precompile: bool = True
     worker_scratch: Path | None = None
     costs_from: Path | None = None  # --ab-costs-from: an earlier root whose cell times order the ops
+    regime: str = DEFAULT_REGIME  # --ab-regime: burst | steady | both (core/regimes.py)
     sources: dict[str, str] = field(default_factory=dict)
 
     def caliber_options(self) -> dict[str, str]:
@@ -169,7 +171,7 @@ class Settings:
         return {"--ab-backend": self.backend, "--ab-timer": self.timer, "--ab-level": self.level,
                 "--ab-direct-rep": str(self.direct_rep_ms), "--ab-direct-warmup": str(self.direct_warmup_ms),
                 "--ab-tuner-cache": self.tuner_cache, "--ab-layout-shift": "on" if self.layout_shift else "off",
-                "--ab-spawn": self.spawn}
+                "--ab-spawn": self.spawn, "--ab-regime": self.regime}
 
     @property
     def budget(self) -> CellBudget:
