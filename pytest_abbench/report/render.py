@@ -13,8 +13,9 @@ from pytest_abbench.report import plots
 from pytest_abbench.core.layout import RootLayout
 from pytest_abbench.core.outcome import NO_IR_DIFF
 from pytest_abbench.report import cost
-from pytest_abbench.report import gpustate
-from pytest_abbench.report.flags import FLAGS
+from pytest_abbench.core import regimes
+from pytest_abbench.report import gpustate, peak
+from pytest_abbench.report.flags import WITHHOLDING, holds_under
 from pytest_abbench.report.model import OpReport, Report, ShapeReport
 from pytest_abbench.report.stats import ALPHA
 
@@ -63,7 +64,8 @@ def _gate_text(o: OpReport) -> str:
 
 RULE_TEXT = ("direction: t-test of the round deltas at 5% after Benjamini-Hochberg across the op's shapes, and more "
              "than half of the rounds on that side; same: 90% interval inside +-margin; a flag "
-             f"({', '.join(FLAGS)}) withholds a verdict it could have made")
+             f"({', '.join(WITHHOLDING)}) withholds a verdict it could have made; a GPU flag keeps it and says under "
+             "which condition it holds")
 
 
 def header_lines(report: Report) -> list[str]:
@@ -75,12 +77,33 @@ def header_lines(report: Report) -> list[str]:
              f"timer {setup.get('timer', 'unknown')}; device {setup.get('device', 'unknown')}",
              f"rounds planned {report.rounds_planned}, run {rounds_run}; margin +-{report.margin_pct:g}% "
              f"({report.margin_source}); {RULE_TEXT}"]
+    lines += regime_lines(report)
     chance = chance_line(report)
     if chance:
         lines.append(chance)
     if not report.gpu_timed:
         lines.append("NOT GPU TIMINGS: interpreter or wall-clock numbers say nothing about GPU speed; a direction "
                      "below describes this machine only")
+    return lines
+
+
+def regime_lines(report: Report) -> list[str]:
+    """Which timing regime ran, what it measures and why that matters; whether its condition could be checked;
+    or that GPU state was not recorded at all, and why."""
+    named = report.setup.get("regime", "unknown")
+    timed = [o for o in report.ops if o.state == "verdict"]
+    if named in regimes.REGIME_CHOICES:
+        shown = regimes.cell_regimes(named)
+        what = "; ".join(f"{r}: {regimes.WHAT_IT_MEASURES[r]}" for r in shown)
+        both = " (each op reported under both)" if named == regimes.BOTH else ""
+        lines = [f"regime {named}{both}: {what}. Why it matters: {regimes.WHY_IT_MATTERS}"]
+    else:
+        lines = [f"regime: not named ({named}: cells from before regimes, whose timed stretch began on an idle card "
+                 "and caught the power controller's ramp)"]
+    if timed and not gpustate.recorded_anywhere(timed):
+        why = gpustate.not_recorded_why(timed)
+        lines.append(f"GPU state: not recorded ({why})"
+                     + ("; the regime's condition could not be checked" if named in regimes.REGIME_CHOICES else ""))
     return lines
 
 
@@ -99,9 +122,11 @@ def chance_line(report: Report) -> str:
 
 
 def _verdict_text(s: ShapeReport) -> str:
-    """The verdict, with 'within +-m%' for a real effect smaller than the margin, and the shape's flags."""
+    """The verdict, with 'within +-m%' for a real effect smaller than the margin, the shape's flags, and the
+    condition a GPU flag says it holds under."""
     text = f"{s.verdict}, within +-{s.margin_pct:g}%" if s.within_margin else s.verdict
-    return f"{text} [{', '.join(s.flags)}]" if s.flags else text
+    condition = holds_under(s.flags)
+    return (f"{text} [{', '.join(s.flags)}]" if s.flags else text) + (f" ({condition})" if condition else "")
 
 
 def _shape_table(o: OpReport) -> list[str]:
@@ -136,9 +161,13 @@ def render_text(report: Report) -> str:
         changed = [o.op for o in triage if o.gate and o.gate["state"] == "diff"]
         lines.append(f"IR triage: the switch changes the generated code of {len(changed)} of {len(triage)} ops"
                      + (f": {', '.join(changed)} (worth GPU time)" if changed else ""))
+    both = report.setup.get("regime") == regimes.BOTH
+    timed = [o for o in report.ops if o.state == "verdict"]
+    header_said = bool(timed) and not gpustate.recorded_anywhere(timed)  # "GPU state: not recorded" said once
     for o in report.ops:
         marker_text = " ".join(f"{k}={v}" for k, v in o.markers.items() if v) or "markers clean"
-        lines.append(f"== {o.op}: rounds {o.rounds_completed}/{o.rounds_expected}, {marker_text}, "
+        title = f"{o.op} ({o.regime})" if both and o.regime else o.op
+        lines.append(f"== {title}: rounds {o.rounds_completed}/{o.rounds_expected}, {marker_text}, "
                      f"caliber {_caliber_text(o)}, "
                      f"IR gate {_gate_text(o)}")
         lines += [f"   IR: {g}" for g in o.gate_lines]
@@ -147,7 +176,10 @@ def render_text(report: Report) -> str:
             continue
         counts = ", ".join(f"{k} {v}" for k, v in sorted(o.verdicts.items()))
         lines.append(f"   geomean delta {_fmt(o.geomean_pct)} [{_range(o.geomean_ci_pct)}]; verdicts: {counts}")
-        lines += gpustate.op_lines(o)
+        if o.regimes_note:
+            lines.append(f"   {o.regimes_note}")
+        lines += gpustate.op_lines(o, header_said)
+        lines += peak.lines(o)
         if o.control:
             biased = sum(1 for s in o.shapes if s.aa_bias_pct is not None)
             lines.append(f"   A/A control (a diagnostic, never the margin): geomean interval "
@@ -156,9 +188,10 @@ def render_text(report: Report) -> str:
                              "Benjamini-Hochberg across the op's shapes): directions no larger than it are withheld"
                              if biased else "no shape shows a bias"))
         lines += [f"   {f}" for f in o.findings]
-        if o.flags:
+        withheld = [name for name in WITHHOLDING if o.flags.get(name)]  # the GPU's flags are on the GPU line
+        if withheld:
             lines.append("   flagged (no plain verdict where the condition could have made it): "
-                         + ", ".join(f"{name} on {n} of {len(o.shapes)} shapes" for name, n in o.flags.items()))
+                         + ", ".join(f"{name} on {o.flags[name]} of {len(o.shapes)} shapes" for name in withheld))
         if o.sign_flips:
             lines.append(f"   {o.sign_flips} of {len(o.shapes)} shapes changed sign between rounds: a direction needs "
                          "more than half of the rounds on its side as well as the t-test")
