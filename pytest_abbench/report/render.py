@@ -94,7 +94,8 @@ def regime_lines(report: Report) -> list[str]:
     timed = [o for o in report.ops if o.state == "verdict"]
     if named in regimes.REGIME_CHOICES:
         shown = regimes.cell_regimes(named)
-        what = "; ".join(f"{r}: {regimes.WHAT_IT_MEASURES[r]}" for r in shown)
+        what = "; ".join(f"{r}: {regimes.WHAT_IT_MEASURES[r]}" if len(shown) > 1 else regimes.WHAT_IT_MEASURES[r]
+                         for r in shown)
         both = " (each op reported under both)" if named == regimes.BOTH else ""
         lines = [f"regime {named}{both}: {what}. Why it matters: {regimes.WHY_IT_MATTERS}"]
     else:
