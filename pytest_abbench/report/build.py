@@ -404,7 +404,8 @@ def report_regimes(named: str) -> tuple[str, ...]:
 def compare_regimes(ops: list[OpReport], margin_pct: float) -> None:
     """For each op reported under both regimes, say on both reports whether the regimes agree: the per-round
     difference of the two deltas (steady minus burst, over the shapes both judged), its mean and t-interval; they
-    disagree where that mean is beyond the margin and its interval excludes zero, per op (geomean) and per shape."""
+    disagree where that mean is beyond the margin and its interval excludes zero, per op (geomean) and per shape,
+    and agree where the op's interval lies inside the margin; otherwise the rounds cannot tell."""
     pairs: dict[str, dict[str, OpReport]] = {}
     for o in ops:
         if o.regime and o.state == "verdict":
@@ -431,8 +432,10 @@ def compare_regimes(ops: list[OpReport], margin_pct: float) -> None:
                                                                     for bs, ss in common])]
         beyond, ci = differ(per_round)
         shapes = [bs.shape for bs, ss in common if differ([s - b for b, s in zip(logs(bs), logs(ss))])[0]]
+        inside = ci is not None and -margin < ci[0] and ci[1] < margin
         head = (f"regimes disagree beyond the +-{margin_pct:g}% margin" if beyond or shapes
-                else f"regimes agree within the +-{margin_pct:g}% margin")
+                else f"regimes agree within the +-{margin_pct:g}% margin" if inside
+                else f"regimes: too few rounds to tell whether they differ by more than the +-{margin_pct:g}% margin")
         text = (f"{head}: geomean burst {burst.geomean_pct:+.1f}%, steady {steady.geomean_pct:+.1f}%; steady - burst "
                 f"{pct(statistics.fmean(per_round)):+.1f} points"
                 + (f" [{pct(ci[0]):+.1f} ~ {pct(ci[1]):+.1f}]" if ci else "")
