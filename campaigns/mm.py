@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pytest_abbench import Case, Op, Shape, Switch
+from pytest_abbench import Case, Op, Shape, Switch, Work
 
 
 def build_mm(shape: Shape, device: str) -> Case:
@@ -18,8 +18,15 @@ def build_mm(shape: Shape, device: str) -> Case:
                 atol=0.5, rtol=2e-2)
 
 
+def mm_work(shape: Shape) -> Work:
+    """2*M*N*K FLOPs; A and B read once and C written once (2 bytes an element in bf16 and fp16)."""
+    m, n, k = shape["M"], shape["N"], shape["K"]
+    dtype = {"bfloat16": "bf16", "float16": "fp16"}[shape.params.get("dtype", "bfloat16")]
+    return Work(flops=2.0 * m * n * k, bytes=2.0 * (m * k + k * n + m * n), dtype=dtype)
+
+
 OPS = [
-    Op("mm", build=build_mm, shapes={
+    Op("mm", build=build_mm, work=mm_work, shapes={
         # Triton 3.6's interpreter misreads bf16 CPU tensors, so the smoke
         # level (run in the interpreter in CI) uses fp16: same kernel, same code paths.
         "smoke": [{"M": 32, "N": 32, "K": 64, "dtype": "float16"}],

@@ -16,7 +16,8 @@ EVERY_FIELD = CellConfig(
     backend="cuda", timer="direct", level="core", samples=7, direct_rep=50, direct_warmup=10,
     autotune_mode="replay", autotune_file=Path("/root/autotune/mm.json"), switch="DISABLE_MMA_V3=1 A:X=2",
     tuner_cache="shared:/tmp/tuner", ir_target="cuda:90", ir_only=True, layout_shift=True,
-    ir_level="comprehensive", shard="1/3", shares=4, spawn="fork", campaign_module="abbench_campaign__campaigns__mm",
+    ir_level="comprehensive", shard="1/3", shares=4, spawn="fork", regime="both",
+    campaign_module="abbench_campaign__campaigns__mm",
 )
 
 

@@ -10,11 +10,19 @@ from pathlib import Path
 from helpers import synthetic_root
 
 from pytest_abbench.report import build_report, render_text
-from pytest_abbench.report.flags import BIMODAL, DRIFT, FLAGS
+from pytest_abbench.report import flags as flags_module
+from pytest_abbench.report import gpustate
+from pytest_abbench.report.flags import (BIMODAL, BOOST_NOT_REACHED, CLOCKS_DIFFER, CLOCKS_NOT_SETTLED, DRIFT, FLAGS,
+                                         HW_SLOWDOWN, POWER_CAPPED, THERMAL, WITHHOLDING)
 
 
-def test_flag_names_are_declared_once() -> None:
-    assert list(FLAGS) == [DRIFT, BIMODAL] and all(FLAGS.values())
+def test_flag_names_are_declared_once_with_whether_they_withhold_and_their_wording() -> None:
+    assert list(FLAGS) == [DRIFT, BIMODAL, POWER_CAPPED, THERMAL, HW_SLOWDOWN, CLOCKS_DIFFER, CLOCKS_NOT_SETTLED,
+                           BOOST_NOT_REACHED]
+    assert WITHHOLDING == (DRIFT, BIMODAL)
+    assert all(name == flag.name and flag.meaning and flag.holds_under for name, flag in FLAGS.items())
+    # The GPU flags are the registry's, not a second list in report/gpustate.py.
+    assert not hasattr(gpustate, "GPU_FLAGS") and gpustate.FLAGS is flags_module.FLAGS
 
 
 def test_a_side_that_drifts_gets_no_plain_verdict_and_the_line_says_what_is_known(tmp_path: Path) -> None:

@@ -17,8 +17,8 @@ from pytest_abbench.child.gpustate import GpuSampler, decode_reasons, open_sampl
 from pytest_abbench.core.fileio import FormatError
 from pytest_abbench.core.results import REASON_BITS, GpuReading, GpuState, ShapeResult, append_result, read_results
 from pytest_abbench.report import build_report, render_text, write_report
-from pytest_abbench.report.gpustate import (CLOCKS_DIFFER, GPU_FLAGS, HW_SLOWDOWN, POWER_CAPPED, THERMAL, shape_flags,
-                                            side_summary)
+from pytest_abbench.report.flags import CLOCKS_DIFFER, FLAGS, HW_SLOWDOWN, POWER_CAPPED, THERMAL
+from pytest_abbench.report.gpustate import Window, shape_flags, side_summary
 from pytest_abbench.report.model import read_report
 
 
@@ -220,6 +220,11 @@ def test_a_bad_gpu_state_field_is_named(tmp_path: Path) -> None:
 
 
 # -- the report ---------------------------------------------------------------------
+def _w(state: GpuState | None, condition: str | None = None) -> Window:
+    """A timed window as the report reads it: its regime condition (None: a record from before regimes), state."""
+    return condition, state
+
+
 def _with_gpu(root: Path, state: Callable[[int, str, str], GpuState | None]) -> None:
     """Give every record of a synthetic root the GPU state ``state(round, side, shape)``."""
     for results in root.glob("r*_*/*/results.jsonl"):
@@ -242,7 +247,7 @@ def test_boost_clocks_on_both_sides_give_the_op_line_and_no_flag(tmp_path: Path)
     assert op.gpu_state["A"] == {"windows": 6, "recorded": 6, "sm_clock_mhz": 1980.0, "mem_clock_mhz": 3201.0,
                                  "power_w": 148.0, "temperature_c": 50.0, "window_power_w": 1.0,
                                  "reason_share": {"gpu_idle": 1.0}}
-    assert [s.gpu_flags for s in op.shapes] == [[], []]
+    assert [s.flags for s in op.shapes] == [[], []]
     assert "   GPU: A 1980 MHz 148 W, B 1980 MHz 150 W; power cap in 0% / 0% of windows\n" in render_text(report)
 
 
@@ -260,8 +265,9 @@ def test_a_power_capped_side_at_lower_clocks_flags_its_shape(tmp_path: Path) -> 
     report = build_report(tmp_path)
     op = report.ops[0]
     mm, sum_ = op.shapes
-    assert mm.gpu_flags == [POWER_CAPPED, CLOCKS_DIFFER] and sum_.gpu_flags == []
+    assert mm.flags == [POWER_CAPPED, CLOCKS_DIFFER] and sum_.flags == []
     assert mm.verdict == "slower" and mm.delta_pct == pytest.approx(9.7)  # the flag keeps the numbers
+    assert op.flags == {POWER_CAPPED: 1, CLOCKS_DIFFER: 1}
     assert op.gpu_state["A"]["reason_share"] == {"sw_power_cap": pytest.approx(1 / 6)}
     assert op.gpu_state["B"]["reason_share"] == {"sw_power_cap": 0.5}
     line = next(line for line in render_text(report).splitlines() if line.startswith("   GPU:"))
@@ -269,8 +275,11 @@ def test_a_power_capped_side_at_lower_clocks_flags_its_shape(tmp_path: Path) -> 
                     "power_capped on 1 of 2 shapes, clocks_differ on 1 of 2 shapes")
     write_report(tmp_path, report)
     again = read_report(tmp_path / "report.json")
-    assert again.ops[0].gpu_state == op.gpu_state and again.ops[0].shapes[0].gpu_flags == mm.gpu_flags
+    assert again.ops[0].gpu_state == op.gpu_state and again.ops[0].shapes[0].flags == mm.flags
     assert render_text(again) == render_text(report)
+    # The verdict line keeps the verdict and names the condition it holds under.
+    assert "slower [power_capped, clocks_differ] (holds under the power cap, side clocks that differ)" in \
+        render_text(report)
 
 
 @pytest.mark.parametrize("reasons, flags", [
@@ -280,32 +289,35 @@ def test_a_power_capped_side_at_lower_clocks_flags_its_shape(tmp_path: Path) -> 
     (["gpu_idle", "sync_boost", "applications_clocks_setting"], []),
 ])
 def test_reasons_seen_in_any_window_name_their_flags(reasons: list[str], flags: list[str]) -> None:
-    quiet = _state(1980.0, 300.0, [])
-    assert shape_flags([(quiet, quiet), (quiet, _state(1980.0, 300.0, reasons))]) == flags
-    assert set(flags) <= set(GPU_FLAGS)
+    quiet = _w(_state(1980.0, 300.0, []))
+    assert shape_flags([([quiet], [quiet]), ([quiet], [quiet, _w(_state(1980.0, 300.0, reasons))])]) == flags
+    assert set(flags) <= set(FLAGS) and not any(FLAGS[f].withholds for f in flags)
 
 
 @pytest.mark.parametrize("clock_b, differ", [(1980.0, False), (1965.0, False), (1950.0, True), (1395.0, True)])
 def test_clocks_differ_beyond_one_percent(clock_b: float, differ: bool) -> None:
-    a, b = _state(1980.0, 300.0, []), _state(clock_b, 300.0, [])
-    assert shape_flags([(a, b), (a, b), (a, None)]) == ([CLOCKS_DIFFER] if differ else [])
+    a, b = _w(_state(1980.0, 300.0, [])), _w(_state(clock_b, 300.0, []))
+    assert shape_flags([([a], [b]), ([a], [b]), ([a], [(None, None)])]) == ([CLOCKS_DIFFER] if differ else [])
 
 
 def test_windows_not_recorded_are_counted_and_named() -> None:
-    summary = side_summary([_state(1980.0, 150.0, []), None, GpuState(not_recorded="NVML did not start: x"),
-                            GpuState(not_recorded="NVML did not start: x")])
+    summary = side_summary([_w(_state(1980.0, 150.0, [])), (None, None),
+                            _w(GpuState(not_recorded="NVML did not start: x")),
+                            _w(GpuState(not_recorded="NVML did not start: x"))])
     assert summary["windows"] == 4 and summary["recorded"] == 1 and summary["not_recorded"] == "NVML did not start: x"
     assert summary["sm_clock_mhz"] == 1980.0 and summary["reason_share"] == {}
-    empty = side_summary([GpuState(not_recorded="backend interpreter: the kernels run on no GPU")])
+    empty = side_summary([_w(GpuState(not_recorded="backend interpreter: the kernels run on no GPU"))])
     assert empty["recorded"] == 0 and empty["sm_clock_mhz"] is None and empty["window_power_w"] is None
 
 
 def test_a_root_written_before_gpu_state_says_it_was_not_recorded(tmp_path: Path) -> None:
     synthetic_root(tmp_path, {"s": [0.02, 0.03, 0.025]})
     report = build_report(tmp_path)
-    assert report.ops[0].shapes[0].gpu_flags == []
-    assert ("   GPU state: not recorded (results.jsonl has no gpu_state (written before pytest-abbench recorded it))"
-            in render_text(report).splitlines())
+    assert report.ops[0].shapes[0].flags == []
+    lines = render_text(report).splitlines()
+    # Said once, in the header; the op's block does not repeat it.
+    assert [line for line in lines if "GPU state" in line] == [
+        "GPU state: not recorded (results.jsonl has no gpu_state (written before pytest-abbench recorded it))"]
 
 
 def test_a_real_interpreter_cell_records_why_it_has_no_gpu_state(campaign_dir: pytest.Pytester,
@@ -317,10 +329,11 @@ def test_a_real_interpreter_cell_records_why_it_has_no_gpu_state(campaign_dir: p
     result.assert_outcomes(passed=2)
     for cell in ("r1_A", "r1_B"):
         records = [json.loads(line) for line in (root / cell / "one" / "results.jsonl").read_text().splitlines()]
-        assert [r["gpu_state"] for r in records] == [{"not_recorded": "backend interpreter: the kernels run on no GPU"}] * 2
+        assert [w["gpu_state"] for r in records for w in r["windows"]] == \
+            [{"not_recorded": "backend interpreter: the kernels run on no GPU"}] * 6  # 2 shapes, 3 windows each
         assert "[abbench] GPU state: not recorded (backend interpreter" in (root / cell / "one" / "run.log").read_text()
     report = read_report(root / "report.json")
-    assert report.ops[0].gpu_state["A"]["recorded"] == 0 and report.ops[0].gpu_state["A"]["windows"] == 2
-    assert "   GPU state: not recorded (backend interpreter: the kernels run on no GPU)" in \
-        (root / "report.md").read_text().splitlines()
+    assert report.ops[0].gpu_state["A"]["recorded"] == 0 and report.ops[0].gpu_state["A"]["windows"] == 6
+    assert ("GPU state: not recorded (backend interpreter: the kernels run on no GPU); the regime's condition could "
+            "not be checked") in (root / "report.md").read_text().splitlines()
     assert "GPU: A" not in (root / "report.md").read_text()

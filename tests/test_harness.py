@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pytest_abbench.core.cellconfig import CHILD_MODULE, CellConfig
-from pytest_abbench.child.timers import CapturePoisoned, Timing, time_with_fallback
+from pytest_abbench.child.timers import CapturePoisoned, WallWindows, Windows, prepare_with_fallback
 from pytest_abbench.core.status import read_status
 from pytest_abbench.core.markers import BENCHMARK_CAPTURE_POISONED, BENCHMARK_DIRECT_NO_CUDAGRAPH
 
@@ -123,16 +123,21 @@ def test_ir_capture_writes_ttgir_on_a_triton_cache_hit(tmp_path: Path) -> None:
     assert outs[0] and outs[0] == outs[1], "a cache hit captures the same files under the same stable names"
 
 
-def _fail_capture(fn: object, rep: int) -> Timing:
+def _fail_capture(fn: object, window_ms: float) -> Windows:
     raise RuntimeError("operation not permitted when stream is capturing")
 
 
+def _direct(fn: object, window_ms: float, warmup_ms: float) -> Windows:
+    timer = WallWindows(lambda: None)
+    timer.timer = "direct"
+    return timer
+
+
 def test_capture_failure_with_healthy_context_falls_back_to_direct() -> None:
-    # The fake timers stand for do_bench_cudagraph (capture fails) and do_bench (works) on a GPU.
+    # The fake timers stand for the graph timer (capture fails) and the direct timer (works) on a GPU.
     lines: list[str] = []
-    timing = time_with_fallback(lambda: None, "cudagraph", 100, 25, 3, "op1", "s1", lines.append,
-                                graph_timer=_fail_capture, direct_timer=lambda f, r, w: Timing("direct", [1.0]),
-                                probe=lambda: None)
+    timing = prepare_with_fallback(lambda: None, "cudagraph", 100, 25, "op1", "s1", lines.append,
+                                   graph_windows=_fail_capture, direct_windows=_direct, probe=lambda: None)
     assert timing.timer == "direct" and timing.marker == BENCHMARK_DIRECT_NO_CUDAGRAPH
     assert lines == [f"{BENCHMARK_DIRECT_NO_CUDAGRAPH} op=op1 shape=s1 reason=RuntimeError: operation not "
                      "permitted when stream is capturing"]
@@ -144,9 +149,8 @@ def test_capture_failure_that_breaks_the_context_is_poisoned() -> None:
 
     lines: list[str] = []
     with pytest.raises(CapturePoisoned):
-        time_with_fallback(lambda: None, "cudagraph", 100, 25, 3, "op1", "s1", lines.append,
-                           graph_timer=_fail_capture, direct_timer=lambda f, r, w: Timing("direct", [1.0]),
-                           probe=broken_probe)
+        prepare_with_fallback(lambda: None, "cudagraph", 100, 25, "op1", "s1", lines.append,
+                              graph_windows=_fail_capture, direct_windows=_direct, probe=broken_probe)
     assert len(lines) == 1 and lines[0].startswith(f"{BENCHMARK_CAPTURE_POISONED} op=op1 shape=s1 reason=")
 
 

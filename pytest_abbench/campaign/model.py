@@ -88,6 +88,21 @@ class Case:
 BuildFn = Callable[[Shape, str], Union[Case, Callable[[], Any]]]
 
 
+@dataclass(frozen=True)
+class Work:
+    """What one call of a shape does, for achieved throughput and % of the device's peak (``report/peak.py``):
+    floating-point operations, bytes moved to and from memory, and the data type the operations run in (the peak
+    table's key: ``bf16``, ``fp16``, ``tf32``, ``fp32``, ``fp8``).  Any of them may be left out."""
+
+    flops: float | None = None
+    bytes: float | None = None
+    dtype: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {name: value for name, value in (("flops", self.flops), ("bytes", self.bytes), ("dtype", self.dtype))
+                if value is not None}
+
+
 @dataclass
 class Op:
     """A named operator: ``build(shape, device)`` makes inputs and returns a Case (or a bare callable)."""
@@ -95,6 +110,7 @@ class Op:
     name: str
     build: BuildFn
     shapes: Mapping[str, Sequence[Shape | Mapping[str, Any]]]
+    work: Callable[[Shape], Work] | None = None  # optional: what one call of a shape does (% of peak)
 
     def shapes_for(self, level: str) -> list[Shape]:
         if level not in self.shapes:

@@ -59,6 +59,16 @@ class GpuSampler:
         """One run.log line's worth: which device is read, or why none is."""
         return f"not recorded ({self.not_recorded})" if self.not_recorded else f"NVML on {self.device}"
 
+    def max_sm_clock_mhz(self) -> float | None:
+        """The SM clock's maximum (NVML's max clock info): what "back at boost" is measured against; None where
+        NVML does not give it."""
+        if self.not_recorded is not None:
+            return None
+        try:
+            return float(self.nvml.nvmlDeviceGetMaxClockInfo(self.handle, self.nvml.NVML_CLOCK_SM))
+        except Exception:  # NotSupported, or a stand-in without it: the reasons alone decide
+            return None
+
     def _reasons(self) -> int:
         nvml = self.nvml
         read = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) \

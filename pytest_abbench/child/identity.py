@@ -86,6 +86,7 @@ def build_identity(config: CellConfig, shape_mode: str, tuner_dir: Path | None) 
         "autotune_mode": config.autotune_mode,
         "layout_shift": "on" if config.layout_shift else "off",
         "spawn": config.spawn,
+        "regime": config.regime,
         # Relative to the cell's folder: a root that is moved or copied keeps comparing its old cells' identities
         # with the new ones (core.identity.record_key reads both this and the absolute form of older roots).
         "autotune_record": os.path.relpath(record, config.out) if record else None,

@@ -15,10 +15,12 @@ import subprocess
 import sys
 import time
 import traceback
+from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
 
-from pytest_abbench.core import envnames, tunercache
+from pytest_abbench.core import envnames, regimes, tunercache
+from pytest_abbench.core.regimes import cell_regimes
 from pytest_abbench.campaign.model import Case, Op, Shape, load_campaign, shape_set_hash
 from pytest_abbench.core.cellconfig import CHILD_MODULE, CellConfig
 from pytest_abbench.child.autotune_pin import AutotunePin, AutotuneRecordError, install
@@ -27,7 +29,8 @@ from pytest_abbench.child.gpustate import open_sampler
 from pytest_abbench.child.identity import build_identity, write_identity
 from pytest_abbench.child.ircapture import enter_compile_only, install_capture, merge_ir
 from pytest_abbench.child.layout_shift import hold_pads, pad_sizes
-from pytest_abbench.child.timers import CapturePoisoned, time_with_fallback
+from pytest_abbench.child.regime import RegimeTiming, run_regime
+from pytest_abbench.child.timers import CapturePoisoned, prepare_with_fallback
 from pytest_abbench.core.cellfiles import Shares, write_shares, write_timing
 from pytest_abbench.checks.irgate import ttgir_files
 from pytest_abbench.core.layout import IR_DIR, RESULTS_FILE, SHARES_FILE, TIMING_FILE, markers_log, share_dir
@@ -108,7 +111,7 @@ def measure(config: CellConfig) -> int:
     write_identity(out, build_identity(config, shape_set_hash(shapes), tuner_dir))
     ready = time.time()
     log(f"[abbench] cell r{config.round_no}-{config.role} op={config.op} backend={config.backend} "
-        f"timer={config.timer} level={config.level} autotune={config.autotune_mode} start-up {ready - spawned:.2f}s")
+        f"timer={config.timer} regime={config.regime} level={config.level} autotune={config.autotune_mode} start-up {ready - spawned:.2f}s")
 
     phases: dict[str, float] = {"startup_s": ready - spawned, "build_s": 0.0, "first_call_s": 0.0,
                                 "autotune_bench_calls": 0, "timing_s": 0.0, "check_s": 0.0}
@@ -161,13 +164,15 @@ def measure_shapes(config: CellConfig, op: Op, shapes: Sequence[Shape], results:
     gpu = open_sampler(config.backend)  # NVML around each timed window, read outside it
     log(f"[abbench] GPU state: {gpu.describe()}")
     for index, shape in enumerate(shapes):
-        if shape.id in already:
+        todo = [r for r in cell_regimes(config.regime) if {(shape.id, r), (shape.id, None)}.isdisjoint(already)]
+        if not todo:
             continue
-        base = ShapeResult(shape.id, "", dict(shape.params), index)
+        base = ShapeResult(shape.id, "", dict(shape.params), index, work=shape_work(op, shape))
         pads: list[Any] = []
         if config.layout_shift:
             sizes = pad_sizes(config.op, config.round_no, config.role, index)
             base.layout_pad_bytes = list(sizes)
+        regime: str | None = None  # the regime a failure happened in; None: before any was timed
         try:
             if config.layout_shift:
                 pads = hold_pads(device, sizes)  # held while the shape is built and timed; released below
@@ -188,31 +193,51 @@ def measure_shapes(config: CellConfig, op: Op, shapes: Sequence[Shape], results:
                 log(f"[abbench] shape {shape.id}: WRONG RESULT: {problem}")
                 append_result(results, dataclasses.replace(base, status="wrong", error=problem))
                 continue
-            window = gpu.start()
-            timing = time_with_fallback(case.run, config.timer, config.direct_rep, config.direct_warmup,
-                                        config.samples, config.op, shape.id, log)
-            gpu_state = gpu.finish(window)
-            phases["timing_s"] += time.perf_counter() - t3
+            for regime in todo:
+                started = time.perf_counter()
+                window_ms = config.direct_rep if regime == regimes.STEADY else min(regimes.BURST_WINDOW_MS,
+                                                                                    config.direct_rep)
+                timer = prepare_with_fallback(case.run, config.timer, window_ms, config.direct_warmup, config.op,
+                                              shape.id, log)
+                timing = run_regime(regime, timer, gpu, config.samples, cpu=device == "cpu")
+                phases["timing_s"] += time.perf_counter() - started
+                record_timing(results, base, timing)
         except CapturePoisoned as exc:
-            append_result(results, dataclasses.replace(base, status="poisoned", timer="cudagraph", error=exc.reason))
+            append_result(results, dataclasses.replace(base, status="poisoned", timer="cudagraph", error=exc.reason,
+                                                       regime=regime))
             return True
         except (Exception, SystemExit) as exc:  # a build that calls sys.exit(0) failed its shape: no clean exit
             log(f"[abbench] shape {shape.id}: {type(exc).__name__}: {exc}")
             traceback.print_exc(file=sys.stdout)
-            append_result(results, dataclasses.replace(base, status="error", error=f"{type(exc).__name__}: {exc}"[:500]))
+            append_result(results, dataclasses.replace(base, status="error", error=f"{type(exc).__name__}: {exc}"[:500],
+                                                       regime=regime))
             if is_sticky_cuda_error(exc):
                 log(f"[abbench] shape {shape.id}: sticky CUDA error; this shape is recorded as failed")
                 return True
             continue
         finally:
             del pads[:]
-        samples = sorted(timing.samples_ms)
-        median = samples[len(samples) // 2] if samples else None
-        append_result(results, dataclasses.replace(base, status="ok", timer=timing.timer, samples_ms=timing.samples_ms,
-                                                   median_ms=median, n=len(samples), marker=timing.marker,
-                                                   gpu_state=gpu_state))
-        log(f"[abbench] shape {shape.id}: {median:.4f} ms ({timing.timer}, n={len(samples)})")
     return False
+
+
+def shape_work(op: Op, shape: Shape) -> dict[str, Any]:
+    """What one call of ``shape`` does, as its op declares it (``Op.work``); empty where it declares nothing."""
+    if op.work is None:
+        return {}
+    return op.work(shape).to_json()
+
+
+def record_timing(results: Path, base: ShapeResult, timing: RegimeTiming) -> None:
+    """One regime's record of a timed shape, and its run.log line."""
+    samples = sorted(timing.samples_ms)
+    median = samples[len(samples) // 2] if samples else None
+    conditions = Counter(w.condition for w in timing.windows)
+    append_result(results, dataclasses.replace(base, status="ok", timer=timing.timer, samples_ms=timing.samples_ms,
+                                               median_ms=median, n=len(samples), marker=timing.marker,
+                                               regime=timing.regime, windows=timing.windows))
+    shown = "-" if median is None else f"{median:.4f}"
+    log(f"[abbench] shape {base.shape}: {shown} ms ({timing.timer}, {timing.regime}, n={len(samples)}; windows "
+        + ", ".join(f"{n} {c}" for c, n in conditions.items()) + ")")
 
 
 def check_result(case: Case, actual: Any) -> str | None:
@@ -232,11 +257,12 @@ def check_result(case: Case, actual: Any) -> str | None:
     return None
 
 
-def done_shape_ids(results: Path) -> set[str]:
-    """Shapes already recorded in ``results``: a restarted process measures only the others."""
+def done_shape_ids(results: Path) -> set[tuple[str, str | None]]:
+    """(shape, regime) already recorded in ``results`` (regime None: the shape failed before any regime timed it):
+    a restarted process measures only the others."""
     if not results.exists():
         return set()
-    return {r.shape for r in read_results(results)}
+    return {(r.shape, r.regime) for r in read_results(results)}
 
 
 def run_ir_only(config: CellConfig) -> int:

@@ -1,27 +1,35 @@
-"""Timing one callable inside a cell: CUDA graph replay, direct event timing, or wall clock.
+"""Timing one callable inside a cell in windows: CUDA graph replay, direct event timing, or wall clock.
 
-Imported only by the cell child (it imports torch and triton lazily).
+The timer is prepared once per shape (a graph captured, a launch count
+estimated); the regime (``child/regime.py``) then runs its timed windows and
+decides what happens between them.  Imported only by the cell child (it
+imports torch and triton lazily).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from pytest_abbench.core.markers import BENCHMARK_CAPTURE_POISONED, BENCHMARK_DIRECT_NO_CUDAGRAPH
 
 MAX_KEPT_SAMPLES = 2000
 
 
-@dataclass
-class Timing:
-    """Per-shape timing: every sample kept so the report can measure within-side noise."""
+class Windows(Protocol):
+    """A shape's timer, prepared once, then run one timed window at a time (``child/regime.py`` decides when).
+
+    ``window()`` returns the window's samples (ms per call) and how many calls it made; ``run_for(s)`` keeps the
+    kernel busy for about ``s`` seconds untimed (a steady regime's settling).
+    """
 
     timer: str
-    samples_ms: list[float]
-    marker: str | None = None
-    reason: str | None = None
+    marker: str | None
+    reason: str | None
+
+    def window(self) -> tuple[list[float], int]: ...
+
+    def run_for(self, seconds: float) -> None: ...
 
 
 class CapturePoisoned(Exception):
@@ -32,31 +40,145 @@ class CapturePoisoned(Exception):
         self.reason = reason
 
 
-def time_wall(fn: Callable[[], Any], samples: int) -> Timing:
-    """Wall-clock per call; the interpreter's timer.  Means nothing for GPU performance."""
-    fn()  # warm-up: first call pays for tracing and allocation
-    out = []
-    for _ in range(samples):
+def _busy(step: Callable[[], None], seconds: float) -> None:
+    """``step`` again and again until ``seconds`` have passed; at least once."""
+    end = time.perf_counter() + seconds
+    step()
+    while time.perf_counter() < end:
+        step()
+
+
+class WallWindows:
+    """Wall clock per call, one call per window; the interpreter's timer.  Means nothing for GPU performance."""
+
+    timer: str = "wall"
+    marker: str | None = None
+    reason: str | None = None
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.fn = fn
+        fn()  # warm-up: the first call pays for tracing and allocation
+
+    def window(self) -> tuple[list[float], int]:
         start = time.perf_counter()
+        self.fn()
+        return [(time.perf_counter() - start) * 1e3], 1
+
+    def run_for(self, seconds: float) -> None:
+        _busy(self.fn, seconds)
+
+
+def _cuda() -> Any:
+    """``torch.cuda``, whose Event and Stream carry no types."""
+    import torch
+
+    return torch.cuda
+
+
+def _estimate_ms(fn: Callable[[], Any], before: Callable[[], None] = lambda: None) -> float:
+    """One call's time from five, as triton's do_bench estimates it."""
+    import torch
+
+    start, end = _cuda().Event(enable_timing=True), _cuda().Event(enable_timing=True)
+    start.record()
+    for _ in range(5):
+        before()
         fn()
-        out.append((time.perf_counter() - start) * 1e3)
-    return Timing("wall", out)
+    end.record()
+    torch.cuda.synchronize()
+    return float(start.elapsed_time(end)) / 5
 
 
-def time_direct(fn: Callable[[], Any], rep_ms: int, warmup_ms: int) -> Timing:
-    """Event timing of individual launches, L2 flushed between them (triton's do_bench)."""
-    import triton.testing
+class GraphWindows:
+    """A CUDA graph of as many calls as fill ``window_ms`` (triton's do_bench_cudagraph, captured once); a window
+    is one timed replay and gives one sample, the replay's time per call."""
 
-    times = triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="all")
-    return Timing("direct", [float(t) for t in times][:MAX_KEPT_SAMPLES])
+    timer: str = "cudagraph"
+    marker: str | None = None
+    reason: str | None = None
+
+    def __init__(self, fn: Callable[[], Any], window_ms: float) -> None:
+        import torch
+
+        self.stream = _cuda().Stream()
+        with torch.cuda.stream(self.stream):
+            fn()
+            estimate = _estimate_ms(fn)
+            self.calls = 1000 if estimate == 0 else max(1, int(window_ms / estimate))
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph):
+                for _ in range(self.calls):
+                    fn()
+            torch.cuda.synchronize()
+
+    def window(self) -> tuple[list[float], int]:
+        import torch
+
+        with torch.cuda.stream(self.stream):
+            start, end = _cuda().Event(enable_timing=True), _cuda().Event(enable_timing=True)
+            start.record()
+            self.graph.replay()
+            end.record()
+            torch.cuda.synchronize()
+        return [float(start.elapsed_time(end)) / self.calls], self.calls
+
+    def run_for(self, seconds: float) -> None:
+        import torch
+
+        def replay() -> None:
+            with torch.cuda.stream(self.stream):
+                self.graph.replay()
+            torch.cuda.synchronize()
+
+        _busy(replay, seconds)
 
 
-def time_cudagraph(fn: Callable[[], Any], rep_ms: int) -> Timing:
-    """Replay of a captured graph of repeated calls (triton's do_bench_cudagraph)."""
-    import triton.testing
+class DirectWindows:
+    """Event timing of individual launches with L2 flushed between them (triton's do_bench loop); a window is as
+    many launches as fill ``window_ms``, one sample each."""
 
-    times = triton.testing.do_bench_cudagraph(fn, rep=rep_ms, return_mode="all")
-    return Timing("cudagraph", [float(t) for t in times][:MAX_KEPT_SAMPLES])
+    timer: str = "direct"
+    marker: str | None = None
+    reason: str | None = None
+
+    def __init__(self, fn: Callable[[], Any], window_ms: float, warmup_ms: float = 0.0) -> None:
+        import torch
+        from triton import runtime
+
+        self.fn = fn
+        fn()
+        torch.cuda.synchronize()
+        driver: Any = runtime.driver.active
+        cache = driver.get_empty_cache_for_benchmark()
+        self.clear: Callable[[], None] = lambda: driver.clear_cache(cache)
+        estimate = _estimate_ms(fn, self.clear)
+        self.calls = max(1, int(window_ms / estimate)) if estimate > 0 else 1000
+        if warmup_ms > 0:
+            self.run_for(warmup_ms / 1e3)  # do_bench's warm-up; a burst regime's idle gap follows it
+
+    def window(self) -> tuple[list[float], int]:
+        import torch
+
+        events = [(_cuda().Event(enable_timing=True), _cuda().Event(enable_timing=True))
+                  for _ in range(self.calls)]
+        for start, end in events:
+            self.clear()
+            start.record()
+            self.fn()
+            end.record()
+        torch.cuda.synchronize()
+        return [float(s.elapsed_time(e)) for s, e in events][:MAX_KEPT_SAMPLES], self.calls
+
+    def run_for(self, seconds: float) -> None:
+        import torch
+
+        def launches() -> None:
+            for _ in range(self.calls):
+                self.clear()
+                self.fn()
+            torch.cuda.synchronize()
+
+        _busy(launches, seconds)
 
 
 def cuda_health_probe() -> None:
@@ -75,20 +197,20 @@ def cuda_health_probe() -> None:
         raise RuntimeError("health probe kernel returned a wrong value")
 
 
-def time_with_fallback(
+def prepare_with_fallback(
     fn: Callable[[], Any],
     timer: str,
-    rep_ms: int,
-    warmup_ms: int,
-    samples: int,
+    window_ms: float,
+    warmup_ms: float,
     op: str,
     shape_id: str,
     log: Callable[[str], None],
-    graph_timer: Callable[[Callable[[], Any], int], Timing] = time_cudagraph,
-    direct_timer: Callable[[Callable[[], Any], int, int], Timing] = time_direct,
+    graph_windows: Callable[[Callable[[], Any], float], Windows] = GraphWindows,
+    direct_windows: Callable[[Callable[[], Any], float, float], Windows] = DirectWindows,
     probe: Callable[[], None] = cuda_health_probe,
-) -> Timing:
-    """Time one shape with the chosen timer, falling back when graph capture fails.
+) -> Windows:
+    """One shape's timer with windows of about ``window_ms`` (the direct timer first warms up ``warmup_ms``),
+    falling back when graph capture fails.
 
     Capture failed, context healthy: time directly, print
     BENCHMARK_DIRECT_NO_CUDAGRAPH.  Capture failed and the probe fails: print
@@ -97,11 +219,11 @@ def time_with_fallback(
     are parameters so that this decision is testable without a GPU.
     """
     if timer == "wall":
-        return time_wall(fn, samples)
+        return WallWindows(fn)
     if timer == "direct":
-        return direct_timer(fn, rep_ms, warmup_ms)
+        return direct_windows(fn, window_ms, warmup_ms)
     try:
-        return graph_timer(fn, rep_ms)
+        return graph_windows(fn, window_ms)
     except Exception as exc:  # capture failures surface as RuntimeError/CUDA errors of many kinds
         reason = f"{type(exc).__name__}: {exc}".replace("\n", " ")[:300]
         try:
@@ -111,7 +233,7 @@ def time_with_fallback(
             log(f"{BENCHMARK_CAPTURE_POISONED} op={op} shape={shape_id} reason={detail}")
             raise CapturePoisoned(detail) from exc
         log(f"{BENCHMARK_DIRECT_NO_CUDAGRAPH} op={op} shape={shape_id} reason={reason}")
-        timing = direct_timer(fn, rep_ms, warmup_ms)
+        timing = direct_windows(fn, window_ms, warmup_ms)
         timing.marker = BENCHMARK_DIRECT_NO_CUDAGRAPH
         timing.reason = reason
         return timing

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from pytest_abbench.core.layout import ROLES, SIDES
+from pytest_abbench.core.regimes import DEFAULT_REGIME, REGIME_CHOICES
 
 CHILD_MODULE = "pytest_abbench.child"
 BACKENDS = ("cuda", "interpreter")
@@ -93,6 +94,8 @@ class CellConfig:
         "--shares", int, help="--ir-only: fork this many processes, each compiling share I/N of the shapes"))
     spawn: str = field(default="exec", metadata=_flag(
         "--spawn", choices=SPAWN_METHODS, help="how the plugin started this process (identity axis spawn)"))
+    regime: str = field(default=DEFAULT_REGIME, metadata=_flag(
+        "--regime", choices=REGIME_CHOICES, help="the timing regime (core/regimes.py; identity axis regime)"))
     campaign_module: str | None = field(default=None, metadata=_flag(
         "--campaign-module", help="the campaign's module name as the session loaded it (from its path relative to "
                                   "the rootdir): autotune records key kernels by it"))

@@ -18,7 +18,7 @@ IDENTITY_SCHEMA = 1
 # Axes that must be equal between sides (autotune_mode is judged by rule in caliber.py).
 CALIBER_AXES = ("backend", "device", "timer", "bench_level", "shape_mode", "tuner_cache", "direct_repeat")
 # Axes added later: compared like the others, but an identity written before them may lack them.
-LATER_AXES = ("layout_shift", "spawn")
+LATER_AXES = ("layout_shift", "spawn", "regime")
 INFO_FIELDS = ("torch", "triton", "driver", "python", "host", "gpu_uuid", "campaign_hash")
 
 
@@ -62,6 +62,7 @@ class RunIdentity(TypedDict, total=False):
     autotune_mode: str
     layout_shift: str  # on | off
     spawn: str  # fork | exec
+    regime: str  # burst | steady | both (core/regimes.py)
     autotune_record: str | None
     autotune_record_hash: str  # replay only: the record's content as it was read
     tuner_cache_seed: str  # a per-cell library tuner cache: the record it started from ("fresh": none)

@@ -8,6 +8,11 @@ around the shape's timed window, ``child/gpustate.py``) is optional within
 version 1: a record without it, such as every record written before it
 existed, reads as a shape whose GPU state was not recorded, and a reader
 that does not know the field reads the rest of the record unchanged.
+``regime``, ``windows`` (each timed window: its condition, its calls, its
+GPU state; ``core/regimes.py``) and ``work`` (the FLOPs and bytes a call of
+the shape does, where its campaign declares them) are optional the same way:
+a record with ``windows`` keeps its GPU state there, per window, instead of
+in ``gpu_state``.
 """
 
 from __future__ import annotations
@@ -102,6 +107,41 @@ class GpuState:
 
 
 @dataclass
+class TimedWindow:
+    """One timed window of a shape (``child/regime.py``): whether the regime's condition held before it, how long
+    the cell waited for it, how many calls and samples it timed, and the GPU's state around it."""
+
+    condition: str  # core/regimes.py: met | not_met | not_checked
+    waited_s: float  # burst: the idle gap before it; steady: the settling before the first window (0 after)
+    calls: int  # kernel calls inside the window: the energy counter's delta over it is theirs
+    samples: int  # how many of the shape's samples_ms it gave
+    gpu_state: GpuState = field(default_factory=GpuState)
+    detail: str = ""  # what was seen: "1980 MHz, no holding reason after 0.12 s", "still sw_power_cap after 2.0 s"
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"condition": self.condition, "waited_s": self.waited_s, "calls": self.calls,
+                               "samples": self.samples, "gpu_state": self.gpu_state.to_json()}
+        if self.detail:
+            out["detail"] = self.detail
+        return out
+
+    @classmethod
+    def from_json(cls, data: Fields) -> "TimedWindow":
+        return cls(data.text("condition"), data.number("waited_s"), data.whole("calls"), data.whole("samples"),
+                   GpuState.from_json(data.nested("gpu_state")), data.text("detail", ""))
+
+
+def energy_per_call_j(windows: list[TimedWindow]) -> float | None:
+    """Joules per call over the windows whose energy counter moved: the counter's total delta over their calls;
+    None where no window has an energy figure."""
+    measured = [w for w in windows if w.gpu_state.energy_mj is not None and w.calls > 0]
+    calls = sum(w.calls for w in measured)
+    if not calls:
+        return None
+    return sum(float(w.gpu_state.energy_mj or 0.0) for w in measured) / 1000.0 / calls
+
+
+@dataclass
 class ShapeResult:
     """One shape of one cell: timed (``ok``, with its samples) or failed (``wrong``, ``error``, ``poisoned``)."""
 
@@ -117,6 +157,13 @@ class ShapeResult:
     marker: str | None = None  # a timer's fallback marker (core/markers.py)
     error: str | None = None
     gpu_state: GpuState | None = None  # NVML around the timed window; None: a record written without it
+    regime: str | None = None  # core/regimes.py: the regime its windows ran under; None: written before regimes
+    windows: list[TimedWindow] = field(default_factory=list)  # each timed window (records with a regime)
+    work: dict[str, Any] = field(default_factory=dict)  # per call, as the campaign declares it: flops, bytes, dtype
+
+    def window_states(self) -> list[GpuState | None]:
+        """The GPU state of each timed window; an older record's one state (None: it recorded none)."""
+        return [w.gpu_state for w in self.windows] if self.windows else [self.gpu_state]
 
     @property
     def ok(self) -> bool:
@@ -125,13 +172,17 @@ class ShapeResult:
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {SCHEMA_FIELD: RESULTS_SCHEMA, "shape": self.shape, "params": self.params,
                                "status": self.status}
-        for name in ("index", "layout_pad_bytes", "timer", "error"):
+        for name in ("index", "layout_pad_bytes", "timer", "error", "regime"):
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
         if self.ok:
             out.update(samples_ms=self.samples_ms, median_ms=self.median_ms, n=self.n, marker=self.marker)
         if self.gpu_state is not None:
             out["gpu_state"] = self.gpu_state.to_json()
+        if self.windows:
+            out["windows"] = [w.to_json() for w in self.windows]
+        if self.work:
+            out["work"] = self.work
         return out
 
     @classmethod
@@ -141,7 +192,10 @@ class ShapeResult:
                    data.wholes_or_none("layout_pad_bytes"), data.text_or_none("timer"), data.numbers("samples_ms", []),
                    data.number_or_none("median_ms"), data.whole_or_none("n"), data.text_or_none("marker"),
                    data.text_or_none("error"),
-                   data.or_none("gpu_state", lambda name: GpuState.from_json(data.nested(name))))
+                   data.or_none("gpu_state", lambda name: GpuState.from_json(data.nested(name))),
+                   data.text_or_none("regime"), [TimedWindow.from_json(w) for w in data.objects("windows", [])],
+                   data.mapping("work", {}))
+
 
 def append_result(path: Path, result: ShapeResult) -> None:
     """One line, one write (``fileio.append_jsonl``): a crash loses at most the shape in flight."""

@@ -16,6 +16,7 @@ from typing import Any, Callable, Collection, Mapping
 from pytest_abbench.core.budget import CellBudget
 
 from pytest_abbench.core import envnames
+from pytest_abbench.core.regimes import DEFAULT_REGIME
 
 DEFAULT_CELL_TIMEOUT_S = 2400.0  # matches the NV campaigns: one hung cell must not hold a batch
 # The slowest client import measured is FlagGems' (2-3 s on the H200 host); two minutes is far beyond any import
@@ -197,6 +198,7 @@ class Settings:
     import_timeout_s: float = DEFAULT_IMPORT_TIMEOUT_S  # --ab-import-timeout: a campaign import at collection that takes longer fails
     auto_min: int | None = None  # --ab-rounds auto: the first look (CampaignPlan.auto_min); None: fixed rounds
     rounds_budget_s: float | None = None  # --ab-rounds-budget: device seconds after which no op adds a round
+    regime: str = DEFAULT_REGIME  # --ab-regime: burst | steady | both (core/regimes.py)
     sources: dict[str, str] = field(default_factory=dict)
 
     def caliber_options(self) -> dict[str, str]:
@@ -208,7 +210,7 @@ class Settings:
         return {"--ab-backend": self.backend, "--ab-timer": self.timer, "--ab-level": self.level,
                 "--ab-direct-rep": str(self.direct_rep_ms), "--ab-direct-warmup": str(self.direct_warmup_ms),
                 "--ab-tuner-cache": self.tuner_cache, "--ab-layout-shift": "on" if self.layout_shift else "off",
-                "--ab-spawn": self.spawn}
+                "--ab-spawn": self.spawn, "--ab-regime": self.regime}
 
     @property
     def budget(self) -> CellBudget:

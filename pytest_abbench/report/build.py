@@ -19,7 +19,7 @@ from pytest_abbench.core.layout import (CONTROL, IDENTITY_FILE, SIDES, CellKey, 
                                    markers_log, results_file)
 from pytest_abbench.core.markers import count_markers
 from pytest_abbench.core.settings import DEFAULT_MARGIN_PCT, GATE_GEOMEAN, GATE_SHAPES
-from pytest_abbench.report import cost
+from pytest_abbench.report import cost, peak
 from pytest_abbench.report import gpustate
 from pytest_abbench.report.model import SCHEMA_VERSION, OpReport, Report, ShapeReport
 from pytest_abbench.report import flags
@@ -29,6 +29,8 @@ from pytest_abbench.report.stats import (ALPHA, aa_bias, bh_adjust, cv_pct, inte
                                          pct, robust_cv, sign_flip, spread_floor, stdev, t_test_above_p, t_test_p)
 from pytest_abbench.core.outcome import IR_ONLY, NO_IR_DIFF, NO_ROW, OK, OVER_BUDGET, SETTLED, CellOutcome
 from pytest_abbench.core.plan import CampaignPlan, read_plan
+from pytest_abbench.core.regimes import BOTH, BURST, REGIMES, STEADY
+from pytest_abbench.core.results import energy_per_call_j
 from pytest_abbench.core.results import read_results as shape_results
 from pytest_abbench.core.status import read_status
 from pytest_abbench.core.wording import count
@@ -64,15 +66,18 @@ def plan_of(layout: RootLayout, outcomes: list[CellOutcome], problems: list[str]
     return CampaignPlan(rounds, control=any(o.key.role == CONTROL for o in outcomes))
 
 
-def read_results(folder: Path) -> dict[str, dict[str, Any]]:
-    """shape -> {median_ms, timer, cv}; samples are reduced here so memory stays flat in rounds."""
+def read_results(folder: Path, regime: str = "") -> dict[str, dict[str, Any]]:
+    """shape -> {median_ms, timer, cv, ...} of the records timed under ``regime`` ("": every record, a root from
+    before regimes); samples are reduced here so memory stays flat in rounds."""
     out: dict[str, dict[str, Any]] = {}
     for rec in shape_results(results_file(folder)):
-        if not rec.ok or not rec.median_ms:
+        if not rec.ok or not rec.median_ms or (regime and rec.regime != regime):
             continue
         out[rec.shape] = {"median_ms": rec.median_ms, "timer": rec.timer, "cv": robust_cv(rec.samples_ms),
                           "samples": len(rec.samples_ms)}
-        out[rec.shape]["gpu_state"] = rec.gpu_state  # NVML around its timed window (report/gpustate.py)
+        out[rec.shape]["windows"] = gpustate.record_windows(rec)  # NVML around its timed windows
+        out[rec.shape]["energy_j"] = energy_per_call_j(rec.windows)
+        out[rec.shape]["work"] = rec.work
     return out
 
 
@@ -91,7 +96,8 @@ class _ShapeRounds:
     samples_a: list[int] = field(default_factory=list)  # samples behind side A's median
     samples_b: list[int] = field(default_factory=list)
     aa_log_ratios: list[float] = field(default_factory=list)  # ln(A2/A), only rounds where A2 used A's timer
-    gpu: list[tuple[Any, Any]] = field(default_factory=list)  # each round's GPU state of side A and B
+    gpu: gpustate.ShapeGpu = field(default_factory=gpustate.ShapeGpu)  # each round's windows and energy, A and B
+    work: dict[str, Any] = field(default_factory=dict)  # what a call does, as the campaign declared it
     noise_control: list[float | None] = field(default_factory=list)  # A2's within-cell robust CV, in those rounds
     samples_control: list[int] = field(default_factory=list)
 
@@ -191,7 +197,9 @@ def _add_round(per_shape: dict[str, _ShapeRounds], results_a: dict[str, dict[str
         acc.noise_b.append(b["cv"])
         acc.samples_a.append(a["samples"])
         acc.samples_b.append(b["samples"])
-        acc.gpu.append((a.get("gpu_state"), b.get("gpu_state")))
+        acc.gpu.windows.append((a["windows"], b["windows"]))
+        acc.gpu.energy_j.append((a["energy_j"], b["energy_j"]))
+        acc.work = a["work"] or b["work"]
 
 
 def _read_rounds(rep: OpReport, by_round: _CellsByRound) -> dict[str, _ShapeRounds] | None:
@@ -203,9 +211,9 @@ def _read_rounds(rep: OpReport, by_round: _CellsByRound) -> dict[str, _ShapeRoun
     per_shape: dict[str, _ShapeRounds] = {}
     for rnd in range(1, rep.rounds_expected + 1):
         try:
-            results_a = read_results(by_round[rnd]["A"].cell_dir)
-            results_b = read_results(by_round[rnd]["B"].cell_dir)
-            results_control = read_results(by_round[rnd][CONTROL].cell_dir) if rep.control else {}
+            results_a = read_results(by_round[rnd]["A"].cell_dir, rep.regime)
+            results_b = read_results(by_round[rnd]["B"].cell_dir, rep.regime)
+            results_control = read_results(by_round[rnd][CONTROL].cell_dir, rep.regime) if rep.control else {}
         except (CorruptFileError, OSError) as exc:
             rep.reason = f"no verdict: {exc}"
             return None
@@ -255,6 +263,7 @@ def _shape_report(shape: str, values: _ShapeRounds, rounds: int, margin_pct: flo
         aa_delta_pct=statistics.median(pct(x) for x in aa) if aa else None,
         aa_ci_pct=aa_ci_pct, aa_per_round_pct=[pct(x) for x in aa], aa_bias_pct=bias, aa_p_adjusted=aa_p_adjusted,
         flags=flag_names, spread_floor_pct=pct(floor), faster_rounds=sum(1 for x in values.log_ratios if x < 0),
+        work=values.work,
     )
 
 
@@ -317,9 +326,9 @@ def _auto_rounds(cells: list[CellOutcome], plan: CampaignPlan) -> tuple[int, str
 
 def build_op(op: str, cells: list[CellOutcome], gate: irgate.GateDecision | None, plan: CampaignPlan,
              margin_pct: float, result: caliber.CaliberResult, allow_caliber_mismatch: bool = False,
-             look: int | None = None) -> OpReport:
+             look: int | None = None, regime: str = "") -> OpReport:
     """One op's verdicts against its plan, ``margin_pct`` the equivalence margin of ``same``; ``gate`` is the
-    op's IR-gate decision (None: none was made).
+    op's IR-gate decision (None: none was made); from the records timed under ``regime`` ("": every record).
 
     ``look``: judge the op's first ``look`` rounds as a look of an auto plan (``settled_after``).
     """
@@ -330,7 +339,7 @@ def build_op(op: str, cells: list[CellOutcome], gate: irgate.GateDecision | None
     cells = [c for c in cells if look is None or c.key.round <= look]
     rounds_expected, stopped = (look, "") if look is not None else _auto_rounds(cells, plan)
     rep = OpReport(op, plan.ops.get(op, ""), 0, rounds_expected, "no_verdict",
-                   alpha=sequential.look_alpha(rounds_expected, plan.auto_min, plan.rounds))
+                   alpha=sequential.look_alpha(rounds_expected, plan.auto_min, plan.rounds), regime=regime)
     rep.markers = _sum_markers(cells)
     if gate is not None:
         rep.gate = {"state": gate.state, "reason": gate.reason, "basis": gate.basis}
@@ -383,6 +392,10 @@ def build_op(op: str, cells: list[CellOutcome], gate: irgate.GateDecision | None
     _judge_shapes(rep, per_shape, margin_pct)
     _op_geomean(rep, per_shape)
     gpustate.summarise(rep, {shape: values.gpu for shape, values in per_shape.items()})
+    for name in flags.FLAGS:  # every flag, the GPU's included (gpustate.summarise adds those)
+        carrying = sum(1 for s in rep.shapes if name in s.flags)
+        if carrying:
+            rep.flags[name] = carrying
     for shape_rep in rep.shapes:
         rep.verdicts[shape_rep.verdict] = rep.verdicts.get(shape_rep.verdict, 0) + 1
     rep.sign_flips = sum(1 for shape_rep in rep.shapes if shape_rep.sign_flip)
@@ -409,8 +422,8 @@ def _auto_summary(ops: list[OpReport], plan: CampaignPlan) -> dict[str, int]:
     return summary
 
 
-# What the report header names, read from identities: the text header the first four, report.html all of them.
-SETUP_FIELDS = ("switch", "backend", "timer", "device", "bench_level", "triton", "torch", "driver")
+# What the report header names, read from identities: the text header the first five, report.html all of them.
+SETUP_FIELDS = ("switch", "backend", "timer", "device", "regime", "bench_level", "triton", "torch", "driver")
 
 
 def _setup_facts(cells: list[CellOutcome]) -> dict[str, str]:
@@ -427,6 +440,57 @@ def _setup_facts(cells: list[CellOutcome]) -> dict[str, str]:
             if value and value not in seen[name]:
                 seen[name].append(value)
     return {name: " | ".join(values) or "unknown" for name, values in seen.items()}
+
+
+def report_regimes(named: str) -> tuple[str, ...]:
+    """The regimes an op is reported under, from the identities' ``regime``: both of them for ``both``, the one
+    named, or "" (every record as one) for cells from before regimes or with regimes that differ (a caliber
+    mismatch already)."""
+    if named == BOTH:
+        return REGIMES
+    return (named,) if named in REGIMES else ("",)
+
+
+def compare_regimes(ops: list[OpReport], margin_pct: float) -> None:
+    """For each op reported under both regimes, say on both reports whether the regimes agree: the per-round
+    difference of the two deltas (steady minus burst, over the shapes both judged), its mean and t-interval; they
+    disagree where that mean is beyond the margin and its interval excludes zero, per op (geomean) and per shape,
+    and agree where the op's interval lies inside the margin; otherwise the rounds cannot tell."""
+    pairs: dict[str, dict[str, OpReport]] = {}
+    for o in ops:
+        if o.regime and o.state == "verdict":
+            pairs.setdefault(o.op, {})[o.regime] = o
+    margin = math.log1p(margin_pct / 100.0)
+    for op, by_regime in pairs.items():
+        if set(by_regime) != set(REGIMES):
+            continue
+        burst, steady = by_regime[BURST], by_regime[STEADY]
+        steady_shapes = {s.shape: s for s in steady.shapes}
+        common = [(b, steady_shapes[b.shape]) for b in burst.shapes if b.shape in steady_shapes]
+        if not common:
+            continue
+
+        def logs(s: ShapeReport) -> list[float]:
+            return [math.log1p(d / 100.0) for d in s.per_round_pct]
+
+        def differ(diffs: list[float]) -> tuple[bool, tuple[float, float] | None]:
+            ci = interval(diffs)
+            beyond = abs(statistics.fmean(diffs)) > margin and ci is not None and (ci[0] > 0 or ci[1] < 0)
+            return beyond, ci
+
+        per_round = [statistics.fmean(values) for values in zip(*[[s - b for b, s in zip(logs(bs), logs(ss))]
+                                                                    for bs, ss in common])]
+        beyond, ci = differ(per_round)
+        shapes = [bs.shape for bs, ss in common if differ([s - b for b, s in zip(logs(bs), logs(ss))])[0]]
+        inside = ci is not None and -margin < ci[0] and ci[1] < margin
+        head = (f"regimes disagree beyond the +-{margin_pct:g}% margin" if beyond or shapes
+                else f"regimes agree within the +-{margin_pct:g}% margin" if inside
+                else f"regimes: too few rounds to tell whether they differ by more than the +-{margin_pct:g}% margin")
+        text = (f"{head}: geomean burst {burst.geomean_pct:+.1f}%, steady {steady.geomean_pct:+.1f}%; steady - burst "
+                f"{pct(statistics.fmean(per_round)):+.1f} points"
+                + (f" [{pct(ci[0]):+.1f} ~ {pct(ci[1]):+.1f}]" if ci else "")
+                + (f"; shapes beyond it: {', '.join(shapes)}" if shapes else ""))
+        burst.regimes_note = steady.regimes_note = text
 
 
 def _gpu_timed(setup: dict[str, str]) -> bool:
@@ -485,10 +549,17 @@ def build_report(root: Path, outcomes: Iterable[CellOutcome] | None = None, plan
     result = caliber.CaliberResult()
     if gate_of is None:
         gate_of = functools.partial(irgate.load_decision, root)
-    ops = [build_op(op, op_cells, gate_of(op), plan, DEFAULT_MARGIN_PCT if margin_pct is None else margin_pct, result,
-                    allow_caliber_mismatch)
-           for op, op_cells in sorted(by_op.items())]
     setup = _setup_facts(cells)
+    margin = DEFAULT_MARGIN_PCT if margin_pct is None else margin_pct
+    ops = []
+    for op, op_cells in sorted(by_op.items()):
+        for index, regime in enumerate(report_regimes(setup["regime"])):
+            # The caliber findings are the cells', the same under every regime: counted once.
+            ops.append(build_op(op, op_cells, gate_of(op), plan, margin,
+                                result if index == 0 else caliber.CaliberResult(), allow_caliber_mismatch,
+                                regime=regime))
+    compare_regimes(ops, margin)
+    peak.apply(ops, setup["device"])
     for o in ops:
         o.switch = " | ".join(dict.fromkeys(c.switch for c in by_op[o.op] if c.switch))
     gpu_timed = _gpu_timed(setup)
@@ -497,7 +568,6 @@ def build_report(root: Path, outcomes: Iterable[CellOutcome] | None = None, plan
     if fail_if_slower_pct is not None and gpu_timed:
         slower, held = _gate(ops, fail_if_slower_pct, gate)
     source = "--ab-margin" if margin_pct is not None else "default"
-    margin = DEFAULT_MARGIN_PCT if margin_pct is None else margin_pct
     planned = {key for op in by_op for key in plan.cells(op)}
     ran = {c.key for c in cells}
     failed = sorted(str(c.key) for c in cells if not (c.finished or c.not_needed))

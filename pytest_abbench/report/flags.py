@@ -3,9 +3,11 @@
 A flag names a condition the rounds show and the verdict rule cannot see:
 the t-test assumes every round draws from one distribution, and a trend over
 the rounds (``drift``) or processes that land in one of two places
-(``bimodal``) break that.  Each flag has one name here, the name report.json,
-report.md and the terminal carry; other conditions (the GPU's state) are
-added to ``FLAGS`` the same way.
+(``bimodal``) break that.  Every flag a shape can carry, these and the GPU's
+state (``report/gpustate.py`` finds those), has one entry in ``FLAGS``: its
+name as report.json, report.md and the terminal carry it, whether it
+withholds a verdict, and its wording.  A GPU flag keeps the verdict: the
+verdict line says under which condition it holds.
 
 A finding withholds a shape's plain verdict (faster, slower, same) when it
 could have produced it: a direction not clearly larger than the condition
@@ -25,14 +27,65 @@ from dataclasses import dataclass
 from pytest_abbench.report.stats import (SPLIT_LOOSE, SPLIT_LOOSE_LEVEL, SPLIT_STRICT, Judgement, bh_adjust, best_split,
                                          binomial_tail, mann_kendall, pct, split_quantile)
 
+@dataclass(frozen=True)
+class Flag:
+    """One flag a shape can carry: its name (in report.json, report.md and the terminal), whether it withholds a
+    verdict it could have made, what it means, and the condition a verdict holds under while it is set."""
+
+    name: str
+    withholds: bool
+    meaning: str
+    holds_under: str  # "holds under <this>": how the verdict line names the condition (GPU flags)
+
+
+# The sides' median SM clocks differing by more than this share: a compute-bound delta moves by about the clock gap
+# (docs/reference/report.md, "GPU state", has the figures), and 1% is half the default margin of 2%.
+CLOCKS_DIFFER_PCT = 1.0
+
 DRIFT = "drift"
 BIMODAL = "bimodal"
-FLAGS: dict[str, str] = {  # every flag name, in the order reports list them, and what it means
-    DRIFT: "a trend over the rounds, in the delta or in one side's medians: the delta depends on when it was "
-           "measured",
-    BIMODAL: "the per-process medians fall in two separate groups: the delta depends on which group each "
-             "process landed in",
-}
+POWER_CAPPED = "power_capped"
+THERMAL = "thermal"
+HW_SLOWDOWN = "hw_slowdown"
+CLOCKS_DIFFER = "clocks_differ"
+CLOCKS_NOT_SETTLED = "clocks_not_settled"
+BOOST_NOT_REACHED = "boost_not_reached"
+# Every flag, in the order reports list them: the one owner of their names and wording.
+FLAGS: dict[str, Flag] = {flag.name: flag for flag in (
+    Flag(DRIFT, True, "a trend over the rounds, in the delta or in one side's medians: the delta depends on when it "
+                      "was measured", "a trend over the rounds"),
+    Flag(BIMODAL, True, "the per-process medians fall in two separate groups: the delta depends on which group each "
+                        "process landed in", "processes in two groups"),
+    Flag(POWER_CAPPED, False, "NVML named the software power cap (sw_power_cap) at a timed window: the card held its "
+                              "clocks down to stay under its power limit, and the delta is the one of that regime",
+         "the power cap"),
+    Flag(THERMAL, False, "NVML named a thermal slowdown (hw_thermal_slowdown or sw_thermal_slowdown) at a timed "
+                         "window", "a thermal slowdown"),
+    Flag(HW_SLOWDOWN, False, "NVML named a hardware slowdown (hw_slowdown or hw_power_brake) at a timed window",
+         "a hardware slowdown"),
+    Flag(CLOCKS_DIFFER, False, f"the sides' median SM clocks differ by more than {CLOCKS_DIFFER_PCT:g}%: a "
+                               "compute-bound delta moves by about as much", "side clocks that differ"),
+    Flag(CLOCKS_NOT_SETTLED, False, "a steady window was timed before SM clock and power settled, or its clock left "
+                                    "the settled one: the delta mixes the ramp with the steady state",
+         "clocks not settled"),
+    Flag(BOOST_NOT_REACHED, False, "a burst window began before the card left its power cap or slowdown (the idle "
+                                   "wait ran out): the delta is not wholly one of boost clocks",
+         "a card not back at boost"),
+)}
+WITHHOLDING = tuple(name for name, flag in FLAGS.items() if flag.withholds)
+
+
+def ordered(names: set[str] | list[str]) -> list[str]:
+    """``names`` in the registry's order."""
+    return [name for name in FLAGS if name in names]
+
+
+def holds_under(names: list[str]) -> str:
+    """The verdict line's note for flags that keep the verdict: ``holds under the power cap, side clocks that
+    differ``; empty when none is set."""
+    kept = [FLAGS[name].holds_under for name in names if name in FLAGS and not FLAGS[name].withholds]
+    return f"holds under {', '.join(kept)}" if kept else ""
+
 
 FLAG_ALPHA = 0.05  # the level of each finding's test, per op (Bonferroni across its tests, BH across shapes)
 DRIFT_MIN_FRACTION = 0.25  # of the margin: a trend that moves a series less over the whole campaign is no finding
@@ -47,7 +100,7 @@ MIN_PROCESS_GROUP = 3  # rounds in the smaller group of an op's processes that s
 class Finding:
     """One condition found in an op or a shape."""
 
-    flag: str  # a key of FLAGS
+    flag: str  # a key of FLAGS that withholds (WITHHOLDING)
     size: float  # log units: how far it can move a delta (a trend: over the campaign; two groups: their distance)
     text: str  # what was seen: "side B drifts +0.41%/round"
 
@@ -207,7 +260,7 @@ def apply(judgement: Judgement, log_ratios: list[float], findings: list[Finding]
     relevant = [f for f in findings if withholds(f, judgement, log_ratios, margin_pct)]
     if not relevant:
         return judgement, []
-    flags = [name for name in FLAGS if any(f.flag == name for f in relevant)]
+    flags = ordered({f.flag for f in relevant})
     texts = list(dict.fromkeys(f.text for f in relevant))
     known = judgement.note or _known(judgement, log_ratios, margin_pct)
     return Judgement("inconclusive", note="; ".join([known, *texts])), flags

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from pytest_abbench.report import render
-from pytest_abbench.report.flags import FLAGS
-from pytest_abbench.report.gpustate import GPU_FLAGS, READINGS
+from pytest_abbench.report.flags import FLAGS, holds_under
+from pytest_abbench.report.gpustate import READINGS
 from pytest_abbench.report.model import OpReport, Report, ShapeReport
 
 CSS = """
@@ -271,13 +271,17 @@ def _interval(ci: tuple[float, float] | None) -> Cell:
                        f"{esc(render.interval_text(ci))}</span>", css="num")
 
 
-def _flag_chips(names: Sequence[str], meanings: dict[str, str]) -> str:
-    return "".join(f'<span class="flag" title="{esc(meanings.get(n, ""))}">{esc(n)}</span>' for n in names)
+def _flag_chips(names: Sequence[str]) -> str:
+    return "".join(f'<span class="flag" title="{esc(FLAGS[n].meaning if n in FLAGS else "")}">{esc(n)}</span>'
+                   for n in names)
 
 
 def _verdict_cell(s: ShapeReport) -> Cell:
     text = f"{s.verdict}, within +-{s.margin_pct:g}%" if s.within_margin else s.verdict
     markup = f'<span class="v-{esc(s.verdict)}" data-verdict="{esc(s.verdict)}">{esc(text)}</span>'
+    condition = holds_under(s.flags)
+    if condition:
+        markup += f' <span class="muted">({esc(condition)})</span>'
     if s.note:
         markup += f' <span class="muted">({esc(s.note)})</span>'
     return Cell(markup=markup)
@@ -291,8 +295,11 @@ def _shape_row(s: ShapeReport, control: bool) -> list[Cell]:
            Cell(f"{s.delta_min_pct:+.1f} ~ {s.delta_max_pct:+.1f}%", css="num"), _interval(s.ci_pct),
            _interval(s.ci90_pct), Cell(f"{s.faster_rounds}/{s.rounds}", css="num"), Cell(noise, css="num"),
            Cell(across, css="num"), Cell("yes" if s.sign_flip else "no"), Cell(f"+-{s.margin_pct:g}%", css="num"),
-           _verdict_cell(s), Cell(markup=_flag_chips(s.flags, FLAGS), css="flags"),
-           Cell(markup=_flag_chips(s.gpu_flags, GPU_FLAGS), css="gpu-flags")]
+           _verdict_cell(s),
+           # The flags that withhold a verdict, then the GPU's, which keep it and name the condition it holds under.
+           Cell(markup=_flag_chips([n for n in s.flags if n in FLAGS and FLAGS[n].withholds]), css="flags"),
+           Cell(markup=_flag_chips([n for n in s.flags if not (n in FLAGS and FLAGS[n].withholds)]),
+                css="gpu-flags")]
     if control:
         row.append(_interval(s.aa_ci_pct))
     return row
@@ -330,12 +337,13 @@ def _gpu_table(o: OpReport) -> str:
     return table(headers, rows, css="gpu")
 
 
-def _op_section(o: OpReport, rounds_planned: int) -> str:
-    heading = render.op_heading(o, rounds_planned)
+def _op_section(o: OpReport, report: Report) -> str:
+    heading = render.op_heading(o, report.rounds_planned)
     sub = f"{o.campaign}: {heading}" if o.campaign else heading
-    parts = [f'<section class="op" data-op="{esc(o.op)}">\n<h2>{clipped(o.op, "40em")} '
+    regime = f' data-regime="{esc(o.regime)}"' if o.regime else ""
+    parts = [f'<section class="op" data-op="{esc(o.op)}"{regime}>\n<h2>{clipped(render.op_title(o, report), "40em")} '
              f'<span class="sub">{esc(sub)}</span></h2>\n']
-    parts.append(notes(render.op_notes(o)))
+    parts.append(notes(render.op_notes(o, render.gpu_state_said_in_header(report))))
     if o.state == "verdict" and o.shapes:
         headers = [*SHAPE_HEADERS, *([Cell("A/A 95% CI", title="a diagnostic, never the margin")] if o.control
                                      else [])]
@@ -388,14 +396,15 @@ def _header(report: Report) -> str:
                      "GPU speed; a direction below describes this machine only</p>\n")
     chance = render.chance_line(report)
     lead = [line for line in render.lead_lines(report) if line != render.INCOMPLETE_TEXT]
-    parts.append(notes(([chance] if chance else []) + lead))
+    auto = [render.auto_line(report)] if report.auto_rounds else []
+    parts.append(notes(render.regime_lines(report) + auto + ([chance] if chance else []) + lead))
     return "".join(parts)
 
 
 def render_html(report: Report) -> str:
     """The report as one self-contained HTML page: header, banners, one section per op, the closing lines."""
     tail = [line for line in render.tail_lines(report) if line != render.gate_line(report)]  # a banner up top
-    body = _header(report) + "".join(_op_section(o, report.rounds_planned) for o in report.ops) + notes(tail)
+    body = _header(report) + "".join(_op_section(o, report) for o in report.ops) + notes(tail)
     return page(f"abbench report: {_title(report)}", body)
 
 

@@ -19,12 +19,15 @@ from pytest_abbench.core.exitcodes import exit_reason, session_exit_code
 from pytest_abbench.core.settings import DEFAULT_MARGIN_PCT, GATE_SHAPES
 
 SCHEMA_FIELD = "schema_version"  # report.json's own name for its format version (the other files say "schema")
-SCHEMA_VERSION = 7  # 3: OpReport.caliber_mismatch; 4: Report.complete and failed_cells; 5: the BH/sign-test rule;
+SCHEMA_VERSION = 8  # 3: OpReport.caliber_mismatch; 4: Report.complete and failed_cells; 5: the BH/sign-test rule;
 # 6: Report.time_spent; 7: ShapeReport.flags and OpReport.findings (report/flags.py), the spread floor, the per-shape
 # gate (Report.gate_scope, gate_held), ShapeReport.faster_rounds, ShapeReport.aa_p_adjusted (the A/A bias after BH)
 # 7 also: OpReport.gpu_state and ShapeReport.gpu_flags (report/gpustate.py), OpReport.switch, optional with defaults;
 # OpReport.alpha, stopped and unsettled, Report.auto_rounds (--ab-rounds auto, report/sequential.py), optional
 # with defaults
+# 8: the GPU flags join ShapeReport.flags (one registry, report/flags.py; gpu_flags is gone); OpReport.regime and
+# regimes_note (core/regimes.py); energy per call (ShapeReport.energy_*, OpReport.energy_geomean_*); ShapeReport.work
+# and throughput, OpReport.peak (report/peak.py)
 
 
 @dataclass
@@ -58,10 +61,15 @@ class ShapeReport:
     aa_per_round_pct: list[float] = field(default_factory=list)
     aa_bias_pct: float | None = None  # the A/A t-test held after BH across the op's shapes: a bias of this size
     aa_p_adjusted: float | None = None  # the A/A t-test's p after Benjamini-Hochberg across the op's shapes
-    flags: list[str] = field(default_factory=list)  # report/flags.py names: conditions that withhold a conclusion
+    flags: list[str] = field(default_factory=list)  # report/flags.py FLAGS names: those that withhold, the GPU's
     spread_floor_pct: float = 0.0  # the least spread a round's delta can have (its cells' own noise), in percent
-    gpu_flags: list[str] = field(default_factory=list)  # report/gpustate.py names: the GPU's state in its windows
     faster_rounds: int = 0  # rounds in which B was faster than A ("faster in x of N rounds")
+    energy_a_j: float | None = None  # joules per call, median over rounds (NVML's energy counter / calls per window)
+    energy_b_j: float | None = None
+    energy_delta_pct: float | None = None  # median over rounds of B's energy per call against A's
+    energy_ci_pct: tuple[float, float] | None = None  # t-interval of the per-round energy log ratios
+    work: dict[str, Any] = field(default_factory=dict)  # per call as the campaign declares it: flops, bytes, dtype
+    throughput: dict[str, Any] = field(default_factory=dict)  # side -> achieved TFLOP/s, GB/s and % of peak
 
 
 @dataclass
@@ -94,6 +102,11 @@ class OpReport:
     alpha: float = 0.05  # the level its verdicts were judged at (with --ab-rounds auto: its look's share)
     stopped: str = ""  # --ab-rounds auto: why its rounds ended: settled | cap | budget ("" with fixed rounds)
     unsettled: list[str] = field(default_factory=list)  # shapes with no verdict and an interval wider than the margin
+    regime: str = ""  # the timing regime its shapes were timed under (core/regimes.py); "" before regimes
+    regimes_note: str = ""  # --ab-regime both: how this op's other regime's delta compares with this one's
+    energy_geomean_pct: float | None = None  # geomean over shapes of B's energy per call against A's
+    energy_geomean_ci_pct: tuple[float, float] | None = None
+    peak: str = ""  # where the % of peak comes from (report/peak.py), or why there is none
 
 
 @dataclass
@@ -157,10 +170,11 @@ def report_from_json(data: Any, where: str = REPORT_JSON) -> Report:
     ops = []
     for o in data["ops"]:
         shapes = [ShapeReport(**{**s, "ci_pct": _pair(s["ci_pct"]), "aa_ci_pct": _pair(s["aa_ci_pct"]),
-                                 "ci90_pct": _pair(s["ci90_pct"])})
+                                 "ci90_pct": _pair(s["ci90_pct"]), "energy_ci_pct": _pair(s.get("energy_ci_pct"))})
                   for s in o["shapes"]]
         ops.append(OpReport(**{**o, "shapes": shapes, "geomean_ci_pct": _pair(o["geomean_ci_pct"]),
-                               "aa_geomean_ci_pct": _pair(o["aa_geomean_ci_pct"])}))
+                               "aa_geomean_ci_pct": _pair(o["aa_geomean_ci_pct"]),
+                               "energy_geomean_ci_pct": _pair(o.get("energy_geomean_ci_pct"))}))
     return Report(**{**data, "ops": ops})
 
 

@@ -13,8 +13,9 @@ from pytest_abbench.report import plots
 from pytest_abbench.core.layout import RootLayout
 from pytest_abbench.core.outcome import NO_IR_DIFF
 from pytest_abbench.report import cost
-from pytest_abbench.report import gpustate
-from pytest_abbench.report.flags import FLAGS
+from pytest_abbench.core import regimes
+from pytest_abbench.report import gpustate, peak
+from pytest_abbench.report.flags import WITHHOLDING, holds_under
 from pytest_abbench.report.model import OpReport, Report, ShapeReport
 from pytest_abbench.report.sequential import look_alpha
 from pytest_abbench.report.stats import ALPHA
@@ -71,7 +72,8 @@ def _gate_text(o: OpReport) -> str:
 
 RULE_TEXT = ("direction: t-test of the round deltas at 5% after Benjamini-Hochberg across the op's shapes, and more "
              "than half of the rounds on that side; same: 90% interval inside +-margin; a flag "
-             f"({', '.join(FLAGS)}) withholds a verdict it could have made")
+             f"({', '.join(WITHHOLDING)}) withholds a verdict it could have made; a GPU flag keeps it and says under "
+             "which condition it holds")
 
 
 def switch_lines(report: Report) -> list[str]:
@@ -104,6 +106,7 @@ def header_lines(report: Report) -> list[str]:
              f"({report.margin_source}); {RULE_TEXT}"]
     if report.auto_rounds:
         lines.append(auto_line(report))
+    lines += regime_lines(report)
     chance = chance_line(report)
     if chance:
         lines.append(chance)
@@ -137,6 +140,27 @@ def _rounds_text(o: OpReport, rounds_planned: int) -> str:
     return f"rounds {o.rounds_completed} of up to {rounds_planned} ({STOPPED_TEXT[o.stopped]}{unsettled})"
 
 
+def regime_lines(report: Report) -> list[str]:
+    """Which timing regime ran, what it measures and why that matters; whether its condition could be checked;
+    or that GPU state was not recorded at all, and why."""
+    named = report.setup.get("regime", "unknown")
+    timed = [o for o in report.ops if o.state == "verdict"]
+    if named in regimes.REGIME_CHOICES:
+        shown = regimes.cell_regimes(named)
+        what = "; ".join(f"{r}: {regimes.WHAT_IT_MEASURES[r]}" if len(shown) > 1 else regimes.WHAT_IT_MEASURES[r]
+                         for r in shown)
+        both = " (each op reported under both)" if named == regimes.BOTH else ""
+        lines = [f"regime {named}{both}: {what}. Why it matters: {regimes.WHY_IT_MATTERS}"]
+    else:
+        lines = [f"regime: not named ({named}: cells from before regimes, whose timed stretch began on an idle card "
+                 "and caught the power controller's ramp)"]
+    if timed and not gpustate.recorded_anywhere(timed):
+        why = gpustate.not_recorded_why(timed)
+        lines.append(f"GPU state: not recorded ({why})"
+                     + ("; the regime's condition could not be checked" if named in regimes.REGIME_CHOICES else ""))
+    return lines
+
+
 def chance_line(report: Report) -> str:
     """How many false directions this report's size and rule give by chance: Benjamini-Hochberg at 5% across each
     op's shapes bounds the chance that an op with no change gets any direction by 5%, and the share of false ones
@@ -152,9 +176,11 @@ def chance_line(report: Report) -> str:
 
 
 def verdict_text(s: ShapeReport) -> str:
-    """The verdict, with 'within +-m%' for a real effect smaller than the margin, and the shape's flags."""
+    """The verdict, with 'within +-m%' for a real effect smaller than the margin, the shape's flags, and the
+    condition a GPU flag says it holds under."""
     text = f"{s.verdict}, within +-{s.margin_pct:g}%" if s.within_margin else s.verdict
-    return f"{text} [{', '.join(s.flags)}]" if s.flags else text
+    condition = holds_under(s.flags)
+    return (f"{text} [{', '.join(s.flags)}]" if s.flags else text) + (f" ({condition})" if condition else "")
 
 
 SHAPE_COLUMN_MAX = 48  # a shape id longer than this is shortened in its row and given whole under the table
@@ -224,15 +250,30 @@ def op_heading(o: OpReport, rounds_planned: int) -> str:
             f"IR gate {_gate_text(o)}")
 
 
-def op_notes(o: OpReport) -> list[str]:
+def op_title(o: OpReport, report: Report) -> str:
+    """The op's name; under --ab-regime both, with the regime its block reports (each op appears twice)."""
+    return f"{o.op} ({o.regime})" if report.setup.get("regime") == regimes.BOTH and o.regime else o.op
+
+
+def gpu_state_said_in_header(report: Report) -> bool:
+    """The header already said "GPU state: not recorded": an op does not say it again."""
+    timed = [o for o in report.ops if o.state == "verdict"]
+    return bool(timed) and not gpustate.recorded_anywhere(timed)
+
+
+def op_notes(o: OpReport, header_said: bool = False) -> list[str]:
     """The op's lines between its heading and its shape table: the IR lines, then why it has no verdict, or its
-    geomean, GPU state, A/A control, findings, flags, sign flips and shapes without a verdict."""
+    geomean, the regimes' comparison, GPU state, % of peak, A/A control, findings, flags, sign flips and shapes
+    without a verdict; ``header_said``: the header said that no GPU state was recorded."""
     lines = [f"IR: {g}" for g in o.gate_lines]
     if o.state != "verdict":
         return lines + [o.reason]
     counts = ", ".join(f"{k} {v}" for k, v in sorted(o.verdicts.items()))
     lines.append(f"geomean delta {_fmt(o.geomean_pct)} [{interval_text(o.geomean_ci_pct)}]; verdicts: {counts}")
-    lines += [line.removeprefix("   ") for line in gpustate.op_lines(o)]
+    if o.regimes_note:
+        lines.append(o.regimes_note)
+    lines += [line.removeprefix("   ") for line in gpustate.op_lines(o, header_said)]
+    lines += [line.removeprefix("   ") for line in peak.lines(o)]
     if o.control:
         biased = sum(1 for s in o.shapes if s.aa_bias_pct is not None)
         lines.append(f"A/A control (a diagnostic, never the margin): geomean interval "
@@ -241,9 +282,10 @@ def op_notes(o: OpReport) -> list[str]:
                          "Benjamini-Hochberg across the op's shapes): directions no larger than it are withheld"
                          if biased else "no shape shows a bias"))
     lines += o.findings
-    if o.flags:
+    withheld = [name for name in WITHHOLDING if o.flags.get(name)]  # the GPU's flags are on the GPU line
+    if withheld:
         lines.append("flagged (no plain verdict where the condition could have made it): "
-                     + ", ".join(f"{name} on {n} of {len(o.shapes)} shapes" for name, n in o.flags.items()))
+                     + ", ".join(f"{name} on {o.flags[name]} of {len(o.shapes)} shapes" for name in withheld))
     if o.sign_flips:
         lines.append(f"{o.sign_flips} of {len(o.shapes)} shapes changed sign between rounds: a direction needs "
                      "more than half of the rounds on its side as well as the t-test")
@@ -272,9 +314,10 @@ def tail_lines(report: Report) -> list[str]:
 def render_text(report: Report) -> str:
     """The report as lines: header, caliber findings and problems, then one block per op."""
     lines: list[str] = header_lines(report) + lead_lines(report)
+    header_said = gpu_state_said_in_header(report)
     for o in report.ops:
-        lines.append(f"== {o.op}: {op_heading(o, report.rounds_planned)}")
-        lines += [f"   {line}" for line in op_notes(o)]
+        lines.append(f"== {op_title(o, report)}: {op_heading(o, report.rounds_planned)}")
+        lines += [f"   {line}" for line in op_notes(o, header_said)]
         if o.state == "verdict":
             lines += _shape_table(o)
     lines += tail_lines(report)

@@ -18,6 +18,7 @@ import pytest
 
 from pytest_abbench.core import cellconfig, envnames
 from pytest_abbench.core.layout import STATUS_FILE
+from pytest_abbench.core.regimes import BOTH, BURST, DEFAULT_REGIME, REGIME_CHOICES, STEADY
 from pytest_abbench.core.settings import (AUTO_FIRST, AUTO_LAST, DEFAULT_CELL_TIMEOUT_S, DEFAULT_IMPORT_TIMEOUT_S,
                                           DEFAULT_ROUNDS, MAX_ROUNDS, Settings, add_report_options, choice,
                                           default_level, default_rounds, detect_backend,
@@ -71,6 +72,10 @@ def register(parser: pytest.Parser) -> None:
     add("--ab-spawn", type=choice(("auto", *cellconfig.SPAWN_METHODS)), default="auto",
         help="fork: each cell is forked from a per-side server that imported torch and Triton once (under 1 s "
              "instead of seconds per cell); exec: a fresh interpreter per cell; auto: fork on Linux (identity axis)")
+    add("--ab-regime", type=choice(REGIME_CHOICES), default=DEFAULT_REGIME,
+        help=f"timing regime (identity axis): {BURST} (short windows after idle gaps, both sides at boost clocks; "
+             f"the default), {STEADY} (timed once clocks and power settled under load) or {BOTH} (each shape under "
+             "both, reported side by side); the report names it")
     add("--ab-precompile", type=choice(("on", "off")), default="on",
         help="on: before an op's round 1 on a GPU, compile its kernels for both sides in parallel compile-only "
              "processes (one share of the shapes each, every autotune candidate) into each side's Triton cache")
@@ -166,6 +171,7 @@ def resolve(config: pytest.Config) -> Settings:
         gate=opt.ab_gate,
         layout_shift=opt.ab_layout_shift == "on",
         spawn=resolve_spawn(opt.ab_spawn),
+        regime=opt.ab_regime,
         precompile=opt.ab_precompile == "on",
         worker_scratch=Path(opt.ab_worker_scratch) if opt.ab_worker_scratch else None,
         import_timeout_s=opt.ab_import_timeout,

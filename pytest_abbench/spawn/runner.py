@@ -142,7 +142,7 @@ class CellRunner:
             autotune_mode=autotune_mode_for(key.round, key.role), autotune_file=self.layout.autotune_record(key.op),
             switch=campaign.switch.describe(), tuner_cache=self.tuner_cache(campaign, key.side), ir_target=ir_target,
             ir_only=s.ir_only, layout_shift=s.layout_shift,
-            ir_level=ir_level, shares=shares, spawn=s.spawn,
+            ir_level=ir_level, shares=shares, spawn=s.spawn, regime=s.regime,
         )
 
     def python(self, campaign: Campaign, key: CellKey) -> str:

@@ -1,0 +1,66 @@
+"""Timing regimes: the state of the GPU each timed window is taken in (``--ab-regime``), a caliber axis.
+
+A compute-bound kernel's delta is a property of the regime: at the power cap
+the kernel that spends more energy per operation also runs at lower clocks
+(docs/explanation/regimes.md has the H200 figures).  Each regime names what
+it measures; the cell child (``child/regime.py``) runs it and records per
+window whether its condition held; the report names it in its header.
+"""
+
+from __future__ import annotations
+
+BURST = "burst"
+STEADY = "steady"
+BOTH = "both"
+REGIMES = (BURST, STEADY)  # what a cell times under; --ab-regime both times each shape under both, in this order
+REGIME_CHOICES = (BURST, STEADY, BOTH)
+# burst: both sides at the card's boost clock, a delta of the code itself, reproducible on any card of the model
+# whatever its power limit or cooling; steady is one option away, and `both` shows where the two differ.
+DEFAULT_REGIME = BURST
+
+WHAT_IT_MEASURES: dict[str, str] = {
+    BURST: "short timed windows, each after an idle gap long enough that the card left its power cap: both sides "
+           "at boost clocks, what a latency-bound call (inference) sees",
+    STEADY: "timed once the kernel has run until SM clock and power settled: what a long busy stretch (a training "
+            "step) sees, at the power cap for a compute-bound kernel",
+}
+WHY_IT_MATTERS = ("a compute-bound delta depends on the regime: at the power cap the kernel that spends more energy "
+                  "per call also runs at lower clocks, so its steady delta can be several times its burst delta, and "
+                  "both are true")
+
+
+def cell_regimes(regime: str) -> tuple[str, ...]:
+    """The regimes a cell times each shape under, in order: ``both`` is burst, then steady."""
+    return REGIMES if regime == BOTH else (regime,)
+
+
+# How a window's condition reads in results.jsonl (``TimedWindow.condition``).
+MET = "met"  # burst: the card left the power cap before the window; steady: clocks and power had settled
+NOT_MET = "not_met"  # the bounded wait ended first: the window was timed anyway, and the report flags it
+NOT_CHECKED = "not_checked"  # no GPU state (the interpreter, no NVML): a plain gap or a warm-up by time instead
+
+# burst: between windows, poll NVML until no power cap or slowdown is named and the SM clock is back near its
+# maximum (or the card idles), at least BURST_MIN_GAP_S, at most BURST_MAX_WAIT_S.  A window lasts about
+# BURST_WINDOW_MS: on the H200 a 4 ms window of a 700 W mm stayed at 1980 MHz, a 40 ms one reached the cap.
+BURST_WINDOW_MS = 4
+BURST_MIN_GAP_S = 0.02
+BURST_MAX_WAIT_S = 2.0
+BURST_POLL_S = 0.005
+BURST_CLOCK_SHARE = 0.97  # of the SM clock's maximum: "back at boost" (NVML's clock steps are 15 MHz)
+BURST_PLAIN_GAP_S = 0.05  # no GPU state to check: the gap the cell waits instead
+# NVML reasons that keep a card below boost: a burst window waits until none is named.
+HOLDING_REASONS = ("sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake")
+
+# steady: run the kernel in chunks of STEADY_CHUNK_MS, reading NVML after each, until the last STEADY_LAST_K
+# readings' SM clocks lie within STEADY_CLOCK_TOL (share of their median, at least one 15 MHz step) and their powers
+# within STEADY_POWER_TOL, after at least STEADY_MIN_S and at most STEADY_MAX_S.  NVML's power figure averages
+# over up to a second, so settled power means the card held its state for about that long.
+STEADY_CHUNK_MS = 50
+STEADY_LAST_K = 5
+STEADY_CLOCK_TOL = 0.01
+STEADY_CLOCK_STEP_MHZ = 15.0
+STEADY_POWER_TOL = 0.03
+STEADY_MIN_S = 0.5
+STEADY_MAX_S = 10.0
+STEADY_PLAIN_WARMUP_S = 2.0  # no GPU state to check: the kernel runs this long before the windows (GPU)
+STEADY_CPU_WARMUP_S = 0.2  # the interpreter: a warm-up by time (wall-clock numbers only describe this machine)

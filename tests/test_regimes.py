@@ -1,0 +1,283 @@
+"""Timing regimes (--ab-regime burst|steady|both): the burst wait and the steady settling against a stand-in for the
+GPU's NVML readings (CI has no GPU), the flags and energy per call the report derives from the windows, and real
+pytest sessions on Triton's interpreter: both regimes run, the report names them, a resume under another regime is
+refused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import synthetic_root
+
+from pytest_abbench.child.gpustate import GpuSampler
+from pytest_abbench.child.regime import Pace, run_regime, settled, wait_for_boost
+from pytest_abbench.core import regimes
+from pytest_abbench.core.results import REASON_BITS as REASONS
+from pytest_abbench.core.results import GpuReading, GpuState, TimedWindow, energy_per_call_j
+from pytest_abbench.report import build_report, render_text
+from pytest_abbench.report.flags import BOOST_NOT_REACHED, CLOCKS_NOT_SETTLED, POWER_CAPPED
+
+FAST = ("--ab-ir-target", "none", "-p", "no:cacheprovider", "--ab-spawn", "exec")
+
+
+class FakeClock(Pace):
+    """Time that moves only when the regime sleeps or the kernel runs: the test decides what NVML says when."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        super().__init__(sleep=self.advance, clock=lambda: self.now)
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class StandInGpu(GpuSampler):
+    """Stands for NVML on a GPU: each read answers ``script(now)`` (SM clock MHz, power W, reasons, energy mJ)."""
+
+    def __init__(self, clock: FakeClock, script: Any, max_clock: float | None = 1980.0) -> None:
+        super().__init__(device="stand-in GPU", clock=lambda: clock.now)
+        self.fake_clock, self.script, self.max_clock = clock, script, max_clock
+        self.reads: list[float] = []
+
+    def max_sm_clock_mhz(self) -> float | None:
+        return self.max_clock
+
+    def read(self) -> GpuReading | None:
+        self.reads.append(self.fake_clock.now)
+        sm, power, reasons, energy = self.script(self.fake_clock.now)
+        mask = sum(bit for bit, name in REASONS if name in reasons)
+        return GpuReading(sm, 3201.0, power, 50.0, energy, mask, list(reasons))
+
+
+class StandInKernel:
+    """Stands for a prepared GPU timer: a window of ``calls`` calls takes ``window_s`` of the fake clock."""
+
+    timer = "cudagraph"
+    marker = None
+    reason = None
+
+    def __init__(self, clock: FakeClock, window_s: float = 0.004, calls: int = 20, ms: float = 0.2) -> None:
+        self.clock, self.window_s, self.calls, self.ms = clock, window_s, calls, ms
+        self.busy_s = 0.0
+
+    def window(self) -> tuple[list[float], int]:
+        self.clock.advance(self.window_s)
+        return [self.ms], self.calls
+
+    def run_for(self, seconds: float) -> None:
+        self.busy_s += seconds
+        self.clock.advance(seconds)
+
+
+def test_burst_waits_until_the_card_leaves_its_power_cap_then_times_at_boost() -> None:
+    clock = FakeClock()
+    # The card stays at its power cap (1395 MHz) for the first 0.3 s, then idles.
+    gpu = StandInGpu(clock, lambda t: (1395.0, 690.0, ["sw_power_cap"], 1000.0 + t) if t < 0.3
+                     else (345.0, 90.0, ["gpu_idle"], 1000.0 + t))
+    timing = run_regime(regimes.BURST, StandInKernel(clock), gpu, count=3, cpu=False, pace=clock)
+    first, *rest = timing.windows
+    assert first.condition == regimes.MET and 0.3 <= first.waited_s < 0.3 + 2 * regimes.BURST_POLL_S
+    assert "no holding reason" in first.detail
+    # Later windows wait only the minimum gap: the card is idle between them.
+    assert all(w.condition == regimes.MET and w.waited_s == pytest.approx(regimes.BURST_MIN_GAP_S) for w in rest)
+    assert timing.samples_ms == [0.2, 0.2, 0.2] and [w.calls for w in timing.windows] == [20, 20, 20]
+
+
+def test_burst_stops_waiting_at_its_bound_and_records_the_window_as_not_met() -> None:
+    clock = FakeClock()
+    gpu = StandInGpu(clock, lambda t: (1395.0, 690.0, ["sw_power_cap"], 0.0))
+    condition, waited, detail = wait_for_boost(gpu, 1980.0, clock)
+    assert condition == regimes.NOT_MET and regimes.BURST_MAX_WAIT_S <= waited < regimes.BURST_MAX_WAIT_S + 0.01
+    assert detail.startswith("still sw_power_cap after 2")
+    # A card with no holding reason but a clock below boost (another process holding it down) is not at boost either.
+    low = StandInGpu(clock, lambda t: (1500.0, 300.0, [], 0.0))
+    assert wait_for_boost(low, 1980.0, clock)[0] == regimes.NOT_MET
+
+
+def test_steady_runs_the_kernel_until_clock_and_power_settle() -> None:
+    clock = FakeClock()
+
+    def ramp(t: float) -> tuple[float, float, list[str], float]:
+        # The H200's mm: 1980 MHz from idle, the controller dips, then holds ~1508 MHz at ~690 W from 1.5 s.
+        if t < 1.5:
+            return 1980.0 - 500.0 * t, 300.0 + 260.0 * t, ["sw_power_cap"] if t > 0.5 else [], 1000.0 * t
+        return 1508.0 + (15.0 if int(t * 20) % 2 else 0.0), 690.0, ["sw_power_cap"], 1000.0 * t
+
+    kernel = StandInKernel(clock, window_s=0.1, calls=500)
+    timing = run_regime(regimes.STEADY, kernel, StandInGpu(clock, ramp), count=4, cpu=False, pace=clock)
+    first = timing.windows[0]
+    assert first.condition == regimes.MET and first.detail.startswith("settled at 15")
+    settle_s = (regimes.STEADY_LAST_K - 1) * regimes.STEADY_CHUNK_MS / 1e3 + 1.5
+    assert settle_s <= first.waited_s <= settle_s + 0.1 and kernel.busy_s == pytest.approx(first.waited_s)
+    assert all(w.condition == regimes.MET and w.waited_s == 0.0 for w in timing.windows[1:])
+    # Energy: the counter (1000 mJ a second here) over each 0.1 s window, over its 500 calls.
+    assert energy_per_call_j(timing.windows) == pytest.approx(0.1 / 500, rel=1e-6)
+
+
+def test_steady_that_never_settles_ends_at_its_bound_and_a_window_off_the_settled_clock_is_not_met() -> None:
+    clock = FakeClock()
+    wobble = StandInGpu(clock, lambda t: (1400.0 + 100.0 * (int(t * 20) % 2), 690.0, ["sw_power_cap"], 0.0))
+    timing = run_regime(regimes.STEADY, StandInKernel(clock), wobble, count=2, cpu=False, pace=clock)
+    assert [w.condition for w in timing.windows] == [regimes.NOT_MET] * 2
+    assert timing.windows[0].waited_s >= regimes.STEADY_MAX_S and "not settled after" in timing.windows[0].detail
+
+    clock = FakeClock()
+    drops = StandInGpu(clock, lambda t: (1508.0 if t < 1.0 else 1300.0, 690.0, ["sw_power_cap"], 0.0))
+    timing = run_regime(regimes.STEADY, StandInKernel(clock, window_s=0.3), drops, count=2, cpu=False, pace=clock)
+    assert [w.condition for w in timing.windows] == [regimes.MET, regimes.NOT_MET]
+    assert "the window ended at 1300 MHz" in timing.windows[1].detail
+
+
+def test_settling_needs_k_readings_and_decides_on_what_nvml_gives() -> None:
+    def reading(sm: float | None, power: float | None) -> GpuReading:
+        return GpuReading(sm, None, power, None, None, 0, [])
+
+    k = regimes.STEADY_LAST_K
+    assert settled([reading(1508.0, 690.0)] * (k - 1)) is False
+    assert settled([reading(1508.0, 690.0)] * k) is True
+    assert settled([reading(1508.0, 690.0)] * (k - 1) + [reading(1523.0, 690.0)]) is True  # one 15 MHz step
+    assert settled([reading(1508.0, 690.0)] * (k - 1) + [reading(1508.0, 760.0)]) is False  # power still moving
+    assert settled([reading(None, 690.0)] * k) is True  # no clock from NVML: power decides
+    assert settled([reading(None, None)] * k) is None
+
+
+def test_without_gpu_state_burst_waits_plain_gaps_and_steady_warms_up_by_time() -> None:
+    clock = FakeClock()
+    none = GpuSampler(not_recorded="backend interpreter: the kernels run on no GPU")
+    burst = run_regime(regimes.BURST, StandInKernel(clock), none, count=2, cpu=True, pace=clock)
+    assert [(w.condition, w.waited_s) for w in burst.windows] == [(regimes.NOT_CHECKED, regimes.BURST_PLAIN_GAP_S)] * 2
+    kernel = StandInKernel(clock)
+    steady = run_regime(regimes.STEADY, kernel, none, count=2, cpu=True, pace=clock)
+    assert [w.condition for w in steady.windows] == [regimes.NOT_CHECKED] * 2
+    assert kernel.busy_s == regimes.STEADY_CPU_WARMUP_S
+    assert all(w.gpu_state.not_recorded for w in steady.windows)
+
+
+# -- the report, from windows as cells write them ------------------------------------------
+def _windows(root: Path, regime: str, condition: Any, energy_mj: Any) -> None:
+    """Give every record of a synthetic root ``regime`` and three windows, ``condition(round, side, shape)`` and
+    ``energy_mj(side, shape)`` each (NVML's energy counter delta over a window of 100 calls)."""
+    for results in root.glob("r*_*/*/results.jsonl"):
+        rnd, side = int(results.parts[-3].split("_")[0][1:]), results.parts[-3].split("_")[1]
+        identity = results.parent / "run_identity.json"
+        identity.write_text(json.dumps({**json.loads(identity.read_text()), "regime": regime}))
+        records = []
+        for line in results.read_text().splitlines():
+            record = json.loads(line)
+            shape = record["shape"]
+            after = GpuReading(1980.0, 3201.0, 300.0, 50.0, 0.0, 0, [])
+            state = GpuState(after, after, 0.004, energy_mj(side, shape), [])
+            record["regime"] = regime
+            record["windows"] = [TimedWindow(condition(rnd, side, shape), 0.02, 100, 1, state).to_json()] * 3
+            records.append(json.dumps(record))
+        results.write_text("\n".join(records) + "\n")
+
+
+def test_a_steady_window_that_did_not_settle_flags_its_shape_and_keeps_the_verdict(tmp_path: Path) -> None:
+    synthetic_root(tmp_path, {"s": [0.10, 0.11, 0.09], "t": [0.10, 0.11, 0.09]})
+    _windows(tmp_path, regimes.STEADY, lambda rnd, side, shape: regimes.NOT_MET if (shape, rnd) == ("s", 2)
+             else regimes.MET, lambda side, shape: 50.0 if side == "A" else 60.0)
+    report = build_report(tmp_path)
+    s, t = report.ops[0].shapes
+    assert s.flags == [CLOCKS_NOT_SETTLED] and t.flags == [] and s.verdict == t.verdict == "slower"
+    text = render_text(report)
+    assert "slower [clocks_not_settled] (holds under clocks not settled)" in text
+    assert "steady condition met in 15/18 / 15/18 windows" in text
+    # Energy per call: 50 mJ over 100 calls on A, 60 mJ on B.
+    assert s.energy_a_j == pytest.approx(0.0005) and s.energy_b_j == pytest.approx(0.0006)
+    assert s.energy_delta_pct == pytest.approx(20.0) and report.ops[0].energy_geomean_pct == pytest.approx(20.0)
+    assert "energy per call (NVML energy counter over the timed windows / calls): geomean B vs A +20.0%" in text
+    assert "B vs A +20.0%" in text and "A 500 uJ, B 600 uJ" in text
+    assert report.setup["regime"] == regimes.STEADY and "regime steady: timed once the kernel has run" in text
+
+
+def test_a_burst_window_that_began_capped_flags_boost_not_reached(tmp_path: Path) -> None:
+    synthetic_root(tmp_path, {"s": [0.0, 0.001, -0.001]})
+    _windows(tmp_path, regimes.BURST, lambda rnd, side, shape: regimes.NOT_MET if side == "B" else regimes.MET,
+             lambda side, shape: None)
+    shape = build_report(tmp_path).ops[0].shapes[0]
+    assert shape.flags == [BOOST_NOT_REACHED] and shape.energy_a_j is None and POWER_CAPPED not in shape.flags
+
+
+# -- real sessions on the interpreter -------------------------------------------------------
+CAMPAIGN = '''
+from pytest_abbench import Case, Op, Switch, Work
+
+def build(shape, device):
+    import torch
+    x = torch.arange(shape["n"], dtype=torch.float32)
+    return Case(run=lambda: x * 2 + 1, expected=lambda: x * 2 + 1)
+
+OPS = [Op("axpb", build=build, shapes={"smoke": [{"n": 8}, {"n": 16}]},
+          work=lambda shape: Work(flops=2.0 * shape["n"], bytes=8.0 * shape["n"], dtype="fp32"))]
+SWITCH = Switch(env_b={"ABBENCH_TEST_SWITCH": "1"})
+'''
+
+
+def test_both_regimes_run_in_each_cell_and_the_report_names_and_compares_them(campaign_dir: pytest.Pytester,
+                                                                              tmp_path: Path) -> None:
+    campaign_dir.makepyfile(c=CAMPAIGN)
+    root = tmp_path / "root"
+    result = campaign_dir.runpytest_subprocess("c.py", "--ab-rounds", "2", "--ab-root", str(root),
+                                               "--ab-regime", "both", *FAST)
+    result.assert_outcomes(passed=4)
+    records = [json.loads(line) for line in (root / "r1_A" / "axpb" / "results.jsonl").read_text().splitlines()]
+    assert [(r["shape"], r["regime"]) for r in records] == [("n=8", "burst"), ("n=8", "steady"), ("n=16", "burst"),
+                                                            ("n=16", "steady")]
+    assert all(len(r["windows"]) == 3 and {w["condition"] for w in r["windows"]} == {"not_checked"} for r in records)
+    assert records[0]["work"] == {"flops": 16.0, "bytes": 64.0, "dtype": "fp32"}
+    assert json.loads((root / "r1_A" / "axpb" / "run_identity.json").read_text())["regime"] == "both"
+    assert json.loads((root / "campaign.json").read_text())["caliber_options"]["--ab-regime"] == "both"
+    report = json.loads((root / "report.json").read_text())
+    assert [(o["op"], o["regime"]) for o in report["ops"]] == [("axpb", "burst"), ("axpb", "steady")]
+    assert report["ops"][0]["regimes_note"] == report["ops"][1]["regimes_note"]
+    # Two interpreter rounds cannot tell a difference of the regimes from the machine's noise.
+    assert report["ops"][0]["regimes_note"].startswith("regimes: too few rounds to tell whether they differ by more "
+                                                       "than the +-2% margin: geomean burst ")
+    text = (root / "report.md").read_text()
+    assert "== axpb (burst): rounds 2/2" in text and "== axpb (steady): rounds 2/2" in text
+    assert "regime both (each op reported under both): burst: short timed windows" in text
+    assert ("GPU state: not recorded (backend interpreter: the kernels run on no GPU); the regime's condition could "
+            "not be checked") in text
+    assert "unknown device 'cpu:" in text and "TFLOP/s" in text  # achieved rates, no % of peak off the table
+
+
+def test_the_default_regime_is_burst_and_a_resume_under_another_is_refused(campaign_dir: pytest.Pytester,
+                                                                           tmp_path: Path) -> None:
+    campaign_dir.makepyfile(c=CAMPAIGN)
+    root = tmp_path / "root"
+    first = campaign_dir.runpytest_subprocess("c.py", "--ab-rounds", "2", "--ab-root", str(root), "-x", *FAST,
+                                              "--deselect", "c.py::axpb[r2-A]", "--deselect", "c.py::axpb[r2-B]")
+    first.assert_outcomes(passed=2, deselected=2)
+    assert json.loads((root / "r1_B" / "axpb" / "run_identity.json").read_text())["regime"] == "burst"
+    status = (root / "status.tsv").read_text()
+    other = campaign_dir.runpytest_subprocess("c.py", "--ab-rounds", "2", "--ab-resume", str(root),
+                                              "--ab-regime", "steady", *FAST)
+    assert other.ret == 6
+    other.stdout.fnmatch_lines([f"*cannot resume {root}: --ab-regime: the root has burst, this session steady; *"
+                                "resume with --ab-regime=burst*"])
+    assert (root / "status.tsv").read_text() == status
+
+
+def test_the_regimes_disagree_where_the_steady_delta_is_beyond_the_burst_one_by_more_than_the_margin(
+        tmp_path: Path) -> None:
+    # The H200's mm: +2.5% in burst, +9.7% at the power cap (docs/explanation/regimes.md), three rounds each.
+    burst, steady = tmp_path / "burst", tmp_path / "steady"
+    synthetic_root(burst, {"mm": [0.025, 0.024, 0.026], "sum": [-0.40, -0.401, -0.399]})
+    synthetic_root(steady, {"mm": [0.097, 0.094, 0.098], "sum": [-0.40, -0.399, -0.401]})
+    for results in burst.glob("r*_*/*/results.jsonl"):  # one root with both regimes' records, as cells write them
+        other = steady / results.relative_to(burst)
+        lines = [{**json.loads(line), "regime": "burst"} for line in results.read_text().splitlines()]
+        lines += [{**json.loads(line), "regime": "steady"} for line in other.read_text().splitlines()]
+        results.write_text("".join(json.dumps(line) + "\n" for line in lines))
+        identity = results.parent / "run_identity.json"
+        identity.write_text(json.dumps({**json.loads(identity.read_text()), "regime": "both"}))
+    report = build_report(burst)
+    assert [(o.regime, round(o.shapes[0].delta_pct, 1)) for o in report.ops] == [("burst", 2.5), ("steady", 9.7)]
+    note = report.ops[0].regimes_note
+    assert note.startswith("regimes disagree beyond the +-2% margin: geomean burst -21.6%, steady -18.9%; steady - "
+                           "burst +3.4 points [+3.1 ~ +3.7]") and note.endswith("; shapes beyond it: mm")
+    assert f"   {note}" in render_text(report).splitlines()
