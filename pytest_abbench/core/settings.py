@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Collection, Mapping
 
 from pytest_abbench.core.budget import CellBudget
+from pytest_abbench.core.layout import ABBENCH_DIR, HISTORY_FILE
 
 from pytest_abbench.core import envnames
 
@@ -102,6 +103,24 @@ def existing_root(text: str) -> Path:
     return Path(text).resolve()
 
 
+HISTORY_OFF = "off"
+
+
+def history_file(text: str) -> str:
+    """--ab-history: a file path, or ``off``; ``history_path`` turns it into the file (None: off)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"expected a file path or {HISTORY_OFF!r}, got an empty value")
+    return text
+
+
+def history_path(value: str | None, rootdir: Path) -> Path | None:
+    """The history file a --ab-history value names: None for ``off``, ``<rootdir>/.abbench/history.sqlite``
+    when nothing was given."""
+    if value == HISTORY_OFF:
+        return None
+    return Path(value).resolve() if value else rootdir / ABBENCH_DIR / HISTORY_FILE
+
+
 def choice(options: tuple[str, ...]) -> Callable[[str], str]:
     def parse(text: str) -> str:
         if text not in options:
@@ -158,6 +177,9 @@ class Settings:
     precompile: bool = True
     worker_scratch: Path | None = None
     costs_from: Path | None = None  # --ab-costs-from: an earlier root whose cell times order the ops
+    switch_env_a: dict[str, str] | None = None  # --ab-switch-env-a: side A's environment replacing the campaign's
+    history: Path | None = None  # --ab-history: the history file the session's end records into (None: off)
+    history_label: str = ""  # --ab-history-label: a word kept with the run (a bisection's step)
     sources: dict[str, str] = field(default_factory=dict)
 
     def caliber_options(self) -> dict[str, str]:
