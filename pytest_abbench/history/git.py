@@ -36,8 +36,10 @@ def toplevel(path: Path) -> Path | None:
         return None
 
 
-def head_state(tree: Path) -> tuple[str, int, str, bool] | None:
-    """(commit, committer time, subject, dirty) of the work tree at ``tree``; None without a commit.
+def head_state(tree: Path) -> tuple[str, int, str, bool, int] | None:
+    """(commit, committer time, subject, dirty, depth) of the work tree at ``tree``; None without a commit.
+
+    The depth (commits reachable from it) orders commits whose committer times are equal.
 
     Dirty means tracked files differ from the commit (untracked files, like the roots a session writes
     beside its campaign, do not count).
@@ -45,6 +47,7 @@ def head_state(tree: Path) -> tuple[str, int, str, bool] | None:
     try:
         sha, when, subject = git(tree, "log", "-1", "--format=%H%x00%ct%x00%s").split("\0", 2)
         dirty = bool(git(tree, "status", "--porcelain", "--untracked-files=no"))
+        depth = int(git(tree, "rev-list", "--count", sha))
     except (GitError, ValueError):
         return None
-    return sha, int(when), subject, dirty
+    return sha, int(when), subject, dirty, depth

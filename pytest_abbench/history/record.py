@@ -32,8 +32,8 @@ def source_tree(role: str, path: Path) -> SourceTree:
     state = git.head_state(top) if top is not None else None
     if state is None:
         return SourceTree(role, str(path))
-    sha, when, subject, dirty = state
-    return SourceTree(role, str(top), sha, when, subject, dirty)
+    sha, when, subject, dirty, depth = state
+    return SourceTree(role, str(top), sha, when, subject, dirty, depth)
 
 
 def run_identity(layout: RootLayout) -> dict[str, Any]:

@@ -37,6 +37,7 @@ MIGRATIONS: list[tuple[str, ...]] = [
             switch TEXT NOT NULL,
             commit_sha TEXT,                  -- the code under test: side B's tree, else the campaign's repository
             commit_time INTEGER,              -- its committer time (unix), which orders abbench history
+            commit_depth INTEGER,             -- its ancestors' count: the order of commits made in one second
             commit_subject TEXT,
             dirty INTEGER,                    -- 1: uncommitted changes to tracked files of that tree
             campaign_hash TEXT NOT NULL,      -- a hash of the campaign files and their content hashes
@@ -109,10 +110,11 @@ class SourceTree:
     commit_time: int | None = None
     subject: str | None = None
     dirty: bool | None = None
+    depth: int | None = None  # commits reachable from it: orders commits of one second along a branch
 
     def to_json(self) -> dict[str, Any]:
         return {"role": self.role, "path": self.path, "commit": self.commit, "commit_time": self.commit_time,
-                "subject": self.subject, "dirty": self.dirty}
+                "subject": self.subject, "dirty": self.dirty, "depth": self.depth}
 
 
 @dataclass
@@ -241,17 +243,25 @@ class History:
 
     @_named_errors
     def add_run(self, record: RunRecord) -> int:
-        """Store one run in one transaction; returns its id."""
+        """Store one run in one transaction; returns its id.
+
+        A root recorded before (a resumed root, a bisection step given more rounds) keeps only this, its
+        latest, record: one row per root.
+        """
         subject = record.subject_tree
         self.db.execute("BEGIN IMMEDIATE")
         try:
+            for table, column in (("shapes", "run_id"), ("ops", "run_id"), ("runs", "id")):
+                self.db.execute(f"DELETE FROM {table} WHERE {column} IN (SELECT id FROM runs WHERE root = ?)",
+                                (record.root,))
             cursor = self.db.execute(
                 "INSERT INTO runs (recorded_at, root, label, exit_code, complete, rounds, margin_pct, switch, "
-                "commit_sha, commit_time, commit_subject, dirty, campaign_hash, campaign, sources, identity) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "commit_sha, commit_time, commit_depth, commit_subject, dirty, campaign_hash, campaign, sources, identity) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (record.recorded_at, record.root, record.label, record.exit_code, int(record.complete), record.rounds,
                  record.margin_pct, record.switch, subject.commit if subject else None,
-                 subject.commit_time if subject else None, subject.subject if subject else None,
+                 subject.commit_time if subject else None, subject.depth if subject else None,
+                 subject.subject if subject else None,
                  None if subject is None or subject.dirty is None else int(subject.dirty), record.campaign_hash,
                  json.dumps(record.campaign, sort_keys=True), json.dumps([t.to_json() for t in record.sources]),
                  json.dumps(record.identity, sort_keys=True, default=str)))

@@ -26,9 +26,14 @@ class Point:
 
     @property
     def when(self) -> float:
-        """Commit time where known, else the time it was recorded: the order of the series."""
+        """Commit time where known, else the time it was recorded."""
         tree = self.run.subject_tree
         return float(tree.commit_time) if tree is not None and tree.commit_time is not None else self.run.recorded_at
+
+    def order(self) -> tuple[float, int, int]:
+        """The series' order: commit time, then the commit's depth (commits made within one second), then the run."""
+        tree = self.run.subject_tree
+        return self.when, (tree.depth or 0) if tree is not None else 0, self.run.id or 0
 
 
 def _stamp(seconds: float) -> str:
@@ -66,7 +71,7 @@ def series(runs: list[RunRecord], op: str, shape: str | None = None) -> dict[str
             if s.op == op and (shape is None or s.shape == shape):
                 found.setdefault(s.shape, []).append(Point(run, s))
     for points in found.values():
-        points.sort(key=lambda p: (p.when, p.run.id or 0))
+        points.sort(key=Point.order)
     return found
 
 
@@ -76,7 +81,7 @@ def series_lines(op: str, found: dict[str, list[Point]]) -> list[str]:
     for shape, points in found.items():
         lines.append(f"== {op}[{shape}]: {len(points)} run(s), ordered by commit time")
         lines.append(f"   {'run':>4}  {'commit':13}  {'committed':16}  {'delta':>9}  {'95% CI':22}  {'verdict':13}  "
-                     "switch")
+                     "label / switch")
         previous: Point | None = None
         for p in points:
             s = p.shape
@@ -84,7 +89,7 @@ def series_lines(op: str, found: dict[str, list[Point]]) -> list[str]:
             if previous is not None and previous.shape.verdict != s.verdict:
                 mark = f"  <- verdict changed: {previous.shape.verdict} -> {s.verdict} (after {previous.commit})"
             lines.append(f"   {p.run.id:>4}  {p.commit:13}  {_stamp(p.when):16}  {s.delta_pct:>+8.1f}%  "
-                         f"{_ci(s.ci_pct):22}  {s.verdict:13}  {p.run.switch[:40]}{mark}")
+                         f"{_ci(s.ci_pct):22}  {s.verdict:13}  {(p.run.label or p.run.switch)[:48]}{mark}")
             previous = p
     return lines
 
@@ -97,7 +102,7 @@ def plot_series(op: str, found: dict[str, list[Point]], path: Path) -> bool:
 
     # One x position per run, in the series' order, so shapes measured in different runs stay aligned.
     ordered = sorted({p.run.id: p for points in found.values() for p in points}.values(),
-                     key=lambda p: (p.when, p.run.id or 0))
+                     key=Point.order)
     position = {p.run.id: x for x, p in enumerate(ordered)}
     fig = Figure(figsize=(max(6.0, 0.5 * len(ordered) + 2), 4.5))
     ax = fig.subplots()
