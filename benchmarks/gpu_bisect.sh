@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # abbench bisect over a real commit range on the GPU: the repository's bf16 mm kernel (campaigns/_kernels/gemm.py)
 # copied into a kernel library of its own, committed 9 times; commit 4 does not build (a syntax error that
-# `python -m compileall` refuses), commit 6 plants a slowdown (every autotune config pipelined with
-# num_stages=1 instead of 3 or 4).  Expected: commit 4 skipped, commit 6 named, the user's checkout unchanged.
+# `python -m compileall` refuses), commit 6 plants a slowdown (the tile product in fp32 at ieee precision: no
+# bf16 tensor-core MMA).  The config list stays as it is: round 1's pinned autotune choices must replay on every
+# commit.  Expected: commit 4 skipped, commit 6 named, the user's checkout unchanged.
 # Run from the repository root on the GPU machine; writes under $OUT (default ./gpu-out) and $WORK.
 set -euo pipefail
 source "$(dirname "$0")/gpu_env.sh"
@@ -24,7 +25,8 @@ for i in 1 2 3 4 5 6 7 8; do
   case $i in
     4) echo 'def unfinished(:' > "$REPO/demokern/wip.py"; msg="change 4: work in progress (does not build)" ;;
     5) rm -f "$REPO/demokern/wip.py"; msg="change 5: drop the unfinished module" ;;
-    6) sed -i 's/num_stages=[0-9]/num_stages=1/' "$REPO/demokern/gemm.py"; msg="change 6: num_stages=1 (slower)" ;;
+    6) sed -i 's/acc = tl.dot(a, b, acc)/acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")/' \
+         "$REPO/demokern/gemm.py"; msg="change 6: fp32 ieee dot (slower)" ;;
     *) msg="change $i" ;;
   esac
   commit "$msg"
@@ -53,12 +55,15 @@ OPS = [Op("mm", build=build_mm, shapes={
 })]
 EOF
 
+# The plugin by name where the package is not installed (the GPU machine); installed, its entry point loads it.
+PLUGIN=(-p pytest_abbench.plugin)
+python3 -c "import importlib.metadata as m, sys; sys.exit(not any(e.name == 'abbench' for e in m.entry_points(group='pytest11')))" && PLUGIN=()
 before=$(git -C "$REPO" rev-parse HEAD; git -C "$REPO" status --porcelain)
 start=$(date +%s)
 set +e
 python3 -m pytest_abbench.cli bisect "$GOOD" HEAD --repo "$REPO" --build "python3 -m compileall -q demokern" \
   --rounds "$ROUNDS" --work "$WORK/steps" --history "$WORK/history.sqlite" -- \
-  "$WORK/mm_campaign.py" -p pytest_abbench.plugin --ab-level "$LEVEL" --cell-timeout 600 -p no:cacheprovider "$@" \
+  "$WORK/mm_campaign.py" "${PLUGIN[@]}" --ab-level "$LEVEL" --cell-timeout 600 -p no:cacheprovider "$@" \
   2>&1 | tee "$OUT/bisect.txt"
 code=${PIPESTATUS[0]}
 set -e

@@ -10,7 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from helpers import synthetic_root
+from pytest_abbench.history.bisect import BAD, FAILED, GOOD, INCONCLUSIVE, judge_report
 from pytest_abbench.history.store import History
+from pytest_abbench.report.build import build_report
 
 # The kernel library under bisection.  Each launch is followed by a 30 ms host-side wait: interpreter timings
 # of a millisecond-scale kernel on a shared 2-core machine moved by 2x between processes (identical code gave
@@ -133,3 +136,53 @@ def test_bisect_names_the_first_slower_commit_and_skips_the_broken_one(pytester:
     shown.stdout.fnmatch_lines([f"*{shas[3][:12]} *same*", f"*{shas[5][:12]} *same*",
                                 f"*{shas[6][:12]} *slower*<- verdict changed: same -> slower (after {shas[5][:12]})",
                                 f"*{shas[8][:12]} *slower*"])
+
+
+def test_bisect_refuses_what_it_cannot_bisect_before_any_worktree(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    first = commit(repo, "one")
+    second = commit(repo, "two")
+    (repo / "camp.py").write_text(CAMPAIGN)
+    pytester.makepyfile(camp=CAMPAIGN)
+    before = checkout_state(repo)
+
+    def bisect(*args: str) -> pytest.RunResult:
+        return pytester.run(sys.executable, "-m", "pytest_abbench.cli", "bisect", *args)
+
+    result = bisect(second, first, "--repo", str(repo), "--", "camp.py")
+    assert result.ret == 2
+    result.stdout.fnmatch_lines([f"abbench bisect: GOOD {second} ({second[:12]}) is not an ancestor of BAD {first} "
+                                 f"({first[:12]})"])
+    result = bisect(first, "nosuchref", "--repo", str(repo), "--", "camp.py")
+    assert result.ret == 2
+    result.stdout.fnmatch_lines([f"abbench bisect: unknown commit in {repo}: git rev-parse *nosuchref*"])
+    result = bisect(first, second, "--repo", str(repo), "--", str(repo / "camp.py"))
+    assert result.ret == 2
+    result.stdout.fnmatch_lines([f"abbench bisect: {repo / 'camp.py'} lies inside the repository under bisection*"])
+    result = bisect(first, second, "--repo", str(repo))
+    assert result.ret == 2
+    result.stderr.fnmatch_lines(["abbench bisect: give the pytest arguments that select the campaign after --*"])
+    assert checkout_state(repo) == before
+    assert not (pytester.path / ".abbench").exists()
+
+
+@pytest.mark.parametrize(("deltas", "verdict", "answer"), [
+    ([0.10, 0.11, 0.09, 0.10], "slower", BAD),  # beyond the 2% margin
+    ([0.010, 0.0101, 0.0099, 0.010], "slower (within the margin)", GOOD),  # real, but inside the margin
+    ([0.001, -0.001, 0.0, 0.0005], "same", GOOD),
+    ([-0.10, -0.11, -0.09, -0.10], "faster", GOOD),
+    ([0.30, -0.25, 0.20, -0.15], "inconclusive", INCONCLUSIVE),  # more rounds, never a guess
+])
+def test_a_steps_answer_is_the_reports_verdict(tmp_path: Path, deltas: list[float], verdict: str,
+                                               answer: str) -> None:
+    synthetic_root(tmp_path, {"s": deltas})
+    got, _, (evidence,) = judge_report(build_report(tmp_path))
+    assert got == answer and evidence.line().endswith(f"] {verdict}")
+
+
+def test_a_step_without_a_verdict_is_failed_not_good(tmp_path: Path) -> None:
+    synthetic_root(tmp_path, {"s": [0.0, 0.0]}, failed=(2, "B"))  # a cell timed out: no verdict for the op
+    answer, why, _ = judge_report(build_report(tmp_path))
+    assert answer == FAILED and why.startswith("no verdict: op: no_verdict")

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+from pytest_abbench.core.exitcodes import EXIT_SLOWER
 from pytest_abbench.core.fileio import CorruptFileError
 from pytest_abbench.core.layout import ABBENCH_DIR, BISECT_DIR, RootLayout
 from pytest_abbench.core.settings import HISTORY_OFF
@@ -280,7 +281,7 @@ class Bisection:
                 step.answer, step.why = FAILED, f"exit {step.exit_code}, no readable report ({exc})"
                 break
             step.answer, step.why, step.evidence = judge_report(report)
-            if step.exit_code not in (0,) and step.answer != FAILED:
+            if step.exit_code not in (0, EXIT_SLOWER) and step.answer != FAILED:  # 7: a --ab-fail-if-slower given
                 step.answer, step.why = FAILED, f"its session exited {step.exit_code}: {report.exit_reason}"
             if step.answer != INCONCLUSIVE or rounds >= self.options.max_rounds:
                 break
