@@ -1,8 +1,10 @@
-"""``abbench``: re-read a finished root (or two separate runs) with the plugin's own checks.
+"""``abbench``: re-read a finished root (or two separate runs) with the plugin's own checks; the history of runs.
 
     abbench summary ROOT
     abbench summary --ab ROOT_A ROOT_B
     abbench summary --ab CELL_A CELL_B
+    abbench history [--history FILE] [--op OP [--shape S] [--plot PNG]]
+    abbench bisect GOOD BAD [--repo PATH] [--build CMD] [--rounds N] [--max-rounds N] -- PYTEST_ARGS
 
 ``ROOT`` is a campaign root (a session's ``--ab-root``): its report, its plan
 from campaign.json, every round on disk.  ``--ab`` compares two separate runs:
@@ -13,23 +15,30 @@ run's autotune record; the two records must hold the same choices.
 
 Exit codes are the plugin's (one rule, ``exitcodes.session_exit_code``): 0 clean,
 1 a cell failed or planned cells never ran, 4 caliber mismatch, 7 regression
-gate, 2 bad arguments or an unusable root.
+gate, 2 bad arguments or an unusable root.  ``history`` exits 0, or 2 for an
+unusable history file; ``bisect``'s codes are in ``history/bisect.py``
+(docs/guide/history.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
 from pytest_abbench import report
+from pytest_abbench.core import envnames
 from pytest_abbench.core.exitcodes import EXIT_CELL_FAILED
-from pytest_abbench.core.layout import RESULTS_FILE, SIDES, CellKey, RootLayout, results_file
 from pytest_abbench.checks import irgate
+from pytest_abbench.core.layout import (ABBENCH_DIR, BISECT_DIR, HISTORY_FILE, RESULTS_FILE, SIDES, CellKey,
+                                        RootLayout, results_file)
 from pytest_abbench.core.outcome import NO_IR_DIFF, OK, CellOutcome
-from pytest_abbench.core.settings import add_report_options
+from pytest_abbench.core.settings import HISTORY_OFF, add_report_options, history_file, history_path, rounds_count
+from pytest_abbench.history.bisect import DEFAULT_MAX_ROUNDS
+from pytest_abbench.history.bisect import DEFAULT_ROUNDS as DEFAULT_BISECT_ROUNDS
 from pytest_abbench.core.plan import CampaignPlan
 from pytest_abbench.report.build import discover
 
@@ -157,6 +166,62 @@ def summary(args: argparse.Namespace) -> int:
     return code
 
 
+def default_history_file() -> Path | None:
+    """The history file ``history`` and ``bisect`` use without --history: $ABBENCH_HISTORY, else
+    ``./.abbench/history.sqlite`` (a session's default when run from here)."""
+    return history_path(os.environ.get(envnames.ABBENCH_HISTORY) or None, Path.cwd())
+
+
+def history(args: argparse.Namespace) -> int:
+    from pytest_abbench.history import view
+    from pytest_abbench.history.store import History, HistoryError
+
+    path = history_path(args.history, Path.cwd()) if args.history else default_history_file()
+    if path is None:
+        print(f"abbench history: the history is off ({envnames.ABBENCH_HISTORY}={HISTORY_OFF}); give --history FILE",
+              file=sys.stderr)
+        return EXIT_USAGE
+    if (args.shape or args.plot) and not args.op:
+        print("abbench history: --shape and --plot need --op", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        with History(path, create=False) as store:
+            runs = store.runs()
+    except HistoryError as exc:
+        print(f"abbench history: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"history: {path}")
+    if not args.op:
+        print("\n".join(view.run_lines(runs)))
+        return 0
+    found = view.series(runs, args.op, args.shape)
+    if not found:
+        known = sorted({f"{s.op}[{s.shape}]" for r in runs for s in r.shapes})
+        print(f"abbench history: no run holds {args.op}" + (f"[{args.shape}]" if args.shape else "")
+              + f" (recorded: {', '.join(known[:20]) or 'nothing'})", file=sys.stderr)
+        return EXIT_USAGE
+    print("\n".join(view.series_lines(args.op, found)))
+    if args.plot:
+        if view.plot_series(args.op, found, Path(args.plot)):
+            print(f"plot: {args.plot}")
+        else:
+            print("plot: not written: matplotlib is not installed (pip install pytest-abbench[plot])")
+    return 0
+
+
+def bisect(args: argparse.Namespace) -> int:
+    from pytest_abbench.history.bisect import BISECT_USAGE, Bisection, BisectOptions
+
+    if not args.pytest_args:
+        print("abbench bisect: give the pytest arguments that select the campaign after --, e.g. "
+              "abbench bisect v1 v2 -- campaigns/mm.py -k mm", file=sys.stderr)
+        return BISECT_USAGE
+    path = history_path(args.history, Path.cwd()) if args.history else default_history_file()
+    options = BisectOptions(args.good, args.bad, list(args.pytest_args), Path(args.repo), args.build, args.rounds,
+                            args.max_rounds, path, Path(args.work) if args.work else None, args.import_path)
+    return Bisection(options, lambda line: print(line, flush=True)).run()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="abbench", description=__doc__.splitlines()[0] if __doc__ else None)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -172,11 +237,50 @@ def build_parser() -> argparse.ArgumentParser:
                         "choices")
     add_report_options(s.add_argument)
     s.set_defaults(func=summary)
+
+    h = sub.add_parser("history", help="the runs the history file holds; an op's delta across commits")
+    h.add_argument("--history", type=history_file, default=None, metavar="FILE",
+                   help=f"the history file (default ${envnames.ABBENCH_HISTORY}, else ./{ABBENCH_DIR}/{HISTORY_FILE})")
+    h.add_argument("--op", default=None, help="show this op's delta and interval per run, ordered by commit time")
+    h.add_argument("--shape", default=None, help="with --op: this shape only")
+    h.add_argument("--plot", default=None, metavar="PNG", help="with --op: write the series as a PNG (matplotlib)")
+    h.set_defaults(func=history)
+
+    b = sub.add_parser("bisect", help="the first commit that made a campaign slower, by the A/B verdict",
+                       usage="abbench bisect GOOD BAD [options] -- PYTEST_ARGS")
+    b.add_argument("good", metavar="GOOD", help="a commit whose code is side A of every step")
+    b.add_argument("bad", metavar="BAD", help="a later commit, slower than GOOD")
+    b.add_argument("--repo", default=".", help="the git repository of GOOD and BAD (default: the current folder's)")
+    b.add_argument("--build", default=None, metavar="CMD",
+                   help="a shell command run in each commit's worktree before it is timed; its failure skips the "
+                        "commit (as git bisect skip), its time is reported")
+    b.add_argument("--rounds", type=rounds_count, default=DEFAULT_BISECT_ROUNDS, metavar="N",
+                   help=f"rounds of a step's first session (default {DEFAULT_BISECT_ROUNDS})")
+    b.add_argument("--max-rounds", type=rounds_count, default=DEFAULT_MAX_ROUNDS, metavar="N",
+                   help=f"an inconclusive step gets twice the rounds up to N, then ends the bisection as "
+                        f"inconclusive (default {DEFAULT_MAX_ROUNDS})")
+    b.add_argument("--history", type=history_file, default=None, metavar=f"FILE|{HISTORY_OFF}",
+                   help=f"where the steps are recorded (default ${envnames.ABBENCH_HISTORY}, else "
+                        f"./{ABBENCH_DIR}/{HISTORY_FILE})")
+    b.add_argument("--work", default=None, metavar="DIR",
+                   help=f"the bisection's folder: each step's root and log (default ./{ABBENCH_DIR}/{BISECT_DIR}/<stamp>)")
+    b.add_argument("--import-path", default=".", metavar="SUBDIR",
+                   help="the folder of a commit's tree that goes on the import path (default the tree itself; "
+                        "Triton's own tree: python)")
+    b.set_defaults(func=bisect, pytest_args=[])
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # bisect's pytest arguments follow "--": they are pytest's, never parsed here.
+    passed: list[str] = []
+    if argv[:1] == ["bisect"] and "--" in argv:
+        cut = argv.index("--")
+        argv, passed = argv[:cut], argv[cut + 1:]
     args = build_parser().parse_args(argv)
+    if passed:
+        args.pytest_args = passed
     return int(args.func(args))
 
 

@@ -161,6 +161,11 @@ class Switch:
         return Switch(self.env_a, dict(overrides), self.python_a, self.python_b, self.setup_a, self.setup_b,
                       self.options_a, self.options_b)
 
+    def with_env_a(self, overrides: Mapping[str, str]) -> "Switch":
+        """The switch with side A's environment replaced (``--ab-switch-env-a``)."""
+        return Switch(dict(overrides), self.env_b, self.python_a, self.python_b, self.setup_a, self.setup_b,
+                      self.options_a, self.options_b)
+
     def describe(self) -> str:
         """One line naming what side B changes; used in status.tsv and identities."""
         parts = [f"{k}={v}" for k, v in sorted(self.env_b.items())]

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import os
 from typing import Any, Callable
 
-from pytest_abbench.core import tritoncompat
+from pytest_abbench.campaign.model import SIDES, Switch
+from pytest_abbench.core import envnames, tritoncompat
 from pytest_abbench.core.tritoncompat import StagesCall
 
 StagesEdit = Callable[[StagesCall], None]
@@ -158,3 +160,17 @@ def without_pass(pass_name: str, stage: str = "ttgir") -> Callable[[], None]:
         f"_in_{stage}" if stage != "ttgir" else "")
     setup.__doc__ = f"Compile {stage} without the pass {pass_name!r} (pytest_abbench.campaign.switches.without_pass)."
     return setup
+
+
+def source_trees(switch: Switch) -> dict[str, list[str]]:
+    """Side -> the source folders its switch puts first on the import path (``PYTHONPATH`` in ``env_a``/``env_b``).
+
+    A side's tree is how a switch runs other code on one side (another checkout of a kernel library, a
+    commit of it under ``abbench bisect``); the history records each tree's git commit.
+    """
+    trees: dict[str, list[str]] = {}
+    for side in SIDES:
+        entries = [p for p in switch.env(side).get(envnames.PYTHONPATH, "").split(os.pathsep) if p]
+        if entries:
+            trees[side] = entries
+    return trees

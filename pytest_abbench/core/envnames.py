@@ -10,6 +10,8 @@ from __future__ import annotations
 CELL_TIMEOUT = "CELL_TIMEOUT"
 # Set by the user; session/options.py reads it: "1" runs every round even when round 1 shows no TTGIR change.
 SWITCH_ALLOW_NO_IR_DIFF = "SWITCH_ALLOW_NO_IR_DIFF"
+# Set by the user; session/options.py and `abbench history` read it: the history file, or "off" (--ab-history).
+ABBENCH_HISTORY = "ABBENCH_HISTORY"
 # Set by the user; spawn/precompile.py reads it: compile processes at once, instead of cores over workers.
 ABBENCH_COMPILE_JOBS = "ABBENCH_COMPILE_JOBS"
 # Set by spawn/runner.py; child/measure.py reads it: when the parent started the child (its start-up cost).

@@ -17,6 +17,10 @@ SIDES = ("A", "B")
 CONTROL = "A2"  # the A/A control cell: side A's configuration timed again in the same round
 ROLES = (*SIDES, CONTROL)
 
+ABBENCH_DIR = ".abbench"  # under the rootdir: the default roots, the history file, bisections
+HISTORY_FILE = "history.sqlite"  # under ABBENCH_DIR: every finished root by commit (history/store.py)
+BISECT_DIR = "bisect"  # under ABBENCH_DIR: one folder per `abbench bisect` (its steps' roots)
+
 # Root files and folders.
 STATUS_FILE = "status.tsv"
 LOCK_FILE = ".lock"

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Collection, Mapping
 
 from pytest_abbench.core.budget import CellBudget
+from pytest_abbench.core.layout import ABBENCH_DIR, HISTORY_FILE
 
 from pytest_abbench.core import envnames
 from pytest_abbench.core.regimes import DEFAULT_REGIME
@@ -139,6 +140,24 @@ def existing_root(text: str) -> Path:
     return Path(text).resolve()
 
 
+HISTORY_OFF = "off"
+
+
+def history_file(text: str) -> str:
+    """--ab-history: a file path, or ``off``; ``history_path`` turns it into the file (None: off)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"expected a file path or {HISTORY_OFF!r}, got an empty value")
+    return text
+
+
+def history_path(value: str | None, rootdir: Path) -> Path | None:
+    """The history file a --ab-history value names: None for ``off``, ``<rootdir>/.abbench/history.sqlite``
+    when nothing was given."""
+    if value == HISTORY_OFF:
+        return None
+    return Path(value).resolve() if value else rootdir / ABBENCH_DIR / HISTORY_FILE
+
+
 def choice(options: tuple[str, ...]) -> Callable[[str], str]:
     def parse(text: str) -> str:
         if text not in options:
@@ -199,6 +218,9 @@ class Settings:
     auto_min: int | None = None  # --ab-rounds auto: the first look (CampaignPlan.auto_min); None: fixed rounds
     rounds_budget_s: float | None = None  # --ab-rounds-budget: device seconds after which no op adds a round
     regime: str = DEFAULT_REGIME  # --ab-regime: burst | steady | both (core/regimes.py)
+    switch_env_a: dict[str, str] | None = None  # --ab-switch-env-a: side A's environment replacing the campaign's
+    history: Path | None = None  # --ab-history: the history file the session's end records into (None: off)
+    history_label: str = ""  # --ab-history-label: a word kept with the run (a bisection's step)
     sources: dict[str, str] = field(default_factory=dict)
 
     def caliber_options(self) -> dict[str, str]:

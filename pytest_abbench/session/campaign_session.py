@@ -99,7 +99,7 @@ class AbbenchSession:
 
     # -- state the fixtures use -------------------------------------------------
     def campaign(self, path: Path) -> Campaign:
-        """The loaded campaign file (``--ab-switch-env`` applied), imported once per session.
+        """The loaded campaign file (``--ab-switch-env`` and ``--ab-switch-env-a`` applied), imported once per session.
 
         Raises CampaignSkipped for ``SKIP``, and for ``SKIP_TIMED`` unless the session only compiles."""
         path = path.resolve()
@@ -116,6 +116,8 @@ class AbbenchSession:
             campaign.check_interpreters()
             if self.settings.switch_env is not None:
                 campaign.switch = campaign.switch.with_env_b(self.settings.switch_env)
+            if self.settings.switch_env_a is not None:
+                campaign.switch = campaign.switch.with_env_a(self.settings.switch_env_a)
             self.campaigns[path] = campaign
         return self.campaigns[path]
 

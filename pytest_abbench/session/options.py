@@ -17,12 +17,12 @@ from typing import Any, Callable
 import pytest
 
 from pytest_abbench.core import cellconfig, envnames
-from pytest_abbench.core.layout import STATUS_FILE
+from pytest_abbench.core.layout import ABBENCH_DIR, HISTORY_FILE, STATUS_FILE
 from pytest_abbench.core.regimes import BOTH, BURST, DEFAULT_REGIME, REGIME_CHOICES, STEADY
 from pytest_abbench.core.settings import (AUTO_FIRST, AUTO_LAST, DEFAULT_CELL_TIMEOUT_S, DEFAULT_IMPORT_TIMEOUT_S,
-                                          DEFAULT_ROUNDS, MAX_ROUNDS, Settings, add_report_options, choice,
-                                          default_level, default_rounds, detect_backend,
-                                          env_assignment, existing_root, gpu_list, positive_int,
+                                          DEFAULT_ROUNDS, HISTORY_OFF, MAX_ROUNDS, Settings, add_report_options,
+                                          choice, default_level, default_rounds, detect_backend, env_assignment,
+                                          existing_root, gpu_list, history_file, history_path, positive_int,
                                           positive_seconds, rounds_plan, tuner_cache_mode)
 from pytest_abbench.core.status import StatusFormatError, read_status
 
@@ -66,6 +66,13 @@ def register(parser: pytest.Parser) -> None:
     add("--ab-costs-from", type=existing_root, default=None, metavar="ROOT",
         help="with -n: order the ops (most expensive first) by their cell times in ROOT, an earlier root of the "
              "campaign: round 1 as it took there, later rounds as there or none where its IR gate skipped them")
+    add("--ab-switch-env-a", type=env_assignment, action="append", default=[], metavar="KEY=VALUE",
+        help="side A's environment replacing the campaign's env_a (repeatable); with --ab-switch-env, each side "
+             "its own, e.g. PYTHONPATH=<checkout> per side: two source trees as the switch")
+    add("--ab-history", type=history_file, default=None, metavar=f"PATH|{HISTORY_OFF}",
+        help=f"the history file the session's end records its root into (default <rootdir>/{ABBENCH_DIR}/"
+             f"{HISTORY_FILE}; env {envnames.ABBENCH_HISTORY}); {HISTORY_OFF}: record nothing")
+    add("--ab-history-label", default="", metavar="TEXT", help="a label kept with this run in the history")
     add("--ab-layout-shift", type=choice(("on", "off")), default="on",
         help="on: each cell pads its allocations before every shape (sizes from op, round, side and shape), so a "
              "buffer-layout effect varies between rounds instead of repeating in all of them (identity axis)")
@@ -98,6 +105,7 @@ def register(parser: pytest.Parser) -> None:
     add_report_options(add)
     parser.addini("cell_timeout", CELL_TIMEOUT_HELP, default=None)
     parser.addini("ab_rounds", "rounds per op: N or auto[:[MIN-]MAX] (--ab-rounds)", default=None)
+    parser.addini("ab_history", f"the history file, or {HISTORY_OFF}", default=None)
 
 
 
@@ -161,6 +169,9 @@ def resolve(config: pytest.Config) -> Settings:
         gpus=opt.ab_gpus,
         resume=opt.ab_resume,
         costs_from=opt.ab_costs_from,
+        switch_env_a=dict(opt.ab_switch_env_a) if opt.ab_switch_env_a else None,
+        history=resolve_history(config),
+        history_label=opt.ab_history_label,
         control=bool(opt.ab_control) and not opt.ab_ir_only,
         allow_no_ir_diff=allow_no_ir,
         ir_only=bool(opt.ab_ir_only),
@@ -190,6 +201,13 @@ def resolve(config: pytest.Config) -> Settings:
             f"--ab-fail-if-slower gates on GPU timings; this run times backend {settings.backend} with the "
             f"{settings.timer} timer, which says nothing about GPU speed (run it on a GPU, or drop the gate)")
     return settings
+
+
+def resolve_history(config: pytest.Config) -> Path | None:
+    """The history file: --ab-history, else the environment's or ini's, else ``<rootdir>/.abbench/history.sqlite``."""
+    value, _ = _from_env_or_ini(config, config.option.ab_history, envnames.ABBENCH_HISTORY, "ab_history",
+                                history_file, None)
+    return history_path(value, config.rootpath)
 
 
 def check_costs_root(path: Path) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sqlite3
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generator
@@ -41,6 +42,7 @@ class ReportHooks:
         self.workers_seen: set[str] = set()  # xdist workers that reported a cell (the controller's idle time)
         self.final: Report | None = None
         self.plots: list[Path] = []
+        self.history_line: str | None = None  # what recording the run into the history file gave
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item,
@@ -159,6 +161,30 @@ class ReportHooks:
         session.exitstatus = self.final.decide_exit(int(session.exitstatus), settings.allow_caliber_mismatch)
         self.plots = report.write_report(self.session.root.path, self.final)
         self.session.root.release()
+        if settings.history is not None:
+            self.history_line = self.record_history(settings.history, int(session.exitstatus))
+
+    def record_history(self, history: Path, exit_code: int) -> str:
+        """Add the finished root to the history file; the line that says how it went.
+
+        Never raises and never changes the exit code: a locked or corrupt history file, or a root the
+        record cannot read, is one line naming the file, and the root stays as written.
+        """
+        from pytest_abbench.campaign.switches import source_trees
+        from pytest_abbench.history.record import record_root
+        from pytest_abbench.history.store import HistoryError
+
+        trees: dict[str, list[str]] = {}
+        for campaign in self.session.campaigns.values():
+            for side, folders in source_trees(campaign.switch).items():
+                trees.setdefault(side, []).extend(f for f in folders if f not in trees.get(side, []))
+        root = self.session.root.path
+        try:
+            run_id = record_root(history, root, exit_code, trees, self.session.settings.history_label)
+        except (HistoryError, CorruptFileError, OSError, sqlite3.Error) as exc:
+            return (f"abbench: history not recorded: {exc}; the root {root} and exit code {exit_code} are this "
+                    "run's own (--ab-history PATH records elsewhere, --ab-history off not at all)")
+        return f"history: run {run_id} recorded in {history}"
 
     def report_scope(self) -> tuple[list[CellOutcome], CampaignPlan]:
         """The cells and plan the report covers: this session's, and on --ab-resume the root's other ops too.
@@ -199,4 +225,6 @@ class ReportHooks:
             terminalreporter.write_line(f"plots: {layout.plots} ({count(len(self.plots), 'op')})")
         terminalreporter.write_line(f"report: {layout.report_md}, {layout.report_json}, {layout.report_html}")
         terminalreporter.write_line(f"abbench root: {self.session.root.path}")
+        if self.history_line is not None:
+            terminalreporter.write_line(self.history_line)
         terminalreporter.write_line(self.final.exit_line())

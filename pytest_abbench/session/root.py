@@ -19,7 +19,7 @@ from pytest_abbench.campaign.model import Campaign, CampaignError, CampaignSkipp
 from pytest_abbench.core.exitcodes import EXIT_ROOT
 from pytest_abbench.core.fileio import CorruptFileError, write_bytes_atomic
 from pytest_abbench.core.identity import file_hash
-from pytest_abbench.core.layout import CellKey, RootLayout
+from pytest_abbench.core.layout import ABBENCH_DIR, CellKey, RootLayout
 from pytest_abbench.core.outcome import CellOutcome
 from pytest_abbench.core.plan import CampaignManifest, CampaignPlan, read_manifest, write_manifest
 from pytest_abbench.core.status import COLUMNS, append_status_row, header_columns, read_status, row_cells
@@ -65,7 +65,7 @@ RootStop.__name__ = "abbench"  # an exit before the session started is printed a
 
 def default_root(rootpath: Path) -> Path:
     """A new folder per session: ``<rootdir>/.abbench/<timestamp>-<pid>``."""
-    return (rootpath / ".abbench" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}").resolve()
+    return (rootpath / ABBENCH_DIR / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}").resolve()
 
 
 class CampaignRoot:

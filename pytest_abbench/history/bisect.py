@@ -1,0 +1,363 @@
+"""``abbench bisect GOOD BAD -- <pytest args>``: the first commit that made a campaign slower, by the tool's verdict.
+
+Side A is a worktree of GOOD, side B a worktree of the commit under test; each
+is put first on its side's import path (``--ab-switch-env-a`` /
+``--ab-switch-env`` ``PYTHONPATH=<tree>``: two source trees as the switch).
+The worktrees are clean ``git worktree add --detach`` folders outside the
+user's checkout, which is never touched.  Each step is a normal campaign
+root under the bisection's folder, recorded in the history file.  A step's
+answer is the report's verdict: a shape ``slower`` beyond the margin is bad;
+every shape ``same`` or ``faster`` (or slower within the margin) is good;
+otherwise the step gets more rounds (``--ab-resume``) up to ``--max-rounds``
+and is then reported inconclusive with the range left.  A commit whose build
+command fails is skipped, as ``git bisect skip``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from pytest_abbench.core.exitcodes import EXIT_SLOWER
+from pytest_abbench.core.fileio import CorruptFileError
+from pytest_abbench.core.layout import ABBENCH_DIR, BISECT_DIR, RootLayout
+from pytest_abbench.core.settings import HISTORY_OFF
+from pytest_abbench.history import git
+from pytest_abbench.report.model import Report, read_report
+
+# Exit codes of ``abbench bisect`` (docs/guide/history.md).
+BISECT_FOUND = 0  # one commit named: the first slower one
+BISECT_STEP_FAILED = 1  # a step's session failed (a cell, a caliber mismatch, its root): no answer from it
+BISECT_USAGE = 2  # bad arguments, unknown commits, GOOD not an ancestor of BAD, GOOD does not build
+BISECT_UNDECIDED = 3  # a step stayed inconclusive at --max-rounds, or skipped commits leave several candidates
+BISECT_NOT_SLOWER = 5  # BAD is not slower than GOOD: nothing to find
+
+GOOD, BAD, SKIP, INCONCLUSIVE, FAILED = "good", "bad", "skip", "inconclusive", "failed"
+DEFAULT_ROUNDS = 2
+DEFAULT_MAX_ROUNDS = 8
+BUILD_TIMEOUT_S = 3600.0
+
+
+@dataclass
+class BisectOptions:
+    good: str
+    bad: str
+    pytest_args: list[str]
+    repo: Path = Path(".")
+    build: str | None = None
+    rounds: int = DEFAULT_ROUNDS
+    max_rounds: int = DEFAULT_MAX_ROUNDS
+    history: Path | None = None  # None: nothing recorded
+    work: Path | None = None  # the bisection's folder (step roots, logs); default .abbench/bisect/<stamp>
+    import_path: str = "."  # the folder inside a tree that goes on the import path (Triton: python)
+
+
+@dataclass
+class Evidence:
+    """One shape of a step's report: what its verdict rests on."""
+
+    op: str
+    shape: str
+    delta_pct: float
+    ci_pct: tuple[float, float] | None
+    verdict: str
+    within_margin: bool
+
+    def line(self) -> str:
+        ci = f" [{self.ci_pct[0]:+.1f} ~ {self.ci_pct[1]:+.1f}]" if self.ci_pct else ""
+        small = " (within the margin)" if self.within_margin else ""
+        return f"{self.op}[{self.shape}] {self.delta_pct:+.1f}%{ci} {self.verdict}{small}"
+
+
+@dataclass
+class Step:
+    """One commit tested: its build, its root, the rounds it took and its answer."""
+
+    index: int
+    commit: str
+    subject: str
+    answer: str = ""
+    why: str = ""
+    build_s: float | None = None
+    root: Path | None = None
+    rounds: int = 0
+    exit_code: int | None = None
+    evidence: list[Evidence] = field(default_factory=list)
+
+    @property
+    def short(self) -> str:
+        return self.commit[:12]
+
+
+def judge_report(report: Report) -> tuple[str, str, list[Evidence]]:
+    """A step's answer from its report: (bad|good|inconclusive|failed, why, the shapes' evidence)."""
+    evidence = [Evidence(o.op, s.shape, s.delta_pct, s.ci_pct, s.verdict, s.within_margin)
+                for o in report.ops for s in o.shapes]
+    unjudged = [f"{o.op}: {o.state}{' (' + o.reason + ')' if o.reason else ''}" for o in report.ops
+                if o.state != "verdict"]
+    if unjudged or not report.complete or not evidence:
+        return FAILED, "no verdict: " + ("; ".join(unjudged) or "incomplete report"), evidence
+    slower = [e for e in evidence if e.verdict == "slower" and not e.within_margin]
+    if slower:
+        return BAD, f"slower beyond the +-{report.margin_pct:g}% margin: {slower[0].op}[{slower[0].shape}]", evidence
+    open_ = [e for e in evidence if e.verdict not in ("same", "faster", "slower")]
+    if open_:
+        return INCONCLUSIVE, f"{len(open_)} shape(s) inconclusive: {open_[0].op}[{open_[0].shape}]", evidence
+    return GOOD, "every shape same or faster (or slower within the margin)", evidence
+
+
+def campaign_paths_inside(args: Sequence[str], repo: Path) -> list[str]:
+    """The pytest arguments naming a file or folder inside ``repo``: both sides would import what lies beside
+    such a campaign from the user's checkout, not from their trees."""
+    inside = []
+    for arg in args:
+        if arg.startswith("-"):
+            continue
+        path = Path(arg.split("::")[0])
+        if path.exists() and path.resolve().is_relative_to(repo.resolve()):
+            inside.append(arg)
+    return inside
+
+
+class Bisection:
+    """One bisection: its commits, its worktrees, its steps, what it prints."""
+
+    def __init__(self, options: BisectOptions, say: Callable[[str], None] = print) -> None:
+        self.options = options
+        self.say = say
+        self.steps: list[Step] = []
+        self.trees: dict[str, Path] = {}
+        self.repo = Path()
+        self.commits: list[tuple[str, str]] = []  # (sha, subject), GOOD first, BAD last
+        self.work = Path()
+        self.tree_dir: Path | None = None
+
+    # -- the commands ---------------------------------------------------------------
+    def run(self) -> int:
+        problem = self.prepare()
+        if problem:
+            self.say(f"abbench bisect: {problem}")
+            return BISECT_USAGE
+        try:
+            return self.search()
+        finally:
+            self.remove_trees()
+
+    def prepare(self) -> str | None:
+        """Resolve the repository, the commits and the folders; a str says why the bisection cannot start."""
+        o = self.options
+        top = git.toplevel(o.repo.resolve())
+        if top is None:
+            return f"--repo {o.repo} is not inside a git work tree"
+        self.repo = top
+        try:
+            good = git.git(top, "rev-parse", "--verify", "--end-of-options", f"{o.good}^{{commit}}")
+            bad = git.git(top, "rev-parse", "--verify", "--end-of-options", f"{o.bad}^{{commit}}")
+        except git.GitError as exc:
+            return f"unknown commit in {top}: {exc}"
+        try:
+            git.git(top, "merge-base", "--is-ancestor", good, bad)
+        except git.GitError:
+            return f"GOOD {o.good} ({good[:12]}) is not an ancestor of BAD {o.bad} ({bad[:12]})"
+        listed = git.git(top, "log", "--reverse", "--first-parent", "--ancestry-path", "--format=%H%x00%s",
+                         f"{good}..{bad}")
+        between = [line.split("\0", 1) for line in listed.splitlines() if line]
+        if not between:
+            return f"GOOD and BAD are the same commit ({good[:12]})"
+        subject = git.git(top, "log", "-1", "--format=%s", good)
+        self.commits = [(good, subject), *((c[0], c[1] if len(c) > 1 else "") for c in between)]
+        inside = campaign_paths_inside(o.pytest_args, top)
+        if inside:
+            return (f"{', '.join(inside)} lies inside the repository under bisection ({top}): both sides would "
+                    "import what lies beside it from your checkout; keep the campaign outside it (it imports "
+                    "the code under test by its package name)")
+        if sys.version_info < (3, 11) and Path.cwd().resolve().is_relative_to(top):
+            return (f"run it from outside {top} on Python {sys.version_info.major}.{sys.version_info.minor}: "
+                    "before 3.11 a cell's current folder comes first on its import path (PYTHONSAFEPATH)")
+        if o.max_rounds < o.rounds:
+            return f"--max-rounds {o.max_rounds} is below --rounds {o.rounds}"
+        stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+        self.work = (o.work or Path.cwd() / ABBENCH_DIR / BISECT_DIR / stamp).resolve()
+        self.work.mkdir(parents=True, exist_ok=True)
+        return None
+
+    def search(self) -> int:
+        """Build GOOD, check BAD is slower, then halve the range; the exit code says how it ended."""
+        o = self.options
+        n = len(self.commits) - 1
+        self.say(f"abbench bisect: {self.commits[0][0][:12]}..{self.commits[-1][0][:12]} in {self.repo}: "
+                 f"{n} commit(s) after GOOD; side A at GOOD; steps in {self.work}")
+        good_tree = self.tree(0)
+        build = self.build(0, good_tree)
+        if build is not None and not build[1]:
+            self.say(f"abbench bisect: GOOD {self.commits[0][0][:12]} does not build ({o.build!r} failed after "
+                     f"{build[0]:.1f} s; log {self.build_log(0)}): side A needs it")
+            return BISECT_USAGE
+        last = self.test(n)
+        if last.answer == SKIP:
+            self.say(f"abbench bisect: BAD {last.short} does not build: nothing to compare GOOD with")
+            return BISECT_USAGE
+        if last.answer == GOOD:
+            self.say(f"abbench bisect: BAD {last.short} is not slower than GOOD: nothing to find")
+            return BISECT_NOT_SLOWER
+        if last.answer != BAD:
+            return self.finish(last, 0, n, set())
+        lo, hi, skipped = 0, n, set[int]()
+        while True:
+            candidates = [i for i in range(lo + 1, hi) if i not in skipped]
+            if not candidates:
+                break
+            middle = (lo + hi) / 2
+            step = self.test(min(candidates, key=lambda i: (abs(i - middle), i)))
+            if step.answer == BAD:
+                hi = step.index
+            elif step.answer == GOOD:
+                lo = step.index
+            elif step.answer == SKIP:
+                skipped.add(step.index)
+            else:
+                return self.finish(step, lo, hi, skipped)
+        return self.finish(None, lo, hi, skipped)
+
+    def finish(self, stopped: Step | None, lo: int, hi: int, skipped: set[int]) -> int:
+        """Print the result and the evidence; the exit code."""
+        self.say("")
+        self.say("abbench bisect: steps")
+        for step in self.steps:
+            build = f", build {step.build_s:.1f} s" if step.build_s is not None else ""
+            self.say(f"  {step.short} {step.subject[:50]!r}: {step.answer} ({step.why}){build}")
+            if step.root is not None:
+                self.say(f"      root {step.root} ({step.rounds} rounds, exit {step.exit_code})")
+            for e in step.evidence:
+                self.say(f"      {e.line()}")
+        remaining = [self.commits[i][0][:12] for i in range(lo + 1, hi + 1)]
+        if stopped is not None:
+            code = BISECT_STEP_FAILED if stopped.answer == FAILED else BISECT_UNDECIDED
+            what = ("failed: see its root and log" if stopped.answer == FAILED else
+                    f"stayed inconclusive at {stopped.rounds} rounds (--max-rounds {self.options.max_rounds})")
+            self.say(f"abbench bisect: step {stopped.short} {what}; the first slower commit is one of "
+                     f"{len(remaining)}: {', '.join(remaining)} (after {self.commits[lo][0][:12]}, the last good)")
+            return code
+        between = [i for i in range(lo + 1, hi) if i in skipped]
+        if between:
+            self.say(f"abbench bisect: the first slower commit is one of {len(between) + 1}: "
+                     f"{', '.join(self.commits[i][0][:12] for i in [*between, hi])} (skipped commits did not build)")
+            return BISECT_UNDECIDED
+        sha, subject = self.commits[hi]
+        self.say(f"abbench bisect: first slower commit: {sha} {subject!r} (last good {self.commits[lo][0][:12]})")
+        if self.options.history is not None:
+            self.say(f"history: abbench history --history {self.options.history}")
+        return BISECT_FOUND
+
+    # -- one step ---------------------------------------------------------------------
+    def test(self, index: int) -> Step:
+        """Build and time commit ``index`` against GOOD, with more rounds while it is inconclusive."""
+        sha, subject = self.commits[index]
+        step = Step(index, sha, subject)
+        self.steps.append(step)
+        tree = self.tree(index)
+        build = self.build(index, tree)
+        if build is not None:
+            step.build_s = build[0]
+            if not build[1]:
+                step.answer, step.why = SKIP, f"build failed, log {self.build_log(index)}"
+                self.say(f"abbench bisect: {step.short}: build failed after {build[0]:.1f} s: skipped")
+                return step
+        step.root = self.work / f"{len(self.steps):02d}-{step.short}"
+        rounds = self.options.rounds
+        while True:
+            step.exit_code = self.session(step, rounds)
+            step.rounds = rounds
+            try:
+                report = read_report(RootLayout(step.root).report_json)
+            except (OSError, CorruptFileError) as exc:
+                step.answer, step.why = FAILED, f"exit {step.exit_code}, no readable report ({exc})"
+                break
+            step.answer, step.why, step.evidence = judge_report(report)
+            if step.exit_code not in (0, EXIT_SLOWER) and step.answer != FAILED:  # 7: a --ab-fail-if-slower given
+                step.answer, step.why = FAILED, f"its session exited {step.exit_code}: {report.exit_reason}"
+            if step.answer != INCONCLUSIVE or rounds >= self.options.max_rounds:
+                break
+            rounds = min(rounds * 2, self.options.max_rounds)
+            self.say(f"abbench bisect: {step.short}: {step.why}: {rounds} rounds")
+        self.say(f"abbench bisect: {step.short}: {step.answer} ({step.why}); root {step.root}")
+        return step
+
+    def session(self, step: Step, rounds: int) -> int:
+        """One pytest session of the step's root (a resumed one when it adds rounds); its exit code."""
+        assert step.root is not None
+        o = self.options
+        side_a, side_b = self.import_dir(self.tree(0)), self.import_dir(self.tree(step.index))
+        inherited = os.environ.get("PYTHONPATH", "")
+        env_args: list[str] = []
+        for flag, tree in (("--ab-switch-env-a", side_a), ("--ab-switch-env", side_b)):
+            path = os.pathsep.join(p for p in (str(tree), inherited) if p)
+            # PYTHONSAFEPATH: a cell's current folder (maybe the user's checkout) must not come before its tree.
+            env_args += [flag, f"PYTHONPATH={path}", flag, "PYTHONSAFEPATH=1"]
+        where = ["--ab-resume", str(step.root)] if step.root.exists() else ["--ab-root", str(step.root)]
+        label = f"bisect {self.commits[0][0][:12]}..{self.commits[-1][0][:12]} {step.short}"
+        argv = [sys.executable, "-m", "pytest", *o.pytest_args, *where, "--ab-rounds", str(rounds),
+                "--ab-allow-no-ir-diff", *env_args,
+                "--ab-history", str(o.history) if o.history is not None else HISTORY_OFF,
+                "--ab-history-label", label]
+        self.say(f"abbench bisect: {step.short} {step.subject[:60]!r}: {rounds} rounds into {step.root}")
+        log = step.root.with_name(step.root.name + ".log")
+        with open(log, "a", encoding="utf-8") as out:
+            out.write(f"$ {' '.join(argv)}\n")
+            out.flush()
+            done = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        return done.returncode
+
+    def build(self, index: int, tree: Path) -> tuple[float, bool] | None:
+        """Run the build command in ``tree``: (seconds, succeeded); None without a build command."""
+        if not self.options.build:
+            return None
+        started = time.monotonic()
+        with open(self.build_log(index), "w", encoding="utf-8") as log:
+            try:
+                done = subprocess.run(self.options.build, shell=True, cwd=tree, stdout=log, stderr=subprocess.STDOUT,
+                                      stdin=subprocess.DEVNULL, timeout=BUILD_TIMEOUT_S)
+                ok = done.returncode == 0
+            except subprocess.TimeoutExpired:
+                log.write(f"\n[abbench bisect] build stopped after {BUILD_TIMEOUT_S:g} s\n")
+                ok = False
+        return time.monotonic() - started, ok
+
+    def build_log(self, index: int) -> Path:
+        return self.work / f"build-{self.commits[index][0][:12]}.log"
+
+    # -- worktrees --------------------------------------------------------------------
+    def tree(self, index: int) -> Path:
+        """A clean detached worktree of commit ``index``, made once, outside the user's checkout."""
+        sha = self.commits[index][0]
+        if sha not in self.trees:
+            if self.tree_dir is None:
+                self.tree_dir = Path(tempfile.mkdtemp(prefix="abbench-bisect-"))
+            path = self.tree_dir / sha[:12]
+            git.git(self.repo, "worktree", "add", "--detach", "--quiet", str(path), sha)
+            self.trees[sha] = path
+        return self.trees[sha]
+
+    def import_dir(self, tree: Path) -> Path:
+        return (tree / self.options.import_path).resolve()
+
+    def remove_trees(self) -> None:
+        """Remove the worktrees and git's notes of them: the repository is left as it was found."""
+        for path in self.trees.values():
+            try:
+                git.git(self.repo, "worktree", "remove", "--force", str(path))
+            except git.GitError:
+                shutil.rmtree(path, ignore_errors=True)
+        if self.tree_dir is not None:
+            shutil.rmtree(self.tree_dir, ignore_errors=True)
+            try:
+                git.git(self.repo, "worktree", "prune")
+            except git.GitError:
+                pass

@@ -1,0 +1,129 @@
+"""``abbench history``'s table and plot: the runs, and an op's delta with its interval across commits."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from pytest_abbench.history.store import RunRecord, ShapeRecord
+from pytest_abbench.report.plots import matplotlib_available
+
+
+@dataclass
+class Point:
+    """One run's result for one shape, with the run it came from."""
+
+    run: RunRecord
+    shape: ShapeRecord
+
+    @property
+    def commit(self) -> str:
+        tree = self.run.subject_tree
+        if tree is None or tree.commit is None:
+            return "-"
+        return tree.commit[:12] + ("*" if tree.dirty else "")
+
+    @property
+    def when(self) -> float:
+        """Commit time where known, else the time it was recorded."""
+        tree = self.run.subject_tree
+        return float(tree.commit_time) if tree is not None and tree.commit_time is not None else self.run.recorded_at
+
+    def order(self) -> tuple[float, int, int]:
+        """The series' order: commit time, then the commit's depth (commits made within one second), then the run."""
+        tree = self.run.subject_tree
+        return self.when, (tree.depth or 0) if tree is not None else 0, self.run.id or 0
+
+
+def _stamp(seconds: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(seconds))
+
+
+def _ci(ci: tuple[float, float] | None) -> str:
+    return f"[{ci[0]:+.1f} ~ {ci[1]:+.1f}]" if ci else "-"
+
+
+def run_lines(runs: list[RunRecord]) -> list[str]:
+    """One line per run, oldest first: id, when, commit (``*``: dirty), exit code, verdict counts, label, root."""
+    if not runs:
+        return ["no runs recorded"]
+    lines = [f"{'run':>4}  {'recorded':16}  {'commit':13}  {'exit':>4}  {'verdicts':28}  label / root"]
+    for run in runs:
+        counts: dict[str, int] = {}
+        for s in run.shapes:
+            counts[s.verdict] = counts.get(s.verdict, 0) + 1
+        verdicts = ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "no verdict"
+        tree = run.subject_tree
+        commit = "-" if tree is None or tree.commit is None else tree.commit[:12] + ("*" if tree.dirty else "")
+        where = f"{run.label}: {run.root}" if run.label else run.root
+        exit_code = "-" if run.exit_code is None else str(run.exit_code)
+        lines.append(f"{run.id:>4}  {_stamp(run.recorded_at):16}  {commit:13}  {exit_code:>4}  {verdicts:28}  "
+                     f"{where}")
+    return lines
+
+
+def series(runs: list[RunRecord], op: str, shape: str | None = None) -> dict[str, list[Point]]:
+    """Shape -> its points across runs for ``op`` (one shape when given), ordered by commit time."""
+    found: dict[str, list[Point]] = {}
+    for run in runs:
+        for s in run.shapes:
+            if s.op == op and (shape is None or s.shape == shape):
+                found.setdefault(s.shape, []).append(Point(run, s))
+    for points in found.values():
+        points.sort(key=Point.order)
+    return found
+
+
+def series_lines(op: str, found: dict[str, list[Point]]) -> list[str]:
+    """The table of each shape's delta across commits; ``<- verdict changed`` where it differs from the row before."""
+    lines: list[str] = []
+    for shape, points in found.items():
+        lines.append(f"== {op}[{shape}]: {len(points)} run(s), ordered by commit time")
+        lines.append(f"   {'run':>4}  {'commit':13}  {'committed':16}  {'delta':>9}  {'95% CI':22}  {'verdict':13}  "
+                     "label / switch")
+        previous: Point | None = None
+        for p in points:
+            s = p.shape
+            mark = ""
+            if previous is not None and previous.shape.verdict != s.verdict:
+                mark = f"  <- verdict changed: {previous.shape.verdict} -> {s.verdict} (after {previous.commit})"
+            lines.append(f"   {p.run.id:>4}  {p.commit:13}  {_stamp(p.when):16}  {s.delta_pct:>+8.1f}%  "
+                         f"{_ci(s.ci_pct):22}  {s.verdict:13}  {(p.run.label or p.run.switch)[:48]}{mark}")
+            previous = p
+    return lines
+
+
+def plot_series(op: str, found: dict[str, list[Point]], path: Path) -> bool:
+    """A PNG of each shape's delta and 95% interval across commits; False (nothing written) without matplotlib."""
+    if not matplotlib_available():
+        return False
+    from matplotlib.figure import Figure  # the object API, as report/plots.py: no pyplot state
+
+    # One x position per run, in the series' order, so shapes measured in different runs stay aligned.
+    ordered = sorted({p.run.id: p for points in found.values() for p in points}.values(),
+                     key=Point.order)
+    position = {p.run.id: x for x, p in enumerate(ordered)}
+    fig = Figure(figsize=(max(6.0, 0.5 * len(ordered) + 2), 4.5))
+    ax = fig.subplots()
+    for shape, points in found.items():
+        xs = [position[p.run.id] for p in points]
+        ys = [p.shape.delta_pct for p in points]
+        low = [p.shape.delta_pct - p.shape.ci_pct[0] if p.shape.ci_pct else 0.0 for p in points]
+        high = [p.shape.ci_pct[1] - p.shape.delta_pct if p.shape.ci_pct else 0.0 for p in points]
+        ax.errorbar(xs, ys, yerr=[low, high], marker="o", markersize=4, capsize=3, label=shape[:30])
+        for before, after in zip(points, points[1:]):
+            if before.shape.verdict != after.shape.verdict:
+                ax.annotate(after.shape.verdict, (position[after.run.id], after.shape.delta_pct),
+                            textcoords="offset points", xytext=(0, 8), ha="center", fontsize=7, color="tab:red")
+    labels = [p.commit for p in ordered]
+    ax.axhline(0.0, color="0.4", linewidth=0.8)
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("B/A - 1 (%), 95% CI")
+    ax.set_title(f"{op}: delta across commits (red: verdict changed)", fontsize=9)
+    ax.legend(fontsize=7, loc="best")
+    fig.subplots_adjust(left=0.12, right=0.98, top=0.92, bottom=0.3)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    return True

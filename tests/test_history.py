@@ -1,0 +1,167 @@
+"""The history file: a record round-trips report.json, a session records its root, and a corrupt or locked
+history file is one line while the run keeps its own exit code and root."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import simple_campaign, synthetic_root
+from pytest_abbench.history.record import record_root
+from pytest_abbench.history.store import SCHEMA_VERSION, History, HistoryError
+
+FAST = ("--ab-ir-target", "none", "--ab-samples", "1", "-p", "no:cacheprovider")
+
+
+def cli(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.run(sys.executable, "-m", "pytest_abbench.cli", *args)
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def test_a_record_round_trips_report_json_and_the_campaign_repository_commit(tmp_path: Path,
+                                                                              campaign_dir: pytest.Pytester) -> None:
+    root = tmp_path / "runs" / "root"
+    synthetic_root(root, {"s1": [0.10, 0.11, 0.09, 0.10], "s2": [0.001, -0.001, 0.0, 0.0005]})
+    # campaign.json names a campaign file in a git repository with an uncommitted change: commit and dirty kept.
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    (repo / "camp.py").write_text("OPS = []\n")
+    git(repo, "add", "camp.py")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "a campaign")
+    (repo / "camp.py").write_text("OPS = [] # edited\n")
+    (root / "campaign.json").write_text(json.dumps({"schema": 1, "campaign_files": {str(repo / "camp.py"): "h1"},
+                                                    "switch_env": None}))
+    assert cli(campaign_dir, "summary", str(root)).ret == 0  # writes report.json
+    report = json.loads((root / "report.json").read_text())
+
+    history_file = tmp_path / "runs" / "history.sqlite"
+    run_id = record_root(history_file, root, 0, label="nightly")
+    with History(history_file, create=False) as history:
+        (run,) = history.runs()
+        assert history.root_path(run).resolve() == root.resolve()
+    assert run.id == run_id and run.root == "root" and run.label == "nightly" and run.exit_code == 0
+    tree = run.subject_tree
+    assert tree is not None and tree.commit == git(repo, "rev-parse", "HEAD") and tree.dirty is True
+    assert tree.subject == "a campaign"
+    assert run.identity["device"] == "H200" and run.identity["timer"] == "cudagraph"
+    stored = {(s.op, s.shape): s for s in run.shapes}
+    for shape in report["ops"][0]["shapes"]:
+        s = stored[("op", shape["shape"])]
+        assert (s.delta_pct, list(s.ci_pct or ()), s.verdict, s.a_ms, s.b_ms, s.rounds) == (
+            shape["delta_pct"], shape["ci_pct"], shape["verdict"], shape["a_ms"], shape["b_ms"], shape["rounds"])
+    assert {s.verdict for s in run.shapes} == {"slower", "same"}
+    (op,) = run.ops
+    assert (op.geomean_pct, list(op.geomean_ci_pct or ())) == (report["ops"][0]["geomean_pct"],
+                                                              report["ops"][0]["geomean_ci_pct"])
+
+    # The same root recorded again (resumed) keeps its latest record only; another root lands beside it.
+    record_root(history_file, root, 7, label="resumed")
+    shutil.copytree(root, root.with_name("copy"))
+    record_root(history_file, root.with_name("copy"), 0)
+    listed = cli(campaign_dir, "history", "--history", str(history_file))
+    assert listed.ret == 0, listed.stdout.str()
+    listed.stdout.fnmatch_lines([f"   2  *  {tree.commit[:12]}[*]     7  same 1, slower 1 *  resumed: root",
+                                 f"   3  *  {tree.commit[:12]}[*]     0  same 1, slower 1 *  copy"])
+    assert "nightly" not in listed.stdout.str()
+    png = tmp_path / "op.png"
+    series = cli(campaign_dir, "history", "--history", str(history_file), "--op", "op", "--shape", "s1",
+                 "--plot", str(png))
+    assert series.ret == 0, series.stdout.str()
+    series.stdout.fnmatch_lines(["== op[[]s1[]]: 2 run(s), ordered by commit time", "*+10.0%*slower*"])
+    pytest.importorskip("matplotlib")
+    series.stdout.fnmatch_lines([f"plot: {png}"])
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_schema_is_versioned_and_a_newer_file_is_refused_by_name(tmp_path: Path) -> None:
+    path = tmp_path / "history.sqlite"
+    with History(path) as history:
+        assert history.version == SCHEMA_VERSION
+    with History(path) as history:  # opened again: no migration runs twice
+        assert history.db.execute("SELECT version FROM schema_info").fetchone() == (SCHEMA_VERSION,)
+    db = sqlite3.connect(path)
+    db.execute("UPDATE schema_info SET version = ?", (SCHEMA_VERSION + 1,))
+    db.commit()
+    db.close()
+    with pytest.raises(HistoryError, match=f"{path}: history schema version {SCHEMA_VERSION + 1} is newer"):
+        History(path)
+    (tmp_path / "other.sqlite").unlink(missing_ok=True)
+    other = sqlite3.connect(tmp_path / "other.sqlite")
+    other.execute("CREATE TABLE t (x)")
+    other.commit()
+    other.close()
+    with pytest.raises(HistoryError, match="not a pytest-abbench history file"):
+        History(tmp_path / "other.sqlite")
+
+
+def test_a_session_records_its_root_by_default_and_not_with_off(campaign_dir: pytest.Pytester) -> None:
+    campaign_dir.makepyfile(c=simple_campaign('"one"'))
+    result = campaign_dir.runpytest_subprocess("c.py", "--ab-rounds", "2", "--ab-root", "r1", *FAST)
+    assert result.ret == 0, result.stdout.str()
+    history_file = campaign_dir.path / ".abbench" / "history.sqlite"
+    result.stdout.fnmatch_lines([f"history: run 1 recorded in {history_file}"])
+    with History(history_file, create=False) as history:
+        (run,) = history.runs()
+    assert history.root_path(run).resolve() == (campaign_dir.path / "r1").resolve()
+    assert {s.shape for s in run.shapes} == {"n=8", "n=16"} and run.rounds == 2 and run.exit_code == 0
+
+    result = campaign_dir.runpytest_subprocess("c.py", "--ab-rounds", "1", "--ab-root", "r2", "--ab-history", "off",
+                                               *FAST)
+    assert result.ret == 0, result.stdout.str()
+    assert "history:" not in result.stdout.str()
+    with History(history_file, create=False) as history:
+        assert len(history.runs()) == 1
+
+
+def test_a_corrupt_history_file_is_one_line_and_the_exit_code_stays_the_runs(campaign_dir: pytest.Pytester) -> None:
+    # One op fails its cells: the run's own exit code is 1, and it must stay 1.
+    campaign_dir.makepyfile(c=simple_campaign('"one"', extra='''
+        def broken(shape, device):
+            raise RuntimeError("no")
+        ''') + 'OPS.append(Op("broken", build=broken, shapes={"smoke": [{"n": 8}]}))\n')
+    history_file = campaign_dir.path / "h.sqlite"
+    history_file.write_bytes(b"this is not an SQLite file" * 100)
+    result = campaign_dir.runpytest_subprocess("c.py", "--ab-rounds", "1", "--ab-root", "r", "--ab-history",
+                                               str(history_file), *FAST)
+    assert result.ret == 1, result.stdout.str()
+    root = campaign_dir.path / "r"
+    result.stdout.fnmatch_lines([f"abbench: history not recorded: {history_file}: corrupt or not an SQLite file "
+                                 f"(*); the root {root} and exit code 1 are this run's own*",
+                                 "abbench: exit 1: *"])
+    assert (root / "report.json").is_file()
+    assert history_file.read_bytes() == b"this is not an SQLite file" * 100  # left as it was
+    listed = cli(campaign_dir, "history", "--history", str(history_file))
+    assert listed.ret == 2
+    listed.stderr.fnmatch_lines([f"abbench history: {history_file}: corrupt or not an SQLite file*"])
+
+
+def test_a_locked_history_file_is_one_line_and_the_run_is_untouched(campaign_dir: pytest.Pytester) -> None:
+    campaign_dir.makepyfile(c=simple_campaign('"one"'))
+    history_file = campaign_dir.path / "h.sqlite"
+    History(history_file).db.close()
+    holder = sqlite3.connect(history_file, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")  # another writer holds the file for the whole session
+    try:
+        result = campaign_dir.runpytest_subprocess("c.py", "--ab-rounds", "1", "--ab-root", "r", "--ab-history",
+                                                   str(history_file), *FAST)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert result.ret == 0, result.stdout.str()
+    root = campaign_dir.path / "r"
+    result.stdout.fnmatch_lines([f"abbench: history not recorded: {history_file}: locked by another process (still "
+                                 f"busy after 2 s); the root {root} and exit code 0 are this run's own*",
+                                 "abbench: exit 0: *"])
+    assert (root / "report.json").is_file()
+    with History(history_file, create=False) as history:
+        assert history.runs() == []
