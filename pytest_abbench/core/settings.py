@@ -158,6 +158,7 @@ class Settings:
     precompile: bool = True
     worker_scratch: Path | None = None
     costs_from: Path | None = None  # --ab-costs-from: an earlier root whose cell times order the ops
+    kernel_cache: str = "auto"  # --ab-kernel-cache: auto (the user's cache folder), off (the root's), or a folder
     sources: dict[str, str] = field(default_factory=dict)
 
     def caliber_options(self) -> dict[str, str]:

@@ -17,6 +17,7 @@ from typing import Any, Callable
 import pytest
 
 from pytest_abbench.core import cellconfig, envnames
+from pytest_abbench.core.kernelcache import kernel_cache_option
 from pytest_abbench.core.layout import STATUS_FILE
 from pytest_abbench.core.settings import (DEFAULT_CELL_TIMEOUT_S, DEFAULT_ROUNDS, MAX_ROUNDS, Settings,
                                           add_report_options, choice, default_level, detect_backend,
@@ -28,6 +29,11 @@ TIMERS = ("auto", *cellconfig.TIMERS)
 BACKENDS = ("auto", *cellconfig.BACKENDS)
 LEVELS = ("auto", *cellconfig.LEVELS)
 
+KERNEL_CACHE_HELP = (
+    "where each side's compiled kernels are kept across runs: auto (default: a folder per side and key under "
+    "$XDG_CACHE_HOME/pytest-abbench/kernels, else ~/.cache/...; the key holds the side's Triton build, its switch "
+    "environment, the campaign's source and the device), DIR (the same under DIR), or off (the root's own cache "
+    f"per side, for this run only); env {envnames.ABBENCH_KERNEL_CACHE}, ini ab_kernel_cache")
 CELL_TIMEOUT_HELP = f"seconds before a cell's process group is killed (rc 124 TIMEOUT); env {envnames.CELL_TIMEOUT}, ini cell_timeout"
 
 
@@ -66,6 +72,8 @@ def register(parser: pytest.Parser) -> None:
     add("--ab-precompile", type=choice(("on", "off")), default="on",
         help="on: before an op's round 1 on a GPU, compile its kernels for both sides in parallel compile-only "
              "processes (one share of the shapes each, every autotune candidate) into each side's Triton cache")
+    add("--ab-kernel-cache", type=kernel_cache_option, default=None, metavar="auto|off|DIR",
+        help=KERNEL_CACHE_HELP)
     add("--ab-control", action="store_true", default=False,
         help="A/A control: a third cell per round and op ([r<k>-A2]) runs side A again; each shape's A/A interval "
              "is printed, and where it excludes zero, directions no larger than that bias are withheld")
@@ -82,6 +90,7 @@ def register(parser: pytest.Parser) -> None:
     add_report_options(add)
     parser.addini("cell_timeout", CELL_TIMEOUT_HELP, default=None)
     parser.addini("ab_rounds", "rounds per op", default=None)
+    parser.addini("ab_kernel_cache", KERNEL_CACHE_HELP, default=None)
 
 
 
@@ -109,6 +118,8 @@ def resolve(config: pytest.Config) -> Settings:
     timeout, timeout_src = _from_env_or_ini(config, opt.cell_timeout, envnames.CELL_TIMEOUT, "cell_timeout",
                                             positive_seconds, DEFAULT_CELL_TIMEOUT_S)
     rounds, rounds_src = _from_env_or_ini(config, opt.ab_rounds, None, "ab_rounds", rounds_count, DEFAULT_ROUNDS)
+    kernel_cache, kernel_cache_src = _from_env_or_ini(config, opt.ab_kernel_cache, envnames.ABBENCH_KERNEL_CACHE,
+                                                      "ab_kernel_cache", kernel_cache_option, "auto")
     # An xdist worker (maybe on another host) never reads the controller's root: the controller checks it.
     # (config.workerinput, not PYTEST_XDIST_WORKER: that variable leaks into every process a worker starts.)
     if opt.ab_resume and not hasattr(config, "workerinput") and not (opt.ab_resume / STATUS_FILE).is_file():
@@ -153,7 +164,8 @@ def resolve(config: pytest.Config) -> Settings:
         spawn=resolve_spawn(opt.ab_spawn),
         precompile=opt.ab_precompile == "on",
         worker_scratch=Path(opt.ab_worker_scratch) if opt.ab_worker_scratch else None,
-        sources={"cell_timeout": timeout_src, "rounds": rounds_src},
+        kernel_cache=kernel_cache,
+        sources={"cell_timeout": timeout_src, "rounds": rounds_src, "kernel_cache": kernel_cache_src},
     )
     from pytest_abbench.spawn.precompile import worker_share
 

@@ -11,19 +11,20 @@ import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 from pytest_abbench.spawn import precompile
 
 from pytest_abbench.core import tunercache
-from pytest_abbench.campaign.model import Campaign
+from pytest_abbench.campaign.model import Campaign, source_hash
+from pytest_abbench.spawn.kernelcache import KernelCaches
 from pytest_abbench.core import envnames
 from pytest_abbench.core.cellconfig import CHILD_MODULE, CellConfig, autotune_mode_for
 from pytest_abbench.spawn.cellrun import ChildResult, log_tail
 from pytest_abbench.core.exitcodes import describe, status_word
 from pytest_abbench.spawn.strategy import CellSpawn, ExecSpawn, ForkSpawn
 from pytest_abbench.core.fileio import CorruptFileError
-from pytest_abbench.core.cellfiles import read_timing, write_timing
+from pytest_abbench.core.cellfiles import KernelCounts, read_timing, write_timing
 from pytest_abbench.core.results import read_results
 from pytest_abbench.checks.irgate import ttgir_files
 from pytest_abbench.core.layout import SIDES, TIMING_FILE, CellKey, RootLayout, ir_dir, results_file, run_log
@@ -52,7 +53,10 @@ class CellRunner:
         self.gpu = gpu
         self.check = check  # called while a child runs: stops the session when it must not go on
         self.spawn: CellSpawn = ForkSpawn(layout.servers) if settings.spawn == "fork" else ExecSpawn()
+        self.kernel_caches = KernelCaches(settings.kernel_cache, layout, settings.backend, gpu)
+        self._sources: dict[Path, str] = {}  # campaign file -> source hash, read once per session
         self.precompiled: set[str] = set()
+        self.precompiled_kernels: dict[str, dict[str, KernelCounts]] = {}  # op -> its precompile's counts by side
         self.planned_servers: list[tuple[Campaign, CellKey]] = []
         self._target: str | None | bool = False  # the GPU's Triton target, looked up once (False: not yet)
 
@@ -95,15 +99,17 @@ class CellRunner:
         Start from this process's environment; drop every variable either
         side's switch sets (so a variable exported in the shell cannot leak
         one side's switch into the other); apply this side's switch; then the
-        plugin's own: a per-side TRITON_CACHE_DIR (many switches are not in
-        Triton's cache key), the interpreter flag, and the package path.
+        plugin's own: the interpreter flag, the package path, and last the
+        side's TRITON_CACHE_DIR (``spawn.kernelcache``: the persistent folder of
+        the side's key, or the root's own per side; never one for both sides,
+        since many switches are not in Triton's cache key).
         """
         switch = campaign.switch
         env = dict(os.environ)
         for name in set(switch.env_a) | set(switch.env_b):
             env.pop(name, None)
         env.update(switch.env(key.side))
-        env[envnames.TRITON_CACHE_DIR] = str(self.layout.triton_cache(key.side))
+        env.pop(envnames.TRITON_CACHE_DIR, None)  # set below, from everything else
         # Library tuners (FlagGems' LibTuner): a cache of the cell's own, or the one shared folder asked for.
         tuner_cache = self.tuner_cache(campaign, key.side)
         shared = tuner_cache.removeprefix("shared:") if tuner_cache.startswith("shared:") else None
@@ -116,8 +122,17 @@ class CellRunner:
         env[envnames.PYTHONUNBUFFERED] = "1"
         if self.gpu is not None:
             env[envnames.CUDA_VISIBLE_DEVICES] = self.gpu
+        env[envnames.TRITON_CACHE_DIR] = str(self.triton_cache(campaign, key.side, env))
         env[envnames.ABBENCH_SPAWN_TIME] = repr(time.time())
         return env
+
+    def triton_cache(self, campaign: Campaign, side: str, env: dict[str, str]) -> Path:
+        """The side's Triton cache folder for a cell environment ``env`` (``spawn.kernelcache``)."""
+        source = self._sources.get(campaign.path)
+        if source is None:
+            source = self._sources[campaign.path] = source_hash(campaign.path)
+        return self.kernel_caches.folder(campaign.path, source, side, campaign.switch.python(side) or sys.executable,
+                                         campaign.switch.env(side), env)
 
     def config(self, campaign: Campaign, key: CellKey, cell_dir: Path) -> CellConfig:
         """What the child is told; a side's campaign options (``Switch.options_a/b``) win over the session's."""
@@ -196,7 +211,17 @@ class CellRunner:
             self._start_planned_servers()
             result = precompile.run_jobs(jobs, parallel, s.budget.precompile_s, self.check)
             log.write(result.line(key.op) + "\n")
+        self.precompiled_kernels[key.op] = result.kernels
         return time.monotonic() - started
+
+    def write_notices(self, campaign: Campaign, key: CellKey, cell_dir: Path, log_path: Path) -> None:
+        """Say in the cell's log which kernel cache its side uses, and anything that went wrong finding it."""
+        folder = self.triton_cache(campaign, key.side, self.env(campaign, key, cell_dir))
+        with open(log_path, "a", encoding="utf-8") as log:
+            for notice in self.kernel_caches.notices:
+                log.write(f"[abbench] {notice}\n")
+            log.write(f"[abbench] side {key.side} kernel cache: {folder}\n")
+        self.kernel_caches.notices.clear()
 
     def run(self, campaign: Campaign, key: CellKey) -> CellRun:
         """Run the cell's child to the end (or its timeout) and read what it left."""
@@ -210,11 +235,13 @@ class CellRunner:
         if per_cell_tuner and not records_tuning:
             tunercache.seed_from_record(self.layout.root, key.op, cell_dir / tunercache.CELL_CACHE_DIR)
         (cell_dir / TIMING_FILE).unlink(missing_ok=True)  # an earlier attempt's parts are not this one's
+        self.write_notices(campaign, key, cell_dir, log_path)
         child = self.start_cell(campaign, key, cell_dir, log_path)
         ended = time.time()
         if precompile_s:
             child = ChildResult(child.rc, child.elapsed_s + precompile_s)
-        add_parent_timing(cell_dir, precompile_s, ended, child.elapsed_s)
+        add_parent_timing(cell_dir, precompile_s, ended, child.elapsed_s,
+                          self.precompiled_kernels.pop(key.op, {}) if precompile_s else {})
         if per_cell_tuner and records_tuning:
             tunercache.keep_record(cell_dir / tunercache.CELL_CACHE_DIR, self.layout.root, key.op)
         problems: list[str]
@@ -245,22 +272,26 @@ class CellRunner:
         return CellRun(outcome, failure)
 
 
-def add_parent_timing(cell_dir: Path, precompile_s: float, ended: float, elapsed_s: float) -> None:
+def add_parent_timing(cell_dir: Path, precompile_s: float, ended: float, elapsed_s: float,
+                      precompile_kernels: Mapping[str, KernelCounts] | None = None) -> None:
     """Add the parts only the parent sees to the cell's cell_timing.json, if the child wrote one.
 
     ``precompile_s``: the parallel compile before the op's round 1 (0 for other cells).  ``exit_s``: from the
     child's last stamp to the parent seeing it end (``ended``, the parent's ``time.time()``): the process's exit
     and CUDA teardown, the cell supervisor's reaping and the wait's latency; never more than the cell's
-    ``elapsed_s`` (the wall clock, unlike the parent's monotonic one, can step).
+    ``elapsed_s`` (the wall clock, unlike the parent's monotonic one, can step).  ``precompile_kernels``: the
+    precompile's kernels loaded from the cache and compiled, by side.
     """
     path = cell_dir / TIMING_FILE
     try:
         timing = read_timing(path)
     except (CorruptFileError, OSError):  # missing, torn, or not a timing file this version reads
         return
-    added: dict[str, float] = {}
+    added: dict[str, Any] = {}
     if precompile_s:
         added["precompile_s"] = precompile_s
+    if precompile_kernels:
+        added["precompile_kernels"] = {side: dict(counts) for side, counts in precompile_kernels.items()}
     try:
         exit_s = ended - float(timing["spawned_at"]) - float(timing["total_s"])
     except (KeyError, TypeError, ValueError):
