@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
@@ -22,6 +23,7 @@ from pytest_abbench.core import envnames
 from pytest_abbench.core.cellconfig import CHILD_MODULE, CellConfig, autotune_mode_for
 from pytest_abbench.spawn.cellrun import ChildResult, log_tail
 from pytest_abbench.core.exitcodes import describe, status_word
+from pytest_abbench.spawn.forkserver import server_key
 from pytest_abbench.spawn.strategy import CellSpawn, ExecSpawn, ForkSpawn
 from pytest_abbench.core.fileio import CorruptFileError
 from pytest_abbench.core.cellfiles import KernelCounts, read_timing, write_timing
@@ -58,6 +60,10 @@ class CellRunner:
         self.precompiled: set[str] = set()
         self.precompiled_kernels: dict[str, dict[str, KernelCounts]] = {}  # op -> its precompile's counts by side
         self.planned_servers: list[tuple[Campaign, CellKey]] = []
+        # Cells of this process still to end, by (campaign file, side); empty: not known (an xdist worker,
+        # which learns its cells one op at a time), and then no server is ended before the session ends.
+        self.cells_left: Counter[tuple[Path, str]] = Counter()
+        self._campaigns: dict[Path, Campaign] = {}
         self._target: str | None | bool = False  # the GPU's Triton target, looked up once (False: not yet)
 
     def close(self) -> None:
@@ -86,8 +92,41 @@ class CellRunner:
             self._start_server(campaign, key, self.layout.cell(key))
 
     def _start_server(self, campaign: Campaign, key: CellKey, cell_dir: Path) -> None:
-        """Start the server of ``key``'s side (a cell in ``cell_dir``) if the spawn keeps one; does not wait for it."""
+        """Start the server of ``key``'s side (a cell in ``cell_dir``) if the spawn keeps one and a cell of this
+        process still needs it; does not wait for it."""
+        if self.cells_left and not self.cells_left[(campaign.path, key.side)]:
+            return  # its cells have ended (or were deselected): it would only hold memory
         self.spawn.warm(self.python(campaign, key), self.env(campaign, key, cell_dir), f"side-{key.side}")
+
+    def plan_cells(self, cells: Iterable[tuple[Campaign, CellKey]]) -> None:
+        """The cells this process will end (run, skip or fail), so a side's fork server ends with its last one."""
+        for campaign, key in cells:
+            self._campaigns[campaign.path] = campaign
+            self.cells_left[(campaign.path, key.side)] += 1
+
+    def cell_ended(self, campaign: Campaign, key: CellKey) -> None:
+        """``key`` ended: end the fork server of its side once no cell left needs it.
+
+        Cells of two campaigns whose sides have one environment share a server:
+        it ends with the last cell of either.  A server that is still needed
+        after all (a cell run again) is started again.
+        """
+        where = (campaign.path, key.side)
+        if self.cells_left[where] <= 0:
+            return
+        self.cells_left[where] -= 1
+        if self.cells_left[where]:
+            return
+        server = self.server_of(campaign, key.side)
+        if any(self.server_of(self._campaigns[path], side) == server
+               for (path, side), left in self.cells_left.items() if left):
+            return
+        self.spawn.retire(self.python(campaign, key), self.env(campaign, key, self.layout.cell(key)))
+
+    def server_of(self, campaign: Campaign, side: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+        """The fork server a side's cells are forked from (``forkserver.server_key``)."""
+        key = CellKey(1, campaign.ops[0].name, side)
+        return server_key(self.python(campaign, key), self.env(campaign, key, self.layout.cell(key)))
 
     def tuner_cache(self, campaign: Campaign, side: str) -> str:
         """The side's tuner cache as the identity names it (caliber axis ``tuner_cache``)."""
