@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +15,16 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 # helpers.py holds campaign sources as strings (lines starting "OPS =") and imports
 # pytest_abbench: the plugin's looks_like_campaign would collect it as a campaign.
 collect_ignore = ["helpers.py"]
+
+
+@pytest.fixture(autouse=True)
+def kernel_cache_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test's sessions keep their persistent kernel cache (``--ab-kernel-cache auto``) under a folder of
+    the test's own, never in the user's ~/.cache, and start with it empty."""
+    home = tmp_path_factory.mktemp("xdg-cache")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home))
+    monkeypatch.delenv("ABBENCH_KERNEL_CACHE", raising=False)
+    return home
 
 
 @pytest.fixture

@@ -213,3 +213,74 @@ def test_the_driver_version_is_read_from_proc(tmp_path: Path, first_line: str, v
     path = tmp_path / "version"
     path.write_text(first_line + "\nGCC version:  gcc version 12.3.0\n")
     assert driver_version(path) == version
+
+
+# Each cell waits (up to 20 s) for the servers of the switches whose cells have all ended to be gone, then
+# writes which fork servers of this test are alive, read from /proc: a server is a process running the server
+# module whose parent is not one (its forked cells run the same command line).
+LIVE_SERVERS_CAMPAIGN = textwrap.dedent('''
+    import json, os, time
+    import torch
+    from pytest_abbench.campaign.model import Case, Op, Switch
+
+    SERVER = b"pytest_abbench.child.server"
+
+    def cmdline(pid):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                return handle.read()
+        except OSError:
+            return b""
+
+    def live_servers():
+        found = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or SERVER not in cmdline(entry):
+                continue
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as handle:
+                    ppid = int(handle.read().rsplit(b")", 1)[1].split()[1])
+                with open(f"/proc/{entry}/environ", "rb") as handle:
+                    env = dict(v.split(b"=", 1) for v in handle.read().split(b"\\0") if b"=" in v)
+            except OSError:
+                continue
+            if SERVER in cmdline(ppid) or env.get(b"SEEN_FILE", b"").decode() != os.environ["SEEN_FILE"]:
+                continue
+            found.append(next((k.decode() for k in env if k.startswith(b"ABBENCH_TEST_SW")), "A"))
+        return sorted(found)
+
+    def build(shape, device):
+        deadline = time.monotonic() + 20
+        while any(s in ENDED for s in live_servers()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        side = "B" if os.environ.get(VAR) else "A"
+        with open(os.environ["SEEN_FILE"], "a") as handle:
+            handle.write(json.dumps({"cell": f"{OP}-{side}", "live": live_servers()}) + "\\n")
+        x = torch.ones(4)
+        return Case(run=lambda: x * 2, expected=lambda: torch.full((4,), 2.0))
+
+    OPS = [Op(OP, build=build, shapes={"smoke": [{"n": 4}]})]
+    SWITCH = Switch(env_b={VAR: "1"})
+''')
+
+
+def test_a_switchs_server_ends_with_its_last_cell(campaign_dir: pytest.Pytester, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three switches, one round each, in one session: cells run s1-A, s1-B, s2-A, s2-B, s3-A, s3-B.  A switch's
+    side-B server ends after its B cell; side A's (one for all three: the same environment) after s3-A."""
+    for k in (1, 2, 3):
+        ended = [f"ABBENCH_TEST_SW{j}" for j in range(1, k)] + (["A"] if k == 3 else [])
+        campaign_dir.makepyfile(**{f"s{k}": f"OP, VAR, ENDED = 's{k}', 'ABBENCH_TEST_SW{k}', {ended!r}\n"
+                                            f"{LIVE_SERVERS_CAMPAIGN}"})
+    seen_file = tmp_path / "seen"
+    monkeypatch.setenv("SEEN_FILE", str(seen_file))
+    result = campaign_dir.runpytest_subprocess("s1.py", "s2.py", "s3.py", "--ab-rounds", "1", "--ab-spawn", "fork",
+                                               "--ab-root", str(tmp_path / "root"), *FAST)
+    result.assert_outcomes(passed=6)
+    live = {c["cell"]: c["live"] for c in map(json.loads, seen_file.read_text().splitlines())}
+    assert list(live) == ["s1-A", "s1-B", "s2-A", "s2-B", "s3-A", "s3-B"], live
+    assert {"A", "ABBENCH_TEST_SW1"} <= set(live["s1-A"]), live
+    assert "ABBENCH_TEST_SW1" not in live["s2-A"] and "ABBENCH_TEST_SW2" in live["s2-B"], live
+    assert not {"ABBENCH_TEST_SW1", "ABBENCH_TEST_SW2"} & set(live["s3-A"]), live
+    assert live["s3-B"] == ["ABBENCH_TEST_SW3"], live  # side A's server ended with s3-A
+    assert max(len(v) for v in live.values()) <= 4, live

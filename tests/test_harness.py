@@ -108,7 +108,9 @@ def test_identity_file_contents(pytester: pytest.Pytester, tmp_path: Path) -> No
 def test_ir_capture_writes_ttgir_on_a_triton_cache_hit(tmp_path: Path) -> None:
     """Two compile-only runs of one side share a TRITON_CACHE_DIR; the second loads from it and still writes IR."""
     cache = tmp_path / "cache"
-    env = {**os.environ, "TRITON_CACHE_DIR": str(cache), "PYTHONPATH": str(REPO)}
+    # Without the per-pass dump: its file's path is in Triton's cache key, so dumped compiles never hit (and go to
+    # a folder of their own process, not into TRITON_CACHE_DIR).
+    env = {**os.environ, "TRITON_CACHE_DIR": str(cache), "PYTHONPATH": str(REPO), "ABBENCH_PASS_DUMP": "0"}
     env.pop("TRITON_INTERPRET", None)
     outs = []
     for n in (1, 2):
@@ -121,6 +123,8 @@ def test_ir_capture_writes_ttgir_on_a_triton_cache_hit(tmp_path: Path) -> None:
     cached = [p for p in cache.rglob("*.ttgir")]
     assert cached, "the first run filled Triton's cache"
     assert outs[0] and outs[0] == outs[1], "a cache hit captures the same files under the same stable names"
+    counts = [json.loads((tmp_path / f"cell{n}" / "kernel_counts.json").read_text()) for n in (1, 2)]
+    assert counts[0]["compiled"] > 0 and counts[1] == {"schema": 1, "loaded": counts[0]["compiled"], "compiled": 0}
 
 
 def _fail_capture(fn: object, window_ms: float) -> Windows:

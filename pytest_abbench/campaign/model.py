@@ -13,6 +13,7 @@ import torch or triton; campaign files import their kernels inside ``build``.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import functools
 import hashlib
@@ -443,6 +444,53 @@ def _helpers_imported(folder: Path, before: set[str]) -> dict[str, ModuleType]:
 
 
 _IMPORT_THREADS: "weakref.WeakSet[threading.Thread]" = weakref.WeakSet()  # the threads bounded imports run in
+
+
+def source_files(path: Path) -> list[Path]:
+    """The campaign file at ``path`` and every helper beside it that it imports, directly or through a helper.
+
+    Read from the files' import statements (anywhere in them: a build may import inside its body), not from what
+    this process happened to import, so the answer does not depend on which other campaigns were collected.  A
+    helper package counts whole (every ``.py`` under it); libraries installed elsewhere are not part of it.
+    """
+    path = Path(path).resolve()
+    folder = path.parent
+    found: set[Path] = set()
+    todo = [path]
+    while todo:
+        file = todo.pop()
+        if file in found:
+            continue
+        found.add(file)
+        try:
+            tree = ast.parse(file.read_bytes(), str(file))
+        except (SyntaxError, ValueError, OSError):
+            continue  # importing it fails anyway, and says why
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                top = name.partition(".")[0]
+                if (folder / top).is_dir():
+                    todo += [p for p in (folder / top).rglob("*.py") if "__pycache__" not in p.parts]
+                elif (folder / f"{top}.py").is_file():
+                    todo.append(folder / f"{top}.py")
+    return sorted(found)
+
+
+def source_hash(path: Path) -> str:
+    """A hash of ``source_files(path)``: names relative to the campaign's folder, and contents."""
+    path = Path(path).resolve()
+    digest = hashlib.sha256()
+    for file in source_files(path):
+        data = file.read_bytes()
+        digest.update(f"{os.path.relpath(file, path.parent)}\0{len(data)}\0".encode())
+        digest.update(data)
+    return digest.hexdigest()[:16]
 
 
 @contextlib.contextmanager

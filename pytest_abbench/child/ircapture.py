@@ -19,7 +19,9 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -227,6 +229,13 @@ def install_capture(ir_dir: Path) -> list[str]:
         _pass_dump = PassDump(ir_dir / PASS_DUMP_FILE)
         os.environ[envnames.MLIR_DUMP_PATH] = str(_pass_dump.path)  # LLVM opens it at the first compile
         atexit.register(_pass_dump.finish)
+        # MLIR_DUMP_PATH is in Triton's cache key and names this process's own file: a kernel compiled with the
+        # dump on is never loaded by another process (and one loaded would have no pass list).  Those compiles
+        # go to a folder of this process, removed at exit, not into the side's kernel cache, which they would
+        # only fill with entries that never hit.
+        scratch = tempfile.mkdtemp(prefix="abbench-dumped-compiles-")
+        os.environ[envnames.TRITON_CACHE_DIR] = scratch  # Triton reads it at each compile
+        atexit.register(shutil.rmtree, scratch, True)
     pass_dump = _pass_dump
     written: list[str] = []
     previous = knobs.runtime.jit_post_compile_hook

@@ -29,9 +29,11 @@ from pytest_abbench.child.gpustate import open_sampler
 from pytest_abbench.child.identity import build_identity, write_identity
 from pytest_abbench.child.ircapture import enter_compile_only, install_capture, merge_ir
 from pytest_abbench.child.layout_shift import hold_pads, pad_sizes
+from pytest_abbench.child.compilecount import CompileCounter
 from pytest_abbench.child.regime import RegimeTiming, run_regime
 from pytest_abbench.child.timers import CapturePoisoned, prepare_with_fallback
-from pytest_abbench.core.cellfiles import Shares, write_shares, write_timing
+from pytest_abbench.core.cellfiles import (KERNEL_COUNTS_FILE, KernelCounts, Shares, add_counts, kernel_counts_in,
+                                           write_kernel_counts, write_shares, write_timing)
 from pytest_abbench.checks.irgate import ttgir_files
 from pytest_abbench.core.layout import IR_DIR, RESULTS_FILE, SHARES_FILE, TIMING_FILE, markers_log, share_dir
 from pytest_abbench.core.markers import AUTOTUNE_REPLAY_FALLBACK, is_marker_line
@@ -86,6 +88,7 @@ def measure(config: CellConfig) -> int:
     import torch
     import triton  # noqa: F401  (import cost belongs to start-up)
 
+    counter = CompileCounter().install()
     if config.backend == "cuda" and not torch.cuda.is_available():
         log("[abbench] backend cuda requested but torch.cuda.is_available() is False")
         return EXIT_SETUP_ERROR
@@ -122,9 +125,15 @@ def measure(config: CellConfig) -> int:
     phases["autotune_bench_calls"] = pin.bench_calls
     phases["autotune_s"] = pin.bench_s  # part of first_call_s
     phases["ir_variants"] = len(ir_written)
+    captured: KernelCounts | None = None
     if not poisoned and config.backend == "interpreter" and config.ir_target:
         write_timing(out / TIMING_FILE, phases)  # kept if the capture below hangs until the timeout
+        (out / KERNEL_COUNTS_FILE).unlink(missing_ok=True)  # an earlier attempt's
         phases["ir_capture_s"] = capture_ir_on_cpu(config)  # the GPU captures its IR while it compiles
+        captured = kernel_counts_in(out)
+    if counter.available:
+        kernels = add_counts(counter.counts(), captured)
+        phases["kernels_loaded"], phases["kernels_compiled"] = kernels["loaded"], kernels["compiled"]
     if not poisoned:
         # A poisoned process leaves no stamps: a fresh one measures the rest and writes its own; should that
         # one die first, the parent would otherwise count its whole run as this process's exit.
@@ -285,6 +294,7 @@ def run_ir_only(config: CellConfig) -> int:
         "replay" if record and record.exists() else "off"
     pin = AutotunePin(mode, record, log, can_benchmark=lambda _: False)
     install(pin)
+    counter = CompileCounter().install()
     written = install_capture(out / IR_DIR)
     shard, shards = config.shard_of()
     who = f"{out.name}: " if config.shard is not None else ""  # which share, in a log the shares write together
@@ -298,7 +308,9 @@ def run_ir_only(config: CellConfig) -> int:
         except Exception as exc:
             log(f"[abbench] {who}shape {shape.id}: {type(exc).__name__}: {exc}"[:500])
             raise
-    log(f"[abbench] {who}IR for {config.ir_target}: {len(written)} kernel variants -> {out / IR_DIR}")
+    counter.write(out)
+    log(f"[abbench] {who}IR for {config.ir_target}: {len(written)} kernel variants -> {out / IR_DIR} "
+        f"({counter.loaded} loaded from Triton's cache, {counter.compiled} compiled)")
     return 0
 
 
@@ -335,7 +347,11 @@ def run_shares(config: CellConfig) -> int:
             failed.append(f"{name} rc {os.waitstatus_to_exitcode(status)}")
     write_shares(config.out / SHARES_FILE, Shares(seconds=seconds, failed=failed))
     ir = config.out / IR_DIR
+    counts = [kernel_counts_in(out) for out in outs.values()]
+    if any(counts):
+        write_kernel_counts(config.out, add_counts(*counts))
     for out in outs.values():  # a failed share's IR too: what it compiled is in the cell's log
+        (out / KERNEL_COUNTS_FILE).unlink(missing_ok=True)
         merge_ir(out / IR_DIR, ir)
         if out.is_dir() and not any(out.iterdir()):
             out.rmdir()

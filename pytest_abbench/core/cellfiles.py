@@ -4,7 +4,10 @@
 process (``child/measure.py``), completed by the parent
 (``spawn/runner.add_parent_timing``), read by the report (``report/cost.py``).
 ``shares.json``: a compile-only cell's forked shares, written by the cell,
-read by the parent's precompile.  ``origin.json``: where a cell landed from
+read by the parent's precompile.  ``kernel_counts.json``: the kernels a
+compile-only process loaded from Triton's cache and compiled
+(``child/compilecount.py``), read by the cell that started it, the parent's
+precompile and the report.  ``origin.json``: where a cell landed from
 (``session/transport.py``).  ``workers.json`` (in the root, not a cell folder): an
 xdist session's per-worker busy time, written by ``session/xdist_hooks.py``,
 read by ``benchmarks/scale_check.py``.  Each carries the format version; a file without
@@ -16,9 +19,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, TypedDict
 
-from pytest_abbench.core.fileio import SCHEMA_FIELD, read_object, write_json_atomic
+from pytest_abbench.core.fileio import SCHEMA_FIELD, CorruptFileError, read_object, write_json_atomic
 
 TIMING_SCHEMA = 1
+KERNEL_COUNTS_SCHEMA = 1
+KERNEL_COUNTS_FILE = "kernel_counts.json"
 SHARES_SCHEMA = 1
 ORIGIN_SCHEMA = 1
 WORKERS_SCHEMA = 1
@@ -40,6 +45,9 @@ class CellTiming(TypedDict, total=False):
     total_s: float  # the child's own time, to its last stamp
     spawned_at: float  # the parent's spawn stamp (time.time())
     precompile_s: float  # added by the parent: the op's parallel compile before round 1
+    kernels_loaded: int  # kernels this cell's processes (its IR capture included) loaded from Triton's cache
+    kernels_compiled: int  # and those they compiled
+    precompile_kernels: dict[str, dict[str, int]]  # added by the parent: the precompile's counts, by side
     exit_s: float  # added by the parent: from the child's last stamp to seeing it end
 
 
@@ -52,6 +60,47 @@ def read_timing(path: Path) -> dict[str, Any]:
     data = read_object(path)
     data.version(TIMING_SCHEMA)
     return data.declared(CellTiming)
+
+
+class KernelCounts(TypedDict):
+    """Kernels one process (or a cell's shares together) loaded from Triton's cache, and compiled."""
+
+    loaded: int
+    compiled: int
+
+
+def write_kernel_counts(folder: Path, counts: KernelCounts) -> None:
+    write_json_atomic(folder / KERNEL_COUNTS_FILE, {SCHEMA_FIELD: KERNEL_COUNTS_SCHEMA, **counts})
+
+
+def read_kernel_counts(folder: Path) -> KernelCounts:
+    data = read_object(folder / KERNEL_COUNTS_FILE)
+    data.version(KERNEL_COUNTS_SCHEMA)
+    return KernelCounts(loaded=data.whole("loaded"), compiled=data.whole("compiled"))
+
+
+def kernel_counts_in(folder: Path) -> KernelCounts | None:
+    """The counts a compile-only process left in ``folder``; None where it left none, or an unreadable file."""
+    try:
+        return read_kernel_counts(folder)
+    except (CorruptFileError, OSError):
+        return None
+
+
+def add_counts(*counts: KernelCounts | None) -> KernelCounts:
+    """The sum of ``counts``, those missing left out."""
+    return KernelCounts(loaded=sum(c["loaded"] for c in counts if c), compiled=sum(c["compiled"] for c in counts if c))
+
+
+def timing_kernel_counts(timing: dict[str, Any]) -> dict[str, KernelCounts]:
+    """A read timing's precompile counts by side; a field that is not the shape written is left out."""
+    found: dict[str, KernelCounts] = {}
+    value = timing.get("precompile_kernels")
+    if isinstance(value, dict):
+        for side, counts in value.items():
+            if isinstance(counts, dict) and all(isinstance(counts.get(k), int) for k in ("loaded", "compiled")):
+                found[str(side)] = KernelCounts(loaded=counts["loaded"], compiled=counts["compiled"])
+    return found
 
 
 class Shares(TypedDict):

@@ -23,6 +23,10 @@ ABBENCH_IR_CAPTURE = "ABBENCH_IR_CAPTURE"
 ABBENCH_PASS_DUMP = "ABBENCH_PASS_DUMP"
 # Set by spawn/runner.py; child/measure.py and FlagGems' LibTuner read it: the cell's library tuner cache.
 FLAGGEMS_CACHE_DIR = "FLAGGEMS_CACHE_DIR"
+# Set by the user (XDG); core/kernelcache.py reads it: the persistent kernel cache's default folder is under it.
+XDG_CACHE_HOME = "XDG_CACHE_HOME"
+# Set by the user; session/options.py reads it: the persistent kernel cache's folder, or "off" (--ab-kernel-cache).
+ABBENCH_KERNEL_CACHE = "ABBENCH_KERNEL_CACHE"
 # Set by spawn/runner.py; Triton reads it: each side's own compile cache (many switches are not in its key).
 TRITON_CACHE_DIR = "TRITON_CACHE_DIR"
 # Set by spawn/runner.py for the interpreter backend, dropped by child/measure.py for IR capture; Triton reads it.

@@ -221,6 +221,7 @@ class Settings:
     switch_env_a: dict[str, str] | None = None  # --ab-switch-env-a: side A's environment replacing the campaign's
     history: Path | None = None  # --ab-history: the history file the session's end records into (None: off)
     history_label: str = ""  # --ab-history-label: a word kept with the run (a bisection's step)
+    kernel_cache: str = "auto"  # --ab-kernel-cache: auto (the user's cache folder), off (the root's), or a folder
     sources: dict[str, str] = field(default_factory=dict)
 
     def caliber_options(self) -> dict[str, str]:

@@ -6,7 +6,9 @@ cell that ran is counted whole: what its timing file does not account for
 (the fork or exec, the layout pads, the autotune record's save, a cell that
 crashed before writing the file) is ``other``; an IR-only cell, which writes none, is compile.
 ``idle`` is worker time with no cell running: workers x session wall time
-minus the cells' time (plugin, pytest, waiting).
+minus the cells' time (plugin, pytest, waiting).  ``kernels``: per side, the
+kernels the cells (and the precompiles) loaded from Triton's cache and those
+they compiled (``child/compilecount.py``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from pytest_abbench.core.cellfiles import KernelCounts, add_counts, kernel_counts_in, timing_kernel_counts
 from pytest_abbench.core.cellfiles import read_timing as read_timing_file
 from pytest_abbench.core.fileio import CorruptFileError
 from pytest_abbench.core.layout import TIMING_FILE
@@ -59,15 +62,33 @@ def cell_parts(timing: Mapping[str, Any], elapsed_s: float, status: str) -> dict
     return parts
 
 
+def cell_kernels(cell: CellOutcome, timing: Mapping[str, Any]) -> dict[str, KernelCounts]:
+    """The kernels a cell's processes loaded from Triton's cache and compiled, by side: its own (its timing, or
+    an IR-only cell's counts file) and, for the cell that ran it, the op's precompile of both sides."""
+    found = timing_kernel_counts(dict(timing))
+    side = cell.key.side
+    if isinstance(timing.get("kernels_loaded"), int) and isinstance(timing.get("kernels_compiled"), int):
+        own: KernelCounts | None = KernelCounts(loaded=timing["kernels_loaded"], compiled=timing["kernels_compiled"])
+    else:
+        own = kernel_counts_in(cell.cell_dir) if cell.status == IR_ONLY else None
+    if own is not None:
+        found[side] = add_counts(found.get(side), own)
+    return found
+
+
 def time_spent(cells: Iterable[CellOutcome], wall_s: float | None = None, workers: int = 1) -> dict[str, Any]:
     """Seconds per part over every cell that ran; ``wall_s`` (the session's) adds ``idle_s`` and ``wall_s``."""
     spent = {key: 0.0 for key, _, _ in PARTS}
     cells_s, counted, without = 0.0, 0, 0
+    kernels: dict[str, KernelCounts] = {}  # by side: loaded from Triton's cache, compiled
     for cell in cells:
         if cell.resumed or not cell.measured or cell.elapsed_s <= 0:
             continue  # run by an earlier session, skipped by the IR gate, or never started
         counted += 1
-        parts = cell_parts(read_timing(cell.cell_dir), cell.elapsed_s, cell.status)
+        timing = read_timing(cell.cell_dir)
+        for side, counts in cell_kernels(cell, timing).items():
+            kernels[side] = add_counts(kernels.get(side), counts)
+        parts = cell_parts(timing, cell.elapsed_s, cell.status)
         if parts is None:
             without += 1
             parts = {"other_s": cell.elapsed_s}
@@ -76,6 +97,8 @@ def time_spent(cells: Iterable[CellOutcome], wall_s: float | None = None, worker
         cells_s += sum(parts.values())
     out: dict[str, Any] = {key: round(value, 6) for key, value in spent.items()}  # a timed microsecond is not 0
     out.update(cells=counted, cells_without_timing=without, cells_s=round(cells_s, 6))
+    if any(n["loaded"] or n["compiled"] for n in kernels.values()):  # a campaign without Triton kernels: none
+        out["kernels"] = {side: dict(kernels[side]) for side in sorted(kernels)}
     if wall_s is not None:
         out["wall_s"] = round(wall_s, 3)
         out["workers"] = workers
@@ -92,6 +115,11 @@ def describe(spent: dict[str, Any]) -> str:
     line = f"time: {spent['cells']} cells {total:.1f} s: {parts}"
     if spent.get("cells_without_timing"):
         line += f" ({spent['cells_without_timing']} cell(s) without cell_timing.json counted as other)"
+    kernels = spent.get("kernels") or {}
+    if kernels:
+        line += "; compile cache: " + ", ".join(
+            f"side {side} {n['loaded']} kernel{'s' if n['loaded'] != 1 else ''} loaded, {n['compiled']} compiled"
+            for side, n in sorted(kernels.items()))
     if "wall_s" in spent:
         capacity = float(spent["wall_s"]) * int(spent["workers"])
         idle = 100 * float(spent["idle_s"]) / capacity if capacity > 0 else 0.0

@@ -76,6 +76,10 @@ class AbbenchSession:
         # --ab-rounds auto: (op, round) -> None (the round runs) or (status, why not), decided once per round
         self.rounds_decided: dict[tuple[str, int], tuple[str, str] | None] = {}
         self._runner: CellRunner | None = None
+        # The cells this process runs, by node id (a serial session's selected cells; none on an xdist worker)
+        # and those that ended: a side's fork server ends with its last cell (``CellRunner.cell_ended``).
+        self.cells_planned: dict[str, tuple[Path, CellKey]] = {}
+        self.cells_ended: set[str] = set()
         workerinput = getattr(config, "workerinput", None)
         self.is_worker = workerinput is not None
         self.worker = str(workerinput["workerid"]) if workerinput is not None else SERIAL_WORKER
@@ -128,6 +132,8 @@ class AbbenchSession:
             self._runner = CellRunner(self.settings, self.root.layout, self.gpu, self.controller_check)
             self._runner.plan_servers([(self.campaign(Path(path)), CellKey(1, op, side))
                                        for op, path in self.plan.ops.items() for side in SIDES])
+            self._runner.plan_cells((self.campaign(path), key) for nodeid, (path, key) in self.cells_planned.items()
+                                    if nodeid not in self.cells_ended)
         return self._runner
 
     def round_not_needed(self, key: CellKey) -> tuple[str, str] | None:
@@ -161,6 +167,16 @@ class AbbenchSession:
             return OVER_BUDGET, (f"{OVER_BUDGET}: this process's cells took {spent:.0f}s of the {budget:g}s "
                                  f"--ab-rounds-budget; {op} stops after {rounds} rounds, {left}")
         return None
+
+    def cell_ended(self, nodeid: str) -> None:
+        """A test ended: if it was a cell of this process, its side's fork server may end with it."""
+        planned = self.cells_planned.get(nodeid)
+        if planned is None or nodeid in self.cells_ended:
+            return
+        self.cells_ended.add(nodeid)
+        if self._runner is not None:
+            path, key = planned
+            self._runner.cell_ended(self.campaign(path), key)
 
     def gate_for(self, op: str) -> "irgate.GateDecision | None":
         if op not in self.gates:

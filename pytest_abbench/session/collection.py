@@ -165,6 +165,8 @@ class CollectionHooks:
         if not self.session.is_worker:
             self.session.start_progress(p.key for _, p in cells)
         self.cell_folders = {item.nodeid: self.session.root.layout.cell(p.key) for item, p in cells}
+        if not self.session.is_worker:  # a worker runs the ops it is handed, not every cell collected
+            self.session.cells_planned = {item.nodeid: (p.campaign_path, p.key) for item, p in cells}
         if config.pluginmanager.hasplugin("timeout"):
             budget = self.session.settings.budget
             for item, p in cells:  # the outer guard: above the cell's own deadlines (core.budget)
@@ -190,6 +192,9 @@ class CollectionHooks:
                 f"{count(self.session.settings.rounds, 'round')}, "
                 f"backend {self.session.settings.backend}, cell timeout {self.session.settings.cell_timeout_s:g}s "
                 f"({self.session.settings.sources['cell_timeout']})"]
+
+    def pytest_runtest_logfinish(self, nodeid: str, location: tuple[str, int | None, str]) -> None:
+        self.session.cell_ended(nodeid)
 
     def pytest_runtest_logstart(self, nodeid: str, location: tuple[str, int | None, str]) -> None:
         # Outside the test's output capture: -v users see where to follow a long cell.

@@ -17,6 +17,7 @@ from typing import Any, Callable
 import pytest
 
 from pytest_abbench.core import cellconfig, envnames
+from pytest_abbench.core.kernelcache import kernel_cache_option
 from pytest_abbench.core.layout import ABBENCH_DIR, HISTORY_FILE, STATUS_FILE
 from pytest_abbench.core.regimes import BOTH, BURST, DEFAULT_REGIME, REGIME_CHOICES, STEADY
 from pytest_abbench.core.settings import (AUTO_FIRST, AUTO_LAST, DEFAULT_CELL_TIMEOUT_S, DEFAULT_IMPORT_TIMEOUT_S,
@@ -30,6 +31,11 @@ TIMERS = ("auto", *cellconfig.TIMERS)
 BACKENDS = ("auto", *cellconfig.BACKENDS)
 LEVELS = ("auto", *cellconfig.LEVELS)
 
+KERNEL_CACHE_HELP = (
+    "where each side's compiled kernels are kept across runs: auto (default: a folder per side and key under "
+    "$XDG_CACHE_HOME/pytest-abbench/kernels, else ~/.cache/...; the key holds the side's Triton build, its switch "
+    "environment, the campaign's source and the device), DIR (the same under DIR), or off (the root's own cache "
+    f"per side, for this run only); env {envnames.ABBENCH_KERNEL_CACHE}, ini ab_kernel_cache")
 CELL_TIMEOUT_HELP = f"seconds before a cell's process group is killed (rc 124 TIMEOUT); env {envnames.CELL_TIMEOUT}, ini cell_timeout"
 
 
@@ -86,6 +92,8 @@ def register(parser: pytest.Parser) -> None:
     add("--ab-precompile", type=choice(("on", "off")), default="on",
         help="on: before an op's round 1 on a GPU, compile its kernels for both sides in parallel compile-only "
              "processes (one share of the shapes each, every autotune candidate) into each side's Triton cache")
+    add("--ab-kernel-cache", type=kernel_cache_option, default=None, metavar="auto|off|DIR",
+        help=KERNEL_CACHE_HELP)
     add("--ab-control", action="store_true", default=False,
         help="A/A control: a third cell per round and op ([r<k>-A2]) runs side A again; each shape's A/A interval "
              "is printed, and where it excludes zero, directions no larger than that bias are withheld")
@@ -106,6 +114,7 @@ def register(parser: pytest.Parser) -> None:
     parser.addini("cell_timeout", CELL_TIMEOUT_HELP, default=None)
     parser.addini("ab_rounds", "rounds per op: N or auto[:[MIN-]MAX] (--ab-rounds)", default=None)
     parser.addini("ab_history", f"the history file, or {HISTORY_OFF}", default=None)
+    parser.addini("ab_kernel_cache", KERNEL_CACHE_HELP, default=None)
 
 
 
@@ -138,6 +147,8 @@ def resolve(config: pytest.Config) -> Settings:
     if opt.ab_rounds_budget is not None and auto_min is None:
         raise pytest.UsageError(f"--ab-rounds-budget {opt.ab_rounds_budget:g}: a budget for added rounds needs "
                                 f"--ab-rounds auto (this session runs {rounds} rounds per op, {rounds_src})")
+    kernel_cache, kernel_cache_src = _from_env_or_ini(config, opt.ab_kernel_cache, envnames.ABBENCH_KERNEL_CACHE,
+                                                      "ab_kernel_cache", kernel_cache_option, "auto")
     # An xdist worker (maybe on another host) never reads the controller's root: the controller checks it.
     # (config.workerinput, not PYTEST_XDIST_WORKER: that variable leaks into every process a worker starts.)
     if opt.ab_resume and not hasattr(config, "workerinput") and not (opt.ab_resume / STATUS_FILE).is_file():
@@ -188,7 +199,8 @@ def resolve(config: pytest.Config) -> Settings:
         import_timeout_s=opt.ab_import_timeout,
         auto_min=auto_min,
         rounds_budget_s=opt.ab_rounds_budget,
-        sources={"cell_timeout": timeout_src, "rounds": rounds_src},
+        kernel_cache=kernel_cache,
+        sources={"cell_timeout": timeout_src, "rounds": rounds_src, "kernel_cache": kernel_cache_src},
     )
     from pytest_abbench.spawn.precompile import worker_share
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
-from pytest_abbench.core.cellfiles import Origin, write_origin
+from pytest_abbench.core.cellfiles import KERNEL_COUNTS_FILE, Origin, write_origin
 from pytest_abbench.core.fileio import SCHEMA_FIELD, Fields, FormatError
 from pytest_abbench.core.identity import file_hash
 from pytest_abbench.core.layout import (AUTOTUNE_DIR, GATE_DIR, IDENTITY_FILE, RESULTS_FILE, SCRATCH_DIR, TIMING_FILE,
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 SHIPPED_SCHEMA = 1  # the payload's format version: a worker may run another pytest-abbench than its controller
 SHIPPED_ATTR = "abbench_shipped"  # the payload's attribute on a test report (xdist serialises report attributes)
-CELL_FILES = (RESULTS_FILE, IDENTITY_FILE, TIMING_FILE)  # the cell folder files the report reads
+CELL_FILES = (RESULTS_FILE, IDENTITY_FILE, TIMING_FILE, KERNEL_COUNTS_FILE)  # the cell folder files the report reads
 LOG_TAIL_BYTES = 4000
 SERIAL_WORKER = "main"  # the worker name of a session without xdist: it is its own controller
 

@@ -30,8 +30,11 @@ SERVER_MODULE = "pytest_abbench.child.server"
 # have read: none of these is read there.  FlagGems reads FLAGGEMS_CACHE_DIR
 # once and keeps it, which is why the server never imports the campaign.
 # PYTEST_CURRENT_TEST is pytest's name of the running test (the cell); ABBENCH_PASS_DUMP=0 is set for a
-# precompile (read when IR capture starts, in the cell).
-PER_CELL_ENV = (envnames.ABBENCH_SPAWN_TIME, envnames.FLAGGEMS_CACHE_DIR, envnames.PYTEST_CURRENT_TEST, envnames.ABBENCH_PASS_DUMP)
+# precompile (read when IR capture starts, in the cell).  TRITON_CACHE_DIR is read by Triton at each compile,
+# never at import: the side A cells of campaigns whose kernel caches differ (each campaign's source is in its
+# key) share one server.
+PER_CELL_ENV = (envnames.ABBENCH_SPAWN_TIME, envnames.FLAGGEMS_CACHE_DIR, envnames.PYTEST_CURRENT_TEST,
+                envnames.ABBENCH_PASS_DUMP, envnames.TRITON_CACHE_DIR)
 _START_TIMEOUT_S = 300.0  # importing torch cold on a loaded machine
 _EXIT_WAIT_S = 5.0  # a server exits about a second after its end of input (torch's own shutdown)
 _PR_SET_PDEATHSIG = 1
@@ -207,6 +210,7 @@ class ForkServers:
         self.servers: dict[tuple[str, tuple[tuple[str, str], ...]], ForkServer] = {}
         self.started = 0
         self.notices: list[str] = []
+        self.retiring: list[ForkServer] = []  # told to exit (their last cell ended), not yet reaped
 
     def server(self, python: str, env: Mapping[str, str], name: str) -> ForkServer:
         """The live server for ``python`` and ``env`` (``name`` labels its log: the side), ready to fork."""
@@ -220,6 +224,7 @@ class ForkServers:
         Starting the other side's server while this side's first cell runs
         overlaps its imports with useful work (they use a CPU, never the GPU).
         """
+        self.reap()
         key = server_key(python, env)
         server = self.servers.get(key)
         if server is not None and not server.alive:
@@ -234,10 +239,28 @@ class ForkServers:
             self.servers[key] = server
         return server
 
+    def retire(self, python: str, env: Mapping[str, str]) -> bool:
+        """End the server for ``python`` and ``env`` without waiting for it (its last cell has ended); False if
+        there is none.  It is reaped later (``reap``, ``close``); a cell that needs it after all starts a new one."""
+        server = self.servers.pop(server_key(python, env), None)
+        if server is None:
+            return False
+        server.end_input()
+        self.retiring.append(server)
+        self.reap()
+        return True
+
+    def reap(self) -> None:
+        """Forget the retired servers that have exited."""
+        for server in [s for s in self.retiring if not s.alive]:
+            server.wait_exit(0.0)
+            self.retiring.remove(server)
+
     def close(self) -> None:
         """End every server; they all get end of input first, so their exits overlap instead of adding up."""
-        servers = list(self.servers.values())
+        servers = [*self.servers.values(), *self.retiring]
         self.servers.clear()
+        self.retiring.clear()
         for server in servers:
             server.end_input()
         deadline = time.monotonic() + _EXIT_WAIT_S

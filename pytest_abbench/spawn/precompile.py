@@ -24,7 +24,7 @@ from typing import Callable, Mapping, Sequence
 
 from pytest_abbench.spawn.cellrun import StartedCell, kill_group
 from pytest_abbench.core import envnames
-from pytest_abbench.core.cellfiles import read_shares
+from pytest_abbench.core.cellfiles import KernelCounts, add_counts, kernel_counts_in, read_shares
 from pytest_abbench.core.fileio import CorruptFileError
 from pytest_abbench.spawn.forkserver import ForkServer
 from pytest_abbench.core.layout import SHARES_FILE
@@ -90,9 +90,13 @@ class PrecompileResult:
     jobs: int
     failed: list[str]  # "B-2of6 rc 1 (log ...)"
     job_seconds: dict[str, float] = field(default_factory=dict)  # each finished share's own wall time
+    kernels: dict[str, KernelCounts] = field(default_factory=dict)  # by side: loaded from the cache, compiled
 
     def line(self, op: str) -> str:
         text = f"[abbench] precompiled {op} for both sides: {self.jobs} compile-only processes in {self.seconds:.1f}s"
+        if self.kernels:
+            text += " (" + "; ".join(f"side {side}: {n['loaded']} kernels loaded from the cache, {n['compiled']} compiled"
+                                    for side, n in sorted(self.kernels.items())) + ")"
         if self.job_seconds:
             slowest = max(self.job_seconds, key=self.job_seconds.__getitem__)
             # The sum is about what one process compiling the shares one after another would have taken
@@ -149,7 +153,12 @@ def run_jobs(jobs: Sequence[Job], parallel: int, timeout_s: float,
                 continue  # the side keeps its one figure; the compile log says what went wrong
             del took[job.name]
             took.update({f"{job.name}-{k}": v for k, v in seconds.items()})
-    return PrecompileResult(time.monotonic() - started, len(jobs), failed, took)
+    kernels: dict[str, KernelCounts] = {}
+    for job in jobs:  # a job's name starts with its side ("B-2of6", "B")
+        counts = kernel_counts_in(job.log.parent)
+        if counts is not None:
+            kernels[job.name[0]] = add_counts(kernels.get(job.name[0]), counts)
+    return PrecompileResult(time.monotonic() - started, len(jobs), failed, took, kernels)
 
 
 def shares(shape_count: int, parallel: int) -> int:

@@ -9,21 +9,24 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 from pytest_abbench.spawn import precompile
 
 from pytest_abbench.core import tunercache
-from pytest_abbench.campaign.model import Campaign
+from pytest_abbench.campaign.model import Campaign, source_hash
+from pytest_abbench.spawn.kernelcache import KernelCaches
 from pytest_abbench.core import envnames
 from pytest_abbench.core.cellconfig import CHILD_MODULE, CellConfig, autotune_mode_for
 from pytest_abbench.spawn.cellrun import ChildResult, log_tail
 from pytest_abbench.core.exitcodes import describe, status_word
+from pytest_abbench.spawn.forkserver import server_key
 from pytest_abbench.spawn.strategy import CellSpawn, ExecSpawn, ForkSpawn
 from pytest_abbench.core.fileio import CorruptFileError
-from pytest_abbench.core.cellfiles import read_timing, write_timing
+from pytest_abbench.core.cellfiles import KernelCounts, read_timing, write_timing
 from pytest_abbench.core.results import read_results
 from pytest_abbench.checks.irgate import ttgir_files
 from pytest_abbench.core.layout import (SIDES, TIMING_FILE, CellKey, RootLayout, ir_dir, markers_log, results_file,
@@ -53,8 +56,15 @@ class CellRunner:
         self.gpu = gpu
         self.check = check  # called while a child runs: stops the session when it must not go on
         self.spawn: CellSpawn = ForkSpawn(layout.servers) if settings.spawn == "fork" else ExecSpawn()
+        self.kernel_caches = KernelCaches(settings.kernel_cache, layout, settings.backend, gpu)
+        self._sources: dict[Path, str] = {}  # campaign file -> source hash, read once per session
         self.precompiled: set[str] = set()
+        self.precompiled_kernels: dict[str, dict[str, KernelCounts]] = {}  # op -> its precompile's counts by side
         self.planned_servers: list[tuple[Campaign, CellKey]] = []
+        # Cells of this process still to end, by (campaign file, side); empty: not known (an xdist worker,
+        # which learns its cells one op at a time), and then no server is ended before the session ends.
+        self.cells_left: Counter[tuple[Path, str]] = Counter()
+        self._campaigns: dict[Path, Campaign] = {}
         self._target: str | None | bool = False  # the GPU's Triton target, looked up once (False: not yet)
 
     def close(self) -> None:
@@ -83,8 +93,41 @@ class CellRunner:
             self._start_server(campaign, key, self.layout.cell(key))
 
     def _start_server(self, campaign: Campaign, key: CellKey, cell_dir: Path) -> None:
-        """Start the server of ``key``'s side (a cell in ``cell_dir``) if the spawn keeps one; does not wait for it."""
+        """Start the server of ``key``'s side (a cell in ``cell_dir``) if the spawn keeps one and a cell of this
+        process still needs it; does not wait for it."""
+        if self.cells_left and not self.cells_left[(campaign.path, key.side)]:
+            return  # its cells have ended (or were deselected): it would only hold memory
         self.spawn.warm(self.python(campaign, key), self.env(campaign, key, cell_dir), f"side-{key.side}")
+
+    def plan_cells(self, cells: Iterable[tuple[Campaign, CellKey]]) -> None:
+        """The cells this process will end (run, skip or fail), so a side's fork server ends with its last one."""
+        for campaign, key in cells:
+            self._campaigns[campaign.path] = campaign
+            self.cells_left[(campaign.path, key.side)] += 1
+
+    def cell_ended(self, campaign: Campaign, key: CellKey) -> None:
+        """``key`` ended: end the fork server of its side once no cell left needs it.
+
+        Cells of two campaigns whose sides have one environment share a server:
+        it ends with the last cell of either.  A server that is still needed
+        after all (a cell run again) is started again.
+        """
+        where = (campaign.path, key.side)
+        if self.cells_left[where] <= 0:
+            return
+        self.cells_left[where] -= 1
+        if self.cells_left[where]:
+            return
+        server = self.server_of(campaign, key.side)
+        if any(self.server_of(self._campaigns[path], side) == server
+               for (path, side), left in self.cells_left.items() if left):
+            return
+        self.spawn.retire(self.python(campaign, key), self.env(campaign, key, self.layout.cell(key)))
+
+    def server_of(self, campaign: Campaign, side: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+        """The fork server a side's cells are forked from (``forkserver.server_key``)."""
+        key = CellKey(1, campaign.ops[0].name, side)
+        return server_key(self.python(campaign, key), self.env(campaign, key, self.layout.cell(key)))
 
     def tuner_cache(self, campaign: Campaign, side: str) -> str:
         """The side's tuner cache as the identity names it (caliber axis ``tuner_cache``)."""
@@ -96,15 +139,17 @@ class CellRunner:
         Start from this process's environment; drop every variable either
         side's switch sets (so a variable exported in the shell cannot leak
         one side's switch into the other); apply this side's switch; then the
-        plugin's own: a per-side TRITON_CACHE_DIR (many switches are not in
-        Triton's cache key), the interpreter flag, and the package path.
+        plugin's own: the interpreter flag, the package path, and last the
+        side's TRITON_CACHE_DIR (``spawn.kernelcache``: the persistent folder of
+        the side's key, or the root's own per side; never one for both sides,
+        since many switches are not in Triton's cache key).
         """
         switch = campaign.switch
         env = dict(os.environ)
         for name in set(switch.env_a) | set(switch.env_b):
             env.pop(name, None)
         env.update(switch.env(key.side))
-        env[envnames.TRITON_CACHE_DIR] = str(self.layout.triton_cache(key.side))
+        env.pop(envnames.TRITON_CACHE_DIR, None)  # set below, from everything else
         # Library tuners (FlagGems' LibTuner): a cache of the cell's own, or the one shared folder asked for.
         tuner_cache = self.tuner_cache(campaign, key.side)
         shared = tuner_cache.removeprefix("shared:") if tuner_cache.startswith("shared:") else None
@@ -117,8 +162,17 @@ class CellRunner:
         env[envnames.PYTHONUNBUFFERED] = "1"
         if self.gpu is not None:
             env[envnames.CUDA_VISIBLE_DEVICES] = self.gpu
+        env[envnames.TRITON_CACHE_DIR] = str(self.triton_cache(campaign, key.side, env))
         env[envnames.ABBENCH_SPAWN_TIME] = repr(time.time())
         return env
+
+    def triton_cache(self, campaign: Campaign, side: str, env: dict[str, str]) -> Path:
+        """The side's Triton cache folder for a cell environment ``env`` (``spawn.kernelcache``)."""
+        source = self._sources.get(campaign.path)
+        if source is None:
+            source = self._sources[campaign.path] = source_hash(campaign.path)
+        return self.kernel_caches.folder(campaign.path, source, side, campaign.switch.python(side) or sys.executable,
+                                         campaign.switch.env(side), env)
 
     def config(self, campaign: Campaign, key: CellKey, cell_dir: Path) -> CellConfig:
         """What the child is told; a side's campaign options (``Switch.options_a/b``) win over the session's."""
@@ -197,7 +251,17 @@ class CellRunner:
             self._start_planned_servers()
             result = precompile.run_jobs(jobs, parallel, s.budget.precompile_s, self.check)
             log.write(result.line(key.op) + "\n")
+        self.precompiled_kernels[key.op] = result.kernels
         return time.monotonic() - started
+
+    def write_notices(self, campaign: Campaign, key: CellKey, cell_dir: Path, log_path: Path) -> None:
+        """Say in the cell's log which kernel cache its side uses, and anything that went wrong finding it."""
+        folder = self.triton_cache(campaign, key.side, self.env(campaign, key, cell_dir))
+        with open(log_path, "a", encoding="utf-8") as log:
+            for notice in self.kernel_caches.notices:
+                log.write(f"[abbench] {notice}\n")
+            log.write(f"[abbench] side {key.side} kernel cache: {folder}\n")
+        self.kernel_caches.notices.clear()
 
     def run(self, campaign: Campaign, key: CellKey) -> CellRun:
         """Run the cell's child to the end (or its timeout) and read what it left."""
@@ -211,11 +275,13 @@ class CellRunner:
         if per_cell_tuner and not records_tuning:
             tunercache.seed_from_record(self.layout.root, key.op, cell_dir / tunercache.CELL_CACHE_DIR)
         (cell_dir / TIMING_FILE).unlink(missing_ok=True)  # an earlier attempt's parts are not this one's
+        self.write_notices(campaign, key, cell_dir, log_path)
         child = self.start_cell(campaign, key, cell_dir, log_path)
         ended = time.time()
         if precompile_s:
             child = ChildResult(child.rc, child.elapsed_s + precompile_s)
-        add_parent_timing(cell_dir, precompile_s, ended, child.elapsed_s)
+        add_parent_timing(cell_dir, precompile_s, ended, child.elapsed_s,
+                          self.precompiled_kernels.pop(key.op, {}) if precompile_s else {})
         if per_cell_tuner and records_tuning:
             tunercache.keep_record(cell_dir / tunercache.CELL_CACHE_DIR, self.layout.root, key.op)
         problems: list[str]
@@ -247,22 +313,26 @@ class CellRunner:
         return CellRun(outcome, failure)
 
 
-def add_parent_timing(cell_dir: Path, precompile_s: float, ended: float, elapsed_s: float) -> None:
+def add_parent_timing(cell_dir: Path, precompile_s: float, ended: float, elapsed_s: float,
+                      precompile_kernels: Mapping[str, KernelCounts] | None = None) -> None:
     """Add the parts only the parent sees to the cell's cell_timing.json, if the child wrote one.
 
     ``precompile_s``: the parallel compile before the op's round 1 (0 for other cells).  ``exit_s``: from the
     child's last stamp to the parent seeing it end (``ended``, the parent's ``time.time()``): the process's exit
     and CUDA teardown, the cell supervisor's reaping and the wait's latency; never more than the cell's
-    ``elapsed_s`` (the wall clock, unlike the parent's monotonic one, can step).
+    ``elapsed_s`` (the wall clock, unlike the parent's monotonic one, can step).  ``precompile_kernels``: the
+    precompile's kernels loaded from the cache and compiled, by side.
     """
     path = cell_dir / TIMING_FILE
     try:
         timing = read_timing(path)
     except (CorruptFileError, OSError):  # missing, torn, or not a timing file this version reads
         return
-    added: dict[str, float] = {}
+    added: dict[str, Any] = {}
     if precompile_s:
         added["precompile_s"] = precompile_s
+    if precompile_kernels:
+        added["precompile_kernels"] = {side: dict(counts) for side, counts in precompile_kernels.items()}
     try:
         exit_s = ended - float(timing["spawned_at"]) - float(timing["total_s"])
     except (KeyError, TypeError, ValueError):

@@ -44,6 +44,9 @@ class CellSpawn(Protocol):
                         shares: int) -> list[precompile.Job]:
         """A side's compile-only jobs for ``shares`` shares of its shapes, writing under ``folder``."""
 
+    def retire(self, python: str, env: dict[str, str]) -> None:
+        """End the server for ``python`` and ``env`` (no cell needs it any more), if this spawn keeps servers."""
+
     def close(self) -> None:
         """End whatever this spawn keeps running."""
 
@@ -70,6 +73,9 @@ class ExecSpawn:
             jobs.append(precompile.Job(out.name, [python, "-m", CHILD_MODULE, *share.to_argv()],
                                        precompile.env_for(env_for(out)), out / "compile.log"))
         return jobs
+
+    def retire(self, python: str, env: dict[str, str]) -> None:
+        return None
 
     def close(self) -> None:
         return None
@@ -115,6 +121,9 @@ class ForkSpawn:
         server = self.servers.server(python, env, f"side-{side}")
         return [precompile.Job(side, replace(compile_all, out=out, shares=shares).to_argv(), env,
                                out / "compile.log", server)]
+
+    def retire(self, python: str, env: dict[str, str]) -> None:
+        self.servers.retire(python, env)
 
     def close(self) -> None:
         self.servers.close()
