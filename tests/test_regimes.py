@@ -77,13 +77,16 @@ def test_burst_waits_until_the_card_leaves_its_power_cap_then_times_at_boost() -
     # The card stays at its power cap (1395 MHz) for the first 0.3 s, then idles.
     gpu = StandInGpu(clock, lambda t: (1395.0, 690.0, ["sw_power_cap"], 1000.0 + t) if t < 0.3
                      else (345.0, 90.0, ["gpu_idle"], 1000.0 + t))
-    timing = run_regime(regimes.BURST, StandInKernel(clock), gpu, count=3, cpu=False, pace=clock)
+    kernel = StandInKernel(clock)
+    timing = run_regime(regimes.BURST, kernel, gpu, count=3, cpu=False, pace=clock)
     first, *rest = timing.windows
     assert first.condition == regimes.MET and 0.3 <= first.waited_s < 0.3 + 2 * regimes.BURST_POLL_S
     assert "no holding reason" in first.detail
     # Later windows wait only the minimum gap: the card is idle between them.
     assert all(w.condition == regimes.MET and w.waited_s == pytest.approx(regimes.BURST_MIN_GAP_S) for w in rest)
     assert timing.samples_ms == [0.2, 0.2, 0.2] and [w.calls for w in timing.windows] == [20, 20, 20]
+    # Each window follows a short untimed run: an idle card's clock ramps there, not inside the timed window.
+    assert kernel.busy_s == pytest.approx(3 * regimes.BURST_WARM_S)
 
 
 def test_burst_stops_waiting_at_its_bound_and_records_the_window_as_not_met() -> None:
@@ -147,8 +150,10 @@ def test_settling_needs_k_readings_and_decides_on_what_nvml_gives() -> None:
 def test_without_gpu_state_burst_waits_plain_gaps_and_steady_warms_up_by_time() -> None:
     clock = FakeClock()
     none = GpuSampler(not_recorded="backend interpreter: the kernels run on no GPU")
-    burst = run_regime(regimes.BURST, StandInKernel(clock), none, count=2, cpu=True, pace=clock)
+    idle = StandInKernel(clock)
+    burst = run_regime(regimes.BURST, idle, none, count=2, cpu=True, pace=clock)
     assert [(w.condition, w.waited_s) for w in burst.windows] == [(regimes.NOT_CHECKED, regimes.BURST_PLAIN_GAP_S)] * 2
+    assert idle.busy_s == 0.0  # the interpreter has no clock to ramp: no untimed run before its windows
     kernel = StandInKernel(clock)
     steady = run_regime(regimes.STEADY, kernel, none, count=2, cpu=True, pace=clock)
     assert [w.condition for w in steady.windows] == [regimes.NOT_CHECKED] * 2

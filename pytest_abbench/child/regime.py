@@ -141,7 +141,10 @@ def run_regime(regime: str, timer: Windows, sampler: GpuSampler, count: int, cpu
     if regime == regimes.BURST:
         max_clock = sampler.max_sm_clock_mhz()
         for _ in range(count):
-            out.windows.append(timed(*wait_for_boost(sampler, max_clock, pace)))
+            gap = wait_for_boost(sampler, max_clock, pace)
+            if not cpu:  # a GPU's clock ramps up from idle before the window, not inside it
+                timer.run_for(regimes.BURST_WARM_S)
+            out.windows.append(timed(*gap))
         return out
     condition, waited, detail, clock = settle(timer, sampler, cpu, pace)
     for index in range(count):
