@@ -284,3 +284,22 @@ def test_a_switchs_server_ends_with_its_last_cell(campaign_dir: pytest.Pytester,
     assert not {"ABBENCH_TEST_SW1", "ABBENCH_TEST_SW2"} & set(live["s3-A"]), live
     assert live["s3-B"] == ["ABBENCH_TEST_SW3"], live  # side A's server ended with s3-A
     assert max(len(v) for v in live.values()) <= 4, live
+
+
+def test_the_two_sides_never_share_a_server_even_with_equal_environments(campaign_dir: pytest.Pytester,
+                                                                        tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A switch made by a setup hook leaves both sides' environments equal. When the sides shared a server, round
+    1's precompile on a GPU sent both sides' compiles to it at once; a server forks one at a time, and the
+    session waited for a reply that never came (seen on the H200 with campaigns/topk.py)."""
+    hook_switch = ('def mark_b():\n    os.environ["ABBENCH_TEST_SWITCH"] = "1"\n\n'
+                   'SWITCH = Switch(setup_b=mark_b)')
+    campaign_dir.makepyfile(c=CHAIN_CAMPAIGN.replace('SWITCH = Switch(env_b={"ABBENCH_TEST_SWITCH": "1"})',
+                                                     hook_switch))
+    monkeypatch.setenv("SEEN_FILE", str(tmp_path / "seen"))
+    chain = Chain(campaign_dir, tmp_path / "root", tmp_path / "seen")
+    chain.run("-k", "ok", "--ab-rounds", "2", "--ab-spawn", "fork").assert_outcomes(passed=4)
+    cells = [line for line in chain.seen() if line["shape"] == 4]
+    servers = {side: {c["server"] for c in cells if c["switch"] == ("1" if side == "B" else None)} for side in "AB"}
+    assert all(len(s) == 1 for s in servers.values()) and servers["A"] != servers["B"], servers
+    assert sorted(p.name for p in (chain.root / "servers").iterdir()) == ["side-A-1.log", "side-B-2.log"]

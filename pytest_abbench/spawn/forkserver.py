@@ -49,9 +49,14 @@ def fork_supported() -> bool:
     return sys.platform.startswith("linux") and hasattr(os, "fork")
 
 
-def server_key(python: str, env: Mapping[str, str]) -> tuple[str, tuple[tuple[str, str], ...]]:
-    """Cells with equal keys may share a server: same interpreter, same environment but for PER_CELL_ENV."""
-    return python, tuple(sorted((k, v) for k, v in env.items() if k not in PER_CELL_ENV))
+ServerKey = tuple[str, str, tuple[tuple[str, str], ...]]
+
+
+def server_key(python: str, env: Mapping[str, str], name: str) -> ServerKey:
+    """Cells with equal keys may share a server: the same side (``name``), interpreter, and environment but for
+    PER_CELL_ENV.  The two sides never share one, even with equal environments (a switch made by a setup hook):
+    a server forks one cell at a time, and round 1 compiles both sides at once."""
+    return name, python, tuple(sorted((k, v) for k, v in env.items() if k not in PER_CELL_ENV))
 
 
 class _Lines:
@@ -207,7 +212,7 @@ class ForkServers:
 
     def __init__(self, log_dir: Path) -> None:
         self.log_dir = log_dir
-        self.servers: dict[tuple[str, tuple[tuple[str, str], ...]], ForkServer] = {}
+        self.servers: dict[ServerKey, ForkServer] = {}
         self.started = 0
         self.notices: list[str] = []
         self.retiring: list[ForkServer] = []  # told to exit (their last cell ended), not yet reaped
@@ -225,7 +230,7 @@ class ForkServers:
         overlaps its imports with useful work (they use a CPU, never the GPU).
         """
         self.reap()
-        key = server_key(python, env)
+        key = server_key(python, env, name)
         server = self.servers.get(key)
         if server is not None and not server.alive:
             if server.ready:  # one that never got ready says why in wait_ready
@@ -239,10 +244,10 @@ class ForkServers:
             self.servers[key] = server
         return server
 
-    def retire(self, python: str, env: Mapping[str, str]) -> bool:
-        """End the server for ``python`` and ``env`` without waiting for it (its last cell has ended); False if
-        there is none.  It is reaped later (``reap``, ``close``); a cell that needs it after all starts a new one."""
-        server = self.servers.pop(server_key(python, env), None)
+    def retire(self, python: str, env: Mapping[str, str], name: str) -> bool:
+        """End the server for ``python``, ``env`` and side ``name`` without waiting for it (its last cell has
+        ended); False if there is none.  It is reaped later (``reap``, ``close``); a cell that needs it after all starts a new one."""
+        server = self.servers.pop(server_key(python, env, name), None)
         if server is None:
             return False
         server.end_input()

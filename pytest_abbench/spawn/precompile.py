@@ -32,6 +32,8 @@ from pytest_abbench.core.layout import SHARES_FILE
 # The pass dump of IR triage (MLIR_ENABLE_DUMP) would change nothing in the cache key but cost time.
 QUIET_ENV = {envnames.ABBENCH_PASS_DUMP: "0"}
 
+_KILLED_WAIT_S = 10.0  # how long a killed compile job's exit status is waited for
+
 
 def gpu_target(gpu: str | None) -> str | None:
     """The Triton target of the GPU cells time on (``cuda:90`` for an H200), from nvidia-smi; None if unknown."""
@@ -141,9 +143,12 @@ def run_jobs(jobs: Sequence[Job], parallel: int, timeout_s: float,
                 check()
             time.sleep(0.05)
     finally:
-        for proc, _, _ in running.values():
+        for proc, job, _ in running.values():
             kill_group(proc.pid, signal.SIGKILL)
-            proc.wait()
+            try:  # bounded: a fork server that never reports the killed job must not hang the session
+                proc.wait(timeout=_KILLED_WAIT_S)
+            except subprocess.TimeoutExpired:
+                failed.append(f"{job.name}: no exit status {_KILLED_WAIT_S:g}s after it was killed")
     for job in jobs:  # a forked side's shares timed themselves (child/measure.py run_shares)
         shares = job.log.parent / SHARES_FILE
         if job.server is not None and job.name in took and shares.exists():

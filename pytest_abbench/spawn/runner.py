@@ -23,7 +23,7 @@ from pytest_abbench.core import envnames
 from pytest_abbench.core.cellconfig import CHILD_MODULE, CellConfig, autotune_mode_for
 from pytest_abbench.spawn.cellrun import ChildResult, log_tail
 from pytest_abbench.core.exitcodes import describe, status_word
-from pytest_abbench.spawn.forkserver import server_key
+from pytest_abbench.spawn.forkserver import ServerKey, server_key
 from pytest_abbench.spawn.strategy import CellSpawn, ExecSpawn, ForkSpawn
 from pytest_abbench.core.fileio import CorruptFileError
 from pytest_abbench.core.cellfiles import KernelCounts, read_timing, write_timing
@@ -122,12 +122,13 @@ class CellRunner:
         if any(self.server_of(self._campaigns[path], side) == server
                for (path, side), left in self.cells_left.items() if left):
             return
-        self.spawn.retire(self.python(campaign, key), self.env(campaign, key, self.layout.cell(key)))
+        self.spawn.retire(self.python(campaign, key), self.env(campaign, key, self.layout.cell(key)),
+                          f"side-{key.side}")
 
-    def server_of(self, campaign: Campaign, side: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    def server_of(self, campaign: Campaign, side: str) -> ServerKey:
         """The fork server a side's cells are forked from (``forkserver.server_key``)."""
         key = CellKey(1, campaign.ops[0].name, side)
-        return server_key(self.python(campaign, key), self.env(campaign, key, self.layout.cell(key)))
+        return server_key(self.python(campaign, key), self.env(campaign, key, self.layout.cell(key)), f"side-{side}")
 
     def tuner_cache(self, campaign: Campaign, side: str) -> str:
         """The side's tuner cache as the identity names it (caliber axis ``tuner_cache``)."""

@@ -44,7 +44,7 @@ class CellSpawn(Protocol):
                         shares: int) -> list[precompile.Job]:
         """A side's compile-only jobs for ``shares`` shares of its shapes, writing under ``folder``."""
 
-    def retire(self, python: str, env: dict[str, str]) -> None:
+    def retire(self, python: str, env: dict[str, str], label: str) -> None:
         """End the server for ``python`` and ``env`` (no cell needs it any more), if this spawn keeps servers."""
 
     def close(self) -> None:
@@ -74,7 +74,7 @@ class ExecSpawn:
                                        precompile.env_for(env_for(out)), out / "compile.log"))
         return jobs
 
-    def retire(self, python: str, env: dict[str, str]) -> None:
+    def retire(self, python: str, env: dict[str, str], label: str) -> None:
         return None
 
     def close(self) -> None:
@@ -122,8 +122,8 @@ class ForkSpawn:
         return [precompile.Job(side, replace(compile_all, out=out, shares=shares).to_argv(), env,
                                out / "compile.log", server)]
 
-    def retire(self, python: str, env: dict[str, str]) -> None:
-        self.servers.retire(python, env)
+    def retire(self, python: str, env: dict[str, str], label: str) -> None:
+        self.servers.retire(python, env, label)
 
     def close(self) -> None:
         self.servers.close()
