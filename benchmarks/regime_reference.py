@@ -17,12 +17,13 @@ any other).
 MEASUREMENT.md ("Power regime": +2.5% burst, +9.7% steady).
 
 burst: before each window of about ``BURST_WINDOW_MS`` (4 ms), wait (20 ms to 2 s) until NVML names no power cap
-or slowdown and the SM clock is at 97% of its maximum or more (the plugin's ``core/regimes.py`` parameters).
-steady: run A and B alternately in windows of ``--steady-window-ms`` (100 ms, the plugin's default) until each
-side's last 5 SM clocks lie within 1% (one 15 MHz step at least) and powers within 3% (0.5 s to 10 s), then time
-``--pairs`` pairs back to back.  The order within a pair alternates (AB, BA, ...).  Per regime: the median of the
-per-pair deltas ln(B/A) as a percent, the mean's 95% t-interval over pairs, and per side the median SM clock,
-power and the share of windows under the power cap; a window's NVML reading is taken right after it.
+or slowdown and the SM clock is at 97% of its maximum or more.  steady: run A and B alternately in windows of
+``--steady-window-ms`` (100 ms, the plugin's default) until each side's last 5 SM clocks lie within 1% (one 15 MHz
+step at least) and powers within 3% (0.5 s to 10 s), then time ``--pairs`` pairs back to back.  The order within
+a pair alternates (AB, BA, ...).  Per regime: the median of the per-pair deltas ln(B/A) as a percent, the mean's
+95% t-interval over pairs, and per side the median SM clock, power and the share of windows under the power cap;
+a window's NVML reading is taken right after it.  The parameters and the two conditions are the cells' own (``core/regimes.py``, ``child/regime.py``); the timing, the
+interleaving and the NVML reads are this script's.
 
 layer_norm: no campaign in this repository times a Triton layer_norm A/B without extra libraries
 (``campaigns/liger.py`` needs liger-kernel, ``campaigns/flaggems.py`` flag-gems), so this script does mm only.
@@ -46,7 +47,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "campaigns")]
 
 from pytest_abbench.child.gpustate import decode_reasons  # noqa: E402  (NVML's reason bits, by name)
+from pytest_abbench.child.regime import at_boost, settled  # noqa: E402  (the conditions the cells check)
 from pytest_abbench.core import regimes  # noqa: E402  (the plugin's burst and steady parameters)
+from pytest_abbench.core.results import GpuReading as Reading  # noqa: E402  (clock, power, reasons)
 from pytest_abbench.report.stats import interval, pct  # noqa: E402  (the report's t-interval)
 
 SIDES = ("A", "B")
@@ -55,15 +58,6 @@ CAP = "sw_power_cap"
 
 
 # -- what one window saw ---------------------------------------------------------------------------
-@dataclass
-class Reading:
-    """NVML right after a window: SM clock (MHz), power (W), the clock-event reasons' names."""
-
-    sm_mhz: float | None = None
-    power_w: float | None = None
-    reasons: list[str] = field(default_factory=list)
-
-
 @dataclass
 class Window:
     side: str
@@ -107,7 +101,7 @@ def summarize(log_ratios: list[float]) -> Summary:
 def side_state(windows: list[Window], side: str) -> str:
     """One side as the plugin's side-by-side prints it: median SM clock, median power, share under the power cap."""
     mine = [w for w in windows if w.side == side]
-    clocks = [w.after.sm_mhz for w in mine if w.after.sm_mhz is not None]
+    clocks = [w.after.sm_clock_mhz for w in mine if w.after.sm_clock_mhz is not None]
     powers = [w.after.power_w for w in mine if w.after.power_w is not None]
     capped = sum(CAP in w.after.reasons for w in mine) / len(mine) if mine else 0.0
     clock = f"{statistics.median(clocks):.0f}" if clocks else "-"
@@ -147,14 +141,6 @@ def pair_order(index: int) -> tuple[str, str]:
     return SIDES if index % 2 == 0 else SIDES[::-1]
 
 
-def at_boost(r: Reading, max_clock: float | None) -> bool:
-    if any(name in r.reasons for name in regimes.HOLDING_REASONS):
-        return False
-    if max_clock is None or r.sm_mhz is None or "gpu_idle" in r.reasons:
-        return True
-    return r.sm_mhz >= regimes.BURST_CLOCK_SHARE * max_clock
-
-
 def run_burst(rig: Rig, pairs: int, window_ms: float, budget_s: float) -> RegimeRun:
     """Each window after a gap that lets the card leave the power cap; stops early when ``budget_s`` runs out."""
     out = RegimeRun(regimes.BURST, window_ms)
@@ -177,32 +163,17 @@ def run_burst(rig: Rig, pairs: int, window_ms: float, budget_s: float) -> Regime
     return out
 
 
-def settled(readings: list[Reading]) -> bool:
-    last = readings[-regimes.STEADY_LAST_K:]
-    if len(last) < regimes.STEADY_LAST_K:
-        return False
-    clocks = [r.sm_mhz for r in last if r.sm_mhz is not None]
-    powers = [r.power_w for r in last if r.power_w is not None]
-    ok = True
-    if len(clocks) == len(last):
-        ok &= max(clocks) - min(clocks) <= max(regimes.STEADY_CLOCK_STEP_MHZ,
-                                               regimes.STEADY_CLOCK_TOL * statistics.median(clocks))
-    if len(powers) == len(last):
-        ok &= max(powers) - min(powers) <= regimes.STEADY_POWER_TOL * statistics.median(powers)
-    return ok
-
-
 def run_steady(rig: Rig, pairs: int, window_ms: float) -> RegimeRun:
     """A and B alternately until each side's clock and power settle (bounded), then ``pairs`` pairs back to back."""
     out = RegimeRun(regimes.STEADY, window_ms)
-    seen: dict[str, list[Reading]] = {side: [] for side in SIDES}
+    seen: dict[str, list[Reading | None]] = {side: [] for side in SIDES}
     start = rig.clock()
     condition = regimes.NOT_MET
     while rig.clock() - start < regimes.STEADY_MAX_S:
         for side in SIDES:
             rig.window(side)
             seen[side].append(rig.read())
-        if rig.clock() - start >= regimes.STEADY_MIN_S and all(settled(seen[s]) for s in SIDES):
+        if rig.clock() - start >= regimes.STEADY_MIN_S and all(settled(list(seen[s])) for s in SIDES):
             condition = regimes.MET
             break
     out.note = f"settled after {rig.clock() - start:.1f} s" if condition == regimes.MET else \
@@ -236,13 +207,14 @@ def open_nvml() -> tuple[Callable[[], Reading], float | None, str]:
 
     def read() -> Reading:
         r = Reading()
-        for name, call in (("sm_mhz", lambda: float(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM))),
+        for name, call in (("sm_clock_mhz", lambda: float(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM))),
                            ("power_w", lambda: pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0),
-                           ("reasons", lambda: decode_reasons(int(reasons(handle))))):
+                           ("reasons_mask", lambda: int(reasons(handle)))):
             try:
                 setattr(r, name, call())
             except pynvml.NVMLError:
                 pass  # left out: the line shows "-" for a figure NVML does not give
+        r.reasons = decode_reasons(r.reasons_mask or 0)
         return r
 
     try:

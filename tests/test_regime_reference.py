@@ -32,7 +32,7 @@ def ref() -> ModuleType:
 
 
 def test_pairs_are_matched_by_side_whatever_their_order_and_summarized_as_the_report_does(ref: ModuleType) -> None:
-    capped = ref.Reading(1508.0, 691.0, ["sw_power_cap"])
+    capped = ref.Reading(sm_clock_mhz=1508.0, power_w=691.0, reasons_mask=0x4, reasons=["sw_power_cap"])
     ms = [("A", 1.00), ("B", 1.02), ("B", 1.03), ("A", 1.00), ("A", 2.00), ("B", 2.05)]  # AB, BA, AB
     run = ref.RegimeRun("steady", 100.0, [ref.Window(side, t, capped) for side, t in ms])
     ratios = run.log_ratios()
@@ -78,8 +78,8 @@ class StandInCard:
         clock = settled if n >= self.settle_at else 1980.0 - 60.0 * n  # the ramp down to the cap's clock
         if self.capped_for > 0:
             self.capped_for -= 1
-            return Reading(clock, 690.0, ["sw_power_cap"])
-        return Reading(1980.0, 150.0, [])
+            return Reading(sm_clock_mhz=clock, power_w=690.0, reasons_mask=0x4, reasons=["sw_power_cap"])
+        return Reading(sm_clock_mhz=1980.0, power_w=150.0, reasons_mask=0, reasons=[])
 
 
 def test_burst_waits_until_the_cap_is_gone_before_each_window(ref: ModuleType) -> None:
