@@ -22,8 +22,8 @@ or slowdown and the SM clock is at 97% of its maximum or more.  steady: run A an
 step at least) and powers within 3% (0.5 s to 10 s), then time ``--pairs`` pairs back to back.  The order within
 a pair alternates (AB, BA, ...).  Per regime: the median of the per-pair deltas ln(B/A) as a percent, the mean's
 95% t-interval over pairs, and per side the median SM clock, power and the share of windows under the power cap;
-a window's NVML reading is taken right after it.  The parameters and the two conditions are the cells' own (``core/regimes.py``, ``child/regime.py``); the timing, the
-interleaving and the NVML reads are this script's.
+a window's NVML reading is taken right after it.  The parameters and the two conditions are the cells' own
+(``core/regimes.py``, ``child/regime.py``); the timing, the interleaving and the NVML reads are this script's.
 
 layer_norm: no campaign in this repository times a Triton layer_norm A/B without extra libraries
 (``campaigns/liger.py`` needs liger-kernel, ``campaigns/flaggems.py`` flag-gems), so this script does mm only.
