@@ -15,6 +15,7 @@ from helpers import simple_campaign, synthetic_root
 
 from pytest_abbench.child.gpustate import GpuSampler, decode_reasons, open_sampler
 from pytest_abbench.core.fileio import FormatError
+from pytest_abbench.core.identity import GPU_SETTING_AXES
 from pytest_abbench.core.results import REASON_BITS, GpuReading, GpuState, ShapeResult, append_result, read_results
 from pytest_abbench.report import build_report, render_text, write_report
 from pytest_abbench.report.flags import CLOCKS_DIFFER, FLAGS, HW_SLOWDOWN, POWER_CAPPED, THERMAL
@@ -332,6 +333,11 @@ def test_a_real_interpreter_cell_records_why_it_has_no_gpu_state(campaign_dir: p
         assert [w["gpu_state"] for r in records for w in r["windows"]] == \
             [{"not_recorded": "backend interpreter: the kernels run on no GPU"}] * 6  # 2 shapes, 3 windows each
         assert "[abbench] GPU state: not recorded (backend interpreter" in (root / cell / "one" / "run.log").read_text()
+        # The clock and power settings in the identity say why they are missing, and compare as no mismatch.
+        identity = json.loads((root / cell / "one" / "run_identity.json").read_text())
+        assert {axis: identity[axis] for axis in GPU_SETTING_AXES} == \
+            dict.fromkeys(GPU_SETTING_AXES, "not recorded (backend interpreter: the kernels run on no GPU)")
+    assert result.ret == 0 and "[caliber" not in result.stdout.str()
     report = read_report(root / "report.json")
     assert report.ops[0].gpu_state["A"]["recorded"] == 0 and report.ops[0].gpu_state["A"]["windows"] == 6
     assert ("GPU state: not recorded (backend interpreter: the kernels run on no GPU); the regime's condition could "

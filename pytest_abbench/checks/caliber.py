@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pytest_abbench.core.fileio import CorruptFileError, read_json
-from pytest_abbench.core.identity import (CALIBER_AXES, IDENTITY_FILE, INFO_FIELDS, LATER_AXES, file_hash, read_identity,
-                                          record_key)
+from pytest_abbench.core.identity import (CALIBER_AXES, GPU_SETTING_AXES, IDENTITY_FILE, INFO_FIELDS, LATER_AXES,
+                                          file_hash, read_identity, record_key, recorded)
 from pytest_abbench.core.layout import RootLayout
 
 
@@ -186,6 +186,14 @@ def compare_identities(op: str, dir_a: Path, dir_b: Path, load: IdentityLoader |
     for axis in CALIBER_AXES + LATER_AXES:
         if a.get(axis) != b.get(axis):
             result.findings.append(CaliberFinding("mismatch", op, axis, a.get(axis), b.get(axis), "", files))
+    for axis in GPU_SETTING_AXES:
+        # Only two readings can disagree: a side without one (no GPU, no NVML, a query the card refuses, an identity
+        # from before these fields) says nothing about the other's settings.
+        if recorded(a.get(axis)) and recorded(b.get(axis)) and a.get(axis) != b.get(axis):
+            result.findings.append(CaliberFinding(
+                "mismatch", op, axis, a.get(axis), b.get(axis),
+                "the GPU's clock or power settings changed between the sides: at another clock or power limit the "
+                "same kernel runs at another speed", files))
     root_a, root_b = run_root(dir_a), run_root(dir_b)
     if root_a is not None and root_b is not None and root_a != root_b:
         # Cells of two separate runs (abbench summary --ab): each side's own record, compared by content.

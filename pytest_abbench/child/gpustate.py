@@ -16,7 +16,12 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from pytest_abbench.core.identity import GPU_SETTING_AXES, not_recorded
 from pytest_abbench.core.results import REASON_BITS, GpuReading, GpuState
+
+# Locked clocks (nvidia-smi -lgc / -lmc, nvmlDeviceSetGpuLockedClocks) cannot be read back: NVML has no query.
+NO_LOCKED_CLOCKS_QUERY = ("NVML has no query for locked clocks; the SM clock of each timed window shows what the "
+                          "card ran at")
 
 
 def decode_reasons(mask: int) -> list[str]:
@@ -68,6 +73,39 @@ class GpuSampler:
             return float(self.nvml.nvmlDeviceGetMaxClockInfo(self.handle, self.nvml.NVML_CLOCK_SM))
         except Exception:  # NotSupported, or a stand-in without it: the reasons alone decide
             return None
+
+    def settings(self) -> dict[str, int | float | str]:
+        """The clock and power settings the card runs under (``core.identity.GPU_SETTING_AXES``), read only: a
+        number where NVML gave one, else ``not recorded (<why>)``.  Nothing here sets a clock or a limit."""
+        if self.not_recorded is not None:
+            return dict.fromkeys(GPU_SETTING_AXES, not_recorded(self.not_recorded))
+        nvml, handle = self.nvml, self.handle
+        out: dict[str, int | float | str] = {}
+        for name, kind in (("app_clock_sm_mhz", "NVML_CLOCK_SM"), ("app_clock_mem_mhz", "NVML_CLOCK_MEM")):
+            out[name] = self._first(*self._app_clock_calls(kind))
+        out["locked_clocks"] = not_recorded(NO_LOCKED_CLOCKS_QUERY)
+        out["power_limit_w"] = self._first(  # milliwatts; the enforced limit is what the card obeys
+            lambda: round(nvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000.0, 3),
+            lambda: round(nvml.nvmlDeviceGetPowerManagementLimit(handle) / 1000.0, 3))
+        return out
+
+    def _app_clock_calls(self, kind: str) -> tuple[Callable[[], int], Callable[[], int]]:
+        """Two ways to read an application clock target: nvmlDeviceGetApplicationsClock (deprecated in NVML, still
+        answered), then nvmlDeviceGetClock's app-clock target, the same figure."""
+        nvml, handle = self.nvml, self.handle
+        return (lambda: int(nvml.nvmlDeviceGetApplicationsClock(handle, getattr(nvml, kind))),
+                lambda: int(nvml.nvmlDeviceGetClock(handle, getattr(nvml, kind), nvml.NVML_CLOCK_ID_APP_CLOCK_TARGET)))
+
+    @staticmethod
+    def _first(*calls: Callable[[], int | float]) -> int | float | str:
+        """The first call's value that NVML gives; ``not recorded (<the errors>)`` when none does."""
+        errors = []
+        for call in calls:
+            try:
+                return call()
+            except Exception as exc:  # NVMLError_NotSupported, NoPermission, a function this pynvml lacks...
+                errors.append(_why(exc))
+        return not_recorded("; ".join(errors))
 
     def _reasons(self) -> int:
         nvml = self.nvml

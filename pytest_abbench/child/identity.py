@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from pytest_abbench.child.gpustate import GpuSampler, open_sampler
 from pytest_abbench.core import envnames, tunercache
 from pytest_abbench.core.cellconfig import CellConfig
 from pytest_abbench.core.fileio import write_json_atomic
@@ -65,11 +66,14 @@ def device_facts(backend: str) -> RunIdentity:
                        cuda_visible_devices=os.environ.get(envnames.CUDA_VISIBLE_DEVICES))
 
 
-def build_identity(config: CellConfig, shape_mode: str, tuner_dir: Path | None) -> RunIdentity:
-    """This cell's identity: its caliber axes, the versions and host it ran on, and what it replays.
+def build_identity(config: CellConfig, shape_mode: str, tuner_dir: Path | None,
+                   gpu: GpuSampler | None = None) -> RunIdentity:
+    """This cell's identity: its caliber axes, the versions and host it ran on, the GPU's clock and power settings,
+    and what it replays.
 
     ``shape_mode`` is the hash of the shapes it measures; ``tuner_dir`` its
-    pinned library tuner cache (None when the cache is shared or absent).
+    pinned library tuner cache (None when the cache is shared or absent);
+    ``gpu`` the cell's NVML sampler (opened here when not given).
     """
     import torch
     import triton
@@ -104,6 +108,8 @@ def build_identity(config: CellConfig, shape_mode: str, tuner_dir: Path | None) 
         "op": config.op,
     }
     identity.update(device_facts(config.backend))
+    settings = (gpu or open_sampler(config.backend)).settings()  # read only: a cell never sets clocks or limits
+    identity.update(settings)  # type: ignore[typeddict-item]
     if config.autotune_mode == "replay" and record is not None and record.exists():
         identity["autotune_record_hash"] = file_hash(record)
     if tuner_dir is not None:

@@ -25,7 +25,7 @@ from pytest_abbench.campaign.model import Case, Op, Shape, load_campaign, shape_
 from pytest_abbench.core.cellconfig import CHILD_MODULE, CellConfig
 from pytest_abbench.child.autotune_pin import AutotunePin, AutotuneRecordError, install
 from pytest_abbench.child.forking import fork_and_run
-from pytest_abbench.child.gpustate import open_sampler
+from pytest_abbench.child.gpustate import GpuSampler, open_sampler
 from pytest_abbench.child.identity import build_identity, write_identity
 from pytest_abbench.child.ircapture import enter_compile_only, install_capture, merge_ir
 from pytest_abbench.child.layout_shift import hold_pads, pad_sizes
@@ -111,14 +111,15 @@ def measure(config: CellConfig) -> int:
 
     tuner_dir = pinned_tuner_cache(config)
     tuner_rows_before = tunercache.row_counts(tuner_dir) if tuner_dir else {}
-    write_identity(out, build_identity(config, shape_set_hash(shapes), tuner_dir))
+    gpu = open_sampler(config.backend)  # NVML: the identity's clock and power settings, and each timed window
+    write_identity(out, build_identity(config, shape_set_hash(shapes), tuner_dir, gpu))
     ready = time.time()
     log(f"[abbench] cell r{config.round_no}-{config.role} op={config.op} backend={config.backend} "
         f"timer={config.timer} regime={config.regime} level={config.level} autotune={config.autotune_mode} start-up {ready - spawned:.2f}s")
 
     phases: dict[str, float] = {"startup_s": ready - spawned, "build_s": 0.0, "first_call_s": 0.0,
                                 "autotune_bench_calls": 0, "timing_s": 0.0, "check_s": 0.0}
-    poisoned = measure_shapes(config, op, shapes, out / RESULTS_FILE, phases)
+    poisoned = measure_shapes(config, op, shapes, out / RESULTS_FILE, phases, gpu)
     pin.save()
     if tuner_dir is not None and config.autotune_mode == "replay":
         tunercache.report_growth(tuner_rows_before, tunercache.row_counts(tuner_dir), log, AUTOTUNE_REPLAY_FALLBACK)
@@ -161,7 +162,7 @@ def pinned_tuner_cache(config: CellConfig) -> Path | None:
 
 
 def measure_shapes(config: CellConfig, op: Op, shapes: Sequence[Shape], results: Path,
-                   phases: dict[str, float]) -> bool:
+                   phases: dict[str, float], gpu: GpuSampler | None = None) -> bool:
     """Append a record per shape not yet in ``results``, timing into ``phases``; True once a capture poisoned us.
 
     Poisoned: the CUDA context is no longer trusted, so the caller measures the rest in a fresh process.
@@ -170,7 +171,7 @@ def measure_shapes(config: CellConfig, op: Op, shapes: Sequence[Shape], results:
 
     device = "cuda" if config.backend == "cuda" else "cpu"
     already = done_shape_ids(results)  # non-empty after a poisoned-capture restart
-    gpu = open_sampler(config.backend)  # NVML around each timed window, read outside it
+    gpu = gpu or open_sampler(config.backend)  # NVML around each timed window, read outside it
     log(f"[abbench] GPU state: {gpu.describe()}")
     for index, shape in enumerate(shapes):
         todo = [r for r in cell_regimes(config.regime) if {(shape.id, r), (shape.id, None)}.isdisjoint(already)]

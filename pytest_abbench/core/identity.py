@@ -19,7 +19,23 @@ IDENTITY_SCHEMA = 1
 CALIBER_AXES = ("backend", "device", "timer", "bench_level", "shape_mode", "tuner_cache", "direct_repeat")
 # Axes added later: compared like the others, but an identity written before them may lack them.
 LATER_AXES = ("layout_shift", "spawn", "regime")
+# The GPU's clock and power settings, read (never set) through NVML by the cell: a number (MHz, W) where NVML gave
+# one, else ``not recorded (<why>)``.  Two sides that both recorded one must agree; one not recorded on either side
+# (no GPU, no NVML, a device that does not support the query) is no mismatch.  NVML can set locked clocks but has
+# no query for them: ``locked_clocks`` always says so, and never compares.
+GPU_SETTING_AXES = ("app_clock_sm_mhz", "app_clock_mem_mhz", "locked_clocks", "power_limit_w")
+NOT_RECORDED = "not recorded"
 INFO_FIELDS = ("torch", "triton", "driver", "python", "host", "gpu_uuid", "campaign_hash")
+
+
+def not_recorded(why: str) -> str:
+    """A GPU setting's value when NVML did not give it."""
+    return f"{NOT_RECORDED} ({why})"
+
+
+def recorded(value: object) -> bool:
+    """Whether a GPU setting holds a reading (a number); a missing field or ``not recorded (...)`` does not."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def file_hash(path: Path) -> str:
@@ -81,6 +97,11 @@ class RunIdentity(TypedDict, total=False):
     gpu_uuid: str | None
     driver: str | None
     cuda_visible_devices: str | None
+    # GPU_SETTING_AXES: a number, or not_recorded(why)
+    app_clock_sm_mhz: int | str  # the SM application clock target (nvmlDeviceGetApplicationsClock)
+    app_clock_mem_mhz: int | str  # the memory application clock target
+    locked_clocks: str  # NVML has no query for clocks locked with nvidia-smi -lgc / -lmc: always not_recorded(why)
+    power_limit_w: float | str  # the power limit the card enforces (nvmlDeviceGetEnforcedPowerLimit)
 
 
 def read_identity(path: Path) -> dict[str, Any]:

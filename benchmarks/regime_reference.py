@@ -1,0 +1,399 @@
+"""In-process reference for the timing regimes: campaigns/mm.py's two sides in ONE process, A and B interleaved,
+each as a CUDA graph, under burst and under steady, NVML read after every window.  One line per regime, in the
+terms of the plugin's report, so the report's interval, clocks and power can be held against it.
+
+    PYTHONPATH=. python benchmarks/regime_reference.py                  # both regimes, about 1 to 2 minutes
+    PYTHONPATH=. python benchmarks/regime_reference.py --pair cublas    # cuBLAS (A) vs the Triton kernel (B)
+    PYTHONPATH=. python benchmarks/regime_reference.py --dry-run        # the plan only: no GPU touched
+
+The sides, as the campaign defines them (``campaigns/mm.py``): the bf16 mm of ``campaigns/_kernels/gemm.py`` at
+M=N=K=4096; side B compiled with ``DISABLE_MMA_V3=1`` (the campaign's ``SWITCH``), which Triton reads when it
+compiles and keys its cache on.  Both variants are compiled in this process: two JIT functions of the one kernel
+source, B's while the variable is set; the script checks that A's PTX holds wgmma and B's does not, and stops
+otherwise.  Both sides run side A's autotuned config, as in the plugin, where round 1's A records the choice and
+every other cell replays it (``--record ROOT/autotune/mm.json`` pins the one a root's cells ran, ``--config``
+any other).
+``--pair cublas`` times torch.mm (A) against the Triton kernel (B) instead: the comparison of the H200 figures in
+MEASUREMENT.md ("Power regime": +2.5% burst, +9.7% steady).
+
+burst: before each window of about ``BURST_WINDOW_MS`` (4 ms), wait (20 ms to 2 s) until NVML names no power cap
+or slowdown and the SM clock is at 97% of its maximum or more.  steady: run A and B alternately in windows of
+``--steady-window-ms`` (100 ms, the plugin's default) until each side's last 5 SM clocks lie within 1% (one 15 MHz
+step at least) and powers within 3% (0.5 s to 10 s), then time ``--pairs`` pairs back to back.  The order within
+a pair alternates (AB, BA, ...).  Per regime: the median of the per-pair deltas ln(B/A) as a percent, the mean's
+95% t-interval over pairs, and per side the median SM clock, power and the share of windows under the power cap;
+a window's NVML reading is taken right after it.  The parameters and the two conditions are the cells' own
+(``core/regimes.py``, ``child/regime.py``); the timing, the interleaving and the NVML reads are this script's.
+
+layer_norm: no campaign in this repository times a Triton layer_norm A/B without extra libraries
+(``campaigns/liger.py`` needs liger-kernel, ``campaigns/flaggems.py`` flag-gems), so this script does mm only.
+
+Needs torch, triton and nvidia-ml-py; nothing is set on the GPU (no clock, no power limit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO), str(REPO / "campaigns")]
+
+from pytest_abbench.child.gpustate import decode_reasons  # noqa: E402  (NVML's reason bits, by name)
+from pytest_abbench.child.regime import at_boost, settled  # noqa: E402  (the conditions the cells check)
+from pytest_abbench.core import regimes  # noqa: E402  (the plugin's burst and steady parameters)
+from pytest_abbench.core.results import GpuReading as Reading  # noqa: E402  (clock, power, reasons)
+from pytest_abbench.report.stats import interval, pct  # noqa: E402  (the report's t-interval)
+
+SIDES = ("A", "B")
+SHAPE = {"M": 4096, "N": 4096, "K": 4096}
+CAP = "sw_power_cap"
+
+
+# -- what one window saw ---------------------------------------------------------------------------
+@dataclass
+class Window:
+    side: str
+    ms_per_call: float
+    after: Reading
+    condition: str = regimes.MET  # burst: boost reached before it; steady: settled before the first pair
+
+
+@dataclass
+class RegimeRun:
+    regime: str
+    window_ms: float
+    windows: list[Window] = field(default_factory=list)
+    note: str = ""
+
+    def log_ratios(self) -> list[float]:
+        """ln(B/A) per pair: windows come in pairs, one per side, in the order they ran."""
+        out = []
+        for first, second in zip(self.windows[0::2], self.windows[1::2]):
+            by_side = {first.side: first.ms_per_call, second.side: second.ms_per_call}
+            out.append(math.log(by_side["B"] / by_side["A"]))
+        return out
+
+
+# -- statistics and the printed line (exercised on the CPU by tests/test_regime_reference.py) ----------------
+@dataclass
+class Summary:
+    pairs: int
+    median_pct: float
+    mean_pct: float
+    ci_pct: tuple[float, float] | None
+
+
+def summarize(log_ratios: list[float]) -> Summary:
+    """The median per-pair delta, and the mean's 95% t-interval (the report's interval), as percents."""
+    ci = interval(log_ratios) if len(log_ratios) >= 2 else None
+    return Summary(len(log_ratios), pct(statistics.median(log_ratios)), pct(statistics.fmean(log_ratios)),
+                   None if ci is None else (pct(ci[0]), pct(ci[1])))
+
+
+def side_state(windows: list[Window], side: str) -> str:
+    """One side as the plugin's side-by-side prints it: median SM clock, median power, share under the power cap."""
+    mine = [w for w in windows if w.side == side]
+    clocks = [w.after.sm_clock_mhz for w in mine if w.after.sm_clock_mhz is not None]
+    powers = [w.after.power_w for w in mine if w.after.power_w is not None]
+    capped = sum(CAP in w.after.reasons for w in mine) / len(mine) if mine else 0.0
+    clock = f"{statistics.median(clocks):.0f}" if clocks else "-"
+    power = f"{statistics.median(powers):.0f}" if powers else "-"
+    return f"{clock} MHz {power} W cap {capped:.0%}"
+
+
+def regime_line(label: str, run: RegimeRun) -> str:
+    """One line per regime: the delta, its interval, each side's clocks and power, the windows and their condition."""
+    ratios = run.log_ratios()
+    if not ratios:
+        return f"{label} {run.regime:<6}: no pairs timed {run.note}".rstrip()
+    s = summarize(ratios)
+    ci = "-" if s.ci_pct is None else f"[{s.ci_pct[0]:+.1f} ~ {s.ci_pct[1]:+.1f}]"
+    met = sum(w.condition == regimes.MET for w in run.windows)
+    a_ms = statistics.median(w.ms_per_call for w in run.windows if w.side == "A")
+    return (f"{label} {run.regime:<6}: delta B vs A {s.median_pct:+.1f}% median, mean {s.mean_pct:+.1f}% {ci} "
+            f"over {s.pairs} pairs; A {side_state(run.windows, 'A')}, B {side_state(run.windows, 'B')}; "
+            f"A {a_ms:.4f} ms/call; {run.window_ms:g} ms windows, condition met {met}/{len(run.windows)}"
+            + (f"; {run.note}" if run.note else ""))
+
+
+# -- the regimes, on any two timers and any NVML reader (a test can stand in for both) ----------------------
+@dataclass
+class Rig:
+    """What the regimes need: ``window(side)`` times one window (ms per call); ``read()`` reads NVML;
+    ``max_clock`` the SM clock's maximum; ``sleep``/``clock`` wait and tell time."""
+
+    window: Callable[[str], float]
+    read: Callable[[], Reading]
+    max_clock: float | None
+    sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.monotonic
+
+
+def pair_order(index: int) -> tuple[str, str]:
+    return SIDES if index % 2 == 0 else SIDES[::-1]
+
+
+def run_burst(rig: Rig, pairs: int, window_ms: float, budget_s: float) -> RegimeRun:
+    """Each window after a gap that lets the card leave the power cap; stops early when ``budget_s`` runs out."""
+    out = RegimeRun(regimes.BURST, window_ms)
+    start = rig.clock()
+    for index in range(pairs):
+        if rig.clock() - start > budget_s:
+            out.note = f"stopped after {index} pairs: the {budget_s:g} s budget ran out"
+            break
+        for side in pair_order(index):
+            waited, condition = 0.0, regimes.NOT_MET
+            rig.sleep(regimes.BURST_MIN_GAP_S)
+            while waited < regimes.BURST_MAX_WAIT_S:
+                if at_boost(rig.read(), rig.max_clock):
+                    condition = regimes.MET
+                    break
+                rig.sleep(regimes.BURST_POLL_S)
+                waited += regimes.BURST_POLL_S
+            ms = rig.window(side)
+            out.windows.append(Window(side, ms, rig.read(), condition))
+    return out
+
+
+def run_steady(rig: Rig, pairs: int, window_ms: float) -> RegimeRun:
+    """A and B alternately until each side's clock and power settle (bounded), then ``pairs`` pairs back to back."""
+    out = RegimeRun(regimes.STEADY, window_ms)
+    seen: dict[str, list[Reading | None]] = {side: [] for side in SIDES}
+    start = rig.clock()
+    condition = regimes.NOT_MET
+    while rig.clock() - start < regimes.STEADY_MAX_S:
+        for side in SIDES:
+            rig.window(side)
+            seen[side].append(rig.read())
+        if rig.clock() - start >= regimes.STEADY_MIN_S and all(settled(list(seen[s])) for s in SIDES):
+            condition = regimes.MET
+            break
+    out.note = f"settled after {rig.clock() - start:.1f} s" if condition == regimes.MET else \
+        f"not settled after {regimes.STEADY_MAX_S:g} s (timed anyway)"
+    for index in range(pairs):
+        for side in pair_order(index):
+            ms = rig.window(side)
+            out.windows.append(Window(side, ms, rig.read(), condition))
+    return out
+
+
+# -- the GPU ----------------------------------------------------------------------------------------------
+def open_nvml() -> tuple[Callable[[], Reading], float | None, str]:
+    """A reader of this process's CUDA device through NVML, its maximum SM clock, and its power limit as text."""
+    import pynvml
+    import torch
+
+    pynvml.nvmlInit()
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    uuid = str(getattr(props, "uuid", "") or "")
+    handle = None
+    if uuid:
+        try:
+            handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
+        except pynvml.NVMLError:
+            handle = None
+    if handle is None:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    reasons = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) \
+        or pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
+
+    def read() -> Reading:
+        r = Reading()
+        for name, call in (("sm_clock_mhz", lambda: float(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM))),
+                           ("power_w", lambda: pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0),
+                           ("reasons_mask", lambda: int(reasons(handle)))):
+            try:
+                setattr(r, name, call())
+            except pynvml.NVMLError:
+                pass  # left out: the line shows "-" for a figure NVML does not give
+        r.reasons = decode_reasons(r.reasons_mask or 0)
+        return r
+
+    try:
+        max_clock: float | None = float(pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM))
+    except pynvml.NVMLError:
+        max_clock = None
+    try:
+        limit = f"{pynvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000:.0f} W"
+    except pynvml.NVMLError as exc:
+        limit = f"not read ({exc})"
+    return read, max_clock, limit
+
+
+def parse_config(text: str) -> dict[str, int]:
+    """``BM=128,BN=256,BK=64,num_warps=8,num_stages=3`` as keyword arguments of the kernel's launch."""
+    out = {}
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, value = item.partition("=")
+        if not sep or not value.strip().isdigit():
+            raise SystemExit(f"--config: expected NAME=INTEGER items, got {item!r} in {text!r}")
+        out[name.strip()] = int(value)
+    return out
+
+
+def config_from_record(path: Path) -> dict[str, int]:
+    """The config a root's autotune record (``<root>/autotune/mm.json``) pinned for the 4096^3 mm, as launch
+    keyword arguments: what every cell of that root ran."""
+    import json
+
+    want = [str(SHAPE[d]) for d in ("M", "N", "K")]
+    try:
+        entries = json.loads(path.read_text())["entries"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise SystemExit(f"--record {path}: not an autotune record ({exc})") from exc
+    for e in entries:
+        if str(e.get("kernel", "")).endswith(":mm_kernel") and list(e.get("key", []))[:3] == want:
+            cfg = e["config"]
+            extra = {k: cfg[k] for k in ("num_warps", "num_stages", "num_ctas", "maxnreg") if cfg.get(k) is not None}
+            return {**cfg["kwargs"], **extra}
+    raise SystemExit(f"--record {path}: no mm_kernel entry for M=N=K=4096 among {len(entries)} entries")
+
+
+def build_sides(pair: str, config: dict[str, int] | None, log: Callable[[str], None]) -> dict[str, Callable[[], Any]]:
+    """Side A and side B as one call each, on one set of operands (the campaign's, seeded)."""
+    import torch
+    import triton
+    from _kernels import gemm
+    from _kernels.inputs import randn
+
+    m, n, k = SHAPE["M"], SHAPE["N"], SHAPE["K"]
+    a = randn(m, k, seed=3, device="cuda", dtype=torch.bfloat16)
+    b = randn(k, n, seed=30, device="cuda", dtype=torch.bfloat16)
+    if config is None:
+        os.environ.pop("DISABLE_MMA_V3", None)
+        gemm.mm(a, b)  # side A autotunes, as round 1's A does
+        torch.cuda.synchronize()
+        config = gemm.mm_kernel.best_config.all_kwargs()
+    log(f"config (both sides): {config}")
+    c = {side: torch.empty((m, n), device="cuda", dtype=torch.bfloat16) for side in SIDES}
+    raw = gemm.mm_kernel.fn.fn  # the Python function under @autotune(@jit): a fresh JIT has its own kernel cache
+
+    def launcher(kernel: Any, out: Any) -> Callable[[], Any]:
+        grid = (triton.cdiv(m, config["BM"]) * triton.cdiv(n, config["BN"]),)
+        return lambda: kernel[grid](a, b, out, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                                    out.stride(0), out.stride(1), **config)
+
+    variants = {}
+    for side, env in (("A", None), ("B", "1")):
+        if env is None:
+            os.environ.pop("DISABLE_MMA_V3", None)
+        else:
+            os.environ["DISABLE_MMA_V3"] = env  # the campaign's SWITCH.env_b, read by Triton as it compiles
+        run = launcher(triton.jit(raw), c[side])
+        compiled = run()
+        torch.cuda.synchronize()
+        variants[side] = (run, "wgmma" in compiled.asm.get("ptx", ""))
+    os.environ.pop("DISABLE_MMA_V3", None)
+    log(f"wgmma in PTX: A {variants['A'][1]}, B {variants['B'][1]}")
+    if pair == "switch" and not (variants["A"][1] and not variants["B"][1]):
+        raise SystemExit("the two compiled variants do not differ in wgmma as DISABLE_MMA_V3 should make them: "
+                         "this GPU or Triton does not take the switch; nothing timed")
+    expected = (a.float() @ b.float()).to(torch.bfloat16)
+    for side in SIDES:
+        torch.testing.assert_close(c[side], expected, atol=0.5, rtol=2e-2)
+    if pair == "cublas":
+        return {"A": lambda: torch.mm(a, b, out=c["A"]), "B": variants["A"][0]}
+    return {side: variants[side][0] for side in SIDES}
+
+
+class GraphTimer:
+    """A CUDA graph of as many calls as fill ``window_ms``; a window is one timed replay, its time per call."""
+
+    def __init__(self, fn: Callable[[], Any], window_ms: float) -> None:
+        import torch
+
+        self.torch = torch
+        self.stream = torch.cuda.Stream()
+        with torch.cuda.stream(self.stream):
+            fn()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(5):
+                fn()
+            end.record()
+            torch.cuda.synchronize()
+            estimate = start.elapsed_time(end) / 5
+            self.calls = max(1, int(window_ms / estimate)) if estimate > 0 else 1000
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph):
+                for _ in range(self.calls):
+                    fn()
+        torch.cuda.synchronize()
+
+    def window(self) -> float:
+        torch = self.torch
+        with torch.cuda.stream(self.stream):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            self.graph.replay()
+            end.record()
+        torch.cuda.synchronize()
+        return float(start.elapsed_time(end)) / self.calls
+
+
+def window_of(timers: dict[str, GraphTimer]) -> Callable[[str], float]:
+    return lambda side: timers[side].window()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pair", choices=("switch", "cublas"), default="switch",
+                        help="switch: campaigns/mm.py's A and B (DISABLE_MMA_V3=1 on B); cublas: torch.mm vs Triton")
+    parser.add_argument("--regimes", default="burst,steady", help="burst, steady or both, comma-separated")
+    parser.add_argument("--pairs", type=int, default=40, help="timed pairs per regime")
+    parser.add_argument("--burst-window-ms", type=float, default=regimes.BURST_WINDOW_MS)
+    parser.add_argument("--steady-window-ms", type=float, default=100.0)
+    parser.add_argument("--burst-budget-s", type=float, default=60.0, help="burst stops after this many seconds")
+    parser.add_argument("--config", default="", help="pin the launch config (default: side A's autotuned pick)")
+    parser.add_argument("--record", type=Path, help="pin the config a root's autotune/mm.json holds for this shape")
+    parser.add_argument("--dry-run", action="store_true", help="print the plan and exit: no GPU touched")
+    args = parser.parse_args(argv)
+    chosen = [r.strip() for r in args.regimes.split(",") if r.strip()]
+    bad = [r for r in chosen if r not in regimes.REGIMES]
+    if bad or not chosen or args.pairs < 2:
+        parser.error(f"--regimes takes {', '.join(regimes.REGIMES)} (got {args.regimes!r}); --pairs at least 2")
+    config = config_from_record(args.record) if args.record else parse_config(args.config) if args.config else None
+    label = f"mm {SHAPE['M']}x{SHAPE['N']}x{SHAPE['K']} bf16 ({args.pair})"
+    windows = {regimes.BURST: args.burst_window_ms, regimes.STEADY: args.steady_window_ms}
+    print(f"# {label}: regimes {', '.join(chosen)}, {args.pairs} pairs each, windows "
+          + ", ".join(f"{r} {windows[r]:g} ms" for r in chosen) + f"; config {config or 'side A autotuned'}")
+    print("# layer_norm: no Triton layer_norm A/B in campaigns/ runs without extra libraries (liger-kernel, "
+          "flag-gems): not timed")
+    if args.dry_run:
+        import triton
+        from _kernels import gemm
+
+        raw = gemm.mm_kernel.fn.fn  # what build_sides compiles twice: the same source, two kernel caches
+        twins = [triton.jit(raw) for _ in SIDES]
+        print(f"# dry run: {len(twins)} JIT functions of _kernels/gemm.py {raw.__name__} "
+              f"({len(gemm.mm_kernel.configs)} autotune configs); no GPU touched")
+        return 0
+
+    import torch
+
+    read, max_clock, limit = open_nvml()
+    print(f"# device {torch.cuda.get_device_name()}, max SM clock {max_clock} MHz, power limit {limit}", flush=True)
+    started = time.monotonic()
+    sides = build_sides(args.pair, config, lambda text: print(f"# {text}", flush=True))
+    lines = []
+    for regime in chosen:
+        timers = {side: GraphTimer(fn, windows[regime]) for side, fn in sides.items()}
+        rig = Rig(window=window_of(timers), read=read, max_clock=max_clock)
+        run = (run_burst(rig, args.pairs, windows[regime], args.burst_budget_s) if regime == regimes.BURST
+               else run_steady(rig, args.pairs, windows[regime]))
+        lines.append(regime_line(label, run))
+        print(lines[-1], flush=True)
+    print(f"# {time.monotonic() - started:.0f} s after NVML opened")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
