@@ -6,7 +6,9 @@ recording into a shared tuner cache is a warning; differing versions or
 hosts are notes.  A missing or unreadable identity is a mismatch, never a pass.
 Within one root both sides pin the one autotune record of the op; two cells of
 separate roots each pin their own root's record, and those must hold the same
-choices.
+choices.  Side B's supplement (keys only side B meets) is not compared with
+side A, but every round of side B must pin the one its round 1 cell recorded
+(``compare_side_rounds``).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any, Callable
 from pytest_abbench.core.fileio import CorruptFileError, read_json
 from pytest_abbench.core.identity import (CALIBER_AXES, IDENTITY_FILE, INFO_FIELDS, LATER_AXES, file_hash, read_identity,
                                           record_key)
-from pytest_abbench.core.layout import RootLayout
+from pytest_abbench.core.layout import SIDES, RootLayout
 
 
 @dataclass
@@ -33,6 +35,7 @@ class CaliberFinding:
     value_b: Any
     detail: str = ""
     files: tuple[str, str] = ("", "")
+    labels: tuple[str, str] = ("A", "B")  # what value_a and value_b belong to: the sides, or two rounds of one side
 
     def key(self) -> tuple[str, str, str, str, str, str]:
         return self.level, self.op, self.axis, repr(self.value_a), repr(self.value_b), self.detail
@@ -40,7 +43,8 @@ class CaliberFinding:
     def line(self) -> str:
         files = f" ({self.files[0]} vs {self.files[1]})" if any(self.files) else ""
         if self.level == "mismatch":
-            return (f"!!! [caliber] op={self.op} axis={self.axis}: A={self.value_a!r} B={self.value_b!r}"
+            return (f"!!! [caliber] op={self.op} axis={self.axis}: {self.labels[0]}={self.value_a!r} "
+                    f"{self.labels[1]}={self.value_b!r}"
                     f"{' - ' + self.detail if self.detail else ''}{files}")
         if self.level == "unchecked":
             return f"[caliber] op={self.op}: not compared: {self.detail}"
@@ -223,6 +227,41 @@ def cell_pairs(round_no: int, folder: "Callable[[int, str], Path]", control: boo
     if control:
         pairs.append((folder(round_no, "A"), folder(round_no, "A2")))
     return pairs
+
+
+def side_pairs(round_no: int, folder: "Callable[[int, str], Path]") -> list[tuple[Path, Path]]:
+    """The folder pairs of one side a round's cells are checked against: each side's round 1 cell.
+
+    A side's supplement record (the tuner keys the op's record lacks) differs
+    between the sides by design; within a side every round must replay the
+    one its first cell recorded.
+    """
+    return [] if round_no == 1 else [(folder(1, side), folder(round_no, side)) for side in SIDES]
+
+
+def compare_side_rounds(op: str, first: Path, later: Path, load: IdentityLoader | None = None) -> CaliberResult:
+    """A side's later cell against its round 1 cell: the same supplement record, by path and content.
+
+    An identity that is missing or unreadable is the cross-side check's to
+    report (``compare_identities``); nothing is said of it here.
+    """
+    result = CaliberResult()
+    load = load or load_identity
+    a, _ = load(first)
+    b, _ = load(later)
+    if a is None or b is None:
+        return result
+    path_a, path_b = a.get("autotune_side_record"), b.get("autotune_side_record")
+    hash_a, hash_b = a.get("autotune_side_record_hash"), b.get("autotune_side_record_hash")
+    if record_key(path_a) == record_key(path_b) and hash_a == hash_b:
+        return result
+    round_a, round_b, side = a.get("round", 1), b.get("round", "?"), b.get("side", "?")
+    detail = (f"side {side}'s cells pinned the tuner keys only it has from different records "
+              f"({path_a!r} hash {hash_a!r}, then {path_b!r} hash {hash_b!r}): its rounds timed different configs")
+    result.findings.append(CaliberFinding("mismatch", op, "autotune_side_record", hash_a, hash_b, detail,
+                                          (str(first / IDENTITY_FILE), str(later / IDENTITY_FILE)),
+                                          (f"r{round_a}-{side}", f"r{round_b}-{side}")))
+    return result
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from pytest_abbench.core import tunercache
 from pytest_abbench.campaign.model import Campaign, source_hash
 from pytest_abbench.spawn.kernelcache import KernelCaches
 from pytest_abbench.core import envnames
-from pytest_abbench.core.cellconfig import CHILD_MODULE, CellConfig, autotune_mode_for
+from pytest_abbench.core.cellconfig import CHILD_MODULE, CellConfig, autotune_mode_for, side_record_mode_for
 from pytest_abbench.spawn.cellrun import ChildResult, log_tail
 from pytest_abbench.core.exitcodes import describe, status_word
 from pytest_abbench.spawn.forkserver import server_key
@@ -183,6 +183,7 @@ class CellRunner:
         op_shapes = campaign.op(key.op).shapes
         ir_level = s.ir_level_for(op_shapes, side_opts.get("level")) if ir_target else None
         shares = 1
+        side_mode = side_record_mode_for(key.round, key.role)
         if s.ir_only:
             # An IR-only cell compiles its shapes in parallel, one share each: the op's cells run one after
             # another, so one cell may use every core of this worker.  A level the op lacks: the child says so.
@@ -194,6 +195,8 @@ class CellRunner:
             direct_rep=int(side_opts.get("direct_rep") or s.direct_rep_ms),
             direct_warmup=int(side_opts.get("direct_warmup") or s.direct_warmup_ms),
             autotune_mode=autotune_mode_for(key.round, key.role), autotune_file=self.layout.autotune_record(key.op),
+            autotune_side_mode=side_mode,
+            autotune_side_file=self.layout.autotune_side_record(key.op, key.side) if side_mode else None,
             switch=campaign.switch.describe(), tuner_cache=self.tuner_cache(campaign, key.side), ir_target=ir_target,
             ir_only=s.ir_only, layout_shift=s.layout_shift,
             ir_level=ir_level, shares=shares, spawn=s.spawn, regime=s.regime,
@@ -244,7 +247,7 @@ class CellRunner:
                 config = self.config(campaign, side_key, self.layout.precompile(key.op))
                 n = precompile.shares(len(campaign.op(key.op).shapes_for(config.level)), parallel)
                 compile_all = replace(config, ir_only=True, ir_target=self._target, ir_level=None,
-                                      autotune_mode="compile-all")
+                                      autotune_mode="compile-all", autotune_side_mode=None)
                 jobs += self.spawn.precompile_jobs(side, compile_all, self.python(campaign, side_key),
                                                    lambda out: self.env(campaign, side_key, out),
                                                    self.layout.precompile(key.op), n)
