@@ -255,12 +255,14 @@ def compare_side_rounds(op: str, first: Path, later: Path, load: IdentityLoader 
     hash_a, hash_b = a.get("autotune_side_record_hash"), b.get("autotune_side_record_hash")
     if record_key(path_a) == record_key(path_b) and hash_a == hash_b:
         return result
-    round_a, round_b, side = a.get("round", 1), b.get("round", "?"), b.get("side", "?")
+    keys = [RootLayout(folder.parent.parent).key_of(folder) for folder in (first, later)]
+    labels = [key.cell_id if key is not None else str(folder) for key, folder in zip(keys, (first, later))]
+    side = b.get("side") or (keys[1].side if keys[1] is not None else "?")
     detail = (f"side {side}'s cells pinned the tuner keys only it has from different records "
               f"({path_a!r} hash {hash_a!r}, then {path_b!r} hash {hash_b!r}): its rounds timed different configs")
     result.findings.append(CaliberFinding("mismatch", op, "autotune_side_record", hash_a, hash_b, detail,
                                           (str(first / IDENTITY_FILE), str(later / IDENTITY_FILE)),
-                                          (f"r{round_a}-{side}", f"r{round_b}-{side}")))
+                                          (labels[0], labels[1])))
     return result
 
 
