@@ -83,6 +83,12 @@ def load_identity(cell_dir: Path) -> tuple[dict[str, Any] | None, str]:
         return None, f"{path}: {exc}"
 
 
+def _tuner_start(identity: dict[str, Any]) -> Any:
+    """The op's library tuner record a cell started from: its seed, or for a cell that started from its side's
+    record (keys only that side has, added to the op's), the op's record that one grew from."""
+    return identity.get("tuner_cache_base", identity.get("tuner_cache_seed"))
+
+
 def judge_autotune(a: dict[str, Any], b: dict[str, Any]) -> str | None:
     """None when the two autotune modes may be compared, else why not."""
     ma, mb = a.get("autotune_mode"), b.get("autotune_mode")
@@ -101,9 +107,9 @@ def judge_autotune(a: dict[str, Any], b: dict[str, Any]) -> str | None:
             return "both sides replay, but from different records"
         if a.get("autotune_record_hash") != b.get("autotune_record_hash"):
             return "both sides replay the same record path, but its content changed between them"
-        if a.get("tuner_cache_seed") != b.get("tuner_cache_seed"):
-            return (f"the library tuner started from different records (seed {a.get('tuner_cache_seed')!r} vs "
-                    f"{b.get('tuner_cache_seed')!r})")
+        if _tuner_start(a) != _tuner_start(b):
+            return (f"the library tuner started from different records (seed {_tuner_start(a)!r} vs "
+                    f"{_tuner_start(b)!r})")
         return None
     if ma == "off" and mb == "off":
         return None
@@ -159,9 +165,9 @@ def judge_autotune_across_runs(a: dict[str, Any], dir_a: Path, b: dict[str, Any]
     if entries_a != entries_b:
         return (f"the two runs pinned different autotune choices: {record_a} ({_entries(len(entries_a))}) and "
                 f"{record_b} ({_entries(len(entries_b))}) differ, so the sides timed different configs")
-    if ma == "replay" and mb == "replay" and a.get("tuner_cache_seed") != b.get("tuner_cache_seed"):
-        return (f"the library tuner started from different records (seed {a.get('tuner_cache_seed')!r} vs "
-                f"{b.get('tuner_cache_seed')!r})")
+    if ma == "replay" and mb == "replay" and _tuner_start(a) != _tuner_start(b):
+        return (f"the library tuner started from different records (seed {_tuner_start(a)!r} vs "
+                f"{_tuner_start(b)!r})")
     return None
 
 
@@ -230,17 +236,20 @@ def cell_pairs(round_no: int, folder: "Callable[[int, str], Path]", control: boo
 
 
 def side_pairs(round_no: int, folder: "Callable[[int, str], Path]") -> list[tuple[Path, Path]]:
-    """The folder pairs of one side a round's cells are checked against: each side's round 1 cell.
+    """The folder pairs of one side a round's cells are checked against: each side's rounds 1 and 2 (the cell
+    that recorded its side's supplement, the first that replayed it).
 
     A side's supplement record (the tuner keys the op's record lacks) differs
     between the sides by design; within a side every round must replay the
     one its first cell recorded.
     """
-    return [] if round_no == 1 else [(folder(1, side), folder(round_no, side)) for side in SIDES]
+    firsts = [1, 2] if round_no > 2 else [1] if round_no == 2 else []  # the recorder, and the first replayer
+    return [(folder(first, side), folder(round_no, side)) for first in firsts for side in SIDES]
 
 
 def compare_side_rounds(op: str, first: Path, later: Path, load: IdentityLoader | None = None) -> CaliberResult:
-    """A side's later cell against its round 1 cell: the same supplement record, by path and content.
+    """A side's later cell against an earlier one: the same supplement record, by path and content, and the same
+    library tuner record to start from.
 
     An identity that is missing or unreadable is the cross-side check's to
     report (``compare_identities``); nothing is said of it here.
@@ -253,17 +262,31 @@ def compare_side_rounds(op: str, first: Path, later: Path, load: IdentityLoader 
         return result
     path_a, path_b = a.get("autotune_side_record"), b.get("autotune_side_record")
     hash_a, hash_b = a.get("autotune_side_record_hash"), b.get("autotune_side_record_hash")
-    if record_key(path_a) == record_key(path_b) and hash_a == hash_b:
-        return result
+    if record_key(path_a) != record_key(path_b) or hash_a != hash_b:
+        result.findings.append(_side_finding(op, first, later, "autotune_side_record", hash_a, hash_b,
+                                             f"pinned the tuner keys only it has from different records ({path_a!r} "
+                                             f"hash {hash_a!r}, then {path_b!r} hash {hash_b!r})"))
+    if b.get("autotune_side_mode") is None:
+        return result  # side A: its record cell tuned from nothing, its later cells start from what it recorded
+    # Two cells that replay the side's records started from the same library tuner record; the one that recorded
+    # it started from the op's record, which the side's record grew from.
+    both_replay = a.get("autotune_side_mode") == b.get("autotune_side_mode") == "replay"
+    seed_a, seed_b = ((a.get("tuner_cache_seed"), b.get("tuner_cache_seed")) if both_replay
+                      else (_tuner_start(a), _tuner_start(b)))
+    if seed_a != seed_b:
+        result.findings.append(_side_finding(op, first, later, "tuner_cache_seed", seed_a, seed_b,
+                                             "started its library tuner from different records"))
+    return result
+
+
+def _side_finding(op: str, first: Path, later: Path, axis: str, value_a: Any, value_b: Any,
+                  what: str) -> CaliberFinding:
     keys = [RootLayout(folder.parent.parent).key_of(folder) for folder in (first, later)]
     labels = [key.cell_id if key is not None else str(folder) for key, folder in zip(keys, (first, later))]
-    side = b.get("side") or (keys[1].side if keys[1] is not None else "?")
-    detail = (f"side {side}'s cells pinned the tuner keys only it has from different records "
-              f"({path_a!r} hash {hash_a!r}, then {path_b!r} hash {hash_b!r}): its rounds timed different configs")
-    result.findings.append(CaliberFinding("mismatch", op, "autotune_side_record", hash_a, hash_b, detail,
-                                          (str(first / IDENTITY_FILE), str(later / IDENTITY_FILE)),
-                                          (labels[0], labels[1])))
-    return result
+    side = keys[1].side if keys[1] is not None else "?"
+    return CaliberFinding("mismatch", op, axis, value_a, value_b,
+                          f"side {side}'s cells {what}: its rounds timed different configs",
+                          (str(first / IDENTITY_FILE), str(later / IDENTITY_FILE)), (labels[0], labels[1]))
 
 
 @dataclass(frozen=True)

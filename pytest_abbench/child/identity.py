@@ -115,6 +115,9 @@ def build_identity(config: CellConfig, shape_mode: str, tuner_dir: Path | None) 
     if tuner_dir is not None:
         # Which record this cell's library tuner starts from ("fresh": it tunes from nothing).
         identity["tuner_cache_seed"] = tunercache.content_hash(tuner_dir) or "fresh"
+        if config.tuner_seed_base is not None:
+            # Started from its side's record: the op's record that one grew from is what side A started from.
+            identity["tuner_cache_base"] = config.tuner_seed_base
     return identity
 
 

@@ -126,7 +126,11 @@ def measure(config: CellConfig) -> int:
     if pin.side_mode == "record" and write_side_record_hash(identity, config):
         write_identity(out, identity)  # now it says which supplement its side's later cells must replay
     if tuner_dir is not None and config.autotune_mode == "replay":
-        tunercache.report_growth(tuner_rows_before, tunercache.row_counts(tuner_dir), log, AUTOTUNE_REPLAY_FALLBACK)
+        # The side's first cell tunes what only its side meets, and the plugin keeps it as the side's record.
+        recorded = config.autotune_side_mode == "record"
+        tunercache.report_growth(tuner_rows_before, tunercache.row_counts(tuner_dir), log,
+                                 f"[abbench] library tuner: side {config.side} records" if recorded
+                                 else AUTOTUNE_REPLAY_FALLBACK)
     phases["autotune_bench_calls"] = pin.bench_calls
     phases["autotune_s"] = pin.bench_s  # part of first_call_s
     phases["ir_variants"] = len(ir_written)

@@ -101,6 +101,9 @@ class CellConfig:
         help="record or replay the side's supplement record: the keys the op's record lacks"))
     autotune_side_file: Path | None = field(default=None, metadata=_flag(
         "--autotune-side-file", Path, help="the side's supplement record (core/autotunerecord.py)"))
+    tuner_seed_base: str | None = field(default=None, metadata=_flag(
+        "--tuner-seed-base", help="the op's library tuner record (hash) the side's record this cell starts from "
+                                  "grew from (identity tuner_cache_base)"))
     switch: str = field(default="none", metadata=_flag("--switch", help="what side B changes, for the identity"))
     tuner_cache: str = field(default=DEFAULT_TUNER_CACHE,
                              metadata=_flag("--tuner-cache", help="identity axis tuner_cache: per-cell or shared:DIR"))

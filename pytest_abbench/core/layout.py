@@ -150,6 +150,11 @@ class RootLayout:
         """Round 1 side A's library tuner cache (FlagGems' LibTuner), seeding the op's other cells."""
         return self.root / TUNER_RECORD_DIR / op
 
+    def tuner_side_record(self, op: str, side: str) -> Path:
+        """Side ``side``'s library tuner cache as its first cell left it: the op's record and the keys only that
+        side tuned, seeding that side's later cells."""
+        return self.root / TUNER_RECORD_DIR / f"side-{side}" / op
+
     def gate_decision(self, op: str) -> Path:
         return self.root / GATE_DIR / f"{op}.json"
 

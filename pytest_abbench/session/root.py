@@ -233,8 +233,9 @@ class CampaignRoot:
         dest = RootLayout(self.layout.op_attempt(op, time.time_ns()))
         cells = {key for key, _ in self.layout.cell_folders() if key.op == op}
         paths = [folder for key, folder in self.layout.cell_folders() if key.op == op]
-        paths += [self.layout.autotune_record(op), *(self.layout.autotune_side_record(op, side) for side in SIDES),
-                  self.layout.tuner_record(op), self.layout.gate_decision(op)]
+        paths += [self.layout.autotune_record(op), self.layout.tuner_record(op), self.layout.gate_decision(op)]
+        paths += [p for side in SIDES for p in (self.layout.autotune_side_record(op, side),
+                                                self.layout.tuner_side_record(op, side))]
         for path in paths:
             if path.exists():
                 target = dest.root / path.relative_to(self.path)

@@ -32,6 +32,7 @@ from pytest_abbench.core.identity import file_hash
 from pytest_abbench.core.layout import (AUTOTUNE_DIR, GATE_DIR, IDENTITY_FILE, RESULTS_FILE, SCRATCH_DIR, TIMING_FILE,
                                         TUNER_RECORD_DIR, CellKey, RootLayout, ir_dir, log_tail_file, origin_file, run_log)
 from pytest_abbench.core.outcome import CellOutcome
+from pytest_abbench.core.tunercache import CONFIG_DIR
 
 if TYPE_CHECKING:
     from pytest_abbench.session.root import CampaignRoot
@@ -76,13 +77,16 @@ def write_blobs(base: Path, blobs: dict[str, Blob]) -> None:
 def record_files(layout: RootLayout, key: CellKey) -> list[Path]:
     """The records cell ``key`` writes and later cells replay: round 1 side A the op's autotune and library tuner
     records, round 1 side B its side's supplement; none for any other cell."""
+    def tuner_files(tuner: Path) -> list[Path]:
+        return sorted(p for p in tuner.rglob("*") if p.is_file()) if tuner.is_dir() else []
+
     files = []
     if autotune_mode_for(key.round, key.role) == "record":
-        tuner = layout.tuner_record(key.op)
-        files += [layout.autotune_record(key.op),
-                  *(sorted(p for p in tuner.rglob("*") if p.is_file()) if tuner.is_dir() else [])]
+        # The op's library tuner record (tuner/<op>/config_cache/...); the sides' own lie beside it, not under it.
+        files += [layout.autotune_record(key.op), *tuner_files(layout.tuner_record(key.op) / CONFIG_DIR)]
     if side_record_mode_for(key.round, key.role) == "record":
-        files.append(layout.autotune_side_record(key.op, key.side))
+        files += [layout.autotune_side_record(key.op, key.side),
+                  *tuner_files(layout.tuner_side_record(key.op, key.side))]
     return files
 
 
