@@ -121,3 +121,41 @@ def test_summary_refuses_record_record_by_name_and_missing_identity(tmp_path: Pa
     assert main(["summary", str(tmp_path / "gone")]) == 4
     assert "not valid JSON" in capsys.readouterr().out  # type: ignore[attr-defined]
     assert main(["summary", str(tmp_path / "nowhere")]) == 2
+
+
+def test_side_b_supplement_differs_from_side_a_by_design_but_not_between_b_rounds(tmp_path: Path,
+                                                                                   capsys: "object") -> None:
+    from pytest_abbench.cli import main
+
+    root = tmp_path / "root"
+    synthetic_root(root, {"s": [0.1, 0.1]})
+    side = {"autotune_side_record": "../../autotune/side-B/op.json"}
+    _edit_identity(root, "r1_B", autotune_side_mode="record", autotune_side_record_hash="h1", **side)
+    _edit_identity(root, "r2_B", autotune_side_mode="replay", autotune_side_record_hash="h1", **side)
+    assert main(["summary", str(root)]) == 0, "side A has no supplement: not a mismatch"
+    assert "!!! [caliber]" not in capsys.readouterr().out  # type: ignore[attr-defined]
+    _edit_identity(root, "r2_B", autotune_side_record_hash="h2")
+    assert main(["summary", str(root)]) == 4
+    out = capsys.readouterr().out  # type: ignore[attr-defined]
+    assert "!!! [caliber] op=op axis=autotune_side_record: r1-B='h1' r2-B='h2'" in out
+    assert "side B's cells pinned the tuner keys only it has from different records" in out
+
+
+def test_side_b_library_tuner_started_from_its_own_record_compares_by_the_record_it_grew_from(
+        tmp_path: Path, capsys: "object") -> None:
+    from pytest_abbench.cli import main
+
+    root = tmp_path / "root"
+    synthetic_root(root, {"s": [0.1, 0.1]})
+    for cell in ("r1_A", "r2_A", "r1_B"):
+        _edit_identity(root, cell, tuner_cache_seed="op-record")
+    _edit_identity(root, "r1_A", tuner_cache_seed="fresh")  # it recorded the op's record from nothing
+    _edit_identity(root, "r1_B", autotune_side_mode="record")
+    _edit_identity(root, "r2_B", autotune_side_mode="replay", tuner_cache_seed="b-record", tuner_cache_base="op-record")
+    assert main(["summary", str(root)]) == 0
+    assert "!!! [caliber]" not in capsys.readouterr().out  # type: ignore[attr-defined]
+    _edit_identity(root, "r2_B", tuner_cache_base="other")
+    assert main(["summary", str(root)]) == 4
+    out = capsys.readouterr().out  # type: ignore[attr-defined]
+    assert "the library tuner started from different records (seed 'op-record' vs 'other')" in out
+    assert "axis=tuner_cache_seed: r1-B='op-record' r2-B='other'" in out

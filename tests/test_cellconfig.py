@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from pytest_abbench.core.cellconfig import CellConfig, autotune_mode_for
+from pytest_abbench.core.cellconfig import CellConfig, autotune_mode_for, side_record_mode_for
 
 EVERY_FIELD = CellConfig(
     campaign=Path("/campaigns/mm.py"), op="-mm.v2", round_no=3, side="A", role="A2", out=Path("/root/r3_A2/mm"),
     backend="cuda", timer="direct", level="core", samples=7, direct_rep=50, direct_warmup=10,
-    autotune_mode="replay", autotune_file=Path("/root/autotune/mm.json"), switch="DISABLE_MMA_V3=1 A:X=2",
+    autotune_mode="replay", autotune_file=Path("/root/autotune/mm.json"), autotune_side_mode="replay",
+    autotune_side_file=Path("/root/autotune/side-B/mm.json"), tuner_seed_base="fresh", switch="DISABLE_MMA_V3=1 A:X=2",
     tuner_cache="shared:/tmp/tuner", ir_target="cuda:90", ir_only=True, layout_shift=True,
     ir_level="comprehensive", shard="1/3", shares=4, spawn="fork", regime="both",
     campaign_module="abbench_campaign__campaigns__mm",
@@ -49,6 +50,11 @@ def test_a_bad_value_is_named(flag: str, bad: str, capsys: pytest.CaptureFixture
 def test_only_round_1_side_a_records() -> None:
     assert autotune_mode_for(1, "A") == "record"
     assert [autotune_mode_for(r, role) for r, role in ((1, "B"), (1, "A2"), (2, "A"), (2, "B"))] == ["replay"] * 4
+
+
+def test_round_1_side_b_records_the_keys_only_side_b_has_and_side_a_keeps_no_supplement() -> None:
+    assert [side_record_mode_for(r, role) for r, role in ((1, "B"), (2, "B"), (5, "B"))] == ["record", "replay", "replay"]
+    assert [side_record_mode_for(r, role) for r, role in ((1, "A"), (2, "A"), (1, "A2"))] == [None] * 3
 
 
 def test_the_parent_side_loads_neither_torch_nor_the_child() -> None:

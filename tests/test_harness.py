@@ -42,6 +42,12 @@ def build(shape, device):
         tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1, mask=offs < n)
 
     n = shape["n"] + (int(os.environ.get("EXTRA_KEY", "0")) if os.environ.get("SIDE_IS_B") else 0)
+    if os.environ.get("SIDE_IS_B") and os.environ.get("KEY_PER_CELL"):
+        # Side B's key differs in every cell: each later cell meets a key no record holds.
+        with open(os.environ["KEY_PER_CELL"], "a+") as cells:
+            cells.write("cell\\n")
+            cells.seek(0)
+            n += len(cells.readlines())
     x = torch.arange(n, dtype=torch.float32)
     out = torch.empty_like(x)
     def run():
@@ -65,25 +71,99 @@ def test_record_then_replay_never_benchmarks_and_a_miss_is_marked_once(pytester:
                                                                       tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     root = tmp_path / "root"
-    # Side B sees a different n, i.e. an autotune key the record lacks.
+    # Side B sees a different n in every cell: r1-B records its key (side A never met it), r2-B's key is in no
+    # record: a replay miss.
     monkeypatch.setenv("EXTRA_KEY", "3")
+    monkeypatch.setenv("KEY_PER_CELL", str(tmp_path / "b_cells"))
     result = _run_cells(pytester, root, "--ab-rounds", "2")
     result.assert_outcomes(passed=4)
     record = json.loads((root / "autotune" / "addone.json").read_text())
     assert [e["key"] for e in record["entries"]] == [["40", "torch.float32", "torch.float32"]]
     assert record["entries"][0]["kernel"].endswith(":build.<locals>.add_one")
+    supplement = json.loads((root / "autotune" / "side-B" / "addone.json").read_text())
+    assert [e["key"] for e in supplement["entries"]] == [["44", "torch.float32", "torch.float32"]]
+    assert (supplement["side"], supplement["recorded_by"]) == ("B", "r1-B")
     logs = {cell: (root / cell / "addone" / "run.log").read_text() for cell in ("r1_A", "r1_B", "r2_A", "r2_B")}
     assert logs["r1_A"].count("BENCH_CALL") == 2, "record mode benchmarks each config once"
     assert logs["r2_A"].count("BENCH_CALL") == 0, "replay of a recorded key runs no benchmark"
-    for cell in ("r1_B", "r2_B"):
-        assert logs[cell].count("AUTOTUNE_REPLAY_FALLBACK kernel=") == 1, "one marker per missing key"
-        assert "key=['43', 'torch.float32', 'torch.float32']" in logs[cell]
-        assert logs[cell].count("BENCH_CALL") == 2, "a missing key is tuned normally"
+    assert "AUTOTUNE_REPLAY_FALLBACK" not in logs["r1_B"], "r1-B records the key only it has: not a miss"
+    assert logs["r1_B"].count("BENCH_CALL") == 2
+    assert logs["r2_B"].count("AUTOTUNE_REPLAY_FALLBACK kernel=") == 1, "one marker per missing key"
+    assert "key=['45', 'torch.float32', 'torch.float32']" in logs["r2_B"]
+    assert logs["r2_B"].count("BENCH_CALL") == 2, "a missing key is tuned normally"
     timing = json.loads((root / "r2_A" / "addone" / "cell_timing.json").read_text())
     assert timing["autotune_bench_calls"] == 0
     # The plugin's own marker lines are what status.tsv counts (through each cell's markers.log).
     counted = {(r.round, r.side): r.AUTOTUNE_REPLAY_FALLBACK for r in read_status(root)}
-    assert counted == {(1, "A"): 0, (1, "B"): 1, (2, "A"): 0, (2, "B"): 1}
+    assert counted == {(1, "A"): 0, (1, "B"): 0, (2, "A"): 0, (2, "B"): 1}
+
+
+# Side B also calls an autotuned kernel side A never calls (a kernel-variant switch).  Its benchmark favours
+# the other config in every process that tunes it, so a cell that tunes it again chooses differently.
+ONE_SIDED_CAMPAIGN = AUTOTUNE_CAMPAIGN.replace("from pytest_abbench import Case, Op, Switch", """
+from pytest_abbench import Case, Op, Switch
+
+TUNINGS = {"n": 0, "mine": None}
+
+def alternating_bench(fn, quantiles):
+    # The first candidate of a tuning starts a tuning: count it across processes in a file.
+    if TUNINGS["n"] % 2 == 0:
+        with open(os.environ["TUNINGS_FILE"], "a+") as tunings:
+            tunings.write("tuning\\n")
+            tunings.seek(0)
+            TUNINGS["mine"] = len(tunings.readlines())
+    index = TUNINGS["n"] % 2
+    TUNINGS["n"] += 1
+    print("B_BENCH_CALL", flush=True)
+    fn()
+    return [1.0 if index == TUNINGS["mine"] % 2 else 2.0] * 3
+""").replace("    return Case(run=run, expected=lambda: x + 1)\n", """
+    if not os.environ.get("SIDE_IS_B"):
+        return Case(run=run, expected=lambda: x + 1)
+
+    @triton.autotune(configs=[triton.Config({"BLOCK": 16}), triton.Config({"BLOCK": 64})],
+                     key=["n"], do_bench=alternating_bench)
+    @triton.jit
+    def add_two(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 2, mask=offs < n)
+
+    two = torch.empty_like(x)
+    def run_b():
+        run()
+        add_two[lambda m: (triton.cdiv(n, m["BLOCK"]),)](x, two, n)
+        print(f"B_CHOSE {add_two.best_config.kwargs}", flush=True)
+        return out
+    return Case(run=run_b, expected=lambda: x + 1)
+""")
+
+
+def test_a_key_only_side_b_has_is_pinned_from_round_1_side_b(pytester: pytest.Pytester, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TUNINGS_FILE", str(tmp_path / "tunings"))
+    root = tmp_path / "root"
+    pytester.makeini("[pytest]\n")
+    pytester.makepyfile(tuned=ONE_SIDED_CAMPAIGN)
+    result = pytester.runpytest_subprocess("tuned.py", "--ab-root", str(root), "--ab-ir-target", "none",
+                                           "-p", "no:cacheprovider", "--ab-rounds", "2")
+    result.assert_outcomes(passed=4)
+    assert (tmp_path / "tunings").read_text().count("tuning") == 1, "side B's kernel was tuned once, in r1-B"
+    supplement = json.loads((root / "autotune" / "side-B" / "addone.json").read_text())
+    assert [e["kernel"].rsplit(".", 1)[1] for e in supplement["entries"]] == ["add_two"]
+    logs = {cell: (root / cell / "addone" / "run.log").read_text() for cell in ("r1_B", "r2_B")}
+    chose = {cell: {line for line in log.splitlines() if line.startswith("B_CHOSE")} for cell, log in logs.items()}
+    assert chose["r1_B"] == chose["r2_B"] and len(chose["r2_B"]) == 1, chose
+    assert logs["r2_B"].count("B_BENCH_CALL") == 0
+    counted = {(r.round, r.side): r.AUTOTUNE_REPLAY_FALLBACK for r in read_status(root)}
+    assert counted == {(1, "A"): 0, (1, "B"): 0, (2, "A"): 0, (2, "B"): 0}
+    identities = {cell: json.loads((root / cell / "addone" / "run_identity.json").read_text())
+                  for cell in ("r1_A", "r1_B", "r2_B")}
+    assert "autotune_side_mode" not in identities["r1_A"]
+    assert [identities[c]["autotune_side_mode"] for c in ("r1_B", "r2_B")] == ["record", "replay"]
+    assert identities["r1_B"]["autotune_side_record_hash"] == identities["r2_B"]["autotune_side_record_hash"]
+    report = (root / "report.md").read_text()
+    assert "caliber ok" in report
+    assert "autotune: 1 key pinned from A, 1 key only side B has, pinned from r1-B" in report
 
 
 def test_identity_file_contents(pytester: pytest.Pytester, tmp_path: Path) -> None:

@@ -85,8 +85,10 @@ def test_workers_in_folders_of_their_own_ship_every_cell_to_the_controllers_root
         assert (folder / RESULTS_FILE).read_bytes() == (measured / RESULTS_FILE).read_bytes()
         tail = (folder / LOG_TAIL_FILE).read_bytes()
         assert tail and (measured / RUN_LOG).read_bytes().endswith(tail)
-    # Round 1 side A's autotune record came back too: a resumed session sends it to whichever worker resumes.
-    assert sorted(p.name for p in (parallel / "autotune").iterdir()) == ["one.json", "two.json"]
+    # Round 1 side A's autotune record and side B's supplement came back too: a resumed session sends them to
+    # whichever worker resumes.
+    assert sorted(p.relative_to(parallel / "autotune").as_posix() for p in (parallel / "autotune").rglob("*.json")) \
+        == ["one.json", "side-B/one.json", "side-B/two.json", "two.json"]
 
 
 def _claimer(lock_dir: Path, who: str) -> subprocess.Popen[str]:

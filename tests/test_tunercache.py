@@ -64,3 +64,33 @@ def test_flaggems_campaign_is_skipped_with_one_reason_without_flaggems(pytester:
     result = pytester.runpytest_subprocess(str(REPO / "campaigns" / "flaggems.py"), "-rs", "-p", "no:cacheprovider")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["SKIPPED [[]1[]] *flaggems.py: FlagGems is not installed (pip install -e *flaggems*)"])
+
+
+def test_keys_only_side_b_tunes_become_its_record_and_seed_its_later_cells(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    r1_a = tmp_path / "r1_A" / "tuner_cache"
+    _tune(r1_a, "1024x1024")
+    assert tunercache.keep_record(r1_a, root, "mm")
+    r1_b = tmp_path / "r1_B" / "tuner_cache"
+    tunercache.seed_from_record(root, "mm", r1_b)  # the first B cell starts from the op's record like any cell
+    _tune(r1_b, "4096x4096")  # a key only side B meets
+    assert tunercache.keep_side_record(r1_b, root, "mm", "B")
+    r2_b, r2_a = tmp_path / "r2_B" / "tuner_cache", tmp_path / "r2_A" / "tuner_cache"
+    tunercache.seed_from_record(root, "mm", r2_b, "B")
+    tunercache.seed_from_record(root, "mm", r2_a)
+    before = tunercache.row_counts(r2_b)
+    assert before == {"TunedConfig_H200_triton_3_6.db:mm": 2}, "B's later cells start with B's key tuned"
+    assert tunercache.row_counts(r2_a) == {"TunedConfig_H200_triton_3_6.db:mm": 1}
+    _tune(r2_b)  # tunes nothing: side B's key was in its record
+    assert tunercache.report_growth(before, tunercache.row_counts(r2_b), print, AUTOTUNE_REPLAY_FALLBACK) == 0
+
+
+def test_a_side_b_cell_that_tuned_nothing_new_leaves_no_side_record(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    r1_a = tmp_path / "r1_A" / "tuner_cache"
+    _tune(r1_a, "1024x1024")
+    tunercache.keep_record(r1_a, root, "mm")
+    r1_b = tmp_path / "r1_B" / "tuner_cache"
+    tunercache.seed_from_record(root, "mm", r1_b)
+    assert not tunercache.keep_side_record(r1_b, root, "mm", "B")
+    assert tunercache.seed_source(root, "mm", "B") == tunercache.record_dir(root, "mm")

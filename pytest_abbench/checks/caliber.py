@@ -6,7 +6,9 @@ recording into a shared tuner cache is a warning; differing versions or
 hosts are notes.  A missing or unreadable identity is a mismatch, never a pass.
 Within one root both sides pin the one autotune record of the op; two cells of
 separate roots each pin their own root's record, and those must hold the same
-choices.
+choices.  Side B's supplement (keys only side B meets) is not compared with
+side A, but every round of side B must pin the one its round 1 cell recorded
+(``compare_side_rounds``).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any, Callable
 from pytest_abbench.core.fileio import CorruptFileError, read_json
 from pytest_abbench.core.identity import (CALIBER_AXES, GPU_SETTING_AXES, IDENTITY_FILE, INFO_FIELDS, LATER_AXES,
                                           file_hash, read_identity, record_key, recorded)
-from pytest_abbench.core.layout import RootLayout
+from pytest_abbench.core.layout import SIDES, RootLayout
 
 
 @dataclass
@@ -33,6 +35,7 @@ class CaliberFinding:
     value_b: Any
     detail: str = ""
     files: tuple[str, str] = ("", "")
+    labels: tuple[str, str] = ("A", "B")  # what value_a and value_b belong to: the sides, or two rounds of one side
 
     def key(self) -> tuple[str, str, str, str, str, str]:
         return self.level, self.op, self.axis, repr(self.value_a), repr(self.value_b), self.detail
@@ -40,7 +43,8 @@ class CaliberFinding:
     def line(self) -> str:
         files = f" ({self.files[0]} vs {self.files[1]})" if any(self.files) else ""
         if self.level == "mismatch":
-            return (f"!!! [caliber] op={self.op} axis={self.axis}: A={self.value_a!r} B={self.value_b!r}"
+            return (f"!!! [caliber] op={self.op} axis={self.axis}: {self.labels[0]}={self.value_a!r} "
+                    f"{self.labels[1]}={self.value_b!r}"
                     f"{' - ' + self.detail if self.detail else ''}{files}")
         if self.level == "unchecked":
             return f"[caliber] op={self.op}: not compared: {self.detail}"
@@ -79,6 +83,12 @@ def load_identity(cell_dir: Path) -> tuple[dict[str, Any] | None, str]:
         return None, f"{path}: {exc}"
 
 
+def _tuner_start(identity: dict[str, Any]) -> Any:
+    """The op's library tuner record a cell started from: its seed, or for a cell that started from its side's
+    record (keys only that side has, added to the op's), the op's record that one grew from."""
+    return identity.get("tuner_cache_base", identity.get("tuner_cache_seed"))
+
+
 def judge_autotune(a: dict[str, Any], b: dict[str, Any]) -> str | None:
     """None when the two autotune modes may be compared, else why not."""
     ma, mb = a.get("autotune_mode"), b.get("autotune_mode")
@@ -97,9 +107,9 @@ def judge_autotune(a: dict[str, Any], b: dict[str, Any]) -> str | None:
             return "both sides replay, but from different records"
         if a.get("autotune_record_hash") != b.get("autotune_record_hash"):
             return "both sides replay the same record path, but its content changed between them"
-        if a.get("tuner_cache_seed") != b.get("tuner_cache_seed"):
-            return (f"the library tuner started from different records (seed {a.get('tuner_cache_seed')!r} vs "
-                    f"{b.get('tuner_cache_seed')!r})")
+        if _tuner_start(a) != _tuner_start(b):
+            return (f"the library tuner started from different records (seed {_tuner_start(a)!r} vs "
+                    f"{_tuner_start(b)!r})")
         return None
     if ma == "off" and mb == "off":
         return None
@@ -155,9 +165,9 @@ def judge_autotune_across_runs(a: dict[str, Any], dir_a: Path, b: dict[str, Any]
     if entries_a != entries_b:
         return (f"the two runs pinned different autotune choices: {record_a} ({_entries(len(entries_a))}) and "
                 f"{record_b} ({_entries(len(entries_b))}) differ, so the sides timed different configs")
-    if ma == "replay" and mb == "replay" and a.get("tuner_cache_seed") != b.get("tuner_cache_seed"):
-        return (f"the library tuner started from different records (seed {a.get('tuner_cache_seed')!r} vs "
-                f"{b.get('tuner_cache_seed')!r})")
+    if ma == "replay" and mb == "replay" and _tuner_start(a) != _tuner_start(b):
+        return (f"the library tuner started from different records (seed {_tuner_start(a)!r} vs "
+                f"{_tuner_start(b)!r})")
     return None
 
 
@@ -231,6 +241,60 @@ def cell_pairs(round_no: int, folder: "Callable[[int, str], Path]", control: boo
     if control:
         pairs.append((folder(round_no, "A"), folder(round_no, "A2")))
     return pairs
+
+
+def side_pairs(round_no: int, folder: "Callable[[int, str], Path]") -> list[tuple[Path, Path]]:
+    """The folder pairs of one side a round's cells are checked against: each side's rounds 1 and 2 (the cell
+    that recorded its side's supplement, the first that replayed it).
+
+    A side's supplement record (the tuner keys the op's record lacks) differs
+    between the sides by design; within a side every round must replay the
+    one its first cell recorded.
+    """
+    firsts = [1, 2] if round_no > 2 else [1] if round_no == 2 else []  # the recorder, and the first replayer
+    return [(folder(first, side), folder(round_no, side)) for first in firsts for side in SIDES]
+
+
+def compare_side_rounds(op: str, first: Path, later: Path, load: IdentityLoader | None = None) -> CaliberResult:
+    """A side's later cell against an earlier one: the same supplement record, by path and content, and the same
+    library tuner record to start from.
+
+    An identity that is missing or unreadable is the cross-side check's to
+    report (``compare_identities``); nothing is said of it here.
+    """
+    result = CaliberResult()
+    load = load or load_identity
+    a, _ = load(first)
+    b, _ = load(later)
+    if a is None or b is None:
+        return result
+    path_a, path_b = a.get("autotune_side_record"), b.get("autotune_side_record")
+    hash_a, hash_b = a.get("autotune_side_record_hash"), b.get("autotune_side_record_hash")
+    if record_key(path_a) != record_key(path_b) or hash_a != hash_b:
+        result.findings.append(_side_finding(op, first, later, "autotune_side_record", hash_a, hash_b,
+                                             f"pinned the tuner keys only it has from different records ({path_a!r} "
+                                             f"hash {hash_a!r}, then {path_b!r} hash {hash_b!r})"))
+    if b.get("autotune_side_mode") is None:
+        return result  # side A: its record cell tuned from nothing, its later cells start from what it recorded
+    # Two cells that replay the side's records started from the same library tuner record; the one that recorded
+    # it started from the op's record, which the side's record grew from.
+    both_replay = a.get("autotune_side_mode") == b.get("autotune_side_mode") == "replay"
+    seed_a, seed_b = ((a.get("tuner_cache_seed"), b.get("tuner_cache_seed")) if both_replay
+                      else (_tuner_start(a), _tuner_start(b)))
+    if seed_a != seed_b:
+        result.findings.append(_side_finding(op, first, later, "tuner_cache_seed", seed_a, seed_b,
+                                             "started its library tuner from different records"))
+    return result
+
+
+def _side_finding(op: str, first: Path, later: Path, axis: str, value_a: Any, value_b: Any,
+                  what: str) -> CaliberFinding:
+    keys = [RootLayout(folder.parent.parent).key_of(folder) for folder in (first, later)]
+    labels = [key.cell_id if key is not None else str(folder) for key, folder in zip(keys, (first, later))]
+    side = keys[1].side if keys[1] is not None else "?"
+    return CaliberFinding("mismatch", op, axis, value_a, value_b,
+                          f"side {side}'s cells {what}: its rounds timed different configs",
+                          (str(first / IDENTITY_FILE), str(later / IDENTITY_FILE)), (labels[0], labels[1]))
 
 
 @dataclass(frozen=True)

@@ -2,27 +2,30 @@
 
 Round 1 side A records the config each autotuned kernel chose per autotune
 key; every other cell replays that file, so the autotuner benchmarks nothing
-and both sides time the same configs.  Installed by patching
-``triton.runtime.autotuner.Autotuner.run`` inside the cell child only.
+and both sides time the same configs.  A key that record lacks is one side A
+never met (a kernel only side B calls): round 1 side B tunes it once and
+records it in side B's supplement, which side B's later cells replay.
+Installed by patching ``triton.runtime.autotuner.Autotuner.run`` inside the
+cell child only.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any, Callable
 
-from pytest_abbench.core.cellconfig import AUTOTUNE_MODES
-from pytest_abbench.core.fileio import write_json_atomic
+from pytest_abbench.core.autotunerecord import AutotuneRecord, Ident, read_record, write_record
+from pytest_abbench.core.cellconfig import AUTOTUNE_MODES, SIDE_RECORD_MODES
+from pytest_abbench.core.fileio import CorruptFileError
 from pytest_abbench.core.markers import AUTOTUNE_REPLAY_FALLBACK
 
-SCHEMA = 1
 TuningKey = tuple[Any, ...]  # what Triton's Autotuner caches a chosen config under
 
 
 class AutotuneRecordError(Exception):
-    """The record cannot be used: unreadable, or a recorded config no longer in the kernel's list."""
+    """A record cannot be used: unreadable, a recorded config no longer in the kernel's list, or two records
+    pinning one key to different configs."""
 
 
 def kernel_name(autotuner: Any) -> str:
@@ -50,57 +53,104 @@ def config_to_dict(config: Any) -> dict[str, Any]:
     }
 
 
-def _key_strings(key: TuningKey) -> list[str]:
-    return [str(k) for k in key]
+def _ident(autotuner: Any, key: TuningKey) -> Ident:
+    return kernel_name(autotuner), tuple(str(k) for k in key)
+
+
+def _read(path: Path | None) -> dict[Ident, dict[str, Any]]:
+    if path is None or not path.exists():
+        # No record (its recording cell failed before writing one): every key falls back, loudly.
+        return {}
+    try:
+        return read_record(path).entries
+    except (CorruptFileError, OSError) as exc:
+        raise AutotuneRecordError(f"unreadable autotune record ({exc})") from None
 
 
 class AutotunePin:
-    """The state of one cell: its mode, the record it reads or writes, the markers it printed."""
+    """The state of one cell: its modes, the records it reads or writes, the markers it printed.
+
+    ``mode`` is how it uses the op's record (``record_path``); ``side_mode``
+    how it uses its side's supplement (``side_path``): None (side A, which
+    the op's record covers), ``record`` (side B's first cell: keys the op's
+    record lacks are tuned and recorded) or ``replay``.
+    """
 
     def __init__(self, mode: str, record_path: Path | None, log: Callable[[str], None],
-                 can_benchmark: Callable[[Any], bool]) -> None:
+                 can_benchmark: Callable[[Any], bool], side_mode: str | None = None,
+                 side_path: Path | None = None, side: str | None = None, cell: str = "") -> None:
         if mode not in AUTOTUNE_MODES:
             raise ValueError(f"autotune_mode {mode!r} is not one of {', '.join(AUTOTUNE_MODES)}")
+        if side_mode is not None and (side_mode not in SIDE_RECORD_MODES or mode != "replay" or side_path is None):
+            # Only a cell replaying the op's record has keys it lacks; a supplement needs a file.
+            side_mode = None
         self.mode = mode
         self.record_path = record_path
+        self.side_mode = side_mode
+        self.side_path = side_path
+        self.side = side
+        self.cell = cell
         self.log = log
         self.can_benchmark = can_benchmark
-        self.recorded: dict[tuple[str, tuple[str, ...]], dict[str, Any]] = {}
-        self.fallback_keys: set[tuple[str, tuple[str, ...]]] = set()
+        self.recorded: dict[Ident, dict[str, Any]] = {}
+        self.side_recorded: dict[Ident, dict[str, Any]] = {}  # the supplement: read (replay) or written (record)
+        self.fallback_keys: set[Ident] = set()
         self.bench_calls = 0
         self.bench_s = 0.0  # wall time inside the autotuner's benchmarking (candidate compiles included)
         if mode == "replay":
-            self.recorded = self._load()
+            self.recorded = self._load(record_path)
+        if side_mode == "replay":
+            self.side_recorded = self._load(side_path)
+            self._refuse_conflicts()
 
-    def _load(self) -> dict[tuple[str, tuple[str, ...]], dict[str, Any]]:
-        if self.record_path is None or not self.record_path.exists():
-            # No record (round 1 A failed before writing one): every key falls back, loudly.
-            return {}
+    def _load(self, path: Path | None) -> dict[Ident, dict[str, Any]]:
         try:
-            data = json.loads(self.record_path.read_text())
-            return {(e["kernel"], tuple(e["key"])): e["config"] for e in data["entries"]}
-        except (ValueError, KeyError, TypeError) as exc:
-            raise AutotuneRecordError(f"{self.record_path}: unreadable autotune record ({exc})") from None
+            return _read(path)
+        except AutotuneRecordError as exc:
+            raise AutotuneRecordError(f"{path}: {exc}") from None
+
+    def _refuse_conflicts(self) -> None:
+        """Two records that pin one key to different configs: which one the cell times is not decidable."""
+        for ident, config in sorted(self.side_recorded.items()):
+            other = self.recorded.get(ident)
+            if other is not None and other != config:
+                raise AutotuneRecordError(
+                    f"record/record conflict: kernel {ident[0]} key {list(ident[1])} is pinned to {other} by "
+                    f"{self.record_path} and to {config} by {self.side_path} (round 1 side A met the key after "
+                    f"side {self.side} recorded it: re-record both)")
+
+    def _where(self, ident: Ident) -> tuple[dict[str, Any] | None, Path | None]:
+        if ident in self.recorded:
+            return self.recorded[ident], self.record_path
+        if self.side_mode == "replay" and ident in self.side_recorded:
+            return self.side_recorded[ident], self.side_path
+        return None, None
 
     def choose(self, autotuner: Any, key: TuningKey, pruned: list[Any]) -> Any | None:
         """The config to use for ``key``, or None to let the autotuner tune."""
         if self.mode == "compile-all":
             bench_by_compiling(autotuner)  # the autotuner "benchmarks" every candidate: one compile each
             return None
-        ident = (kernel_name(autotuner), tuple(_key_strings(key)))
+        ident = _ident(autotuner, key)
         if self.mode == "replay":
-            wanted = self.recorded.get(ident)
+            wanted, source = self._where(ident)
             if wanted is not None:
                 for config in autotuner.configs:
                     if config_to_dict(config) == wanted:
                         return config
                 raise AutotuneRecordError(
-                    f"{self.record_path}: kernel {ident[0]} key {list(ident[1])}: recorded config {wanted} "
+                    f"{source}: kernel {ident[0]} key {list(ident[1])}: recorded config {wanted} "
                     "is not in the kernel's config list any more (re-record round 1)"
                 )
             if ident not in self.fallback_keys:
                 self.fallback_keys.add(ident)
-                self.log(f"{AUTOTUNE_REPLAY_FALLBACK} kernel={ident[0]} key={list(ident[1])}")
+                if self.side_mode == "record":
+                    # Not a miss: the key is one only this side meets, and this cell is the one that pins it.
+                    self.log(f"[abbench] autotune: kernel={ident[0]} key={list(ident[1])} is not in the op's "
+                             f"record (side A never met it): side {self.side} tunes it here and records it in "
+                             f"{self.side_path}")
+                else:
+                    self.log(f"{AUTOTUNE_REPLAY_FALLBACK} kernel={ident[0]} key={list(ident[1])}")
         if not self.can_benchmark(autotuner):
             # No device to benchmark on (the interpreter, an IR-only compile):
             # the first config after pruning, so every such cell picks the same.
@@ -108,14 +158,19 @@ class AutotunePin:
         return None
 
     def note(self, autotuner: Any, key: TuningKey, config: Any) -> None:
+        ident = _ident(autotuner, key)
         if self.mode == "record":
-            self.recorded[(kernel_name(autotuner), tuple(_key_strings(key)))] = config_to_dict(config)
+            self.recorded[ident] = config_to_dict(config)
+        elif self.side_mode == "record" and ident not in self.recorded:
+            self.side_recorded[ident] = config_to_dict(config)
 
     def save(self) -> None:
-        if self.mode != "record" or self.record_path is None:
-            return
-        entries = [{"kernel": k, "key": list(key), "config": cfg} for (k, key), cfg in sorted(self.recorded.items())]
-        write_json_atomic(self.record_path, {"schema": SCHEMA, "entries": entries})
+        """Write what this cell recorded: the op's record, or its side's supplement (even empty: later cells then
+        replay "no key of its own" rather than find no record)."""
+        if self.mode == "record" and self.record_path is not None:
+            write_record(self.record_path, AutotuneRecord(self.recorded, recorded_by=self.cell))
+        if self.side_mode == "record" and self.side_path is not None:
+            write_record(self.side_path, AutotuneRecord(self.side_recorded, self.side, self.cell))
 
 
 # Depth of autotuner benchmarking in progress (Triton's Autotuner and subclasses

@@ -112,10 +112,28 @@ def build_identity(config: CellConfig, shape_mode: str, tuner_dir: Path | None,
     identity.update(settings)  # type: ignore[typeddict-item]
     if config.autotune_mode == "replay" and record is not None and record.exists():
         identity["autotune_record_hash"] = file_hash(record)
+    side_record = config.autotune_side_file
+    if config.autotune_side_mode is not None and side_record is not None:
+        identity["autotune_side_mode"] = config.autotune_side_mode
+        identity["autotune_side_record"] = os.path.relpath(side_record, config.out)
+        if config.autotune_side_mode == "replay":
+            identity["autotune_side_record_hash"] = file_hash(side_record) if side_record.exists() else "missing"
     if tuner_dir is not None:
         # Which record this cell's library tuner starts from ("fresh": it tunes from nothing).
         identity["tuner_cache_seed"] = tunercache.content_hash(tuner_dir) or "fresh"
+        if config.tuner_seed_base is not None:
+            # Started from its side's record: the op's record that one grew from is what side A started from.
+            identity["tuner_cache_base"] = config.tuner_seed_base
     return identity
+
+
+def write_side_record_hash(identity: RunIdentity, config: CellConfig) -> bool:
+    """After a cell recorded its side's supplement: the hash of what it wrote (False: it wrote nothing)."""
+    record = config.autotune_side_file
+    if record is None or not record.exists():
+        return False
+    identity["autotune_side_record_hash"] = file_hash(record)
+    return True
 
 
 def write_identity(cell_dir: Path, identity: RunIdentity) -> Path:

@@ -26,7 +26,7 @@ from pytest_abbench.core.cellconfig import CHILD_MODULE, CellConfig
 from pytest_abbench.child.autotune_pin import AutotunePin, AutotuneRecordError, install
 from pytest_abbench.child.forking import fork_and_run
 from pytest_abbench.child.gpustate import GpuSampler, open_sampler
-from pytest_abbench.child.identity import build_identity, write_identity
+from pytest_abbench.child.identity import build_identity, write_identity, write_side_record_hash
 from pytest_abbench.child.ircapture import enter_compile_only, install_capture, merge_ir
 from pytest_abbench.child.layout_shift import hold_pads, pad_sizes
 from pytest_abbench.child.compilecount import CompileCounter
@@ -102,7 +102,9 @@ def measure(config: CellConfig) -> int:
 
     try:
         pin = AutotunePin(config.autotune_mode, config.autotune_file, log,
-                          can_benchmark=lambda at: config.backend == "cuda" or at._do_bench is not None)
+                          can_benchmark=lambda at: config.backend == "cuda" or at._do_bench is not None,
+                          side_mode=config.autotune_side_mode, side_path=config.autotune_side_file,
+                          side=config.side, cell=f"r{config.round_no}-{config.role}")
     except AutotuneRecordError as exc:
         log(f"[abbench] {exc}")
         return EXIT_SETUP_ERROR
@@ -112,7 +114,8 @@ def measure(config: CellConfig) -> int:
     tuner_dir = pinned_tuner_cache(config)
     tuner_rows_before = tunercache.row_counts(tuner_dir) if tuner_dir else {}
     gpu = open_sampler(config.backend)  # NVML: the identity's clock and power settings, and each timed window
-    write_identity(out, build_identity(config, shape_set_hash(shapes), tuner_dir, gpu))
+    identity = build_identity(config, shape_set_hash(shapes), tuner_dir, gpu)
+    write_identity(out, identity)
     ready = time.time()
     log(f"[abbench] cell r{config.round_no}-{config.role} op={config.op} backend={config.backend} "
         f"timer={config.timer} regime={config.regime} level={config.level} autotune={config.autotune_mode} start-up {ready - spawned:.2f}s")
@@ -121,8 +124,14 @@ def measure(config: CellConfig) -> int:
                                 "autotune_bench_calls": 0, "timing_s": 0.0, "check_s": 0.0}
     poisoned = measure_shapes(config, op, shapes, out / RESULTS_FILE, phases, gpu)
     pin.save()
+    if pin.side_mode == "record" and write_side_record_hash(identity, config):
+        write_identity(out, identity)  # now it says which supplement its side's later cells must replay
     if tuner_dir is not None and config.autotune_mode == "replay":
-        tunercache.report_growth(tuner_rows_before, tunercache.row_counts(tuner_dir), log, AUTOTUNE_REPLAY_FALLBACK)
+        # The side's first cell tunes what only its side meets, and the plugin keeps it as the side's record.
+        recorded = config.autotune_side_mode == "record"
+        tunercache.report_growth(tuner_rows_before, tunercache.row_counts(tuner_dir), log,
+                                 f"[abbench] library tuner: side {config.side} records" if recorded
+                                 else AUTOTUNE_REPLAY_FALLBACK)
     phases["autotune_bench_calls"] = pin.bench_calls
     phases["autotune_s"] = pin.bench_s  # part of first_call_s
     phases["ir_variants"] = len(ir_written)
@@ -293,7 +302,10 @@ def run_ir_only(config: CellConfig) -> int:
     record = config.autotune_file
     mode = config.autotune_mode if config.autotune_mode == "compile-all" else \
         "replay" if record and record.exists() else "off"
-    pin = AutotunePin(mode, record, log, can_benchmark=lambda _: False)
+    side_file = config.autotune_side_file
+    side_mode = "replay" if mode == "replay" and side_file is not None and side_file.exists() else None
+    pin = AutotunePin(mode, record, log, can_benchmark=lambda _: False, side_mode=side_mode, side_path=side_file,
+                      side=config.side)
     install(pin)
     counter = CompileCounter().install()
     written = install_capture(out / IR_DIR)

@@ -42,6 +42,25 @@ def autotune_mode_for(round_no: int, role: str) -> str:
     return "record" if round_no == 1 and role == "A" else "replay"
 
 
+# The side whose cells keep a supplement record: side A's keys are all in the op's record (its round 1 cell
+# writes it), side B may call kernels side A never calls (a kernel-variant switch).
+SUPPLEMENT_SIDE = "B"
+SIDE_RECORD_MODES = ("record", "replay")
+
+
+def side_record_mode_for(round_no: int, role: str) -> str | None:
+    """How a cell uses its side's supplement record: ``record`` for round 1's side B, ``replay`` for side B's later
+    cells, None for side A's cells (A/A control included).
+
+    A tuner key the op's record lacks is one only side B meets: round 1 side B
+    tunes it once and records it, so B's later cells time the config B's first
+    cell chose instead of tuning again (which may choose differently).
+    """
+    if role != SUPPLEMENT_SIDE:
+        return None
+    return "record" if round_no == 1 else "replay"
+
+
 @dataclass(frozen=True)
 class _Flag:
     """How one CellConfig field is spelled on the command line."""
@@ -77,6 +96,14 @@ class CellConfig:
                                metadata=_flag("--direct-warmup", int, help="do_bench warmup in ms"))
     autotune_mode: str = field(default="off", metadata=_flag("--autotune-mode", choices=AUTOTUNE_MODES))
     autotune_file: Path | None = field(default=None, metadata=_flag("--autotune-file", Path))
+    autotune_side_mode: str | None = field(default=None, metadata=_flag(
+        "--autotune-side-mode", choices=SIDE_RECORD_MODES,
+        help="record or replay the side's supplement record: the keys the op's record lacks"))
+    autotune_side_file: Path | None = field(default=None, metadata=_flag(
+        "--autotune-side-file", Path, help="the side's supplement record (core/autotunerecord.py)"))
+    tuner_seed_base: str | None = field(default=None, metadata=_flag(
+        "--tuner-seed-base", help="the op's library tuner record (hash) the side's record this cell starts from "
+                                  "grew from (identity tuner_cache_base)"))
     switch: str = field(default="none", metadata=_flag("--switch", help="what side B changes, for the identity"))
     tuner_cache: str = field(default=DEFAULT_TUNER_CACHE,
                              metadata=_flag("--tuner-cache", help="identity axis tuner_cache: per-cell or shared:DIR"))

@@ -81,6 +81,10 @@ class RunIdentity(TypedDict, total=False):
     regime: str  # burst | steady | both (core/regimes.py)
     autotune_record: str | None
     autotune_record_hash: str  # replay only: the record's content as it was read
+    autotune_side_mode: str  # side B: record | replay of its supplement (the keys the op's record lacks)
+    autotune_side_record: str  # the supplement, relative to the cell's folder
+    autotune_side_record_hash: str  # replay: as read ("missing": none); record: as written at the cell's end
+    tuner_cache_base: str  # started from its side's library tuner record: the op's record that one grew from
     tuner_cache_seed: str  # a per-cell library tuner cache: the record it started from ("fresh": none)
     torch: str
     triton: str

@@ -141,9 +141,19 @@ class RootLayout:
         """Round 1 side A's autotune choices, replayed by every other cell of the op."""
         return self.root / AUTOTUNE_DIR / f"{op}.json"
 
+    def autotune_side_record(self, op: str, side: str) -> Path:
+        """Side ``side``'s autotune choices for the keys the op's record lacks (kernels only that side calls):
+        written by that side's first cell, replayed by its later ones.  A folder per side: no op name collides."""
+        return self.root / AUTOTUNE_DIR / f"side-{side}" / f"{op}.json"
+
     def tuner_record(self, op: str) -> Path:
         """Round 1 side A's library tuner cache (FlagGems' LibTuner), seeding the op's other cells."""
         return self.root / TUNER_RECORD_DIR / op
+
+    def tuner_side_record(self, op: str, side: str) -> Path:
+        """Side ``side``'s library tuner cache as its first cell left it: the op's record and the keys only that
+        side tuned, seeding that side's later cells."""
+        return self.root / TUNER_RECORD_DIR / f"side-{side}" / op
 
     def gate_decision(self, op: str) -> Path:
         return self.root / GATE_DIR / f"{op}.json"

@@ -3,8 +3,12 @@
 Every cell gets its own ``FLAGGEMS_CACHE_DIR``.  Round 1 side A tunes into a
 fresh one (record); the plugin then keeps a copy of its ``config_cache`` as
 the op's record, and every other cell starts from a copy of that record
-(inherited replay).  A replay cell whose database grew tuned a key the record
-lacked: that prints ``AUTOTUNE_REPLAY_FALLBACK`` like Triton's autotuner does.
+(inherited replay).  Keys side A never met (a library only side B calls) are
+tuned by round 1 side B, which starts from the record like any cell; when its
+database grew, the plugin keeps it as side B's record, a superset of the op's,
+and side B's later cells start from that.  A replay cell whose database grew
+tuned a key its record lacked: that prints ``AUTOTUNE_REPLAY_FALLBACK`` like
+Triton's autotuner does.
 """
 
 from __future__ import annotations
@@ -37,9 +41,30 @@ def keep_record(cell_cache: Path, root: Path, op: str) -> bool:
     return True
 
 
-def seed_from_record(root: Path, op: str, cell_cache: Path) -> None:
-    """Before a replay cell: start its cache as a copy of the record (nothing to copy: starts empty)."""
-    source = record_dir(root, op) / CONFIG_DIR
+def keep_side_record(cell_cache: Path, root: Path, op: str, side: str) -> bool:
+    """After a side's first cell: its databases become the side's record when they grew over the op's record
+    (it tuned keys the record lacks).  False (and no side record) when it tuned nothing new."""
+    target = RootLayout(root).tuner_side_record(op, side) / CONFIG_DIR
+    if target.exists():
+        shutil.rmtree(target)  # an earlier attempt's
+    mine = content_hash(cell_cache)
+    if mine is None or mine == content_hash(record_dir(root, op)):
+        return False
+    shutil.copytree(cell_cache / CONFIG_DIR, target)
+    return True
+
+
+def seed_source(root: Path, op: str, side: str | None = None) -> Path:
+    """The record a replay cell starts from: its side's record where ``side`` has one (pass the side only for cells
+    that replay it), else the op's."""
+    if side is not None and databases(RootLayout(root).tuner_side_record(op, side)):
+        return RootLayout(root).tuner_side_record(op, side)
+    return record_dir(root, op)
+
+
+def seed_from_record(root: Path, op: str, cell_cache: Path, side: str | None = None) -> None:
+    """Before a replay cell: start its cache as a copy of its record (``seed_source``; nothing: starts empty)."""
+    source = seed_source(root, op, side) / CONFIG_DIR
     if source.is_dir():
         shutil.copytree(source, cell_cache / CONFIG_DIR, dirs_exist_ok=True)
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, TypeAlias
 
 from pytest_abbench.checks import caliber, irgate
+from pytest_abbench.core import autotunerecord
 from pytest_abbench.core.fileio import CorruptFileError
 from pytest_abbench.core.layout import (CONTROL, IDENTITY_FILE, SIDES, CellKey, RootLayout, identity_file,
                                    markers_log, results_file)
@@ -138,6 +139,9 @@ def _check_caliber(op: str, cells: list[CellOutcome], by_round: _CellsByRound,
         for dir_a, dir_b in caliber.cell_pairs(rnd, lambda r, s: ran.get((r, s), Path()), control=control):
             if dir_a != Path() and dir_b != Path():
                 found.extend(caliber.compare_identities(op, dir_a, dir_b, load))
+        for first, later in caliber.side_pairs(rnd, lambda r, s: ran.get((r, s), Path())):
+            if first != Path() and later != Path():
+                found.extend(caliber.compare_side_rounds(op, first, later, load))
     return found
 
 
@@ -402,6 +406,28 @@ def build_op(op: str, cells: list[CellOutcome], gate: irgate.GateDecision | None
     return rep
 
 
+def autotune_pins_line(layout: RootLayout, op: str) -> str:
+    """Which autotune keys the op's cells pinned from which side, e.g. ``autotune: 3 keys pinned from A, 1 key only
+    side B has, pinned from r1-B``; "" when no key was pinned."""
+    parts = []
+    main = autotunerecord.entry_count(layout.autotune_record(op))
+    if main:
+        parts.append(f"{count(main, 'key')} pinned from A")
+    for side in SIDES:
+        path = layout.autotune_side_record(op, side)
+        if not path.exists():
+            continue
+        try:
+            record = autotunerecord.read_record(path)
+        except (OSError, ValueError) as exc:
+            parts.append(f"side {side}'s record unreadable ({exc})")
+            continue
+        if record.entries:
+            parts.append(f"{count(len(record.entries), 'key')} only side {side} has, pinned from "
+                         f"{record.recorded_by or 'side ' + side}")
+    return f"autotune: {', '.join(parts)}" if parts else ""
+
+
 def settled_after(root: Path, op: str, cells: Iterable[CellOutcome], plan: CampaignPlan, margin_pct: float | None,
                   rounds: int) -> OpReport:
     """``op`` judged on its first ``rounds`` rounds as a look of the auto ``plan``: settled when its state is
@@ -558,6 +584,7 @@ def build_report(root: Path, outcomes: Iterable[CellOutcome] | None = None, plan
             ops.append(build_op(op, op_cells, gate_of(op), plan, margin,
                                 result if index == 0 else caliber.CaliberResult(), allow_caliber_mismatch,
                                 regime=regime))
+            ops[-1].autotune = autotune_pins_line(RootLayout(root), op)
     compare_regimes(ops, margin)
     peak.apply(ops, setup["device"])
     for o in ops:

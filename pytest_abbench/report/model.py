@@ -107,6 +107,7 @@ class OpReport:
     energy_geomean_pct: float | None = None  # geomean over shapes of B's energy per call against A's
     energy_geomean_ci_pct: tuple[float, float] | None = None
     peak: str = ""  # where the % of peak comes from (report/peak.py), or why there is none
+    autotune: str = ""  # which tuner keys were pinned from which side (report/build.py autotune_pins_line)
 
 
 @dataclass

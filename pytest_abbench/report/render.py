@@ -262,10 +262,13 @@ def gpu_state_said_in_header(report: Report) -> bool:
 
 
 def op_notes(o: OpReport, header_said: bool = False) -> list[str]:
-    """The op's lines between its heading and its shape table: the IR lines, then why it has no verdict, or its
+    """The op's lines between its heading and its shape table: the IR lines, the pinned autotune keys, then why it
+    has no verdict, or its
     geomean, the regimes' comparison, GPU state, % of peak, A/A control, findings, flags, sign flips and shapes
     without a verdict; ``header_said``: the header said that no GPU state was recorded."""
     lines = [f"IR: {g}" for g in o.gate_lines]
+    if o.autotune:
+        lines.append(o.autotune)
     if o.state != "verdict":
         return lines + [o.reason]
     counts = ", ".join(f"{k} {v}" for k, v in sorted(o.verdicts.items()))

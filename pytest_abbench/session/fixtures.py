@@ -60,15 +60,13 @@ class Cell:
         That process (the xdist controller, or this one in a serial session)
         lands them and appends the status row (``transport.land``).
         """
-        from pytest_abbench.core.cellconfig import autotune_mode_for
         from pytest_abbench.session.transport import pack
 
         self.outcome = outcome
         session = self.session
         name = os.path.relpath(self.planned.campaign_path, session.config.rootpath)
-        records = outcome.measured and autotune_mode_for(self.key.round, self.key.role) == "record"
         self.node.stash[SHIPPED_KEY] = pack(outcome, session.root.layout, session.worker, Path(name).as_posix(),
-                                            records)
+                                            outcome.measured)
         self.node.user_properties.extend(outcome.report_properties())
         self.node.user_properties.extend((NOTICE_PROPERTY, line) for line in self.session.root.notices)
         self.session.root.notices.clear()
@@ -184,5 +182,8 @@ def abbench_caliber(abbench_cell: Cell, request: pytest.FixtureRequest) -> Itera
     for dir_a, dir_b in caliber.cell_pairs(key.round, folder, control=session.settings.control):
         if mine in (dir_a, dir_b) and run_log(dir_a).exists() and run_log(dir_b).exists():
             found.extend(caliber.compare_identities(key.op, dir_a, dir_b))
+    for first, later in caliber.side_pairs(key.round, folder):
+        if mine in (first, later) and run_log(first).exists():
+            found.extend(caliber.compare_side_rounds(key.op, first, later))
     if found.findings:
         request.node.user_properties.append((CALIBER_PROPERTY, json.dumps([f.line() for f in found.findings])))

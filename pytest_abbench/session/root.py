@@ -19,7 +19,7 @@ from pytest_abbench.campaign.model import Campaign, CampaignError, CampaignSkipp
 from pytest_abbench.core.exitcodes import EXIT_ROOT
 from pytest_abbench.core.fileio import CorruptFileError, write_bytes_atomic
 from pytest_abbench.core.identity import file_hash
-from pytest_abbench.core.layout import ABBENCH_DIR, CellKey, RootLayout
+from pytest_abbench.core.layout import ABBENCH_DIR, SIDES, CellKey, RootLayout
 from pytest_abbench.core.outcome import CellOutcome
 from pytest_abbench.core.plan import CampaignManifest, CampaignPlan, read_manifest, write_manifest
 from pytest_abbench.core.status import COLUMNS, append_status_row, header_columns, read_status, row_cells
@@ -234,6 +234,8 @@ class CampaignRoot:
         cells = {key for key, _ in self.layout.cell_folders() if key.op == op}
         paths = [folder for key, folder in self.layout.cell_folders() if key.op == op]
         paths += [self.layout.autotune_record(op), self.layout.tuner_record(op), self.layout.gate_decision(op)]
+        paths += [p for side in SIDES for p in (self.layout.autotune_side_record(op, side),
+                                                self.layout.tuner_side_record(op, side))]
         for path in paths:
             if path.exists():
                 target = dest.root / path.relative_to(self.path)

@@ -7,7 +7,7 @@ report needs travels on the cell's test report as one JSON payload
 (``ShippedCell``): the outcome (the status row), the cell folder's small
 files (``results.jsonl``, ``run_identity.json``, ``cell_timing.json``), the
 end of ``run.log``, the IR fingerprint, and for round 1 side A the op's
-autotune and tuner records.  The controller, or the serial session itself,
+autotune and tuner records (for round 1 side B its side's supplement).  The controller, or the serial session itself,
 *lands* it: the files into the cell folder, ``origin.json`` naming the host
 and folder where the full log and the TTGIR stay, then the status row.
 One path for one host and many.
@@ -25,12 +25,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
+from pytest_abbench.core.cellconfig import autotune_mode_for, side_record_mode_for
 from pytest_abbench.core.cellfiles import KERNEL_COUNTS_FILE, Origin, write_origin
 from pytest_abbench.core.fileio import SCHEMA_FIELD, Fields, FormatError
 from pytest_abbench.core.identity import file_hash
 from pytest_abbench.core.layout import (AUTOTUNE_DIR, GATE_DIR, IDENTITY_FILE, RESULTS_FILE, SCRATCH_DIR, TIMING_FILE,
-                                        TUNER_RECORD_DIR, RootLayout, ir_dir, log_tail_file, origin_file, run_log)
+                                        TUNER_RECORD_DIR, CellKey, RootLayout, ir_dir, log_tail_file, origin_file, run_log)
 from pytest_abbench.core.outcome import CellOutcome
+from pytest_abbench.core.tunercache import CONFIG_DIR
 
 if TYPE_CHECKING:
     from pytest_abbench.session.root import CampaignRoot
@@ -72,10 +74,20 @@ def write_blobs(base: Path, blobs: dict[str, Blob]) -> None:
         os.replace(tmp, target)  # a reader sees the old file or the new one
 
 
-def record_files(layout: RootLayout, op: str) -> list[Path]:
-    """The op's records that round 1 side A writes and every later cell replays: autotune and library tuner."""
-    tuner = layout.tuner_record(op)
-    return [layout.autotune_record(op), *(sorted(p for p in tuner.rglob("*") if p.is_file()) if tuner.is_dir() else [])]
+def record_files(layout: RootLayout, key: CellKey) -> list[Path]:
+    """The records cell ``key`` writes and later cells replay: round 1 side A the op's autotune and library tuner
+    records, round 1 side B its side's supplement; none for any other cell."""
+    def tuner_files(tuner: Path) -> list[Path]:
+        return sorted(p for p in tuner.rglob("*") if p.is_file()) if tuner.is_dir() else []
+
+    files = []
+    if autotune_mode_for(key.round, key.role) == "record":
+        # The op's library tuner record (tuner/<op>/config_cache/...); the sides' own lie beside it, not under it.
+        files += [layout.autotune_record(key.op), *tuner_files(layout.tuner_record(key.op) / CONFIG_DIR)]
+    if side_record_mode_for(key.round, key.role) == "record":
+        files += [layout.autotune_side_record(key.op, key.side),
+                  *tuner_files(layout.tuner_side_record(key.op, key.side))]
+    return files
 
 
 def read_log_tail(log: Path, max_bytes: int = LOG_TAIL_BYTES) -> tuple[bytes, int]:
@@ -158,7 +170,8 @@ def _blob(fields: Fields, name: str) -> Blob:
 
 def pack(outcome: CellOutcome, layout: RootLayout, worker: str, campaign_name: str = "",
          records: bool = False) -> ShippedCell:
-    """What a cell the process just ran (or skipped) sends; ``records``: it recorded the op's autotune choices."""
+    """What a cell the process just ran (or skipped) sends; ``records``: it measured, so the records it writes
+    (``record_files``) go along."""
     from pytest_abbench.checks.irgate import fingerprint_ttgir
 
     folder = outcome.cell_dir
@@ -170,7 +183,7 @@ def pack(outcome: CellOutcome, layout: RootLayout, worker: str, campaign_name: s
         outcome, socket.gethostname(), worker, os.getpid(), str(layout.root), campaign_name,
         file_hash(campaign) if campaign is not None and campaign.is_file() else None,
         read_blobs(folder, (folder / name for name in CELL_FILES)),
-        read_blobs(layout.root, record_files(layout, outcome.key.op)) if records else {},
+        read_blobs(layout.root, record_files(layout, outcome.key)) if records else {},
         to_blob(tail), size, fingerprint_ttgir(ir_dir(folder)) if folder.is_dir() else None)
 
 

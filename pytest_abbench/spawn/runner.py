@@ -20,7 +20,7 @@ from pytest_abbench.core import tunercache
 from pytest_abbench.campaign.model import Campaign, source_hash
 from pytest_abbench.spawn.kernelcache import KernelCaches
 from pytest_abbench.core import envnames
-from pytest_abbench.core.cellconfig import CHILD_MODULE, CellConfig, autotune_mode_for
+from pytest_abbench.core.cellconfig import CHILD_MODULE, CellConfig, autotune_mode_for, side_record_mode_for
 from pytest_abbench.spawn.cellrun import ChildResult, log_tail
 from pytest_abbench.core.exitcodes import describe, status_word
 from pytest_abbench.spawn.forkserver import ServerKey, server_key
@@ -184,6 +184,7 @@ class CellRunner:
         op_shapes = campaign.op(key.op).shapes
         ir_level = s.ir_level_for(op_shapes, side_opts.get("level")) if ir_target else None
         shares = 1
+        side_mode = side_record_mode_for(key.round, key.role)
         if s.ir_only:
             # An IR-only cell compiles its shapes in parallel, one share each: the op's cells run one after
             # another, so one cell may use every core of this worker.  A level the op lacks: the child says so.
@@ -195,10 +196,22 @@ class CellRunner:
             direct_rep=int(side_opts.get("direct_rep") or s.direct_rep_ms),
             direct_warmup=int(side_opts.get("direct_warmup") or s.direct_warmup_ms),
             autotune_mode=autotune_mode_for(key.round, key.role), autotune_file=self.layout.autotune_record(key.op),
+            autotune_side_mode=side_mode, tuner_seed_base=self.tuner_seed_base(campaign, key, side_mode),
+            autotune_side_file=self.layout.autotune_side_record(key.op, key.side) if side_mode else None,
             switch=campaign.switch.describe(), tuner_cache=self.tuner_cache(campaign, key.side), ir_target=ir_target,
             ir_only=s.ir_only, layout_shift=s.layout_shift,
             ir_level=ir_level, shares=shares, spawn=s.spawn, regime=s.regime,
         )
+
+    def tuner_seed_base(self, campaign: Campaign, key: CellKey, side_mode: str | None) -> str | None:
+        """For a cell whose library tuner starts from its side's record: the op's record that one grew from
+        (content hash, "fresh": none), which side A's cells start from.  None for any other cell."""
+        if side_mode != "replay" or self.tuner_cache(campaign, key.side) != "per-cell":
+            return None
+        root = self.layout.root
+        if tunercache.seed_source(root, key.op, key.side) == tunercache.record_dir(root, key.op):
+            return None
+        return tunercache.content_hash(tunercache.record_dir(root, key.op)) or "fresh"
 
     def python(self, campaign: Campaign, key: CellKey) -> str:
         return campaign.switch.python(key.side) or sys.executable
@@ -245,7 +258,7 @@ class CellRunner:
                 config = self.config(campaign, side_key, self.layout.precompile(key.op))
                 n = precompile.shares(len(campaign.op(key.op).shapes_for(config.level)), parallel)
                 compile_all = replace(config, ir_only=True, ir_target=self._target, ir_level=None,
-                                      autotune_mode="compile-all")
+                                      autotune_mode="compile-all", autotune_side_mode=None)
                 jobs += self.spawn.precompile_jobs(side, compile_all, self.python(campaign, side_key),
                                                    lambda out: self.env(campaign, side_key, out),
                                                    self.layout.precompile(key.op), n)
@@ -273,8 +286,10 @@ class CellRunner:
         precompile_s = self.precompile(campaign, key, log_path)
         per_cell_tuner = self.tuner_cache(campaign, key.side) == "per-cell"
         records_tuning = autotune_mode_for(key.round, key.role) == "record"
+        side_mode = side_record_mode_for(key.round, key.role)
         if per_cell_tuner and not records_tuning:
-            tunercache.seed_from_record(self.layout.root, key.op, cell_dir / tunercache.CELL_CACHE_DIR)
+            tunercache.seed_from_record(self.layout.root, key.op, cell_dir / tunercache.CELL_CACHE_DIR,
+                                        key.side if side_mode == "replay" else None)
         (cell_dir / TIMING_FILE).unlink(missing_ok=True)  # an earlier attempt's parts are not this one's
         self.write_notices(campaign, key, cell_dir, log_path)
         child = self.start_cell(campaign, key, cell_dir, log_path)
@@ -285,6 +300,8 @@ class CellRunner:
                           self.precompiled_kernels.pop(key.op, {}) if precompile_s else {})
         if per_cell_tuner and records_tuning:
             tunercache.keep_record(cell_dir / tunercache.CELL_CACHE_DIR, self.layout.root, key.op)
+        if per_cell_tuner and side_mode == "record":
+            tunercache.keep_side_record(cell_dir / tunercache.CELL_CACHE_DIR, self.layout.root, key.op, key.side)
         problems: list[str]
         if self.settings.ir_only:
             success, failed, problems = len(ttgir_files(ir_dir(cell_dir))), 0, []

@@ -1,0 +1,69 @@
+"""Autotune records: the ``@triton.autotune`` choices a cell pinned, as one typed, versioned JSON file.
+
+Two kinds live under ``<root>/autotune/``: the op's record (``<op>.json``),
+written by round 1 side A and replayed by every other cell, and a side's
+supplement (``side-B/<op>.json``), written by the first cell of side B for
+the tuner keys the op's record lacks (kernels only side B calls) and
+replayed by that side's later cells.  The cell child writes them
+(``child/autotune_pin.py``); the caliber check and the report read them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytest_abbench.core.fileio import SCHEMA_FIELD, Fields, FormatError, read_json, write_json_atomic
+
+SCHEMA = 1
+Ident = tuple[str, tuple[str, ...]]  # (kernel "module:qualname", its autotune key as text)
+
+
+@dataclass
+class AutotuneRecord:
+    """Chosen configs by (kernel, key); ``side`` None for the op's record, else the side whose supplement it is."""
+
+    entries: dict[Ident, dict[str, Any]] = field(default_factory=dict)
+    side: str | None = None
+    recorded_by: str = ""  # the cell that wrote it, ``r1-B``; "" in records of earlier releases
+
+    def to_json(self) -> dict[str, Any]:
+        entries = [{"kernel": k, "key": list(key), "config": cfg} for (k, key), cfg in sorted(self.entries.items())]
+        data: dict[str, Any] = {SCHEMA_FIELD: SCHEMA, "entries": entries}
+        if self.side is not None:
+            data["side"] = self.side
+        if self.recorded_by:
+            data["recorded_by"] = self.recorded_by
+        return data
+
+
+def read_record(path: Path) -> AutotuneRecord:
+    """The record at ``path``; a FormatError (a CorruptFileError) names the file, the field and the bad value."""
+    fields = Fields(str(path), read_json(path))
+    fields.version(SCHEMA)
+    raw = fields.data.get("entries")
+    if not isinstance(raw, list):
+        raise fields.error("entries", "a list of {kernel, key, config} objects", raw)
+    entries: dict[Ident, dict[str, Any]] = {}
+    for index, item in enumerate(raw):
+        entry = Fields(str(path), item, f"entries[{index}].")
+        kernel, key = entry.text("kernel"), entry.texts("key")
+        config = entry.data.get("config")
+        if not isinstance(config, dict):
+            raise entry.error("config", "an object (the chosen triton.Config)", config)
+        entries[(kernel, tuple(key))] = config
+    side = fields.text_or_none("side")
+    return AutotuneRecord(entries, side, fields.text("recorded_by", ""))
+
+
+def write_record(path: Path, record: AutotuneRecord) -> None:
+    write_json_atomic(path, record.to_json())
+
+
+def entry_count(path: Path) -> int | None:
+    """How many keys a record pins; None when it is missing or cannot be read."""
+    try:
+        return len(read_record(path).entries)
+    except (OSError, FormatError, ValueError):
+        return None
