@@ -13,7 +13,9 @@ import json
 import os
 import textwrap
 from pathlib import Path
+from typing import Callable
 
+from pytest_abbench.core.results import GpuReading, GpuState
 from pytest_abbench.core.status import StatusRow, append_status_row
 
 # A campaign of pure-torch ops: each op's build misbehaves in one documented
@@ -168,6 +170,35 @@ def synthetic_root(root: Path, deltas: dict[str, list[float]], failed: tuple[int
             status = "TIMEOUT" if failed == (rnd, side) else "ok"
             append_status_row(root, StatusRow(rnd, op, side, switch, 124 if status != "ok" else 0, status, 1.0,
                                               len(deltas), 0))
+
+
+def with_gpu_state(root: Path, state: Callable[[int, str, str], GpuState]) -> None:
+    """Give every record of a synthetic root the GPU state ``state(round, side, shape)``."""
+    for results in root.glob("r*_*/*/results.jsonl"):
+        rnd, side = int(results.parts[-3].split("_")[0][1:]), results.parts[-3].split("_")[1]
+        records = [json.loads(line) for line in results.read_text().splitlines()]
+        for record in records:
+            record["gpu_state"] = state(rnd, side, record["shape"]).to_json()
+        results.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def capped_gpu_state(rnd: int, side: str, shape: str) -> GpuState:
+    """The H200's mm at its power cap (docs' power-regime table): A at 1508 MHz, B at 1395 MHz."""
+    before = GpuReading(1980.0, 3201.0, 100.0, 40.0, 1000.0, 0x1, ["gpu_idle"])
+    after = GpuReading(1508.0 if side == "A" else 1395.0, 3201.0, 690.0, 50.0, 1500.0, 0x4, ["sw_power_cap"])
+    return GpuState(before, after, 0.5, 500.0, ["sw_power_cap"] if side == "B" or rnd == 1 else [])
+
+
+def as_both_regimes(burst: Path, steady: Path) -> None:
+    """Make the synthetic root ``burst`` one timed under --ab-regime both: its records as burst ones, the same
+    cells' records of the synthetic root ``steady`` as steady ones, as cells write them."""
+    for results in burst.glob("r*_*/*/results.jsonl"):
+        other = steady / results.relative_to(burst)
+        lines = [{**json.loads(line), "regime": "burst"} for line in results.read_text().splitlines()]
+        lines += [{**json.loads(line), "regime": "steady"} for line in other.read_text().splitlines()]
+        results.write_text("".join(json.dumps(line) + "\n" for line in lines))
+        identity = results.parent / "run_identity.json"
+        identity.write_text(json.dumps({**json.loads(identity.read_text()), "regime": "both"}))
 
 
 def process_alive(pid: int) -> bool:

@@ -64,12 +64,17 @@ def run_lines(runs: list[RunRecord]) -> list[str]:
 
 
 def series(runs: list[RunRecord], op: str, shape: str | None = None) -> dict[str, list[Point]]:
-    """Shape -> its points across runs for ``op`` (one shape when given), ordered by commit time."""
+    """Shape -> its points across runs for ``op`` (one shape when given), ordered by commit time.
+
+    A burst delta and a steady one are different quantities: where the op was recorded under several timing
+    regimes (--ab-regime), each shape has one series per regime, keyed ``shape (regime)``.
+    """
+    chosen = [(run, s) for run in runs for s in run.shapes if s.op == op and (shape is None or s.shape == shape)]
+    several = len({s.regime for _, s in chosen}) > 1
     found: dict[str, list[Point]] = {}
-    for run in runs:
-        for s in run.shapes:
-            if s.op == op and (shape is None or s.shape == shape):
-                found.setdefault(s.shape, []).append(Point(run, s))
+    for run, s in chosen:
+        key = f"{s.shape} ({s.regime or 'regime not recorded'})" if several else s.shape
+        found.setdefault(key, []).append(Point(run, s))
     for points in found.values():
         points.sort(key=Point.order)
     return found
