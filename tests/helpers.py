@@ -2,7 +2,8 @@
 
 Campaign sources written into a pytester folder (FAULT_CAMPAIGN, IR_CAMPAIGN,
 simple_campaign: fake-free, run by the real cell child) and synthetic_root, a
-campaign root written exactly as cells write it, for the report and summary.
+campaign root written exactly as cells write it, for the report and summary;
+parse, an HTML page read back as a tree of Nodes.
 They live here, not in conftest.py: pytest may import a conftest under another
 module name, so importing from it is fragile.
 """
@@ -11,9 +12,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import textwrap
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from pytest_abbench.core.results import GpuReading, GpuState
 from pytest_abbench.core.status import StatusRow, append_status_row
@@ -170,6 +174,75 @@ def synthetic_root(root: Path, deltas: dict[str, list[float]], failed: tuple[int
             status = "TIMEOUT" if failed == (rnd, side) else "ok"
             append_status_row(root, StatusRow(rnd, op, side, switch, 124 if status != "ok" else 0, status, 1.0,
                                               len(deltas), 0))
+
+
+# -- pages read back with an HTML parser (report.html, abbench history --html) ----------------
+VOID = {"meta", "link", "br", "img", "hr", "input", "source", "area", "base", "col", "embed", "wbr"}
+
+
+@dataclass
+class Node:
+    tag: str
+    attrs: dict[str, str]
+    children: list[Node] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)  # direct text, in order
+
+    def walk(self) -> Iterator[Node]:
+        yield self
+        for child in self.children:
+            yield from child.walk()
+
+    def find(self, tag: str, css: str | None = None) -> list[Node]:
+        return [n for n in self.walk() if n.tag == tag and (css is None or css in n.attrs.get("class", "").split())]
+
+    def all_text(self) -> str:
+        return "".join(self.text) + "".join(c.all_text() for c in self.children)
+
+
+class TreeBuilder(HTMLParser):
+    """The document as a tree of Nodes; unbalanced end tags fail the test (the page must be well formed)."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.root = Node("#document", {})
+        self.stack = [self.root]
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        node = Node(tag, {k: v or "" for k, v in attrs})
+        self.stack[-1].children.append(node)
+        if tag not in VOID:
+            self.stack.append(node)
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.stack[-1].children.append(Node(tag, {k: v or "" for k, v in attrs}))
+
+    def handle_endtag(self, tag: str) -> None:
+        assert self.stack[-1].tag == tag, f"</{tag}> closes <{self.stack[-1].tag}>"
+        self.stack.pop()
+
+    def handle_data(self, data: str) -> None:
+        self.stack[-1].text.append(data)
+
+
+def parse(text: str) -> Node:
+    builder = TreeBuilder()
+    builder.feed(text)
+    builder.close()
+    assert builder.stack == [builder.root], "unclosed elements"
+    return builder.root
+
+
+def parse_self_contained(text: str) -> Node:
+    """``parse(text)``, first checking that the page loads nothing: no script, link, image, frame or object, no
+    attribute that fetches or runs anything, no URL, no CSS import or font."""
+    doc = parse(text)
+    tags = {n.tag for n in doc.walk()}
+    assert not tags & {"script", "link", "img", "iframe", "object", "embed", "image", "use", "foreignobject"}
+    for node in doc.walk():
+        assert not {"src", "href", "xlink:href", "srcset", "action"} & set(node.attrs), node
+        assert not any(k.startswith("on") for k in node.attrs), node
+    assert not re.search(r"https?:|//[a-z]|url\(|@import|@font-face", text, re.I)
+    return doc
 
 
 def with_gpu_state(root: Path, state: Callable[[int, str, str], GpuState]) -> None:
