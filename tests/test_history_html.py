@@ -78,7 +78,9 @@ def test_the_page_holds_the_stores_numbers_by_commit_time_and_marks_where_the_ve
     history_file, shas = history_over_commits(tmp_path, [SAME, SAME, SLOWER, SLOWER], order=[2, 0, 3, 1])
     out = tmp_path / "op.html"
     assert main(["history", "--history", str(history_file), "--op", "op", "--html", str(out)]) == 0
-    assert f"html: {out}" in capsys.readouterr().out
+    printed = capsys.readouterr().out  # the text table says what the page says
+    assert f"html: {out}" in printed and printed.count("<- verdict changed") == 1
+    assert f"slower         step 2  <- verdict changed: same -> slower (after {shas[1][:12]})" in printed
     doc = parse_self_contained(out.read_text())
     with History(history_file, create=False) as history:
         runs = {r.id: r for r in history.runs()}

@@ -277,7 +277,7 @@ def series_plot_svg(points: Sequence[SeriesPoint], margin_pct: float | None = No
     labels = [_clip_label(p.label, label_chars) for p in points]
     top = 34 if title else 16
     if any(p.mark for p in points):
-        top += 14  # the marks' text sits above the plot
+        top += 26  # the marks' text sits above the plot, in two rows so neighbouring marks do not overlap
     plot_l, plot_r = 64, width - 16
     plot_t, plot_b = top, top + plot_h
     height = plot_b + 16 + int(5.0 * max([4] + [len(label) for label in labels])) + 8  # labels at 45 degrees
@@ -318,14 +318,16 @@ def series_plot_svg(points: Sequence[SeriesPoint], margin_pct: float | None = No
         if len(segment) > 1:
             out.append(f'<polyline points="{" ".join(segment)}" fill="none" stroke="#8a8a8a" stroke-width="1.2"/>')
         segment = []
+    mark_chars = max(8, int(2 * step / 6))  # a mark's text may span two steps: the next one is a row apart
     for i, p in enumerate(points):
         if p.mark and i > 0:
             mx = (x(i - 1) + x(i)) / 2
+            ty = plot_t - 4 - 12 * (i % 2)
             out.append(f'<g class="mark"><title>{esc(p.mark)}</title>'
                        f'<line x1="{_num(mx)}" y1="{plot_t}" x2="{_num(mx)}" y2="{plot_b}" stroke="{MARK_COLOUR}" '
                        'stroke-dasharray="4 3"/>'
-                       f'<text x="{_num(mx)}" y="{plot_t - 4}" text-anchor="middle" font-size="10" '
-                       f'fill="{MARK_COLOUR}">{esc(_clip_label(p.mark, 24))}</text></g>')
+                       f'<text x="{_num(mx)}" y="{ty}" text-anchor="middle" font-size="10" '
+                       f'fill="{MARK_COLOUR}">{esc(_clip_label(p.mark, mark_chars))}</text></g>')
     for i, (p, label) in enumerate(zip(points, labels)):
         colour = VERDICT_COLOURS.get(p.verdict, DEFAULT_COLOUR)
         hover = p.tooltip or _hover(PlotPoint(p.label, p.delta, p.low, p.high, verdict=p.verdict))
