@@ -160,20 +160,24 @@ def test_a_file_of_the_first_schema_version_migrates_and_keeps_its_runs(tmp_path
     path = tmp_path / "history.sqlite"
     old = sqlite3.connect(path, isolation_level=None)
     for statement in MIGRATIONS[0]:  # a file as the first release wrote it
+        assert isinstance(statement, str)
         old.execute(statement)
     old.execute("UPDATE schema_info SET version = 1")
-    old.execute("INSERT INTO runs (recorded_at, root, exit_code, complete, rounds, margin_pct, switch, campaign_hash, "
-                "campaign, sources, identity) VALUES (5.0, 'old', 0, 1, 3, 2.0, 'X=1', 'h', '{}', '[]', "
-                "'{\"device\": \"H200\"}')")
-    old.execute("INSERT INTO ops VALUES (1, 'mm', 'verdict', 4.5, 4.0, 5.0)")
-    old.execute("INSERT INTO shapes VALUES (1, 'mm', 'n=8', 3, 1.0, 1.045, 4.5, 4.0, 5.0, 'slower', 0, "
-                "'[\"drift\"]')")
+    # Run 1 from before regimes were recorded, run 2 timed in steady state (its identity says so).
+    for root, identity in (("old", {"device": "H200"}), ("steady", {"device": "H200", "regime": "steady"})):
+        old.execute("INSERT INTO runs (recorded_at, root, exit_code, complete, rounds, margin_pct, switch, "
+                    "campaign_hash, campaign, sources, identity) VALUES (5.0, ?, 0, 1, 3, 2.0, 'X=1', 'h', '{}', "
+                    "'[]', ?)", (root, json.dumps(identity)))
+    for run_id in (1, 2):
+        old.execute("INSERT INTO ops VALUES (?, 'mm', 'verdict', 4.5, 4.0, 5.0)", (run_id,))
+        old.execute("INSERT INTO shapes VALUES (?, 'mm', 'n=8', 3, 1.0, 1.045, 4.5, 4.0, 5.0, 'slower', 0, "
+                    "'[\"drift\"]')", (run_id,))
     old.close()
     with pytest.raises(HistoryError, match="history schema version 1, older than"):
         History(path, create=False)  # reading alone does not migrate
     with History(path) as history:  # a session's end does
         assert history.version == SCHEMA_VERSION
-        (run,) = history.runs()
+        run, steady = history.runs()
     assert (run.root, run.rounds, run.identity, run.auto_rounds) == ("old", 3, {"device": "H200"}, {})
     (op,) = run.ops
     assert (op.op, op.state, op.geomean_pct, op.geomean_ci_pct, op.regime, op.rounds_completed, op.stopped) == (
@@ -181,13 +185,15 @@ def test_a_file_of_the_first_schema_version_migrates_and_keeps_its_runs(tmp_path
     (shape,) = run.shapes
     assert (shape.shape, shape.delta_pct, shape.ci_pct, shape.verdict, shape.flags, shape.regime) == (
         "n=8", 4.5, (4.0, 5.0), "slower", ["drift"], "")
-    # The migrated file takes a run of both regimes beside the old one.
+    # A run whose identity names its regime keeps it: its series goes on with the runs recorded after the upgrade.
+    assert [(o.regime, s.regime) for o, s in zip(steady.ops, steady.shapes)] == [("steady", "steady")]
+    # The migrated file takes a run of both regimes beside the old ones.
     root = tmp_path / "root"
     regimes_auto_gpu_root(root, tmp_path / "steady")
     record_root(path, root, 0)
     with History(path, create=False) as history:
         runs = history.runs()
-    assert [r.root for r in runs] == ["old", "root"] and len(runs[1].ops) == 4
+    assert [r.root for r in runs] == ["old", "steady", "root"] and len(runs[2].ops) == 4
 
 
 def test_a_session_records_its_root_by_default_and_not_with_off(campaign_dir: pytest.Pytester) -> None:

@@ -17,11 +17,26 @@ from pathlib import Path
 from typing import Any, Callable, Concatenate, ParamSpec, TypeVar
 
 from pytest_abbench.core.layout import HISTORY_FILE as HISTORY_FILE  # the file's default name, with its format
+from pytest_abbench.core.regimes import REGIMES
 
 BUSY_TIMEOUT_S = 2.0  # a session's end waits this long for another writer, then says the file is locked
 
-# MIGRATIONS[i] takes the schema from version i to i + 1 (0: an empty file): its statements run in one transaction.
-MIGRATIONS: list[tuple[str, ...]] = [
+
+
+def _regime_from_identity(db: sqlite3.Connection) -> None:
+    """Version 2's rows copied from version 1 take their run's regime from its identity: a version-1 file holds
+    runs of one regime each (a run of both could not be recorded), and a burst series must not split at the
+    upgrade.  In Python, not SQL: json_extract is missing from some SQLite builds."""
+    for run_id, identity in db.execute("SELECT id, identity FROM runs").fetchall():
+        regime = json.loads(identity).get("regime")
+        if regime in REGIMES:  # not 'both': such a run never reached a version-1 file
+            for table in ("ops", "shapes"):
+                db.execute(f"UPDATE {table} SET regime = ? WHERE run_id = ?", (regime, run_id))
+
+
+# MIGRATIONS[i] takes the schema from version i to i + 1 (0: an empty file): its steps (SQL statements, or
+# functions of the connection) run in one transaction.
+MIGRATIONS: list[tuple[str | Callable[[sqlite3.Connection], None], ...]] = [
     (
         "CREATE TABLE schema_info (version INTEGER NOT NULL)",
         "INSERT INTO schema_info (version) VALUES (0)",
@@ -69,7 +84,7 @@ MIGRATIONS: list[tuple[str, ...]] = [
     # 2: an op reported under both timing regimes (--ab-regime both) is two rows, told apart by its regime; each op
     # keeps the rounds it ran and why they stopped (--ab-rounds auto), each run report.json's auto_rounds.  SQLite
     # cannot change a primary key in place, so ops and shapes are rebuilt and their rows copied: older rows get
-    # regime '' (not recorded) and no rounds for their ops.
+    # their run's regime where its identity names one (else '', not recorded) and no rounds for their ops.
     (
         "ALTER TABLE runs ADD COLUMN auto_rounds TEXT NOT NULL DEFAULT '{}'",  # JSON: report.json's auto_rounds
         """CREATE TABLE ops_2 (
@@ -106,6 +121,7 @@ MIGRATIONS: list[tuple[str, ...]] = [
         "DROP TABLE shapes",  # drops shapes_by_op with it
         "ALTER TABLE shapes_2 RENAME TO shapes",
         "CREATE INDEX shapes_by_op ON shapes (op, shape)",
+        _regime_from_identity,
     ),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -279,7 +295,10 @@ class History:
                                    "another file (--ab-history PATH)")
             for step in range(version, SCHEMA_VERSION):
                 for statement in MIGRATIONS[step]:
-                    self.db.execute(statement)
+                    if isinstance(statement, str):
+                        self.db.execute(statement)
+                    else:
+                        statement(self.db)
                 self.db.execute("UPDATE schema_info SET version = ?", (step + 1,))
             self.db.execute("COMMIT")
         except BaseException:
