@@ -3,7 +3,7 @@
     abbench summary ROOT
     abbench summary --ab ROOT_A ROOT_B
     abbench summary --ab CELL_A CELL_B
-    abbench history [--history FILE] [--op OP [--shape S] [--plot PNG]]
+    abbench history [--history FILE] [--op OP [--shape S] [--plot PNG]] [--html FILE]
     abbench bisect GOOD BAD [--repo PATH] [--build CMD] [--rounds N] [--max-rounds N] -- PYTEST_ARGS
 
 ``ROOT`` is a campaign root (a session's ``--ab-root``): its report, its plan
@@ -191,21 +191,30 @@ def history(args: argparse.Namespace) -> int:
         print(f"abbench history: {exc}", file=sys.stderr)
         return EXIT_USAGE
     print(f"history: {path}")
+    found = view.series(runs, args.op, args.shape) if args.op else {}
     if not args.op:
         print("\n".join(view.run_lines(runs)))
-        return 0
-    found = view.series(runs, args.op, args.shape)
-    if not found:
+    elif not found:
         known = sorted({f"{s.op}[{s.shape}]" for r in runs for s in r.shapes})
         print(f"abbench history: no run holds {args.op}" + (f"[{args.shape}]" if args.shape else "")
               + f" (recorded: {', '.join(known[:20]) or 'nothing'})", file=sys.stderr)
         return EXIT_USAGE
-    print("\n".join(view.series_lines(args.op, found)))
+    else:
+        print("\n".join(view.series_lines(args.op, found)))
     if args.plot:
         if view.plot_series(args.op, found, Path(args.plot)):
             print(f"plot: {args.plot}")
         else:
             print("plot: not written: matplotlib is not installed (pip install pytest-abbench[plot])")
+    if args.html:
+        from pytest_abbench.history.html import render_history_html
+
+        try:
+            Path(args.html).write_text(render_history_html(path, runs, args.op, args.shape, found), encoding="utf-8")
+        except OSError as exc:
+            print(f"abbench history: --html {args.html}: cannot write it ({exc.strerror or exc})", file=sys.stderr)
+            return EXIT_USAGE
+        print(f"html: {args.html}")
     return 0
 
 
@@ -244,6 +253,8 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--op", default=None, help="show this op's delta and interval per run, ordered by commit time")
     h.add_argument("--shape", default=None, help="with --op: this shape only")
     h.add_argument("--plot", default=None, metavar="PNG", help="with --op: write the series as a PNG (matplotlib)")
+    h.add_argument("--html", default=None, metavar="FILE",
+                   help="also write the runs (and with --op the series, plotted) as one self-contained HTML page")
     h.set_defaults(func=history)
 
     b = sub.add_parser("bisect", help="the first commit that made a campaign slower, by the A/B verdict",

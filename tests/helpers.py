@@ -2,7 +2,8 @@
 
 Campaign sources written into a pytester folder (FAULT_CAMPAIGN, IR_CAMPAIGN,
 simple_campaign: fake-free, run by the real cell child) and synthetic_root, a
-campaign root written exactly as cells write it, for the report and summary.
+campaign root written exactly as cells write it, for the report and summary;
+parse, an HTML page read back as a tree of Nodes.
 They live here, not in conftest.py: pytest may import a conftest under another
 module name, so importing from it is fragile.
 """
@@ -11,9 +12,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import textwrap
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
 from pathlib import Path
+from typing import Callable, Iterator
 
+from pytest_abbench.core.results import GpuReading, GpuState
 from pytest_abbench.core.status import StatusRow, append_status_row
 
 # A campaign of pure-torch ops: each op's build misbehaves in one documented
@@ -168,6 +174,104 @@ def synthetic_root(root: Path, deltas: dict[str, list[float]], failed: tuple[int
             status = "TIMEOUT" if failed == (rnd, side) else "ok"
             append_status_row(root, StatusRow(rnd, op, side, switch, 124 if status != "ok" else 0, status, 1.0,
                                               len(deltas), 0))
+
+
+# -- pages read back with an HTML parser (report.html, abbench history --html) ----------------
+VOID = {"meta", "link", "br", "img", "hr", "input", "source", "area", "base", "col", "embed", "wbr"}
+
+
+@dataclass
+class Node:
+    tag: str
+    attrs: dict[str, str]
+    children: list[Node] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)  # direct text, in order
+
+    def walk(self) -> Iterator[Node]:
+        yield self
+        for child in self.children:
+            yield from child.walk()
+
+    def find(self, tag: str, css: str | None = None) -> list[Node]:
+        return [n for n in self.walk() if n.tag == tag and (css is None or css in n.attrs.get("class", "").split())]
+
+    def all_text(self) -> str:
+        return "".join(self.text) + "".join(c.all_text() for c in self.children)
+
+
+class TreeBuilder(HTMLParser):
+    """The document as a tree of Nodes; unbalanced end tags fail the test (the page must be well formed)."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.root = Node("#document", {})
+        self.stack = [self.root]
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        node = Node(tag, {k: v or "" for k, v in attrs})
+        self.stack[-1].children.append(node)
+        if tag not in VOID:
+            self.stack.append(node)
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.stack[-1].children.append(Node(tag, {k: v or "" for k, v in attrs}))
+
+    def handle_endtag(self, tag: str) -> None:
+        assert self.stack[-1].tag == tag, f"</{tag}> closes <{self.stack[-1].tag}>"
+        self.stack.pop()
+
+    def handle_data(self, data: str) -> None:
+        self.stack[-1].text.append(data)
+
+
+def parse(text: str) -> Node:
+    builder = TreeBuilder()
+    builder.feed(text)
+    builder.close()
+    assert builder.stack == [builder.root], "unclosed elements"
+    return builder.root
+
+
+def parse_self_contained(text: str) -> Node:
+    """``parse(text)``, first checking that the page loads nothing: no script, link, image, frame or object, no
+    attribute that fetches or runs anything, no URL, no CSS import or font."""
+    doc = parse(text)
+    tags = {n.tag for n in doc.walk()}
+    assert not tags & {"script", "link", "img", "iframe", "object", "embed", "image", "use", "foreignobject"}
+    for node in doc.walk():
+        assert not {"src", "href", "xlink:href", "srcset", "action"} & set(node.attrs), node
+        assert not any(k.startswith("on") for k in node.attrs), node
+    assert not re.search(r"https?:|//[a-z]|url\(|@import|@font-face", text, re.I)
+    return doc
+
+
+def with_gpu_state(root: Path, state: Callable[[int, str, str], GpuState]) -> None:
+    """Give every record of a synthetic root the GPU state ``state(round, side, shape)``."""
+    for results in root.glob("r*_*/*/results.jsonl"):
+        rnd, side = int(results.parts[-3].split("_")[0][1:]), results.parts[-3].split("_")[1]
+        records = [json.loads(line) for line in results.read_text().splitlines()]
+        for record in records:
+            record["gpu_state"] = state(rnd, side, record["shape"]).to_json()
+        results.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def capped_gpu_state(rnd: int, side: str, shape: str) -> GpuState:
+    """The H200's mm at its power cap (docs' power-regime table): A at 1508 MHz, B at 1395 MHz."""
+    before = GpuReading(1980.0, 3201.0, 100.0, 40.0, 1000.0, 0x1, ["gpu_idle"])
+    after = GpuReading(1508.0 if side == "A" else 1395.0, 3201.0, 690.0, 50.0, 1500.0, 0x4, ["sw_power_cap"])
+    return GpuState(before, after, 0.5, 500.0, ["sw_power_cap"] if side == "B" or rnd == 1 else [])
+
+
+def as_both_regimes(burst: Path, steady: Path) -> None:
+    """Make the synthetic root ``burst`` one timed under --ab-regime both: its records as burst ones, the same
+    cells' records of the synthetic root ``steady`` as steady ones, as cells write them."""
+    for results in burst.glob("r*_*/*/results.jsonl"):
+        other = steady / results.relative_to(burst)
+        lines = [{**json.loads(line), "regime": "burst"} for line in results.read_text().splitlines()]
+        lines += [{**json.loads(line), "regime": "steady"} for line in other.read_text().splitlines()]
+        results.write_text("".join(json.dumps(line) + "\n" for line in lines))
+        identity = results.parent / "run_identity.json"
+        identity.write_text(json.dumps({**json.loads(identity.read_text()), "regime": "both"}))
 
 
 def process_alive(pid: int) -> bool:

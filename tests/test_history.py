@@ -3,6 +3,7 @@ history file is one line while the run keeps its own exit code and root."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import sqlite3
@@ -12,9 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from helpers import simple_campaign, synthetic_root
+from helpers import as_both_regimes, capped_gpu_state, simple_campaign, synthetic_root, with_gpu_state
 from pytest_abbench.history.record import record_root
-from pytest_abbench.history.store import SCHEMA_VERSION, History, HistoryError
+from pytest_abbench.core.layout import RootLayout
+from pytest_abbench.core.outcome import SETTLED
+from pytest_abbench.core.plan import CampaignManifest, CampaignPlan, write_manifest
+from pytest_abbench.core.status import StatusRow, append_status_row
+from pytest_abbench.history import view
+from pytest_abbench.history.store import MIGRATIONS, SCHEMA_VERSION, History, HistoryError
+from pytest_abbench.report import build_report, write_report
 
 FAST = ("--ab-ir-target", "none", "--ab-samples", "1", "-p", "no:cacheprovider")
 
@@ -78,7 +85,9 @@ def test_a_record_round_trips_report_json_and_the_campaign_repository_commit(tmp
                  "--plot", str(png))
     assert series.ret == 0, series.stdout.str()
     series.stdout.fnmatch_lines(["== op[[]s1[]]: 2 run(s), ordered by commit time", "*+10.0%*slower*"])
-    pytest.importorskip("matplotlib")
+    if importlib.util.find_spec("matplotlib") is None:  # not imported here: pytester unloads what a test imports,
+        # and numpy imported again under a loaded matplotlib breaks the next test's plots
+        pytest.skip("matplotlib is not installed")
     series.stdout.fnmatch_lines([f"plot: {png}"])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -102,6 +111,89 @@ def test_schema_is_versioned_and_a_newer_file_is_refused_by_name(tmp_path: Path)
     other.close()
     with pytest.raises(HistoryError, match="not a pytest-abbench history file"):
         History(tmp_path / "other.sqlite")
+
+
+def regimes_auto_gpu_root(root: Path, scratch: Path) -> None:
+    """A root timed under --ab-regime both with --ab-rounds auto:3-5 and GPU state: op ``settles`` settled after
+    its first look (rounds 4 and 5 skipped), op ``noisy`` ran to the cap, every window power-capped."""
+    for where, scale in ((root, 1.0), (scratch, 4.0)):  # steady: four times the burst delta
+        synthetic_root(where, {"s": [0.10 * scale, 0.101 * scale, 0.099 * scale]}, op="settles")
+        synthetic_root(where, {"s": [0.10, -0.05, 0.02, -0.01, 0.03], "t": [0.01] * 5}, op="noisy")
+    as_both_regimes(root, scratch)
+    with_gpu_state(root, capped_gpu_state)
+    for rnd in (4, 5):
+        for side in ("A", "B"):
+            append_status_row(root, StatusRow(rnd, "settles", side, "X=1", 0, SETTLED, 0.0, 0, 0))
+    write_manifest(RootLayout(root).manifest, CampaignManifest(
+        campaign_files={}, plan=CampaignPlan(5, ops={"settles": "c.py", "noisy": "c.py"}, auto_min=3)))
+    write_report(root, build_report(root))
+
+
+def test_a_record_keeps_each_regime_every_flag_and_the_rounds_each_op_ran(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    regimes_auto_gpu_root(root, tmp_path / "steady")
+    report = json.loads((root / "report.json").read_text())
+    history_file = tmp_path / "history.sqlite"
+    record_root(history_file, root, 0)
+    with History(history_file, create=False) as history:
+        (run,) = history.runs()
+    assert run.identity["regime"] == "both"
+    assert run.auto_rounds == report["auto_rounds"] == {"first": 3, "last": 5, "rounds_run": 16, "settled": 2,
+                                                        "cap": 2, "budget": 0}
+    # --ab-regime both reports each op twice: both are kept, told apart by their regime.
+    ops = {(o.op, o.regime): (o.state, o.rounds_completed, o.rounds_expected, o.stopped) for o in run.ops}
+    assert ops == {(o["op"], o["regime"]): (o["state"], o["rounds_completed"], o["rounds_expected"], o["stopped"])
+                   for o in report["ops"]}
+    assert ops[("settles", "steady")] == ("verdict", 3, 3, "settled") and ops[("noisy", "burst")][1:] == (5, 5, "cap")
+    shapes = {(s.op, s.regime, s.shape): (s.delta_pct, s.rounds, s.flags) for s in run.shapes}
+    assert shapes == {(o["op"], o["regime"], s["shape"]): (s["delta_pct"], s["rounds"], s["flags"])
+                      for o in report["ops"] for s in o["shapes"]}
+    assert len(shapes) == 6 and {"power_capped", "clocks_differ"} <= {f for _, _, flags in shapes.values()
+                                                                     for f in flags}
+    # abbench history follows each regime's delta apart: a burst and a steady delta are different quantities.
+    found = view.series([run], "settles")
+    assert {key: [p.shape.delta_pct for p in points] for key, points in found.items()} == {
+        f"s ({o['regime']})": [o["shapes"][0]["delta_pct"]] for o in report["ops"] if o["op"] == "settles"}
+
+
+def test_a_file_of_the_first_schema_version_migrates_and_keeps_its_runs(tmp_path: Path) -> None:
+    path = tmp_path / "history.sqlite"
+    old = sqlite3.connect(path, isolation_level=None)
+    for statement in MIGRATIONS[0]:  # a file as the first release wrote it
+        assert isinstance(statement, str)
+        old.execute(statement)
+    old.execute("UPDATE schema_info SET version = 1")
+    # Run 1 from before regimes were recorded, run 2 timed in steady state (its identity says so).
+    for root, identity in (("old", {"device": "H200"}), ("steady", {"device": "H200", "regime": "steady"})):
+        old.execute("INSERT INTO runs (recorded_at, root, exit_code, complete, rounds, margin_pct, switch, "
+                    "campaign_hash, campaign, sources, identity) VALUES (5.0, ?, 0, 1, 3, 2.0, 'X=1', 'h', '{}', "
+                    "'[]', ?)", (root, json.dumps(identity)))
+    for run_id in (1, 2):
+        old.execute("INSERT INTO ops VALUES (?, 'mm', 'verdict', 4.5, 4.0, 5.0)", (run_id,))
+        old.execute("INSERT INTO shapes VALUES (?, 'mm', 'n=8', 3, 1.0, 1.045, 4.5, 4.0, 5.0, 'slower', 0, "
+                    "'[\"drift\"]')", (run_id,))
+    old.close()
+    with pytest.raises(HistoryError, match="history schema version 1, older than"):
+        History(path, create=False)  # reading alone does not migrate
+    with History(path) as history:  # a session's end does
+        assert history.version == SCHEMA_VERSION
+        run, steady = history.runs()
+    assert (run.root, run.rounds, run.identity, run.auto_rounds) == ("old", 3, {"device": "H200"}, {})
+    (op,) = run.ops
+    assert (op.op, op.state, op.geomean_pct, op.geomean_ci_pct, op.regime, op.rounds_completed, op.stopped) == (
+        "mm", "verdict", 4.5, (4.0, 5.0), "", None, "")
+    (shape,) = run.shapes
+    assert (shape.shape, shape.delta_pct, shape.ci_pct, shape.verdict, shape.flags, shape.regime) == (
+        "n=8", 4.5, (4.0, 5.0), "slower", ["drift"], "")
+    # A run whose identity names its regime keeps it: its series goes on with the runs recorded after the upgrade.
+    assert [(o.regime, s.regime) for o, s in zip(steady.ops, steady.shapes)] == [("steady", "steady")]
+    # The migrated file takes a run of both regimes beside the old ones.
+    root = tmp_path / "root"
+    regimes_auto_gpu_root(root, tmp_path / "steady")
+    record_root(path, root, 0)
+    with History(path, create=False) as history:
+        runs = history.runs()
+    assert [r.root for r in runs] == ["old", "steady", "root"] and len(runs[2].ops) == 4
 
 
 def test_a_session_records_its_root_by_default_and_not_with_off(campaign_dir: pytest.Pytester) -> None:

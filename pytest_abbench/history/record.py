@@ -74,15 +74,16 @@ def build_record(root: Path, exit_code: int | None, trees: Mapping[str, Sequence
     for side, folders in sorted((trees or {}).items()):
         for folder in folders:
             sources.append(source_tree(side, Path(folder)))
-    ops = [OpRecord(o.op, o.state, o.geomean_pct, o.geomean_ci_pct) for o in report.ops]
+    ops = [OpRecord(o.op, o.state, o.geomean_pct, o.geomean_ci_pct, o.regime, o.rounds_completed, o.rounds_expected,
+                    o.stopped) for o in report.ops]
     shapes = [ShapeRecord(o.op, s.shape, s.rounds, s.a_ms, s.b_ms, s.delta_pct, s.ci_pct, s.verdict,
-                          s.within_margin, list(s.flags)) for o in report.ops for s in o.shapes]
+                          s.within_margin, list(s.flags), o.regime) for o in report.ops for s in o.shapes]
     identity = {**report.setup, **run_identity(layout)}
     return RunRecord(root=str(root), exit_code=exit_code, complete=report.complete, rounds=report.rounds_planned,
                      margin_pct=report.margin_pct, switch=report.setup.get("switch", ""), campaign=campaign,
                      campaign_hash=hashlib.sha256(json.dumps(campaign, sort_keys=True).encode()).hexdigest()[:16],
                      sources=sources, identity=identity, ops=ops, shapes=shapes, label=label,
-                     recorded_at=time.time())
+                     recorded_at=time.time(), auto_rounds=dict(report.auto_rounds))
 
 
 def record_root(history_file: Path, root: Path, exit_code: int | None,

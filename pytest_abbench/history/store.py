@@ -17,11 +17,26 @@ from pathlib import Path
 from typing import Any, Callable, Concatenate, ParamSpec, TypeVar
 
 from pytest_abbench.core.layout import HISTORY_FILE as HISTORY_FILE  # the file's default name, with its format
+from pytest_abbench.core.regimes import REGIMES
 
 BUSY_TIMEOUT_S = 2.0  # a session's end waits this long for another writer, then says the file is locked
 
-# MIGRATIONS[i] takes the schema from version i to i + 1 (0: an empty file): its statements run in one transaction.
-MIGRATIONS: list[tuple[str, ...]] = [
+
+
+def _regime_from_identity(db: sqlite3.Connection) -> None:
+    """Version 2's rows copied from version 1 take their run's regime from its identity: a version-1 file holds
+    runs of one regime each (a run of both could not be recorded), and a burst series must not split at the
+    upgrade.  In Python, not SQL: json_extract is missing from some SQLite builds."""
+    for run_id, identity in db.execute("SELECT id, identity FROM runs").fetchall():
+        regime = json.loads(identity).get("regime")
+        if regime in REGIMES:  # not 'both': such a run never reached a version-1 file
+            for table in ("ops", "shapes"):
+                db.execute(f"UPDATE {table} SET regime = ? WHERE run_id = ?", (regime, run_id))
+
+
+# MIGRATIONS[i] takes the schema from version i to i + 1 (0: an empty file): its steps (SQL statements, or
+# functions of the connection) run in one transaction.
+MIGRATIONS: list[tuple[str | Callable[[sqlite3.Connection], None], ...]] = [
     (
         "CREATE TABLE schema_info (version INTEGER NOT NULL)",
         "INSERT INTO schema_info (version) VALUES (0)",
@@ -66,6 +81,48 @@ MIGRATIONS: list[tuple[str, ...]] = [
         )""",
         "CREATE INDEX shapes_by_op ON shapes (op, shape)",
     ),
+    # 2: an op reported under both timing regimes (--ab-regime both) is two rows, told apart by its regime; each op
+    # keeps the rounds it ran and why they stopped (--ab-rounds auto), each run report.json's auto_rounds.  SQLite
+    # cannot change a primary key in place, so ops and shapes are rebuilt and their rows copied: older rows get
+    # their run's regime where its identity names one (else '', not recorded) and no rounds for their ops.
+    (
+        "ALTER TABLE runs ADD COLUMN auto_rounds TEXT NOT NULL DEFAULT '{}'",  # JSON: report.json's auto_rounds
+        """CREATE TABLE ops_2 (
+            run_id INTEGER NOT NULL REFERENCES runs(id),
+            op TEXT NOT NULL,
+            regime TEXT NOT NULL DEFAULT '',  -- burst | steady; '' before regimes were recorded
+            state TEXT NOT NULL,
+            geomean_pct REAL, geomean_lo REAL, geomean_hi REAL,
+            rounds_completed INTEGER,         -- the rounds it ran (--ab-rounds auto: up to rounds_expected)
+            rounds_expected INTEGER,
+            stopped TEXT NOT NULL DEFAULT '', -- --ab-rounds auto: settled | cap | budget
+            PRIMARY KEY (run_id, op, regime)
+        )""",
+        "INSERT INTO ops_2 (run_id, op, state, geomean_pct, geomean_lo, geomean_hi) "
+        "SELECT run_id, op, state, geomean_pct, geomean_lo, geomean_hi FROM ops",
+        "DROP TABLE ops",
+        "ALTER TABLE ops_2 RENAME TO ops",
+        """CREATE TABLE shapes_2 (
+            run_id INTEGER NOT NULL REFERENCES runs(id),
+            op TEXT NOT NULL,
+            regime TEXT NOT NULL DEFAULT '',
+            shape TEXT NOT NULL,
+            rounds INTEGER NOT NULL,
+            a_ms REAL NOT NULL, b_ms REAL NOT NULL,
+            delta_pct REAL NOT NULL, ci_lo REAL, ci_hi REAL,
+            verdict TEXT NOT NULL,
+            within_margin INTEGER NOT NULL,
+            flags TEXT NOT NULL,              -- JSON list of report/flags.py names (GPU flags included)
+            PRIMARY KEY (run_id, op, regime, shape)
+        )""",
+        "INSERT INTO shapes_2 (run_id, op, shape, rounds, a_ms, b_ms, delta_pct, ci_lo, ci_hi, verdict, "
+        "within_margin, flags) SELECT run_id, op, shape, rounds, a_ms, b_ms, delta_pct, ci_lo, ci_hi, verdict, "
+        "within_margin, flags FROM shapes",
+        "DROP TABLE shapes",  # drops shapes_by_op with it
+        "ALTER TABLE shapes_2 RENAME TO shapes",
+        "CREATE INDEX shapes_by_op ON shapes (op, shape)",
+        _regime_from_identity,
+    ),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 P = ParamSpec("P")
@@ -89,7 +146,8 @@ class ShapeRecord:
     ci_pct: tuple[float, float] | None
     verdict: str
     within_margin: bool = False
-    flags: list[str] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)  # report/flags.py names, the GPU's included
+    regime: str = ""  # the timing regime it was timed under; "" when not recorded
 
 
 @dataclass
@@ -98,6 +156,10 @@ class OpRecord:
     state: str
     geomean_pct: float | None = None
     geomean_ci_pct: tuple[float, float] | None = None
+    regime: str = ""
+    rounds_completed: int | None = None  # None: recorded before the history kept it
+    rounds_expected: int | None = None
+    stopped: str = ""  # --ab-rounds auto: settled | cap | budget
 
 
 @dataclass
@@ -136,6 +198,7 @@ class RunRecord:
     label: str = ""
     recorded_at: float = 0.0
     id: int | None = None
+    auto_rounds: dict[str, int] = field(default_factory=dict)  # report.json's: empty with fixed rounds
 
     @property
     def subject_tree(self) -> SourceTree | None:
@@ -232,7 +295,10 @@ class History:
                                    "another file (--ab-history PATH)")
             for step in range(version, SCHEMA_VERSION):
                 for statement in MIGRATIONS[step]:
-                    self.db.execute(statement)
+                    if isinstance(statement, str):
+                        self.db.execute(statement)
+                    else:
+                        statement(self.db)
                 self.db.execute("UPDATE schema_info SET version = ?", (step + 1,))
             self.db.execute("COMMIT")
         except BaseException:
@@ -256,23 +322,26 @@ class History:
                                 (record.root,))
             cursor = self.db.execute(
                 "INSERT INTO runs (recorded_at, root, label, exit_code, complete, rounds, margin_pct, switch, "
-                "commit_sha, commit_time, commit_depth, commit_subject, dirty, campaign_hash, campaign, sources, identity) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "commit_sha, commit_time, commit_depth, commit_subject, dirty, campaign_hash, campaign, sources, identity, "
+                "auto_rounds) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (record.recorded_at, record.root, record.label, record.exit_code, int(record.complete), record.rounds,
                  record.margin_pct, record.switch, subject.commit if subject else None,
                  subject.commit_time if subject else None, subject.depth if subject else None,
                  subject.subject if subject else None,
                  None if subject is None or subject.dirty is None else int(subject.dirty), record.campaign_hash,
                  json.dumps(record.campaign, sort_keys=True), json.dumps([t.to_json() for t in record.sources]),
-                 json.dumps(record.identity, sort_keys=True, default=str)))
+                 json.dumps(record.identity, sort_keys=True, default=str), json.dumps(record.auto_rounds)))
             run_id = int(cursor.lastrowid or 0)
             for op in record.ops:
                 ci = op.geomean_ci_pct
-                self.db.execute("INSERT INTO ops VALUES (?, ?, ?, ?, ?, ?)",
-                                (run_id, op.op, op.state, op.geomean_pct, ci[0] if ci else None, ci[1] if ci else None))
+                self.db.execute("INSERT INTO ops (run_id, op, regime, state, geomean_pct, geomean_lo, geomean_hi, "
+                                "rounds_completed, rounds_expected, stopped) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                                (run_id, op.op, op.regime, op.state, op.geomean_pct, ci[0] if ci else None,
+                                 ci[1] if ci else None, op.rounds_completed, op.rounds_expected, op.stopped))
             for s in record.shapes:
-                self.db.execute("INSERT INTO shapes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                                (run_id, s.op, s.shape, s.rounds, s.a_ms, s.b_ms, s.delta_pct,
+                self.db.execute("INSERT INTO shapes (run_id, op, regime, shape, rounds, a_ms, b_ms, delta_pct, ci_lo, "
+                                "ci_hi, verdict, within_margin, flags) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                                (run_id, s.op, s.regime, s.shape, s.rounds, s.a_ms, s.b_ms, s.delta_pct,
                                  s.ci_pct[0] if s.ci_pct else None, s.ci_pct[1] if s.ci_pct else None, s.verdict,
                                  int(s.within_margin), json.dumps(s.flags)))
             self.db.execute("COMMIT")
@@ -288,21 +357,26 @@ class History:
         """Every run, oldest record first, with its ops and shapes."""
         out: dict[int, RunRecord] = {}
         for row in self.db.execute("SELECT id, recorded_at, root, label, exit_code, complete, rounds, margin_pct, "
-                                   "switch, campaign_hash, campaign, sources, identity FROM runs ORDER BY id"):
+                                   "switch, campaign_hash, campaign, sources, identity, auto_rounds FROM runs "
+                                   "ORDER BY id"):
             (run_id, recorded_at, root, label, exit_code, complete, rounds, margin, switch, campaign_hash,
-             campaign, sources, identity) = row
+             campaign, sources, identity, auto_rounds) = row
             out[run_id] = RunRecord(root=root, exit_code=exit_code, complete=bool(complete), rounds=rounds,
                                     margin_pct=margin, switch=switch, campaign=json.loads(campaign),
                                     campaign_hash=campaign_hash,
                                     sources=[SourceTree(**t) for t in json.loads(sources)],
                                     identity=json.loads(identity), ops=[], shapes=[], label=label,
-                                    recorded_at=recorded_at, id=run_id)
-        for run_id, op, state, geo, lo, hi in self.db.execute("SELECT * FROM ops ORDER BY run_id, op"):
-            out[run_id].ops.append(OpRecord(op, state, geo, _pair(lo, hi)))
-        for (run_id, op, shape, rounds, a_ms, b_ms, delta, lo, hi, verdict, within,
-             flags) in self.db.execute("SELECT * FROM shapes ORDER BY run_id, op, shape"):
+                                    recorded_at=recorded_at, id=run_id, auto_rounds=json.loads(auto_rounds))
+        for (run_id, op, regime, state, geo, lo, hi, done, expected, stopped) in self.db.execute(
+                "SELECT run_id, op, regime, state, geomean_pct, geomean_lo, geomean_hi, rounds_completed, "
+                "rounds_expected, stopped FROM ops ORDER BY run_id, op, regime"):
+            out[run_id].ops.append(OpRecord(op, state, geo, _pair(lo, hi), regime, done, expected, stopped))
+        for (run_id, op, regime, shape, rounds, a_ms, b_ms, delta, lo, hi, verdict, within,
+             flags) in self.db.execute("SELECT run_id, op, regime, shape, rounds, a_ms, b_ms, delta_pct, ci_lo, "
+                                       "ci_hi, verdict, within_margin, flags FROM shapes ORDER BY run_id, op, regime, "
+                                       "rowid"):
             out[run_id].shapes.append(ShapeRecord(op, shape, rounds, a_ms, b_ms, delta, _pair(lo, hi), verdict,
-                                                  bool(within), json.loads(flags)))
+                                                  bool(within), json.loads(flags), regime))
         return list(out.values())
 
     def root_path(self, record: RunRecord) -> Path:

@@ -19,10 +19,7 @@ class Point:
 
     @property
     def commit(self) -> str:
-        tree = self.run.subject_tree
-        if tree is None or tree.commit is None:
-            return "-"
-        return tree.commit[:12] + ("*" if tree.dirty else "")
+        return run_commit(self.run)
 
     @property
     def when(self) -> float:
@@ -36,8 +33,25 @@ class Point:
         return self.when, (tree.depth or 0) if tree is not None else 0, self.run.id or 0
 
 
-def _stamp(seconds: float) -> str:
+def run_commit(run: RunRecord) -> str:
+    """The commit a run is filed under, shortened, ``*`` when its tree was dirty; ``-`` outside git."""
+    tree = run.subject_tree
+    if tree is None or tree.commit is None:
+        return "-"
+    return tree.commit[:12] + ("*" if tree.dirty else "")
+
+
+def stamp(seconds: float) -> str:
+    """A time as the history shows it: local, to the minute."""
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(seconds))
+
+
+def verdict_counts(run: RunRecord) -> str:
+    """``same 1, slower 1``: the run's shapes per verdict, or ``no verdict``."""
+    counts: dict[str, int] = {}
+    for s in run.shapes:
+        counts[s.verdict] = counts.get(s.verdict, 0) + 1
+    return ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "no verdict"
 
 
 def _ci(ci: tuple[float, float] | None) -> str:
@@ -50,29 +64,36 @@ def run_lines(runs: list[RunRecord]) -> list[str]:
         return ["no runs recorded"]
     lines = [f"{'run':>4}  {'recorded':16}  {'commit':13}  {'exit':>4}  {'verdicts':28}  label / root"]
     for run in runs:
-        counts: dict[str, int] = {}
-        for s in run.shapes:
-            counts[s.verdict] = counts.get(s.verdict, 0) + 1
-        verdicts = ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "no verdict"
-        tree = run.subject_tree
-        commit = "-" if tree is None or tree.commit is None else tree.commit[:12] + ("*" if tree.dirty else "")
+        verdicts, commit = verdict_counts(run), run_commit(run)
         where = f"{run.label}: {run.root}" if run.label else run.root
         exit_code = "-" if run.exit_code is None else str(run.exit_code)
-        lines.append(f"{run.id:>4}  {_stamp(run.recorded_at):16}  {commit:13}  {exit_code:>4}  {verdicts:28}  "
+        lines.append(f"{run.id:>4}  {stamp(run.recorded_at):16}  {commit:13}  {exit_code:>4}  {verdicts:28}  "
                      f"{where}")
     return lines
 
 
 def series(runs: list[RunRecord], op: str, shape: str | None = None) -> dict[str, list[Point]]:
-    """Shape -> its points across runs for ``op`` (one shape when given), ordered by commit time."""
+    """Shape -> its points across runs for ``op`` (one shape when given), ordered by commit time.
+
+    A burst delta and a steady one are different quantities: where the op was recorded under several timing
+    regimes (--ab-regime), each shape has one series per regime, keyed ``shape (regime)``.
+    """
+    chosen = [(run, s) for run in runs for s in run.shapes if s.op == op and (shape is None or s.shape == shape)]
+    several = len({s.regime for _, s in chosen}) > 1
     found: dict[str, list[Point]] = {}
-    for run in runs:
-        for s in run.shapes:
-            if s.op == op and (shape is None or s.shape == shape):
-                found.setdefault(s.shape, []).append(Point(run, s))
+    for run, s in chosen:
+        key = f"{s.shape} ({s.regime or 'regime not recorded'})" if several else s.shape
+        found.setdefault(key, []).append(Point(run, s))
     for points in found.values():
         points.sort(key=Point.order)
     return found
+
+
+def verdict_change(before: Point | None, after: Point) -> str:
+    """``same -> slower`` where ``after``'s verdict differs from that of the point before it in the series, else ""."""
+    if before is None or before.shape.verdict == after.shape.verdict:
+        return ""
+    return f"{before.shape.verdict} -> {after.shape.verdict}"
 
 
 def series_lines(op: str, found: dict[str, list[Point]]) -> list[str]:
@@ -85,10 +106,9 @@ def series_lines(op: str, found: dict[str, list[Point]]) -> list[str]:
         previous: Point | None = None
         for p in points:
             s = p.shape
-            mark = ""
-            if previous is not None and previous.shape.verdict != s.verdict:
-                mark = f"  <- verdict changed: {previous.shape.verdict} -> {s.verdict} (after {previous.commit})"
-            lines.append(f"   {p.run.id:>4}  {p.commit:13}  {_stamp(p.when):16}  {s.delta_pct:>+8.1f}%  "
+            change = verdict_change(previous, p)
+            mark = f"  <- verdict changed: {change} (after {previous.commit})" if change and previous else ""
+            lines.append(f"   {p.run.id:>4}  {p.commit:13}  {stamp(p.when):16}  {s.delta_pct:>+8.1f}%  "
                          f"{_ci(s.ci_pct):22}  {s.verdict:13}  {(p.run.label or p.run.switch)[:48]}{mark}")
             previous = p
     return lines
@@ -113,7 +133,7 @@ def plot_series(op: str, found: dict[str, list[Point]], path: Path) -> bool:
         high = [p.shape.ci_pct[1] - p.shape.delta_pct if p.shape.ci_pct else 0.0 for p in points]
         ax.errorbar(xs, ys, yerr=[low, high], marker="o", markersize=4, capsize=3, label=shape[:30])
         for before, after in zip(points, points[1:]):
-            if before.shape.verdict != after.shape.verdict:
+            if verdict_change(before, after):
                 ax.annotate(after.shape.verdict, (position[after.run.id], after.shape.delta_pct),
                             textcoords="offset points", xytext=(0, 8), ha="center", fontsize=7, color="tab:red")
     labels = [p.commit for p in ordered]

@@ -8,8 +8,11 @@ carries the exact value in ``data-value`` next to the rounded text.
 The building blocks are for any page of reports (a history of runs reuses them):
 
 * :func:`page` wraps a body in the document with the inline CSS;
-* :func:`interval_plot_svg` draws labelled deltas with their intervals (:class:`PlotPoint`) as inline SVG;
+* :func:`interval_plot_svg` draws labelled deltas with their intervals (:class:`PlotPoint`) as inline SVG, one
+  row each; :func:`series_plot_svg` draws a sequence of them (:class:`SeriesPoint`, e.g. runs by commit) left to
+  right, joined by a line, with marks between neighbours;
 * :func:`table` lays out rows of :class:`Cell` (text, a number with its exact value, or trusted markup);
+  :func:`number` and :func:`interval_cell` make numeric cells, :func:`flag_chips` a list of flag names;
 * :func:`esc` and :func:`clipped` escape a user's string, the latter clipped to a width with the whole text
   in its ``title``.
 """
@@ -241,6 +244,116 @@ def plot_caption(margin_pct: float | None, band: bool = False) -> str:
     return "; ".join(parts)
 
 
+# -- the series plot ----------------------------------------------------------------
+@dataclass(frozen=True)
+class SeriesPoint:
+    """One step of a series plot: its label on the x axis, its delta in percent with the delta's interval.
+
+    ``verdict`` picks the dot's colour (``VERDICT_COLOURS``); a ``mark`` is drawn as a dashed line between this
+    point and the one before, with its text at the top (where something changed between the two).
+    """
+
+    label: str
+    delta: float | None
+    low: float | None = None
+    high: float | None = None
+    verdict: str = ""
+    mark: str = ""
+    tooltip: str = ""  # the point's hover text; the label and numbers when empty
+
+
+MARK_COLOUR = "#c0392b"
+
+
+def series_plot_svg(points: Sequence[SeriesPoint], margin_pct: float | None = None,
+                    axis_label: str = "B/A - 1 (%)", title: str = "", width: int = 760, plot_h: int = 220,
+                    label_chars: int = 14) -> str:
+    """Inline SVG: the points left to right in the order given, each delta a dot on its interval's vertical bar,
+    consecutive deltas joined by a line (broken where a point has none), a zero line and +-``margin_pct`` shaded;
+    x labels longer than ``label_chars`` end in an ellipsis (the whole label in the point's hover text).
+
+    The y axis spans every delta, interval, zero and the margin.  Every string is escaped.
+    """
+    labels = [_clip_label(p.label, label_chars) for p in points]
+    top = 34 if title else 16
+    if any(p.mark for p in points):
+        top += 26  # the marks' text sits above the plot, in two rows so neighbouring marks do not overlap
+    plot_l, plot_r = 64, width - 16
+    plot_t, plot_b = top, top + plot_h
+    height = plot_b + 16 + int(5.0 * max([4] + [len(label) for label in labels])) + 8  # labels at 45 degrees
+    spans = _finite([0.0] + [v for p in points for v in (p.delta, p.low, p.high)])
+    if margin_pct:
+        spans += [-margin_pct, margin_pct]
+    ticks = nice_ticks(min(spans), max(spans))
+    lo, hi = ticks[0], ticks[-1]
+    step = (plot_r - plot_l) / max(1, len(points))
+
+    def x(i: int) -> float:
+        return plot_l + (i + 0.5) * step
+
+    def y(v: float) -> float:
+        return plot_b - (v - lo) / (hi - lo) * (plot_b - plot_t)
+
+    out = [f'<svg role="img" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
+           'font-family="sans-serif" font-size="11">']
+    if title:
+        out.append(f'<text x="{width / 2:.0f}" y="18" text-anchor="middle" font-size="13">{esc(title)}</text>')
+    if margin_pct:
+        m_lo, m_hi = max(lo, -margin_pct), min(hi, margin_pct)
+        out.append(f'<rect x="{plot_l}" y="{_num(y(m_hi))}" width="{plot_r - plot_l}" '
+                   f'height="{_num(y(m_lo) - y(m_hi))}" fill="#e8f0e8"><title>{esc(f"+-{margin_pct:g}% margin")}'
+                   "</title></rect>")
+    for t in ticks:
+        out.append(f'<line x1="{plot_l}" y1="{_num(y(t))}" x2="{plot_r}" y2="{_num(y(t))}" stroke="#e2e2e2"/>')
+        out.append(f'<text x="{plot_l - 6}" y="{_num(y(t) + 4)}" text-anchor="end" fill="#444">'
+                   f"{esc(_tick_text(t))}</text>")
+    out.append(f'<line x1="{plot_l}" y1="{_num(y(0.0))}" x2="{plot_r}" y2="{_num(y(0.0))}" stroke="#666"/>')
+    out.append(f'<text x="14" y="{(plot_t + plot_b) / 2:.0f}" text-anchor="middle" fill="#333" '
+               f'transform="rotate(-90 14 {(plot_t + plot_b) / 2:.0f})">{esc(axis_label)}</text>')
+    segment: list[str] = []
+    for i, p in enumerate(list(points) + [SeriesPoint("", None)]):  # a point without a delta ends a segment
+        if p.delta is not None and math.isfinite(p.delta):
+            segment.append(f"{_num(x(i))},{_num(y(p.delta))}")
+            continue
+        if len(segment) > 1:
+            out.append(f'<polyline points="{" ".join(segment)}" fill="none" stroke="#8a8a8a" stroke-width="1.2"/>')
+        segment = []
+    mark_chars = max(8, int(2 * step / 6))  # a mark's text may span two steps: the next one is a row apart
+    for i, p in enumerate(points):
+        if p.mark and i > 0:
+            mx = (x(i - 1) + x(i)) / 2
+            ty = plot_t - 4 - 12 * (i % 2)
+            out.append(f'<g class="mark"><title>{esc(p.mark)}</title>'
+                       f'<line x1="{_num(mx)}" y1="{plot_t}" x2="{_num(mx)}" y2="{plot_b}" stroke="{MARK_COLOUR}" '
+                       'stroke-dasharray="4 3"/>'
+                       f'<text x="{_num(mx)}" y="{ty}" text-anchor="middle" font-size="10" '
+                       f'fill="{MARK_COLOUR}">{esc(_clip_label(p.mark, mark_chars))}</text></g>')
+    for i, (p, label) in enumerate(zip(points, labels)):
+        colour = VERDICT_COLOURS.get(p.verdict, DEFAULT_COLOUR)
+        hover = p.tooltip or _hover(PlotPoint(p.label, p.delta, p.low, p.high, verdict=p.verdict))
+        out.append(f'<g class="point"><title>{esc(hover)}</title>')
+        if p.low is not None and p.high is not None and math.isfinite(p.low) and math.isfinite(p.high):
+            out.append(f'<line x1="{_num(x(i))}" y1="{_num(y(p.low))}" x2="{_num(x(i))}" y2="{_num(y(p.high))}" '
+                       f'stroke="{colour}" stroke-width="3" opacity="0.55"/>')
+        if p.delta is not None and math.isfinite(p.delta):
+            out.append(f'<circle cx="{_num(x(i))}" cy="{_num(y(p.delta))}" r="4" fill="{colour}"/>')
+        out.append(f'<text x="{_num(x(i))}" y="{plot_b + 14}" text-anchor="end" '
+                   f'transform="rotate(-45 {_num(x(i))} {plot_b + 14})">{esc(label)}</text>')
+        out.append("</g>")
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def series_caption(margin_pct: float | None, marked: str = "") -> str:
+    """What a series plot's marks mean, for the line under it; ``marked``: what a dashed line marks."""
+    parts = ["dot: delta (colour: verdict)", "bar: 95% interval"]
+    if margin_pct:
+        parts.append(f"green: the +-{margin_pct:g}% margin")
+    if marked:
+        parts.append(f"dashed red line: {marked}")
+    return "; ".join(parts)
+
+
 def _ends(ci: tuple[float, float] | None) -> tuple[float | None, float | None]:
     return ci if ci else (None, None)
 
@@ -263,7 +376,7 @@ def _pct(v: float | None, digits: int = 1) -> Cell:
     return number(v, f"{v:+.{digits}f}%" if v is not None else "-")
 
 
-def _interval(ci: tuple[float, float] | None) -> Cell:
+def interval_cell(ci: tuple[float, float] | None) -> Cell:
     """An interval's text (``render.interval_text``) with both ends exact in ``data-low`` and ``data-high``."""
     if not ci:
         return Cell("-", css="num")
@@ -271,7 +384,8 @@ def _interval(ci: tuple[float, float] | None) -> Cell:
                        f"{esc(render.interval_text(ci))}</span>", css="num")
 
 
-def _flag_chips(names: Sequence[str]) -> str:
+def flag_chips(names: Sequence[str]) -> str:
+    """Flag names as chips, each with its meaning (report/flags.py) on hover."""
     return "".join(f'<span class="flag" title="{esc(FLAGS[n].meaning if n in FLAGS else "")}">{esc(n)}</span>'
                    for n in names)
 
@@ -292,16 +406,16 @@ def _shape_row(s: ShapeReport, control: bool) -> list[Cell]:
     across = "/".join("-" if v is None else f"{v:.1f}%" for v in (s.noise_across_a_pct, s.noise_across_b_pct))
     row = [Cell(markup=clipped(s.shape), css="shape"), number(s.a_ms, f"{s.a_ms:.4g}"),
            number(s.b_ms, f"{s.b_ms:.4g}"), _pct(s.delta_pct),
-           Cell(f"{s.delta_min_pct:+.1f} ~ {s.delta_max_pct:+.1f}%", css="num"), _interval(s.ci_pct),
-           _interval(s.ci90_pct), Cell(f"{s.faster_rounds}/{s.rounds}", css="num"), Cell(noise, css="num"),
+           Cell(f"{s.delta_min_pct:+.1f} ~ {s.delta_max_pct:+.1f}%", css="num"), interval_cell(s.ci_pct),
+           interval_cell(s.ci90_pct), Cell(f"{s.faster_rounds}/{s.rounds}", css="num"), Cell(noise, css="num"),
            Cell(across, css="num"), Cell("yes" if s.sign_flip else "no"), Cell(f"+-{s.margin_pct:g}%", css="num"),
            _verdict_cell(s),
            # The flags that withhold a verdict, then the GPU's, which keep it and name the condition it holds under.
-           Cell(markup=_flag_chips([n for n in s.flags if n in FLAGS and FLAGS[n].withholds]), css="flags"),
-           Cell(markup=_flag_chips([n for n in s.flags if not (n in FLAGS and FLAGS[n].withholds)]),
+           Cell(markup=flag_chips([n for n in s.flags if n in FLAGS and FLAGS[n].withholds]), css="flags"),
+           Cell(markup=flag_chips([n for n in s.flags if not (n in FLAGS and FLAGS[n].withholds)]),
                 css="gpu-flags")]
     if control:
-        row.append(_interval(s.aa_ci_pct))
+        row.append(interval_cell(s.aa_ci_pct))
     return row
 
 
