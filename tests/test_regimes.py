@@ -250,20 +250,20 @@ def test_both_regimes_run_in_each_cell_and_the_report_names_and_compares_them(ca
     assert "unknown device 'cpu:" in text and "TFLOP/s" in text  # achieved rates, no % of peak off the table
 
 
-def test_the_default_regime_is_burst_and_a_resume_under_another_is_refused(campaign_dir: pytest.Pytester,
+def test_the_default_regime_is_steady_and_a_resume_under_another_is_refused(campaign_dir: pytest.Pytester,
                                                                            tmp_path: Path) -> None:
     campaign_dir.makepyfile(c=CAMPAIGN)
     root = tmp_path / "root"
     first = campaign_dir.runpytest_subprocess("c.py", "--ab-rounds", "2", "--ab-root", str(root), "-x", *FAST,
                                               "--deselect", "c.py::axpb[r2-A]", "--deselect", "c.py::axpb[r2-B]")
     first.assert_outcomes(passed=2, deselected=2)
-    assert json.loads((root / "r1_B" / "axpb" / "run_identity.json").read_text())["regime"] == "burst"
+    assert json.loads((root / "r1_B" / "axpb" / "run_identity.json").read_text())["regime"] == "steady"
     status = (root / "status.tsv").read_text()
     other = campaign_dir.runpytest_subprocess("c.py", "--ab-rounds", "2", "--ab-resume", str(root),
-                                              "--ab-regime", "steady", *FAST)
+                                              "--ab-regime", "burst", *FAST)
     assert other.ret == 6
-    other.stdout.fnmatch_lines([f"*cannot resume {root}: --ab-regime: the root has burst, this session steady; *"
-                                "resume with --ab-regime=burst*"])
+    other.stdout.fnmatch_lines([f"*cannot resume {root}: --ab-regime: the root has steady, this session burst; *"
+                                "resume with --ab-regime=steady*"])
     assert (root / "status.tsv").read_text() == status
 
 

@@ -14,9 +14,11 @@ STEADY = "steady"
 BOTH = "both"
 REGIMES = (BURST, STEADY)  # what a cell times under; --ab-regime both times each shape under both, in this order
 REGIME_CHOICES = (BURST, STEADY, BOTH)
-# burst: both sides at the card's boost clock, a delta of the code itself, reproducible on any card of the model
-# whatever its power limit or cooling; steady is one option away, and `both` shows where the two differ.
-DEFAULT_REGIME = BURST
+# steady: measured on the H200, its rounds agree: kernels under 10 us moved 0.0-0.8% between processes, where
+# burst's moved 1-14% (an unchanged bisection step stayed undecided at 8 rounds); where the power cap holds, its
+# shapes are flagged and keep their verdict. burst is one option away, and `both` shows where the two differ
+# (docs/explanation/regimes.md, "Why steady is the default").
+DEFAULT_REGIME = STEADY
 
 WHAT_IT_MEASURES: dict[str, str] = {
     BURST: "short timed windows, each after an idle gap long enough that the card left its power cap: both sides "
