@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import synthetic_root
+from helpers import synthetic_root, as_both_regimes
 
 from pytest_abbench.child.gpustate import GpuSampler
 from pytest_abbench.child.regime import Pace, run_regime, settled, wait_for_boost
@@ -273,13 +273,7 @@ def test_the_regimes_disagree_where_the_steady_delta_is_beyond_the_burst_one_by_
     burst, steady = tmp_path / "burst", tmp_path / "steady"
     synthetic_root(burst, {"mm": [0.025, 0.024, 0.026], "sum": [-0.40, -0.401, -0.399]})
     synthetic_root(steady, {"mm": [0.097, 0.094, 0.098], "sum": [-0.40, -0.399, -0.401]})
-    for results in burst.glob("r*_*/*/results.jsonl"):  # one root with both regimes' records, as cells write them
-        other = steady / results.relative_to(burst)
-        lines = [{**json.loads(line), "regime": "burst"} for line in results.read_text().splitlines()]
-        lines += [{**json.loads(line), "regime": "steady"} for line in other.read_text().splitlines()]
-        results.write_text("".join(json.dumps(line) + "\n" for line in lines))
-        identity = results.parent / "run_identity.json"
-        identity.write_text(json.dumps({**json.loads(identity.read_text()), "regime": "both"}))
+    as_both_regimes(burst, steady)  # one root with both regimes' records, as cells write them
     report = build_report(burst)
     assert [(o.regime, round(o.shapes[0].delta_pct, 1)) for o in report.ops] == [("burst", 2.5), ("steady", 9.7)]
     note = report.ops[0].regimes_note
