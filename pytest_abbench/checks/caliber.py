@@ -270,7 +270,10 @@ def compare_side_rounds(op: str, first: Path, later: Path, load: IdentityLoader 
         return result
     path_a, path_b = a.get("autotune_side_record"), b.get("autotune_side_record")
     hash_a, hash_b = a.get("autotune_side_record_hash"), b.get("autotune_side_record_hash")
-    if record_key(path_a) != record_key(path_b) or hash_a != hash_b:
+    # A recorder that ended before saving its record (a crash, a timeout) left no record: there is nothing its
+    # side's later cells could have replayed from it, and the cell's own failure is what the session reports.
+    never_saved = a.get("autotune_side_mode") == "record" and hash_a is None
+    if not never_saved and (record_key(path_a) != record_key(path_b) or hash_a != hash_b):
         result.findings.append(_side_finding(op, first, later, "autotune_side_record", hash_a, hash_b,
                                              f"pinned the tuner keys only it has from different records ({path_a!r} "
                                              f"hash {hash_a!r}, then {path_b!r} hash {hash_b!r})"))
