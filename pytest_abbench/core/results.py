@@ -131,12 +131,19 @@ class TimedWindow:
                    GpuState.from_json(data.nested("gpu_state")), data.text("detail", ""))
 
 
+# NVML's energy counter moves in steps the driver updates every few tens of milliseconds: over the ten 4 ms windows
+# of a burst cell it read anything from 0 to several times the true figure on the H200 (per-round B/A changes from
+# -100% to beyond +10,000% for one shape). Below this much timed time in total, a cell's energy is not stated.
+ENERGY_MIN_S = 0.2
+
+
 def energy_per_call_j(windows: list[TimedWindow]) -> float | None:
     """Joules per call over the windows whose energy counter moved: the counter's total delta over their calls;
-    None where no window has an energy figure."""
+    None where no window has an energy figure, or where they lasted under ``ENERGY_MIN_S`` in all."""
     measured = [w for w in windows if w.gpu_state.energy_mj is not None and w.calls > 0]
     calls = sum(w.calls for w in measured)
-    if not calls:
+    lasted = [w.gpu_state.window_s for w in measured]
+    if not calls or (all(s is not None for s in lasted) and sum(s or 0.0 for s in lasted) < ENERGY_MIN_S):
         return None
     return sum(float(w.gpu_state.energy_mj or 0.0) for w in measured) / 1000.0 / calls
 
