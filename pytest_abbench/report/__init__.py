@@ -16,7 +16,8 @@ from pytest_abbench.core.outcome import IR_ONLY
 from pytest_abbench.report.build import build_report
 from pytest_abbench.report.model import (REPORT_JSON, REPORT_MD, SCHEMA_VERSION, OpReport, Report, ShapeReport,
                                          read_report, report_from_json)
-from pytest_abbench.report.render import render_text, write_report
+from pytest_abbench.report.files import write_report
+from pytest_abbench.report.render import render_text
 
 __all__ = ["IR_ONLY", "REPORT_JSON", "REPORT_MD", "SCHEMA_VERSION", "OpReport", "Report", "ShapeReport",
            "build_report", "read_report", "render_text", "report_from_json", "write_report"]

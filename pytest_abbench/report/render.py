@@ -1,4 +1,4 @@
-"""The report as text (the terminal section, ``abbench summary``, report.md) and the files written at the end.
+"""The report as text (the terminal section, ``abbench summary``, report.md); ``files`` writes it out.
 
 Every line is a pure function of a :class:`Report`, so a report.json read back
 renders the same text as the session that wrote it.
@@ -6,11 +6,6 @@ renders the same text as the session that wrote it.
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from pytest_abbench.core.fileio import write_json_atomic
-from pytest_abbench.report import plots
-from pytest_abbench.core.layout import RootLayout
 from pytest_abbench.core.outcome import NO_IR_DIFF
 from pytest_abbench.report import cost
 from pytest_abbench.core import regimes
@@ -325,14 +320,3 @@ def render_text(report: Report) -> str:
             lines += _shape_table(o)
     lines += tail_lines(report)
     return "\n".join(lines)
-
-
-def write_report(root: Path, report: Report) -> list[Path]:
-    """report.json, report.md, report.html and (with matplotlib) plots/<op>.png; returns the plots written."""
-    from pytest_abbench.report.html import render_html  # html builds on this module's lines: imported at use
-
-    layout = RootLayout(root)
-    write_json_atomic(layout.report_json, report.to_json())
-    layout.report_md.write_text("# abbench report\n\n```\n" + render_text(report) + "\n```\n")
-    layout.report_html.write_text(render_html(report), encoding="utf-8")
-    return plots.write_plots(root, report)
