@@ -20,10 +20,12 @@ collect_ignore = ["helpers.py"]
 @pytest.fixture(autouse=True)
 def kernel_cache_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Every test's sessions keep their persistent kernel cache (``--ab-kernel-cache auto``) under a folder of
-    the test's own, never in the user's ~/.cache, and start with it empty."""
+    the test's own, never in the user's ~/.cache, and start with it empty; their history file is the test's own."""
     home = tmp_path_factory.mktemp("xdg-cache")
     monkeypatch.setenv("XDG_CACHE_HOME", str(home))
     monkeypatch.delenv("ABBENCH_KERNEL_CACHE", raising=False)
+    # Sessions whose rootdir is this checkout (the repository's campaigns) would record into its .abbench/.
+    monkeypatch.setenv("ABBENCH_HISTORY", str(tmp_path_factory.mktemp("history") / "history.sqlite"))
     return home
 
 

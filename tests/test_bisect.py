@@ -85,8 +85,9 @@ def checkout_state(repo: Path) -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_bisect_names_the_first_slower_commit_and_skips_the_broken_one(pytester: pytest.Pytester,
-                                                                       tmp_path: Path) -> None:
+def test_bisect_names_the_first_slower_commit_and_skips_the_broken_one(pytester: pytest.Pytester, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ABBENCH_HISTORY")  # the default file under the rootdir, as a user gets it (conftest.py)
     repo = tmp_path / "repo"
     repo.mkdir()
     git(repo, "init", "-q")

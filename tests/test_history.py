@@ -196,7 +196,9 @@ def test_a_file_of_the_first_schema_version_migrates_and_keeps_its_runs(tmp_path
     assert [r.root for r in runs] == ["old", "steady", "root"] and len(runs[2].ops) == 4
 
 
-def test_a_session_records_its_root_by_default_and_not_with_off(campaign_dir: pytest.Pytester) -> None:
+def test_a_session_records_its_root_by_default_and_not_with_off(campaign_dir: pytest.Pytester,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ABBENCH_HISTORY")  # the default file, not the one every test gets (conftest.py)
     campaign_dir.makepyfile(c=simple_campaign('"one"'))
     result = campaign_dir.runpytest_subprocess("c.py", "--ab-rounds", "2", "--ab-root", "r1", *FAST)
     assert result.ret == 0, result.stdout.str()
