@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -243,9 +244,11 @@ def test_both_regimes_run_in_each_cell_and_the_report_names_and_compares_them(ca
     report = json.loads((root / "report.json").read_text())
     assert [(o["op"], o["regime"]) for o in report["ops"]] == [("axpb", "burst"), ("axpb", "steady")]
     assert report["ops"][0]["regimes_note"] == report["ops"][1]["regimes_note"]
-    # Two interpreter rounds cannot tell a difference of the regimes from the machine's noise.
-    assert report["ops"][0]["regimes_note"].startswith("regimes: too few rounds to tell whether they differ by more "
-                                                       "than the +-2% margin: geomean burst ")
+    # The comparison is there; what it concludes from two rounds of interpreter wall-clock noise is the noise's
+    # (CI saw "too few rounds" and, once, a shape "beyond it"): the rule itself is tested on fixed data below.
+    assert re.match(r"regimes(?: disagree beyond|: too few rounds to tell whether they differ by more than"
+                    r"| agree within) the \+-2% margin: geomean burst [+-]\d+\.\d%, steady [+-]\d+\.\d%",
+                    report["ops"][0]["regimes_note"]), report["ops"][0]["regimes_note"]
     text = (root / "report.md").read_text()
     assert "== axpb (burst): rounds 2/2" in text and "== axpb (steady): rounds 2/2" in text
     assert "regime both (each op reported under both): burst: short timed windows" in text
