@@ -10,13 +10,16 @@ module name, so importing from it is fragile.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
+import sys
 import textwrap
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
+from types import ModuleType
 from typing import Callable, Iterator
 
 from pytest_abbench.core.results import GpuReading, GpuState
@@ -332,3 +335,16 @@ VANISHING_ROOT_CAMPAIGN = simple_campaign('"one"', extra='''
             shutil.rmtree(os.environ["DOOMED_ROOT"])
             return build(shape, device)
         ''') + 'OPS.append(Op("vanish", build=vanish, shapes={"smoke": [{"n": 8}]}))\n'
+
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def load_benchmark(name: str) -> ModuleType:
+    """``benchmarks/<name>.py`` imported as module ``name`` (the scripts are no package)."""
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module

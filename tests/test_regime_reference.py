@@ -4,7 +4,6 @@ time), and its dry run in a real subprocess."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import os
 import subprocess
@@ -14,21 +13,17 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from helpers import BENCHMARKS, load_benchmark
 
 from pytest_abbench.core import regimes
 from pytest_abbench.report.stats import interval, pct
 
-SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "regime_reference.py"
+SCRIPT = BENCHMARKS / "regime_reference.py"
 
 
 @pytest.fixture(scope="module")
 def ref() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("regime_reference", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["regime_reference"] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("regime_reference")
 
 
 def test_pairs_are_matched_by_side_whatever_their_order_and_summarized_as_the_report_does(ref: ModuleType) -> None:

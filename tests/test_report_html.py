@@ -9,17 +9,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Callable
 
 import numpy as np
 import pytest
-from helpers import (Node, capped_gpu_state, parse, parse_self_contained, simple_campaign, synthetic_root,
-                     with_gpu_state)
+from helpers import (Node, capped_gpu_state, load_benchmark, parse, parse_self_contained, simple_campaign,
+                     synthetic_root, with_gpu_state)
 
 from pytest_abbench.cli import main
 from pytest_abbench.report import build_report, read_report, write_report
@@ -27,20 +24,10 @@ from pytest_abbench.report.flags import FLAGS
 from pytest_abbench.report.html import PlotPoint, interval_plot_svg, nice_ticks, page, render_html
 from pytest_abbench.report.render import interval_text
 
-SIM_PATH = Path(__file__).resolve().parent.parent / "benchmarks" / "verdict_sim.py"
 HOSTILE = "<script>alert(1)</script>"
-def load_sim() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("verdict_sim", SIM_PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["verdict_sim"] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
-
-
 def sim_root(root: Path) -> None:
     """Two ops x four shapes from the seeded simulator: +5% and -5% shapes, A/A cells, noisy machine."""
-    sim = load_sim()
+    sim = load_benchmark("verdict_sim")
     root.rmdir()  # the simulator makes the root itself
     sim.write_root(root, sim.Setting(6, 0.05, True, "shifted", "mixed"), ops=2, shapes=4,
                    rng=np.random.default_rng(7))

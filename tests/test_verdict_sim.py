@@ -6,28 +6,16 @@ code `abbench summary` runs; the full grid and its table are in docs/verdicts.md
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-from pathlib import Path
-from types import ModuleType
 
 import pytest
+from helpers import load_benchmark
 
-SIM_PATH = Path(__file__).resolve().parent.parent / "benchmarks" / "verdict_sim.py"
-
-
-def load_sim() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("verdict_sim", SIM_PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["verdict_sim"] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
 def results() -> dict[tuple[int, float, bool], object]:
-    sim = load_sim()
+    sim = load_benchmark("verdict_sim")
     scored = sim.simulate(quick=True, seed=1, ops=40, shapes=5)
     return {(s.rounds, s.effect, s.control): score for s, score in scored.items()}
 
@@ -55,7 +43,7 @@ def test_a_five_percent_effect_is_never_same_even_with_a_noisy_control(results: 
 
 @pytest.fixture(scope="module")
 def scenarios() -> dict[tuple[str, str, int], object]:
-    sim = sys.modules.get("verdict_sim") or load_sim()
+    sim = sys.modules.get("verdict_sim") or load_benchmark("verdict_sim")
     scored = sim.simulate_scenarios(quick=True, seed=1, ops=30, shapes=10)
     return {(s.scenario, s.machine, s.rounds, s.effect): score for s, score in scored.items()}
 
@@ -96,7 +84,7 @@ def test_the_gate_trips_on_one_slower_shape_and_not_on_unchanged_roots(scenarios
 
 @pytest.fixture(scope="module")
 def auto() -> dict[tuple[str, float, bool, int | None], object]:
-    sim = sys.modules.get("verdict_sim") or load_sim()
+    sim = sys.modules.get("verdict_sim") or load_benchmark("verdict_sim")
     scored = sim.simulate_auto(quick=True, seed=1, ops=20, shapes=10)
     return {(s.machine, s.effect, s.naive, s.auto_min, s.rounds): score for s, score in scored.items()}
 
