@@ -2,7 +2,7 @@
 # Timing regimes on the H200: each campaign under --ab-regime both (burst and steady in every cell), printed side by
 # side per op, and an A/A check that burst and steady give no false direction and the same verdicts.
 #   PART=mm  benchmarks/gpu_regimes.sh   # campaigns/mm.py, core, DISABLE_MMA_V3=1 on side B
-#   PART=ln  benchmarks/gpu_regimes.sh   # campaigns/liger.py -k layer_norm (needs liger-kernel; skipped without)
+#   PART=ln  benchmarks/gpu_regimes.sh   # campaigns/layer_norm.py, core: ATen (A) against a Triton kernel (B)
 #   PART=aa  benchmarks/gpu_regimes.sh   # campaigns/calibration_aa.py, A/A, every round run
 # Back under $OUT: regimes_<part>_run.txt (the session), regimes_<part>_report.md, regimes_<part>.txt (side by side,
 # and for aa the check, whose rc is in the last line) and regimes_<part>_nvml.txt (nvidia-smi's view during the run,
@@ -14,7 +14,7 @@ root=/tmp/regimes/$part
 rm -rf "$root"
 case $part in
   mm) args=(campaigns/mm.py --ab-level core) ;;
-  ln) args=(campaigns/liger.py -k layer_norm) ;;
+  ln) args=(campaigns/layer_norm.py --ab-level core) ;;
   aa) args=(campaigns/calibration_aa.py --ab-allow-no-ir-diff) ;;
   *) echo "PART must be mm, ln or aa, got $part" >&2; exit 2 ;;
 esac

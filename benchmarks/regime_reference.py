@@ -16,17 +16,17 @@ any other).
 ``--pair cublas`` times torch.mm (A) against the Triton kernel (B) instead: the comparison of the H200 figures in
 MEASUREMENT.md ("Power regime": +2.5% burst, +9.7% steady).
 
+``--op layer_norm``: campaigns/layer_norm.py's sides at 8192 x 4096 bf16: ATen's layer norm (A) against the
+Triton kernel of ``campaigns/_kernels/layer_norm.py`` (B).
+
 burst: before each window of about ``BURST_WINDOW_MS`` (4 ms), wait (20 ms to 2 s) until NVML names no power cap
-or slowdown and the SM clock is at 97% of its maximum or more.  steady: run A and B alternately in windows of
-``--steady-window-ms`` (100 ms, the plugin's default) until each side's last 5 SM clocks lie within 1% (one 15 MHz
-step at least) and powers within 3% (0.5 s to 10 s), then time ``--pairs`` pairs back to back.  The order within
-a pair alternates (AB, BA, ...).  Per regime: the median of the per-pair deltas ln(B/A) as a percent, the mean's
+or slowdown and the SM clock is at 97% of its maximum or more; the order within a pair alternates (AB, BA, ...).
+steady: as the cells run it, one side alone in windows of ``--steady-window-ms`` (100 ms, the plugin's default)
+until its last 5 SM clocks lie within 1% (one 15 MHz step at least) and powers within 3% (0.5 s to 10 s), then 10
+windows of it back to back; then the other side the same way; the blocks alternate until ``--pairs`` pairs.  Per regime: the median of the per-pair deltas ln(B/A) as a percent, the mean's
 95% t-interval over pairs, and per side the median SM clock, power and the share of windows under the power cap;
 a window's NVML reading is taken right after it.  The parameters and the two conditions are the cells' own
 (``core/regimes.py``, ``child/regime.py``); the timing, the interleaving and the NVML reads are this script's.
-
-layer_norm: no campaign in this repository times a Triton layer_norm A/B without extra libraries
-(``campaigns/liger.py`` needs liger-kernel, ``campaigns/flaggems.py`` flag-gems), so this script does mm only.
 
 Needs torch, triton and nvidia-ml-py; nothing is set on the GPU (no clock, no power limit).
 """
@@ -54,7 +54,9 @@ from pytest_abbench.report.stats import interval, pct  # noqa: E402  (the report
 
 SIDES = ("A", "B")
 SHAPE = {"M": 4096, "N": 4096, "K": 4096}
+LN_SHAPE = {"rows": 8192, "cols": 4096}
 CAP = "sw_power_cap"
+STEADY_BLOCK = 10  # windows a steady cell times per shape after settling (the plugin's default)
 
 
 # -- what one window saw ---------------------------------------------------------------------------
@@ -163,25 +165,42 @@ def run_burst(rig: Rig, pairs: int, window_ms: float, budget_s: float) -> Regime
     return out
 
 
-def run_steady(rig: Rig, pairs: int, window_ms: float) -> RegimeRun:
-    """A and B alternately until each side's clock and power settle (bounded), then ``pairs`` pairs back to back."""
-    out = RegimeRun(regimes.STEADY, window_ms)
-    seen: dict[str, list[Reading | None]] = {side: [] for side in SIDES}
+def settle_side(rig: Rig, side: str) -> tuple[str, float]:
+    """Run ``side`` alone, window after window, until its clock and power settle (``STEADY_MIN_S`` to
+    ``STEADY_MAX_S``): a cell's settling.  Its condition and the seconds it took."""
+    seen: list[Reading | None] = []
     start = rig.clock()
-    condition = regimes.NOT_MET
     while rig.clock() - start < regimes.STEADY_MAX_S:
-        for side in SIDES:
-            rig.window(side)
-            seen[side].append(rig.read())
-        if rig.clock() - start >= regimes.STEADY_MIN_S and all(settled(list(seen[s])) for s in SIDES):
-            condition = regimes.MET
-            break
-    out.note = f"settled after {rig.clock() - start:.1f} s" if condition == regimes.MET else \
-        f"not settled after {regimes.STEADY_MAX_S:g} s (timed anyway)"
-    for index in range(pairs):
+        rig.window(side)
+        seen.append(rig.read())
+        if rig.clock() - start >= regimes.STEADY_MIN_S and settled(list(seen)):
+            return regimes.MET, rig.clock() - start
+    return regimes.NOT_MET, rig.clock() - start
+
+
+def run_steady(rig: Rig, pairs: int, window_ms: float, block: int = STEADY_BLOCK) -> RegimeRun:
+    """Each side as its cells run it: alone until its clock and power settle, then ``block`` windows back to back;
+    the sides' blocks alternate (AB, BA, ...) until ``pairs`` pairs, the i-th window of one side's block paired
+    with the i-th of the other's.  Interleaving A and B window by window would not be steady for either: where the
+    two sides settle at different clocks (a kernel that spends more energy per operation runs slower at the power
+    cap), the controller never settles on a mix of both."""
+    out = RegimeRun(regimes.STEADY, window_ms)
+    settles: list[tuple[str, float]] = []
+    index = 0
+    while len(out.windows) < 2 * pairs:
+        size = min(block, pairs - len(out.windows) // 2)
+        timed: dict[str, list[Window]] = {}
         for side in pair_order(index):
-            ms = rig.window(side)
-            out.windows.append(Window(side, ms, rig.read(), condition))
+            condition, took = settle_side(rig, side)
+            settles.append((condition, took))
+            timed[side] = [Window(side, rig.window(side), rig.read(), condition) for _ in range(size)]
+        for a, b in zip(timed["A"], timed["B"]):
+            out.windows += [a, b]
+        index += 1
+    met = [took for condition, took in settles if condition == regimes.MET]
+    out.note = f"{len(met)} of {len(settles)} side blocks of up to {block} windows settled" + (
+        f" after {min(met):.1f} to {max(met):.1f} s" if met else "") + (
+        f"; the others not after {regimes.STEADY_MAX_S:g} s (timed anyway)" if len(met) < len(settles) else "")
     return out
 
 
@@ -304,6 +323,25 @@ def build_sides(pair: str, config: dict[str, int] | None, log: Callable[[str], N
     return {side: variants[side][0] for side in SIDES}
 
 
+def build_layer_norm_sides(log: Callable[[str], None]) -> dict[str, Callable[[], Any]]:
+    """campaigns/layer_norm.py's sides on one set of operands: ATen (A) and the Triton kernel (B), each checked."""
+    import torch
+    from _kernels.inputs import randn
+    from _kernels.layer_norm import layer_norm
+
+    rows, cols = LN_SHAPE["rows"], LN_SHAPE["cols"]
+    x = randn(rows, cols, seed=5, device="cuda", dtype=torch.bfloat16)
+    w = randn(cols, seed=6, device="cuda", scale=0.1).add(1.0).to(torch.bfloat16)
+    b = randn(cols, seed=7, device="cuda", scale=0.1, dtype=torch.bfloat16)
+    sides = {"A": lambda: torch.nn.functional.layer_norm(x, (cols,), w, b, 1e-5),
+             "B": lambda: layer_norm(x, w, b, 1e-5)}
+    expected = torch.nn.functional.layer_norm(x.float(), (cols,), w.float(), b.float(), 1e-5).to(torch.bfloat16)
+    for side, fn in sides.items():
+        torch.testing.assert_close(fn(), expected, atol=2e-2, rtol=2e-2)
+    log("both sides match the fp32 reference")
+    return sides
+
+
 class GraphTimer:
     """A CUDA graph of as many calls as fill ``window_ms``; a window is one timed replay, its time per call."""
 
@@ -345,6 +383,8 @@ def window_of(timers: dict[str, GraphTimer]) -> Callable[[str], float]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--op", choices=("mm", "layer_norm"), default="mm",
+                        help="mm: campaigns/mm.py (--pair picks the sides); layer_norm: campaigns/layer_norm.py")
     parser.add_argument("--pair", choices=("switch", "cublas"), default="switch",
                         help="switch: campaigns/mm.py's A and B (DISABLE_MMA_V3=1 on B); cublas: torch.mm vs Triton")
     parser.add_argument("--regimes", default="burst,steady", help="burst, steady or both, comma-separated")
@@ -361,12 +401,17 @@ def main(argv: list[str] | None = None) -> int:
     if bad or not chosen or args.pairs < 2:
         parser.error(f"--regimes takes {', '.join(regimes.REGIMES)} (got {args.regimes!r}); --pairs at least 2")
     config = config_from_record(args.record) if args.record else parse_config(args.config) if args.config else None
-    label = f"mm {SHAPE['M']}x{SHAPE['N']}x{SHAPE['K']} bf16 ({args.pair})"
+    label = (f"mm {SHAPE['M']}x{SHAPE['N']}x{SHAPE['K']} bf16 ({args.pair})" if args.op == "mm"
+             else f"layer_norm {LN_SHAPE['rows']}x{LN_SHAPE['cols']} bf16 (ATen vs Triton)")
     windows = {regimes.BURST: args.burst_window_ms, regimes.STEADY: args.steady_window_ms}
     print(f"# {label}: regimes {', '.join(chosen)}, {args.pairs} pairs each, windows "
-          + ", ".join(f"{r} {windows[r]:g} ms" for r in chosen) + f"; config {config or 'side A autotuned'}")
-    print("# layer_norm: no Triton layer_norm A/B in campaigns/ runs without extra libraries (liger-kernel, "
-          "flag-gems): not timed")
+          + ", ".join(f"{r} {windows[r]:g} ms" for r in chosen)
+          + (f"; config {config or 'side A autotuned'}" if args.op == "mm" else ""))
+    if args.dry_run and args.op == "layer_norm":
+        from _kernels.layer_norm import layer_norm_kernel  # what side B launches
+
+        print(f"# dry run: ATen against _kernels/layer_norm.py {layer_norm_kernel.fn.__name__}; no GPU touched")
+        return 0
     if args.dry_run:
         import triton
         from _kernels import gemm
@@ -382,7 +427,8 @@ def main(argv: list[str] | None = None) -> int:
     read, max_clock, limit = open_nvml()
     print(f"# device {torch.cuda.get_device_name()}, max SM clock {max_clock} MHz, power limit {limit}", flush=True)
     started = time.monotonic()
-    sides = build_sides(args.pair, config, lambda text: print(f"# {text}", flush=True))
+    log = lambda text: print(f"# {text}", flush=True)  # noqa: E731
+    sides = build_sides(args.pair, config, log) if args.op == "mm" else build_layer_norm_sides(log)
     lines = []
     for regime in chosen:
         timers = {side: GraphTimer(fn, windows[regime]) for side, fn in sides.items()}

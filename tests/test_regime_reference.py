@@ -94,18 +94,27 @@ def test_burst_waits_until_the_cap_is_gone_before_each_window(ref: ModuleType) -
     assert "condition met 1/4" in ref.regime_line("mm", run)
 
 
-def test_steady_times_once_each_side_settled_and_says_when_it_did_not(ref: ModuleType) -> None:
+def test_steady_times_each_side_alone_once_it_settled_and_says_when_it_did_not(ref: ModuleType) -> None:
     card = StandInCard(cap_reads=None, settle_at=8)
     rig = ref.Rig(window=card.window, read=card.read, max_clock=1980.0, sleep=card.sleep, clock=card.clock)
-    run = ref.run_steady(rig, pairs=4, window_ms=100)
-    assert all(w.condition == regimes.MET for w in run.windows) and run.note.startswith("settled after")
+    sides: list[str] = []
+    window = card.window
+    rig.window = lambda side: (sides.append(side), window(side))[1]
+    run = ref.run_steady(rig, pairs=4, window_ms=100, block=2)
+    assert all(w.condition == regimes.MET for w in run.windows)
+    assert run.note.startswith("4 of 4 side blocks of up to 2 windows settled after"), run.note
     assert card.windows["A"] >= 8 + regimes.STEADY_LAST_K - 1  # settling counted the ramp out
+    # One side at a time, as its cells run it: A settles and times its block, then B, then B again (BA), then A.
+    runs = [side for i, side in enumerate(sides) if i == 0 or sides[i - 1] != side]
+    assert runs == ["A", "B", "A"], runs
+    assert [w.side for w in run.windows] == ["A", "B"] * 4  # pairs matched across the blocks
     assert "A 1508 MHz 690 W cap 100%, B 1395 MHz 690 W cap 100%" in ref.regime_line("mm", run)
     never = StandInCard(cap_reads=None, settle_at=10**6)
     rig = ref.Rig(window=never.window, read=never.read, max_clock=1980.0, sleep=never.sleep, clock=never.clock)
     run = ref.run_steady(rig, pairs=2, window_ms=100)
     assert [w.condition for w in run.windows] == [regimes.NOT_MET] * 4
-    assert run.note == f"not settled after {regimes.STEADY_MAX_S:g} s (timed anyway)"
+    assert run.note == (f"0 of 2 side blocks of up to 10 windows settled; the others not after "
+                        f"{regimes.STEADY_MAX_S:g} s (timed anyway)")
 
 
 def test_config_text_is_parsed_or_named(ref: ModuleType) -> None:
@@ -143,9 +152,14 @@ def test_the_dry_run_prints_the_plan_in_a_real_process_without_a_gpu() -> None:
     assert done.stdout.splitlines() == [
         "# mm 4096x4096x4096 bf16 (switch): regimes steady, 10 pairs each, windows steady 100 ms; config side A "
         "autotuned",
-        "# layer_norm: no Triton layer_norm A/B in campaigns/ runs without extra libraries (liger-kernel, flag-gems):"
-        " not timed",
         "# dry run: 2 JIT functions of _kernels/gemm.py mm_kernel (4 autotune configs); no GPU touched"]
+    ln = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--op", "layer_norm"],
+                        capture_output=True, text=True, env=env, timeout=120)
+    assert ln.returncode == 0, ln.stderr
+    assert ln.stdout.splitlines() == [
+        "# layer_norm 8192x4096 bf16 (ATen vs Triton): regimes burst, steady, 40 pairs each, windows burst 4 ms, "
+        "steady 100 ms",
+        "# dry run: ATen against _kernels/layer_norm.py layer_norm_kernel; no GPU touched"]
     bad = subprocess.run([sys.executable, str(SCRIPT), "--regimes", "idle"], capture_output=True, text=True,
                          env=env, timeout=120)
     assert bad.returncode == 2 and "--regimes takes burst, steady (got 'idle')" in bad.stderr

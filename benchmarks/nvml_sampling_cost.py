@@ -1,0 +1,89 @@
+"""Does reading NVML at each timed window's edges move the timing?  One process, the plugin's own graph timer
+(``child/timers.py GraphWindows``) and sampler (``child/gpustate.py``): for each kernel, windows with the two
+edge reads a cell makes (``sampler.start()`` before, ``sampler.finish()`` after) alternate with windows without
+them, after the kernel ran until the card settled (the steady regime's state).  Per kernel: the median time per
+call each way and the paired delta (with / without) with its 95% t-interval over pairs.
+
+    PYTHONPATH=. python benchmarks/nvml_sampling_cost.py            # on a GPU, about a minute
+    PYTHONPATH=. python benchmarks/nvml_sampling_cost.py --pairs 5   # quicker, wider intervals
+
+Needs torch and nvidia-ml-py; nothing is set on the GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pytest_abbench.report.stats import interval, pct  # noqa: E402  (the report's t-interval)
+
+
+def kernels() -> dict[str, Callable[[], Any]]:
+    """Calls of the sizes the A/A campaign times: a tiny and a large copy, a small and a large bf16 mm."""
+    import torch
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    out: dict[str, Callable[[], Any]] = {}
+    for n in (4096, 33554432):
+        src = torch.randn(n, generator=g, device="cuda")
+        dst = torch.empty_like(src)
+        out[f"copy n={n}"] = lambda src=src, dst=dst: dst.copy_(src)
+    for m in (512, 8192):
+        a = torch.randn(m, m, generator=g, device="cuda").to(torch.bfloat16)
+        b = torch.randn(m, m, generator=g, device="cuda").to(torch.bfloat16)
+        out[f"mm {m}^3 bf16"] = lambda a=a, b=b: a @ b
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pairs", type=int, default=20, help="windows with and without the reads, per kernel")
+    parser.add_argument("--window-ms", type=float, default=100.0, help="one window's length (the steady default)")
+    parser.add_argument("--settle-s", type=float, default=3.0, help="untimed run before each kernel's pairs")
+    args = parser.parse_args(argv)
+    if args.pairs < 2:
+        parser.error(f"--pairs must be at least 2, got {args.pairs}")
+
+    from pytest_abbench.child.gpustate import open_sampler
+    from pytest_abbench.child.timers import GraphWindows
+
+    sampler = open_sampler("cuda")
+    if sampler.not_recorded is not None:
+        print(f"NVML unavailable: {sampler.not_recorded}; nothing to compare")
+        return 2
+    print(f"# NVML on {sampler.describe()}; {args.pairs} pairs of {args.window_ms:g} ms windows per kernel, "
+          f"order alternating, after {args.settle_s:g} s untimed")
+    print(f"{'kernel':<18} {'ms/call without':>16} {'ms/call with':>13} {'delta with/without':>19} {'95% CI':>18}")
+    worst = 0.0
+    for name, fn in kernels().items():
+        timer = GraphWindows(fn, args.window_ms)
+        timer.run_for(args.settle_s)
+        plain: list[float] = []
+        read: list[float] = []
+        for index in range(args.pairs):
+            for with_reads in ((False, True) if index % 2 == 0 else (True, False)):
+                if with_reads:
+                    edge = sampler.start()
+                    samples, _ = timer.window()
+                    sampler.finish(edge)
+                    read += samples
+                else:
+                    plain += timer.window()[0]
+        ratios = [math.log(w / wo) for w, wo in zip(read, plain)]
+        low, high = interval(ratios)
+        delta = pct(statistics.median(ratios))
+        worst = max(worst, abs(delta))
+        print(f"{name:<18} {statistics.median(plain):>16.5f} {statistics.median(read):>13.5f} "
+              f"{delta:>+18.3f}% {pct(low):>+8.3f} ~ {pct(high):+.3f}%")
+    print(f"largest median delta: {worst:.3f}%")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
