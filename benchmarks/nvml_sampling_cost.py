@@ -7,6 +7,9 @@ call each way and the paired delta (with / without) with its 95% t-interval over
     PYTHONPATH=. python benchmarks/nvml_sampling_cost.py            # on a GPU, about a minute
     PYTHONPATH=. python benchmarks/nvml_sampling_cost.py --pairs 5   # quicker, wider intervals
 
+A third arm, ``busy``, makes the same reads while an untimed replay keeps the GPU running, so the reads leave no
+idle gap between windows: if ``with`` moves a kernel and ``busy`` does not, the gap is the cause, not the reads.
+
 Needs torch and nvidia-ml-py; nothing is set on the GPU.
 """
 
@@ -16,12 +19,14 @@ import argparse
 import math
 import statistics
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pytest_abbench.report.stats import interval, pct  # noqa: E402  (the report's t-interval)
+from pytest_abbench.report.stats import interval, pct
 
 
 def kernels() -> dict[str, Callable[[], Any]]:
@@ -43,7 +48,7 @@ def kernels() -> dict[str, Callable[[], Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pairs", type=int, default=20, help="windows with and without the reads, per kernel")
+    parser.add_argument("--pairs", type=int, default=20, help="windows of each arm, per kernel")
     parser.add_argument("--window-ms", type=float, default=100.0, help="one window's length (the steady default)")
     parser.add_argument("--settle-s", type=float, default=3.0, help="untimed run before each kernel's pairs")
     args = parser.parse_args(argv)
@@ -57,31 +62,51 @@ def main(argv: list[str] | None = None) -> int:
     if sampler.not_recorded is not None:
         print(f"NVML unavailable: {sampler.not_recorded}; nothing to compare")
         return 2
-    print(f"# NVML on {sampler.describe()}; {args.pairs} pairs of {args.window_ms:g} ms windows per kernel, "
-          f"order alternating, after {args.settle_s:g} s untimed")
-    print(f"{'kernel':<18} {'ms/call without':>16} {'ms/call with':>13} {'delta with/without':>19} {'95% CI':>18}")
+    print(f"# NVML on {sampler.describe()}; {args.pairs} rounds of the three arms' {args.window_ms:g} ms windows per "
+          f"kernel, the order rotating, after {args.settle_s:g} s untimed")
+    print(f"{'kernel':<18} {'arm':<5} {'ms/call':>10} {'delta vs without':>17} {'95% CI':>18}")
     worst = 0.0
+    read_ms: list[float] = []
     for name, fn in kernels().items():
         timer = GraphWindows(fn, args.window_ms)
         timer.run_for(args.settle_s)
-        plain: list[float] = []
-        read: list[float] = []
+        times: dict[str, list[float]] = {"without": [], "with": [], "busy": []}
+
+        def reads() -> None:
+            started = time.perf_counter()
+            sampler.finish(sampler.start())  # the two edges a window gets, back to back
+            read_ms.append((time.perf_counter() - started) * 1e3)
+
         for index in range(args.pairs):
-            for with_reads in ((False, True) if index % 2 == 0 else (True, False)):
-                if with_reads:
+            arms = list(times)
+            for arm in arms[index % 3:] + arms[:index % 3]:  # each arm first, second and third in turn
+                if arm == "with":
                     edge = sampler.start()
                     samples, _ = timer.window()
                     sampler.finish(edge)
-                    read += samples
+                    times[arm] += samples
+                elif arm == "busy":
+                    samples, _ = timer.window()
+                    times[arm] += samples
+                    import torch
+
+                    with torch.cuda.stream(timer.stream):
+                        timer.graph.replay()  # untimed: the GPU stays busy while NVML is read
+                    reads()
+                    torch.cuda.synchronize()
                 else:
-                    plain += timer.window()[0]
-        ratios = [math.log(w / wo) for w, wo in zip(read, plain)]
-        low, high = interval(ratios)
-        delta = pct(statistics.median(ratios))
-        worst = max(worst, abs(delta))
-        print(f"{name:<18} {statistics.median(plain):>16.5f} {statistics.median(read):>13.5f} "
-              f"{delta:>+18.3f}% {pct(low):>+8.3f} ~ {pct(high):+.3f}%")
-    print(f"largest median delta: {worst:.3f}%")
+                    times[arm] += timer.window()[0]
+        base = times["without"]
+        print(f"{name:<18} {'without':<5} {statistics.median(base):>10.5f}")
+        for arm in ("with", "busy"):
+            ratios = [math.log(x / y) for x, y in zip(times[arm], base)]
+            low, high = interval(ratios)
+            delta = pct(statistics.median(ratios))
+            worst = max(worst, abs(delta)) if arm == "with" else worst
+            print(f"{name:<18} {arm:<5} {statistics.median(times[arm]):>10.5f} {delta:>+16.3f}% "
+                  f"{pct(low):>+8.3f} ~ {pct(high):+.3f}%")
+    print(f"largest median delta with the reads: {worst:.3f}%; two edge reads took {statistics.median(read_ms):.2f} ms "
+          f"(median of {len(read_ms)}, max {max(read_ms):.2f} ms)")
     return 0
 
 
