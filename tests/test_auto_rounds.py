@@ -10,11 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from pytest_abbench.core.outcome import SETTLED
+from helpers import synthetic_root
+from pytest_abbench.core.layout import CellKey, RootLayout
+from pytest_abbench.core.outcome import OVER_BUDGET, SETTLED
+from pytest_abbench.core.plan import CampaignPlan
 from pytest_abbench.core.settings import AUTO_FIRST, AUTO_LAST, default_rounds, rounds_plan
 from pytest_abbench.core.status import read_status
 from pytest_abbench.report.sequential import look_alpha
+from pytest_abbench.report.build import discover
 from pytest_abbench.report.stats import ALPHA
+from pytest_abbench.session.autorounds import AutoRounds
 
 FAST = ("--ab-ir-target", "none", "-p", "no:cacheprovider", "--ab-samples", "5")
 
@@ -80,6 +85,24 @@ def test_a_settled_op_stops_early_an_unsettled_one_runs_to_the_cap_and_resume_de
     assert [rows[(5, "seesaw", s)] for s in ("A", "B")] == ["ok", "ok"]
     assert "== seesaw: rounds 5 of up to 5 (the cap reached: 1 shape(s) unsettled)" in resumed.stdout.str()
     assert "== planted: rounds 3 of up to 5 (every shape settled)" in resumed.stdout.str()
+
+
+def test_a_spent_budget_stops_an_unsettled_op_at_its_next_round_and_it_stays_stopped(tmp_path: Path) -> None:
+    """Three rounds of an op whose delta swings (no verdict settles); its six cells took 1 s each."""
+    synthetic_root(tmp_path, {"s": [0.10, -0.05, 0.02]})
+    outcomes = {o.key: o for o in discover(RootLayout(tmp_path), [])}
+    plan = CampaignPlan(5, ops={"op": "c.py"}, auto_min=3)
+
+    def decide(budget_s: float | None, round_no: int, auto: AutoRounds | None = None) -> tuple[str, str] | None:
+        auto = auto or AutoRounds(tmp_path, plan, outcomes, None, budget_s)
+        return auto.round_not_needed(CellKey(round_no, "op", "A"))
+
+    assert decide(None, 4) is None and decide(7.0, 4) is None  # no budget, or 6 s of 7 spent: round 4 runs
+    assert decide(5.0, 3) is None  # the first look comes after round 3
+    auto = AutoRounds(tmp_path, plan, outcomes, None, 5.0)
+    status, why = decide(5.0, 4, auto) or ("", "")
+    assert status == OVER_BUDGET and "took 6s of the 5s --ab-rounds-budget; op stops after 3 rounds" in why
+    assert decide(5.0, 5, auto) == (status, why)  # decided once: the op stays stopped
 
 
 @pytest.mark.parametrize("text, expected", [("6", (6, None)), ("auto", (AUTO_LAST, AUTO_FIRST)), ("auto:12", (12, 3)),

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from helpers import synthetic_root
-from pytest_abbench.history.bisect import BAD, FAILED, GOOD, INCONCLUSIVE, judge_report
+from helpers import as_both_regimes, synthetic_root
+from pytest_abbench.history.bisect import (BAD, BISECT_UNDECIDED, FAILED, GOOD, INCONCLUSIVE, SPLIT, Bisection,
+                                           BisectOptions, Step, judge_report)
 from pytest_abbench.history.store import History
 from pytest_abbench.report.build import build_report
 
@@ -187,3 +188,50 @@ def test_a_step_without_a_verdict_is_failed_not_good(tmp_path: Path) -> None:
     synthetic_root(tmp_path, {"s": [0.0, 0.0]}, failed=(2, "B"))  # a cell timed out: no verdict for the op
     answer, why, _ = judge_report(build_report(tmp_path))
     assert answer == FAILED and why.startswith("no verdict: op: no_verdict")
+
+
+# Per-round deltas of one shape (A = 1.0 ms): what each gives under the default 2% margin.
+SLOWER = [0.10, 0.11, 0.09, 0.10]
+SAME = [0.001, -0.001, 0.0, 0.0005]
+OPEN = [0.30, -0.25, 0.20, -0.15]
+
+
+@pytest.mark.parametrize(("burst", "steady", "answer", "why"), [
+    (SLOWER, SLOWER, BAD, "burst bad: slower beyond the +-2% margin: op[s]; steady bad: slower beyond"),
+    (SAME, SAME, GOOD, "burst good: every shape same or faster (or slower within the margin); steady good: "),
+    (SAME, SLOWER, SPLIT, "the regimes disagree: burst good: every shape same or faster (or slower within the "
+                          "margin); steady bad: slower beyond the +-2% margin: op[s]"),
+    (SLOWER, SAME, SPLIT, "the regimes disagree: burst bad: slower beyond the +-2% margin: op[s]; steady good"),
+    (OPEN, SLOWER, INCONCLUSIVE, "burst inconclusive: 1 shape(s) inconclusive: op[s]; steady bad: "),  # more rounds
+])
+def test_under_both_regimes_each_is_judged_apart_and_a_disagreement_is_no_answer(
+        tmp_path: Path, burst: list[float], steady: list[float], answer: str, why: str) -> None:
+    """A report of --ab-regime both holds the op once per regime: a slower steady delta is not outvoted, nor
+    made the step's answer, by a burst one that is not (fixed deltas, as cells write them)."""
+    root = tmp_path / "root"
+    synthetic_root(root, {"s": burst})
+    synthetic_root(tmp_path / "steady", {"s": steady})
+    as_both_regimes(root, tmp_path / "steady")
+    got, said, evidence = judge_report(build_report(root))
+    assert (got, said[:len(why)]) == (answer, why)
+    assert [(e.regime, e.line(regime=True).split()[1]) for e in evidence] == [("burst", "burst"), ("steady", "steady")]
+
+
+def test_a_step_whose_regimes_disagree_ends_the_bisection_undecided_naming_the_way_on(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    synthetic_root(root, {"s": SAME})
+    synthetic_root(tmp_path / "steady", {"s": SLOWER})
+    as_both_regimes(root, tmp_path / "steady")
+    said: list[str] = []
+    bisection = Bisection(BisectOptions("good", "bad", ["camp.py"]), said.append)
+    bisection.commits = [("a" * 40, "good"), ("b" * 40, "change 1"), ("c" * 40, "change 2")]
+    step = Step(2, "c" * 40, "change 2", rounds=2, exit_code=0)
+    step.answer, step.why, step.evidence = judge_report(build_report(root))
+    bisection.steps.append(step)
+    assert bisection.finish(step, 0, 2, set()) == BISECT_UNDECIDED
+    out = "\n".join(said)
+    assert f"{'c' * 12} 'change 2': split (the regimes disagree: burst good:" in out
+    assert "op[s] burst +0.0% [-0.1 ~ +0.1] same" in out and "op[s] steady +10.0% [+8.7 ~ +11.3] slower" in out
+    assert (f"abbench bisect: step {'c' * 12} is slower under one timing regime and not under the other: bisect the "
+            "regime you mean (--ab-regime burst or --ab-regime steady after --); the first slower commit is one of 2: "
+            f"{'b' * 12}, {'c' * 12}") in out

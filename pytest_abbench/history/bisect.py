@@ -9,8 +9,9 @@ root under the bisection's folder, recorded in the history file.  A step's
 answer is the report's verdict: a shape ``slower`` beyond the margin is bad;
 every shape ``same`` or ``faster`` (or slower within the margin) is good;
 otherwise the step gets more rounds (``--ab-resume``) up to ``--max-rounds``
-and is then reported inconclusive with the range left.  A commit whose build
-command fails is skipped, as ``git bisect skip``.
+and is then reported inconclusive with the range left.  Under ``--ab-regime
+both`` each regime is judged on its own (``judge_report``).  A commit whose
+build command fails is skipped, as ``git bisect skip``.
 """
 
 from __future__ import annotations
@@ -36,10 +37,11 @@ from pytest_abbench.report.model import Report, read_report
 BISECT_FOUND = 0  # one commit named: the first slower one
 BISECT_STEP_FAILED = 1  # a step's session failed (a cell, a caliber mismatch, its root): no answer from it
 BISECT_USAGE = 2  # bad arguments, unknown commits, GOOD not an ancestor of BAD, GOOD does not build
-BISECT_UNDECIDED = 3  # a step stayed inconclusive at --max-rounds, or skipped commits leave several candidates
+BISECT_UNDECIDED = 3  # a step inconclusive at --max-rounds or split by its regimes; or several candidates left
 BISECT_NOT_SLOWER = 5  # BAD is not slower than GOOD: nothing to find
 
 GOOD, BAD, SKIP, INCONCLUSIVE, FAILED = "good", "bad", "skip", "inconclusive", "failed"
+SPLIT = "split"  # --ab-regime both: slower under one regime and not under the other
 DEFAULT_ROUNDS = 2
 DEFAULT_MAX_ROUNDS = 8
 BUILD_TIMEOUT_S = 3600.0
@@ -69,11 +71,14 @@ class Evidence:
     ci_pct: tuple[float, float] | None
     verdict: str
     within_margin: bool
+    regime: str = ""  # the timing regime of its op's report entry ("" from a report written before regimes)
 
-    def line(self) -> str:
+    def line(self, regime: bool = False) -> str:
+        """Its delta, interval and verdict; ``regime``: named after the shape (a report of several regimes)."""
         ci = f" [{self.ci_pct[0]:+.1f} ~ {self.ci_pct[1]:+.1f}]" if self.ci_pct else ""
         small = " (within the margin)" if self.within_margin else ""
-        return f"{self.op}[{self.shape}] {self.delta_pct:+.1f}%{ci} {self.verdict}{small}"
+        named = f" {self.regime}" if regime and self.regime else ""
+        return f"{self.op}[{self.shape}]{named} {self.delta_pct:+.1f}%{ci} {self.verdict}{small}"
 
 
 @dataclass
@@ -97,20 +102,44 @@ class Step:
 
 
 def judge_report(report: Report) -> tuple[str, str, list[Evidence]]:
-    """A step's answer from its report: (bad|good|inconclusive|failed, why, the shapes' evidence)."""
-    evidence = [Evidence(o.op, s.shape, s.delta_pct, s.ci_pct, s.verdict, s.within_margin)
+    """A step's answer from its report: (bad|good|inconclusive|split|failed, why, the shapes' evidence).
+
+    Each timing regime in the report is judged on its own shapes.  Under
+    ``--ab-regime both`` the step is bad when both regimes say bad and good
+    when both say good; inconclusive while either is (more rounds may decide
+    it); ``split`` when one says bad and the other good: the regimes measure
+    different things (core/regimes.py), so neither answer is picked for the
+    user.
+    """
+    evidence = [Evidence(o.op, s.shape, s.delta_pct, s.ci_pct, s.verdict, s.within_margin, o.regime)
                 for o in report.ops for s in o.shapes]
-    unjudged = [f"{o.op}: {o.state}{' (' + o.reason + ')' if o.reason else ''}" for o in report.ops
-                if o.state != "verdict"]
+    unjudged = [f"{o.op}{' ' + o.regime if o.regime else ''}: {o.state}{' (' + o.reason + ')' if o.reason else ''}"
+                for o in report.ops if o.state != "verdict"]
     if unjudged or not report.complete or not evidence:
         return FAILED, "no verdict: " + ("; ".join(unjudged) or "incomplete report"), evidence
+    regimes = list(dict.fromkeys(e.regime for e in evidence))
+    judged = {r: _judge_shapes([e for e in evidence if e.regime == r], report.margin_pct) for r in regimes}
+    if len(judged) == 1:
+        (answer, why), = judged.values()
+        return answer, why, evidence
+    answers = {answer for answer, _ in judged.values()}
+    said = "; ".join(f"{regime} {answer}: {why}" for regime, (answer, why) in judged.items())
+    if answers == {BAD, GOOD}:
+        return SPLIT, f"the regimes disagree: {said}", evidence
+    if INCONCLUSIVE in answers:
+        return INCONCLUSIVE, said, evidence
+    return answers.pop(), said, evidence  # every regime says the same
+
+
+def _judge_shapes(evidence: list[Evidence], margin_pct: float) -> tuple[str, str]:
+    """The answer one regime's shapes give: bad, good or inconclusive, and why."""
     slower = [e for e in evidence if e.verdict == "slower" and not e.within_margin]
     if slower:
-        return BAD, f"slower beyond the +-{report.margin_pct:g}% margin: {slower[0].op}[{slower[0].shape}]", evidence
+        return BAD, f"slower beyond the +-{margin_pct:g}% margin: {slower[0].op}[{slower[0].shape}]"
     open_ = [e for e in evidence if e.verdict not in ("same", "faster", "slower")]
     if open_:
-        return INCONCLUSIVE, f"{len(open_)} shape(s) inconclusive: {open_[0].op}[{open_[0].shape}]", evidence
-    return GOOD, "every shape same or faster (or slower within the margin)", evidence
+        return INCONCLUSIVE, f"{len(open_)} shape(s) inconclusive: {open_[0].op}[{open_[0].shape}]"
+    return GOOD, "every shape same or faster (or slower within the margin)"
 
 
 def campaign_paths_inside(args: Sequence[str], repo: Path) -> list[str]:
@@ -235,13 +264,19 @@ class Bisection:
             self.say(f"  {step.short} {step.subject[:50]!r}: {step.answer} ({step.why}){build}")
             if step.root is not None:
                 self.say(f"      root {step.root} ({step.rounds} rounds, exit {step.exit_code})")
+            several = len({e.regime for e in step.evidence}) > 1
             for e in step.evidence:
-                self.say(f"      {e.line()}")
+                self.say(f"      {e.line(regime=several)}")
         remaining = [self.commits[i][0][:12] for i in range(lo + 1, hi + 1)]
         if stopped is not None:
             code = BISECT_STEP_FAILED if stopped.answer == FAILED else BISECT_UNDECIDED
-            what = ("failed: see its root and log" if stopped.answer == FAILED else
-                    f"stayed inconclusive at {stopped.rounds} rounds (--max-rounds {self.options.max_rounds})")
+            if stopped.answer == FAILED:
+                what = "failed: see its root and log"
+            elif stopped.answer == SPLIT:
+                what = ("is slower under one timing regime and not under the other: bisect the regime you mean "
+                        "(--ab-regime burst or --ab-regime steady after --)")
+            else:
+                what = f"stayed inconclusive at {stopped.rounds} rounds (--max-rounds {self.options.max_rounds})"
             self.say(f"abbench bisect: step {stopped.short} {what}; the first slower commit is one of "
                      f"{len(remaining)}: {', '.join(remaining)} (after {self.commits[lo][0][:12]}, the last good)")
             return code

@@ -19,10 +19,11 @@ import pytest
 from pytest_abbench.campaign.model import Campaign, load_campaign
 from pytest_abbench.core.budget import write_budget
 from pytest_abbench.core.layout import SIDES, CellKey
-from pytest_abbench.core.outcome import OVER_BUDGET, SETTLED, CellOutcome
+from pytest_abbench.core.outcome import CellOutcome
 from pytest_abbench.core.plan import CampaignPlan
 from pytest_abbench.core import envnames
 from pytest_abbench.core.settings import Settings, visible_gpus
+from pytest_abbench.session.autorounds import AutoRounds
 from pytest_abbench.session.gpuclaim import GpuClaim, claim_gpu
 from pytest_abbench.session.progress import RoundProgress
 from pytest_abbench.session.root import CampaignRoot, default_root
@@ -63,7 +64,8 @@ def controller_check() -> Callable[[], None] | None:
 
 
 class AbbenchSession:
-    """Session state: settings, the root, the plan, round-1 gate decisions, the outcomes for the report."""
+    """Session state: settings, the root, the plan, round-1 gate decisions, the outcomes for the report (and the
+    ``--ab-rounds auto`` decisions over them, ``autorounds.AutoRounds``)."""
 
     def __init__(self, config: pytest.Config, settings: Settings) -> None:
         self.config = config
@@ -73,8 +75,6 @@ class AbbenchSession:
         self.plan = CampaignPlan(settings.rounds, settings.control, settings.ir_only, auto_min=settings.auto_min)
         self.outcomes: dict[CellKey, CellOutcome] = {}
         self.gates: dict[str, irgate.GateDecision] = {}
-        # --ab-rounds auto: (op, round) -> None (the round runs) or (status, why not), decided once per round
-        self.rounds_decided: dict[tuple[str, int], tuple[str, str] | None] = {}
         self._runner: CellRunner | None = None
         # The cells this process runs, by node id (a serial session's selected cells; none on an xdist worker)
         # and those that ended: a side's fork server ends with its last cell (``CellRunner.cell_ended``).
@@ -90,6 +90,8 @@ class AbbenchSession:
         else:
             path = settings.root.resolve() if settings.root is not None else default_root(config.rootpath)
         self.root = CampaignRoot(path, settings.resume is not None, self.write_line)
+        self.auto_rounds = AutoRounds(self.root.path, self.plan, self.outcomes, settings.margin_pct,
+                                      settings.rounds_budget_s)  # --ab-rounds auto
         # An xdist controller finds the campaign files its workers ran among its own (rsync'd folders included).
         self.locator: CampaignLocator | None = None
         if not self.is_worker and config.pluginmanager.hasplugin("xdist"):
@@ -135,38 +137,6 @@ class AbbenchSession:
             self._runner.plan_cells((self.campaign(path), key) for nodeid, (path, key) in self.cells_planned.items()
                                     if nodeid not in self.cells_ended)
         return self._runner
-
-    def round_not_needed(self, key: CellKey) -> tuple[str, str] | None:
-        """--ab-rounds auto: (SETTLED or OVER_BUDGET, why) when ``key``'s round is one its op does not need, else
-        None.  Decided at the round's first cell, from the op's earlier rounds as this process holds them (every
-        cell of an op runs in one process: xdist's ``scheduler.CellsByOp``), and kept for the round's other cells:
-        an op stops at a whole round, and once stopped it stays stopped."""
-        plan = self.plan
-        if plan.auto_min is None or key.round <= plan.auto_min:
-            return None
-        decided = (key.op, key.round)
-        if decided not in self.rounds_decided:
-            before = self.rounds_decided.get((key.op, key.round - 1))
-            self.rounds_decided[decided] = before if before is not None else self._look(key.op, key.round - 1)
-        return self.rounds_decided[decided]
-
-    def _look(self, op: str, rounds: int) -> tuple[str, str] | None:
-        """The look after ``rounds`` rounds of ``op`` (``report.build.settled_after``), then the budget."""
-        from pytest_abbench.report.build import settled_after
-
-        judged = settled_after(self.root.path, op, self.outcomes.values(), self.plan, self.settings.margin_pct,
-                               rounds)
-        if judged.state == "verdict" and not judged.unsettled:
-            return SETTLED, (f"{SETTLED}: every shape of {op} settled after {rounds} rounds (--ab-rounds auto: "
-                             f"{self.plan.auto_min} to {self.plan.rounds})")
-        budget = self.settings.rounds_budget_s
-        spent = sum(o.elapsed_s for o in self.outcomes.values() if not o.resumed)
-        if budget is not None and spent >= budget:
-            left = (f"{len(judged.unsettled)} shape(s) unsettled" if judged.state == "verdict"
-                    else f"no verdict ({judged.reason})")
-            return OVER_BUDGET, (f"{OVER_BUDGET}: this process's cells took {spent:.0f}s of the {budget:g}s "
-                                 f"--ab-rounds-budget; {op} stops after {rounds} rounds, {left}")
-        return None
 
     def cell_ended(self, nodeid: str) -> None:
         """A test ended: if it was a cell of this process, its side's fork server may end with it."""

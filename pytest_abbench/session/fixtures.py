@@ -78,7 +78,7 @@ class Cell:
         if finished is not None:
             self.record(finished)
             return finished  # finished before the crash: its files are read from disk, not measured again
-        not_needed = session.round_not_needed(self.key)
+        not_needed = session.auto_rounds.round_not_needed(self.key)
         if not_needed is not None:  # --ab-rounds auto: the op settled, or the budget is spent
             status, why = not_needed
             self.record(CellOutcome(self.key, self.folder, status, self.campaign.switch.describe(),

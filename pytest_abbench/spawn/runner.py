@@ -31,7 +31,7 @@ from pytest_abbench.core.results import read_results
 from pytest_abbench.checks.irgate import ttgir_files
 from pytest_abbench.core.layout import (SIDES, TIMING_FILE, CellKey, RootLayout, ir_dir, markers_log, results_file,
                                         run_log)
-from pytest_abbench.core.markers import count_markers, scan_log
+from pytest_abbench.core.markers import count_markers, count_undecodable
 from pytest_abbench.core.settings import Settings
 from pytest_abbench.core.outcome import FAILED_SHAPES, IR_ONLY, NO_SHAPES, OK, CellOutcome
 
@@ -307,8 +307,9 @@ class CellRunner:
             success, failed, problems = len(ttgir_files(ir_dir(cell_dir))), 0, []
         else:
             success, failed, problems = count_shapes(cell_dir)
-        scan = scan_log(log_path)  # its bytes that are not UTF-8; the markers come from the child's own channel
+        # Markers come from the child's own channel (markers.log); run.log only for its bytes that are not UTF-8.
         markers = count_markers(markers_log(cell_dir))
+        undecodable = count_undecodable(log_path)
         status = status_word(child.rc)
         if child.rc == 0 and self.settings.ir_only:
             status = IR_ONLY
@@ -317,7 +318,7 @@ class CellRunner:
         elif child.rc == 0 and not success:
             status = NO_SHAPES
         outcome = CellOutcome(key, cell_dir, status, campaign.switch.describe(), str(campaign.path), child.rc,
-                              child.elapsed_s, success, failed, markers, scan.undecodable)
+                              child.elapsed_s, success, failed, markers, undecodable)
         # The plugin's own cost of this cell: everything here except the child (benchmarks/plugin_scale.py).
         outcome.overhead_ms = round((time.perf_counter() - started - child.elapsed_s) * 1000, 2)
         failure = None
