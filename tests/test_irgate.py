@@ -63,6 +63,21 @@ def test_disable_mma_v3_changes_a_dot_kernel_and_not_an_add_kernel(tmp_path: Pat
     assert irgate.decide("add", add_a, tmp_path / "nothing").state == "unavailable"
 
 
+def test_a_side_that_runs_no_triton_kernel_against_one_that_compiles_is_a_diff(tmp_path: Path) -> None:
+    """A kernel-variant switch (side A calls torch, side B a Triton kernel): side A's empty IR folder is what it
+    ran, by its own kernel count, so the switch changed the code; with no count it stays unavailable."""
+    torch_side = compile_ir(tmp_path / "a", "torchonly")
+    assert json.loads((torch_side.parent / "kernel_counts.json").read_text())["compiled"] == 0
+    triton_side = compile_ir(tmp_path / "b", "add")
+    decision = irgate.decide("variant", torch_side, triton_side)
+    assert decision.state == "diff", decision
+    assert decision.reason == "side A ran no Triton kernel, side B compiled add_kernel: the switch runs other code"
+    assert decision.headline() == [decision.reason]  # the report's IR line
+    assert irgate.decide("variant", triton_side, torch_side).reason.startswith("side B ran no Triton kernel")
+    (torch_side.parent / "kernel_counts.json").unlink()  # a cell that left no count: its capture may have failed
+    assert irgate.decide("variant", torch_side, triton_side).state == "unavailable"
+
+
 def test_unchanged_op_skips_later_rounds_changed_and_ir_less_ops_run_all(pytester: pytest.Pytester,
                                                                          tmp_path: Path) -> None:
     pytester.makeini("[pytest]\n")

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from pytest_abbench.core.cellfiles import kernel_counts_in
 from pytest_abbench.core.fileio import SCHEMA_FIELD, CorruptFileError, Fields, read_object, write_json_atomic
 from pytest_abbench.core.layout import RootLayout
 from pytest_abbench.core.outcome import NO_IR_DIFF as NO_IR_DIFF  # the status word callers name through the gate
@@ -340,7 +341,10 @@ class GateDecision:
                    f.text_or_none("fingerprint_b"), kernels, f.text("basis", ""))
 
     def headline(self) -> list[str]:
-        """Lines like ``convert_layout 41 -> 9 (-32)`` for the kernels that changed."""
+        """Lines like ``convert_layout 41 -> 9 (-32)`` for the kernels that changed; the reason where a side ran
+        no Triton kernel (there is nothing to compare kernel by kernel)."""
+        if self.state == "diff" and not self.kernels:
+            return [self.reason]
         lines = []
         for k in self.kernels:
             if k.state == "same":
@@ -374,6 +378,12 @@ def decide(op: str, ir_a: Path, ir_b: Path, basis: str = "") -> GateDecision:
 def _decide(op: str, ir_a: Path, ir_b: Path) -> GateDecision:
     files_a, files_b = gated_files(ir_a, ir_b), gated_files(ir_b, ir_a)
     fa, fb = fingerprint_ttgir(ir_a, files_a), fingerprint_ttgir(ir_b, files_b)
+    if (fa is None) != (fb is None):
+        empty, other, files = ("A", "B", files_b) if fa is None else ("B", "A", files_a)
+        if ran_no_triton_kernel(ir_a if fa is None else ir_b):
+            names = sorted({p.relative_to(ir_b if fa is None else ir_a).parts[0] for p in files})
+            return GateDecision(op, "diff", f"side {empty} ran no Triton kernel, side {other} compiled "
+                                f"{', '.join(names)}: the switch runs other code", fa, fb)
     if fa is None or fb is None:
         missing = " and ".join(str(d) for d, f in ((ir_a, fa), (ir_b, fb)) if f is None)
         return GateDecision(op, "unavailable", f"no TTGIR captured in {missing}", fa, fb)
@@ -384,6 +394,13 @@ def _decide(op: str, ir_a: Path, ir_b: Path) -> GateDecision:
         return GateDecision(op, "diff", "switch changed generated code (TTGIR identical, LLVM IR or assembly not)",
                             fa, fb, kernels)
     return GateDecision(op, "diff", "switch changed generated code", fa, fb, kernels)
+
+
+def ran_no_triton_kernel(ir_dir: Path) -> bool:
+    """The cell whose IR folder this is compiled and loaded no Triton kernel, by its own count: no TTGIR there is
+    then what the side ran (ATen, a library's CUDA kernel), not a capture that failed."""
+    counts = kernel_counts_in(ir_dir.parent)
+    return counts is not None and counts["compiled"] == 0 and counts["loaded"] == 0
 
 
 def save_decision(root: Path, decision: GateDecision) -> None:
