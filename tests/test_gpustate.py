@@ -278,9 +278,14 @@ def test_a_power_capped_side_at_lower_clocks_flags_its_shape(tmp_path: Path) -> 
     again = read_report(tmp_path / "report.json")
     assert again.ops[0].gpu_state == op.gpu_state and again.ops[0].shapes[0].flags == mm.flags
     assert render_text(again) == render_text(report)
-    # The verdict line keeps the verdict and names the condition it holds under.
-    assert "slower [power_capped, clocks_differ] (holds under the power cap, side clocks that differ)" in \
-        render_text(report)
+    # The verdict line keeps the verdict and names the condition it holds under, with the shape's own clocks and
+    # power (the op's line mixes in the shape that never reached the cap).
+    assert mm.gpu == {"A": {"sm_clock_mhz": 1508.0, "power_w": 690.0, "power_cap_share": pytest.approx(1 / 3)},
+                      "B": {"sm_clock_mhz": 1395.0, "power_w": 690.0, "power_cap_share": 1.0}}
+    assert sum_.gpu["A"] == {"sm_clock_mhz": 1980.0, "power_w": 420.0, "power_cap_share": 0.0}
+    assert again.ops[0].shapes[0].gpu == mm.gpu
+    assert ("slower [power_capped, clocks_differ] (holds under the power cap, side clocks that differ: "
+            "A 1508 MHz 690 W, B 1395 MHz 690 W)") in render_text(report)
 
 
 @pytest.mark.parametrize("reasons, flags", [

@@ -20,7 +20,7 @@ from pytest_abbench.core.regimes import BURST, MET, NOT_CHECKED, NOT_MET, STEADY
 from pytest_abbench.core.results import REASON_BITS, GpuState, ShapeResult
 from pytest_abbench.report.flags import (BOOST_NOT_REACHED, CLOCKS_DIFFER, CLOCKS_DIFFER_PCT, CLOCKS_NOT_SETTLED, FLAGS,
                                          HW_SLOWDOWN, POWER_CAPPED, THERMAL, ordered)
-from pytest_abbench.report.model import OpReport
+from pytest_abbench.report.model import OpReport, ShapeReport
 from pytest_abbench.report.stats import interval, pct
 
 FLAG_REASONS: dict[str, tuple[str, ...]] = {
@@ -134,7 +134,27 @@ def summarise(rep: OpReport, shapes: Mapping[str, ShapeGpu]) -> None:
         rep.gpu_state[side] = side_summary([w for shape in judged for pair in shape.windows for w in pair[index]])
     for shape, gpu in zip(rep.shapes, judged):
         shape.flags = ordered(set(shape.flags) | set(shape_flags(gpu.windows, rep.regime or None)))
+        shape.gpu = shape_summary(gpu)
     _energy(rep, judged)
+
+
+def shape_summary(gpu: ShapeGpu) -> dict[str, Any]:
+    """One shape's own GPU state per side (the op's line mixes its shapes: a small shape never reaches the power
+    cap a large one sits at): median SM clock and power after its windows, the share of them under the power cap.
+    Empty where no window of the shape was recorded."""
+    out: dict[str, Any] = {}
+    for index, side in enumerate(("A", "B")):
+        summary = side_summary([w for pair in gpu.windows for w in pair[index]])
+        if summary["recorded"]:
+            out[side] = {"sm_clock_mhz": summary["sm_clock_mhz"], "power_w": summary["power_w"],
+                         "power_cap_share": summary["reason_share"].get("sw_power_cap", 0.0)}
+    return out
+
+
+def shape_clocks(s: ShapeReport) -> str:
+    """``A 1492 MHz 691 W, B 1845 MHz 692 W``: a shape's own clocks and power, for the note of a verdict a GPU
+    flag keeps; empty without them."""
+    return ", ".join(f"{side} {_reading(s.gpu[side])}" for side in ("A", "B") if side in s.gpu)
 
 
 def recorded_anywhere(ops: Sequence[OpReport]) -> bool:

@@ -27,7 +27,8 @@ SCHEMA_VERSION = 8  # 3: OpReport.caliber_mismatch; 4: Report.complete and faile
 # with defaults
 # 8: the GPU flags join ShapeReport.flags (one registry, report/flags.py; gpu_flags is gone); OpReport.regime and
 # regimes_note (core/regimes.py); energy per call (ShapeReport.energy_*, OpReport.energy_geomean_*); ShapeReport.work
-# and throughput, OpReport.peak (report/peak.py)
+# and throughput, OpReport.peak (report/peak.py); ShapeReport.gpu (the shape's own clocks and power per side),
+# optional with a default
 
 
 @dataclass
@@ -70,6 +71,7 @@ class ShapeReport:
     energy_ci_pct: tuple[float, float] | None = None  # t-interval of the per-round energy log ratios
     work: dict[str, Any] = field(default_factory=dict)  # per call as the campaign declares it: flops, bytes, dtype
     throughput: dict[str, Any] = field(default_factory=dict)  # side -> achieved TFLOP/s, GB/s and % of peak
+    gpu: dict[str, Any] = field(default_factory=dict)  # side -> this shape's median SM clock, power, power-cap share
 
 
 @dataclass

@@ -175,6 +175,8 @@ def verdict_text(s: ShapeReport) -> str:
     condition a GPU flag says it holds under."""
     text = f"{s.verdict}, within +-{s.margin_pct:g}%" if s.within_margin else s.verdict
     condition = holds_under(s.flags)
+    clocks = gpustate.shape_clocks(s) if condition else ""
+    condition += f": {clocks}" if clocks else ""
     return (f"{text} [{', '.join(s.flags)}]" if s.flags else text) + (f" ({condition})" if condition else "")
 
 
