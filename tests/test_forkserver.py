@@ -17,6 +17,7 @@ import pytest
 from helpers import process_alive
 from pytest_abbench.core.layout import IDENTITY_FILE
 from pytest_abbench.core.status import read_status
+from pytest_abbench.spawn.strategy import PRESTART_SERVERS
 
 FAST = ("--ab-ir-target", "none", "--ab-samples", "1", "-p", "no:cacheprovider")
 
@@ -215,11 +216,11 @@ def test_the_driver_version_is_read_from_proc(tmp_path: Path, first_line: str, v
     assert driver_version(path) == version
 
 
-# Each cell waits (up to 20 s) for the servers of the switches whose cells have all ended to be gone, then
-# writes which fork servers of this test are alive, read from /proc: a server is a process running the server
-# module whose parent is not one (its forked cells run the same command line).
+# Each cell writes which fork servers of this test are alive as it builds, read from /proc: a server is a
+# process running the server module whose parent is not one (its forked cells run the same command line).
+# Nothing waits: a server told to end must be gone before the next cell starts.
 LIVE_SERVERS_CAMPAIGN = textwrap.dedent('''
-    import json, os, time
+    import json, os
     import torch
     from pytest_abbench.campaign.model import Case, Op, Switch
 
@@ -239,20 +240,19 @@ LIVE_SERVERS_CAMPAIGN = textwrap.dedent('''
                 continue
             try:
                 with open(f"/proc/{entry}/stat", "rb") as handle:
-                    ppid = int(handle.read().rsplit(b")", 1)[1].split()[1])
+                    stat = handle.read().rsplit(b")", 1)[1].split()
                 with open(f"/proc/{entry}/environ", "rb") as handle:
                     env = dict(v.split(b"=", 1) for v in handle.read().split(b"\\0") if b"=" in v)
             except OSError:
                 continue
-            if SERVER in cmdline(ppid) or env.get(b"SEEN_FILE", b"").decode() != os.environ["SEEN_FILE"]:
+            if stat[0] == b"Z" or SERVER in cmdline(int(stat[1])):
                 continue
+            if env.get(b"SEEN_FILE", b"").decode() != os.environ["SEEN_FILE"]:
+                continue  # another test's
             found.append(next((k.decode() for k in env if k.startswith(b"ABBENCH_TEST_SW")), "A"))
         return sorted(found)
 
     def build(shape, device):
-        deadline = time.monotonic() + 20
-        while any(s in ENDED for s in live_servers()) and time.monotonic() < deadline:
-            time.sleep(0.1)
         side = "B" if os.environ.get(VAR) else "A"
         with open(os.environ["SEEN_FILE"], "a") as handle:
             handle.write(json.dumps({"cell": f"{OP}-{side}", "live": live_servers()}) + "\\n")
@@ -264,26 +264,35 @@ LIVE_SERVERS_CAMPAIGN = textwrap.dedent('''
 ''')
 
 
-def test_a_switchs_server_ends_with_its_last_cell(campaign_dir: pytest.Pytester, tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    """Three switches, one round each, in one session: cells run s1-A, s1-B, s2-A, s2-B, s3-A, s3-B.  A switch's
-    side-B server ends after its B cell; side A's (one for all three: the same environment) after s3-A."""
-    for k in (1, 2, 3):
-        ended = [f"ABBENCH_TEST_SW{j}" for j in range(1, k)] + (["A"] if k == 3 else [])
-        campaign_dir.makepyfile(**{f"s{k}": f"OP, VAR, ENDED = 's{k}', 'ABBENCH_TEST_SW{k}', {ended!r}\n"
-                                            f"{LIVE_SERVERS_CAMPAIGN}"})
+def test_eight_switches_never_keep_more_servers_than_have_cells_left(campaign_dir: pytest.Pytester, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eight switches, one round each, in one session: cells run s1-A, s1-B, ..., s8-A, s8-B; side A has one
+    server for all eight (the same environment), each switch's side B one of its own.  At every cell the live
+    servers are among those that still have a cell to fork (this one included), and at most PRESTART_SERVERS."""
+    switches = 8
+    for k in range(1, switches + 1):
+        campaign_dir.makepyfile(**{f"s{k}": f"OP, VAR = 's{k}', 'ABBENCH_TEST_SW{k}'\n{LIVE_SERVERS_CAMPAIGN}"})
     seen_file = tmp_path / "seen"
     monkeypatch.setenv("SEEN_FILE", str(seen_file))
-    result = campaign_dir.runpytest_subprocess("s1.py", "s2.py", "s3.py", "--ab-rounds", "1", "--ab-spawn", "fork",
+    files = [f"s{k}.py" for k in range(1, switches + 1)]
+    result = campaign_dir.runpytest_subprocess(*files, "--ab-rounds", "1", "--ab-spawn", "fork",
                                                "--ab-root", str(tmp_path / "root"), *FAST)
-    result.assert_outcomes(passed=6)
-    live = {c["cell"]: c["live"] for c in map(json.loads, seen_file.read_text().splitlines())}
-    assert list(live) == ["s1-A", "s1-B", "s2-A", "s2-B", "s3-A", "s3-B"], live
-    assert {"A", "ABBENCH_TEST_SW1"} <= set(live["s1-A"]), live
-    assert "ABBENCH_TEST_SW1" not in live["s2-A"] and "ABBENCH_TEST_SW2" in live["s2-B"], live
-    assert not {"ABBENCH_TEST_SW1", "ABBENCH_TEST_SW2"} & set(live["s3-A"]), live
-    assert live["s3-B"] == ["ABBENCH_TEST_SW3"], live  # side A's server ended with s3-A
-    assert max(len(v) for v in live.values()) <= 4, live
+    result.assert_outcomes(passed=2 * switches)
+    seen = [json.loads(line) for line in seen_file.read_text().splitlines()]
+    order = [f"s{k}-{side}" for k in range(1, switches + 1) for side in "AB"]
+    assert [c["cell"] for c in seen] == order, seen
+
+    def server(cell: str) -> str:
+        op, side = cell.split("-")
+        return "A" if side == "A" else f"ABBENCH_TEST_SW{op[1:]}"
+
+    for i, cell in enumerate(seen):
+        needed = {server(later) for later in order[i:]}
+        assert server(cell["cell"]) in cell["live"], cell
+        assert set(cell["live"]) <= needed, f"{cell['cell']}: live {cell['live']}, still needed {sorted(needed)}"
+        assert len(cell["live"]) <= PRESTART_SERVERS, cell
+    # Started ahead at the first cell: the next two switches' side B (four in all with s1's own two).
+    assert seen[0]["live"] == ["A", "ABBENCH_TEST_SW1", "ABBENCH_TEST_SW2", "ABBENCH_TEST_SW3"], seen[0]
 
 
 def test_the_two_sides_never_share_a_server_even_with_equal_environments(campaign_dir: pytest.Pytester,

@@ -11,7 +11,7 @@ Protocol, one JSON object per line: requests on stdin
 (``{"argv": [...], "env": {...}, "log": path}``); on the reply pipe
 ``{"ready": ...}`` once, then per request ``{"pid": N}`` at the fork and
 ``{"pid": N, "status": S}`` (``os.waitpid``'s status) when the cell ends.
-The server exits at end of input, and with its parent (parent-death signal).
+The server exits at once at end of input, and with its parent (parent-death signal).
 
 Why the campaign is not imported here: ``FLAGGEMS_CACHE_DIR`` differs per cell
 and FlagGems reads it once and keeps it, so a campaign module imported before
@@ -115,4 +115,9 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Leave without the interpreter's shutdown: with torch loaded it takes about a second, and the session waits
+    # for a retired server to be gone before its next cell (nothing here needs finalising).
+    os._exit(code)

@@ -36,7 +36,7 @@ SERVER_MODULE = "pytest_abbench.child.server"
 PER_CELL_ENV = (envnames.ABBENCH_SPAWN_TIME, envnames.FLAGGEMS_CACHE_DIR, envnames.PYTEST_CURRENT_TEST,
                 envnames.ABBENCH_PASS_DUMP, envnames.TRITON_CACHE_DIR)
 _START_TIMEOUT_S = 300.0  # importing torch cold on a loaded machine
-_EXIT_WAIT_S = 5.0  # a server exits about a second after its end of input (torch's own shutdown)
+_EXIT_WAIT_S = 5.0  # a server leaves at once at end of input (os._exit, no interpreter shutdown): milliseconds
 _PR_SET_PDEATHSIG = 1
 
 
@@ -215,7 +215,6 @@ class ForkServers:
         self.servers: dict[ServerKey, ForkServer] = {}
         self.started = 0
         self.notices: list[str] = []
-        self.retiring: list[ForkServer] = []  # told to exit (their last cell ended), not yet reaped
 
     def server(self, python: str, env: Mapping[str, str], name: str) -> ForkServer:
         """The live server for ``python`` and ``env`` (``name`` labels its log: the side), ready to fork."""
@@ -229,7 +228,6 @@ class ForkServers:
         Starting the other side's server while this side's first cell runs
         overlaps its imports with useful work (they use a CPU, never the GPU).
         """
-        self.reap()
         key = server_key(python, env, name)
         server = self.servers.get(key)
         if server is not None and not server.alive:
@@ -245,27 +243,20 @@ class ForkServers:
         return server
 
     def retire(self, python: str, env: Mapping[str, str], name: str) -> bool:
-        """End the server for ``python``, ``env`` and side ``name`` without waiting for it (its last cell has
-        ended); False if there is none.  It is reaped later (``reap``, ``close``); a cell that needs it after all starts a new one."""
+        """End the server for ``python``, ``env`` and side ``name`` (its last cell has ended) and wait for it to be
+        gone; False if there is none.  A server leaves at once at end of input (it has nothing to write), so the
+        wait is milliseconds and no retired server is alive when the next cell starts.  A cell that needs it
+        after all starts a new one."""
         server = self.servers.pop(server_key(python, env, name), None)
         if server is None:
             return False
-        server.end_input()
-        self.retiring.append(server)
-        self.reap()
+        server.close()
         return True
-
-    def reap(self) -> None:
-        """Forget the retired servers that have exited."""
-        for server in [s for s in self.retiring if not s.alive]:
-            server.wait_exit(0.0)
-            self.retiring.remove(server)
 
     def close(self) -> None:
         """End every server; they all get end of input first, so their exits overlap instead of adding up."""
-        servers = [*self.servers.values(), *self.retiring]
+        servers = list(self.servers.values())
         self.servers.clear()
-        self.retiring.clear()
         for server in servers:
             server.end_input()
         deadline = time.monotonic() + _EXIT_WAIT_S
