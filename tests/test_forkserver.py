@@ -8,6 +8,8 @@ process chain and the environment it saw.
 from __future__ import annotations
 
 import json
+import os
+import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +19,7 @@ import pytest
 from helpers import process_alive
 from pytest_abbench.core.layout import IDENTITY_FILE
 from pytest_abbench.core.status import read_status
+from pytest_abbench.spawn.forkserver import ForkServers
 from pytest_abbench.spawn.strategy import PRESTART_SERVERS
 
 FAST = ("--ab-ir-target", "none", "--ab-samples", "1", "-p", "no:cacheprovider")
@@ -312,3 +315,93 @@ def test_the_two_sides_never_share_a_server_even_with_equal_environments(campaig
     servers = {side: {c["server"] for c in cells if c["switch"] == ("1" if side == "B" else None)} for side in "AB"}
     assert all(len(s) == 1 for s in servers.values()) and servers["A"] != servers["B"], servers
     assert sorted(p.name for p in (chain.root / "servers").iterdir()) == ["side-A-1.log", "side-B-2.log"]
+
+
+# SERVER_IMPORTS: heavy_ok is kept by each side's server; inits_cuda stands for a library whose import initialises
+# CUDA (FlagGems does): setting torch's flag is the part that needs a GPU, which these tests do not have; flaky
+# fails its first import on each side (the server's) and imports in the cells.
+SERVER_IMPORT_MODULES = {
+    "heavy_ok": "import os\n__version__ = '1.2.3'\nIMPORTED_IN = os.getpid()\n",
+    "inits_cuda": "import torch.cuda\ntorch.cuda._initialized = True\n",
+    "flaky": textwrap.dedent('''
+        import os
+        marker = os.path.join(os.environ["MARKER_DIR"], "flaky-" + os.environ.get("ABBENCH_TEST_SWITCH", "A"))
+        if not os.path.exists(marker):
+            open(marker, "w").close()
+            raise ImportError("flaky: the first import fails")
+    '''),
+}
+SERVER_IMPORTS_CAMPAIGN = textwrap.dedent('''
+    import json, os
+    import torch
+    from pytest_abbench.campaign.model import Case, Op, Switch
+
+    SERVER_IMPORTS = ("heavy_ok", "inits_cuda", "flaky")
+
+    def ppid_of(pid):
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+        return int(stat[stat.rfind(b")") + 2:].split()[1])
+
+    def build(shape, device):
+        import heavy_ok
+        line = {"side": "B" if os.environ.get("ABBENCH_TEST_SWITCH") else "A", "measuring": os.getpid(),
+                "server": ppid_of(os.getppid()), "heavy_ok_imported_in": heavy_ok.IMPORTED_IN}
+        with open(os.environ["SEEN_FILE"], "a") as handle:
+            handle.write(json.dumps(line) + "\\n")
+        x = torch.ones(4)
+        return Case(run=lambda: x * 2, expected=lambda: torch.full((4,), 2.0))
+
+    OPS = [Op("op", build=build, shapes={"smoke": [{"n": 4}]})]
+    SWITCH = Switch(env_b={"ABBENCH_TEST_SWITCH": "1"})
+''')
+
+
+def test_server_imports_are_paid_once_per_server_and_unsafe_ones_are_left_to_the_cells(
+        campaign_dir: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each side's server imports heavy_ok before it forks: the cells find it imported by their server.  It
+    refuses inits_cuda (CUDA does not survive fork) and starts again without it; flaky fails in the server and
+    imports in the cells.  Both cells pass; the terminal and the first cell's log of each side say what happened;
+    the identity names the versions that ran and what the server imported."""
+    campaign_dir.makepyfile(c=SERVER_IMPORTS_CAMPAIGN, **SERVER_IMPORT_MODULES)
+    monkeypatch.setenv("SEEN_FILE", str(tmp_path / "seen"))
+    monkeypatch.setenv("MARKER_DIR", str(tmp_path))
+    root = tmp_path / "root"
+    result = campaign_dir.runpytest_subprocess("c.py", "--ab-rounds", "1", "--ab-spawn", "fork",
+                                               "--ab-root", str(root), *FAST)
+    result.assert_outcomes(passed=2)
+    for side in "AB":
+        result.stdout.fnmatch_lines([
+            f"abbench: c.py: side {side}'s fork server did not import inits_cuda (SERVER_IMPORTS): importing it "
+            "initialised CUDA, and a forked cell cannot use a CUDA context made before the fork; its cells import "
+            "it themselves (server log: *)",
+            f"abbench: c.py: side {side}'s fork server could not import flaky (SERVER_IMPORTS): importing it raised "
+            "ImportError: flaky: the first import fails; its cells import it themselves*"], consecutive=False)
+        log = (root / f"r1_{side}" / "op" / "run.log").read_text()
+        assert "did not import inits_cuda" in log and "could not import flaky" in log, log
+        identity = json.loads((root / f"r1_{side}" / "op" / IDENTITY_FILE).read_text())
+        assert identity["server_imports"] == "heavy_ok==1.2.3 inits_cuda==unknown flaky==unknown", identity
+        assert identity["imported_by_server"] == "heavy_ok", identity
+    cells = [json.loads(line) for line in (tmp_path / "seen").read_text().splitlines()]
+    assert sorted(c["side"] for c in cells) == ["A", "B"]
+    assert all(c["heavy_ok_imported_in"] == c["server"] for c in cells), cells
+    # Per side: the server that refused inits_cuda, then the one that forked the cell.
+    assert sorted(p.name for p in (root / "servers").iterdir()) == [
+        "side-A-1.log", "side-A-3.log", "side-B-2.log", "side-B-4.log"]
+
+
+def test_a_server_refuses_a_module_that_reads_a_per_cell_variable(tmp_path: Path) -> None:
+    """A module that reads FLAGGEMS_CACHE_DIR at import would keep the server's value (none) for every cell."""
+    (tmp_path / "reads_cell_env.py").write_text("import os\nCACHE = os.environ.get('FLAGGEMS_CACHE_DIR')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    servers = ForkServers(tmp_path / "servers")
+    try:
+        server = servers.server(sys.executable, env, "side-B", ("reads_cell_env",))
+        assert server.imports == ()
+        assert servers.said == [
+            "side B's fork server did not import reads_cell_env (SERVER_IMPORTS): importing it read "
+            "FLAGGEMS_CACHE_DIR, whose value differs per cell; a module imported by the server keeps what it read "
+            f"for every cell; its cells import it themselves (server log: {tmp_path / 'servers' / 'side-B-1.log'})"]
+        assert "refused reads_cell_env" in (tmp_path / "servers" / "side-B-1.log").read_text()
+    finally:
+        servers.close()

@@ -10,7 +10,7 @@ import os
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
@@ -44,6 +44,7 @@ class CellRun:
 
     outcome: CellOutcome
     failure: str | None
+    notices: list[str] = field(default_factory=list)  # lines for the terminal (a refused SERVER_IMPORTS module)
 
 
 class CellRunner:
@@ -97,7 +98,8 @@ class CellRunner:
         process still needs it; does not wait for it."""
         if self.cells_left and not self.cells_left[(campaign.path, key.side)]:
             return  # its cells have ended (or were deselected): it would only hold memory
-        self.spawn.warm(self.python(campaign, key), self.env(campaign, key, cell_dir), f"side-{key.side}")
+        self.spawn.warm(self.python(campaign, key), self.env(campaign, key, cell_dir), f"side-{key.side}",
+                        campaign.server_imports)
 
     def plan_cells(self, cells: Iterable[tuple[Campaign, CellKey]]) -> None:
         """The cells this process will end (run, skip or fail), so a side's fork server ends with its last one."""
@@ -123,12 +125,13 @@ class CellRunner:
                for (path, side), left in self.cells_left.items() if left):
             return
         self.spawn.retire(self.python(campaign, key), self.env(campaign, key, self.layout.cell(key)),
-                          f"side-{key.side}")
+                          f"side-{key.side}", campaign.server_imports)
 
     def server_of(self, campaign: Campaign, side: str) -> ServerKey:
         """The fork server a side's cells are forked from (``forkserver.server_key``)."""
         key = CellKey(1, campaign.ops[0].name, side)
-        return server_key(self.python(campaign, key), self.env(campaign, key, self.layout.cell(key)), f"side-{side}")
+        return server_key(self.python(campaign, key), self.env(campaign, key, self.layout.cell(key)), f"side-{side}",
+                          campaign.server_imports)
 
     def tuner_cache(self, campaign: Campaign, side: str) -> str:
         """The side's tuner cache as the identity names it (caliber axis ``tuner_cache``)."""
@@ -230,7 +233,8 @@ class CellRunner:
             self._start_planned_servers()
 
         return self.spawn.run(self.argv(campaign, key, cell_dir), self.env(campaign, key, cell_dir),
-                              f"side-{key.side}", log_path, self.settings.budget.child_s, self.check, warm_others)
+                              f"side-{key.side}", campaign.server_imports, log_path, self.settings.budget.child_s,
+                              self.check, warm_others)
 
     def precompile(self, campaign: Campaign, key: CellKey, log_path: Path) -> float:
         """Before an op's first round-1 cell on a GPU: compile its kernels for both sides in parallel.
@@ -261,7 +265,7 @@ class CellRunner:
                                       autotune_mode="compile-all", autotune_side_mode=None)
                 jobs += self.spawn.precompile_jobs(side, compile_all, self.python(campaign, side_key),
                                                    lambda out: self.env(campaign, side_key, out),
-                                                   self.layout.precompile(key.op), n)
+                                                   self.layout.precompile(key.op), n, campaign.server_imports)
             self._start_planned_servers()
             result = precompile.run_jobs(jobs, parallel, s.budget.precompile_s, self.check)
             log.write(result.line(key.op) + "\n")
@@ -294,6 +298,7 @@ class CellRunner:
         self.write_notices(campaign, key, cell_dir, log_path)
         child = self.start_cell(campaign, key, cell_dir, log_path)
         ended = time.time()
+        notices = [f"abbench: {campaign.path.name}: {line}" for line in self.spawn.said()]
         if precompile_s:
             child = ChildResult(child.rc, child.elapsed_s + precompile_s)
         add_parent_timing(cell_dir, precompile_s, ended, child.elapsed_s,
@@ -328,7 +333,7 @@ class CellRunner:
             detail = "\n".join(problems[:20])
             failure = (f"{header} after {child.elapsed_s:.1f}s\n{detail}\n"
                        f"--- tail of {log_path} ---\n{log_tail(log_path)}")
-        return CellRun(outcome, failure)
+        return CellRun(outcome, failure, notices)
 
 
 def add_parent_timing(cell_dir: Path, precompile_s: float, ended: float, elapsed_s: float,
