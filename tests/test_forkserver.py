@@ -405,3 +405,78 @@ def test_a_server_refuses_a_module_that_reads_a_per_cell_variable(tmp_path: Path
         assert "refused reads_cell_env" in (tmp_path / "servers" / "side-B-1.log").read_text()
     finally:
         servers.close()
+
+
+# Each cell writes which fork servers of its own xdist worker are alive: the server's parent is the worker.
+WORKER_SERVERS_CAMPAIGN = textwrap.dedent('''
+    import json, os
+    import torch
+    from pytest_abbench.campaign.model import Case, Op, Switch
+
+    SERVER = b"pytest_abbench.child.server"
+
+    def read(path):
+        try:
+            with open(path, "rb") as handle:
+                return handle.read()
+        except OSError:
+            return b""
+
+    def stat(pid):
+        return read(f"/proc/{pid}/stat").rsplit(b")", 1)[-1].split()
+
+    def worker_servers(worker):
+        found = []
+        for entry in os.listdir("/proc"):
+            fields = stat(entry) if entry.isdigit() and SERVER in read(f"/proc/{entry}/cmdline") else []
+            if len(fields) < 2 or fields[0] == b"Z" or int(fields[1]) != worker:
+                continue
+            env = read(f"/proc/{entry}/environ")
+            found.append(next((v.split(b"=")[0].decode() for v in env.split(b"\\0") if v.startswith(b"ABBENCH_TEST_SW")), "A"))
+        return sorted(found)
+
+    def build(shape, device):
+        server = int(stat(os.getppid())[1])
+        worker = int(stat(server)[1])
+        side = "B" if os.environ.get(VAR) else "A"
+        line = {"op": OP, "cell": os.environ["PYTEST_CURRENT_TEST"].split("[")[1].split("]")[0],
+                "worker": worker, "live": worker_servers(worker)}
+        with open(os.environ["SEEN_FILE"], "a") as handle:
+            handle.write(json.dumps(line) + "\\n")
+        x = torch.ones(4)
+        return Case(run=lambda: x * 2, expected=lambda: torch.full((4,), 2.0))
+
+    OPS = [Op(OP, build=build, shapes={"smoke": [{"n": 4}]})]
+    SWITCH = Switch(env_b={VAR: "1"})
+''')
+
+
+def test_an_xdist_workers_servers_end_with_its_last_cell_that_needs_them(
+        campaign_dir: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two switches, one op each, 2 rounds, ``-n 2``: each worker gets one op (CellsByOp) and runs r1-A, r1-B,
+    r2-B, r2-A.  It starts no server for the other worker's switch, and its side-B server ends after r2-B:
+    r2-A, the worker's last cell, runs with only side A's server alive."""
+    for k in (1, 2):
+        campaign_dir.makepyfile(**{f"s{k}": f"OP, VAR = 's{k}', 'ABBENCH_TEST_SW{k}'\n{WORKER_SERVERS_CAMPAIGN}"})
+    seen_file = tmp_path / "seen"
+    monkeypatch.setenv("SEEN_FILE", str(seen_file))
+    result = campaign_dir.runpytest_subprocess("s1.py", "s2.py", "-n", "2", "--ab-rounds", "2", "--ab-spawn", "fork",
+                                               "--ab-root", str(tmp_path / "root"), *FAST)
+    result.assert_outcomes(passed=8)
+    seen = [json.loads(line) for line in seen_file.read_text().splitlines()]
+    for k in (1, 2):
+        cells = {c["cell"]: c["live"] for c in seen if c["op"] == f"s{k}"}
+        assert len({c["worker"] for c in seen if c["op"] == f"s{k}"}) == 1, seen
+        switch = f"ABBENCH_TEST_SW{k}"
+        assert cells == {"r1-A": ["A", switch], "r1-B": ["A", switch], "r2-B": ["A", switch], "r2-A": ["A"]}, seen
+
+
+def test_an_xdist_worker_keeps_a_server_its_next_op_needs(chain: Chain) -> None:
+    """``-n 1``: one worker gets both ops, ok then kill_server (not told to kill), 1 round: ok-A, ok-B,
+    kill_server-A, kill_server-B.  When ok-A ends, the worker does not yet know its next op; side A's server is
+    held, not ended, and forks kill_server-A: one server per side for the whole session."""
+    chain.run("-k", "ok or kill_server", "-n", "1", "--ab-rounds", "1", "--ab-spawn", "fork").assert_outcomes(passed=4)
+    cells = chain.seen()
+    assert sorted({c["op"] for c in cells}) == ["kill_server", "ok"]
+    servers = {side: {c["server"] for c in cells if c["switch"] == switch} for side, switch in (("A", None), ("B", "1"))}
+    assert all(len(s) == 1 for s in servers.values()), servers
