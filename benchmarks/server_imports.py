@@ -12,7 +12,9 @@ CPU machine.  Prints, per session, each cell's start-up (spawn to ready to
 measure: the campaign's import is in it) and elapsed time, then both sessions
 side by side.  ``--repeats N`` runs the pair N times, the order swapped each
 time.  The first cell of each side also waits for its server's own imports:
-they count in its elapsed time.
+they count in its elapsed time.  A module the servers refuse (one whose import
+initialises CUDA: ``--module flag_gems`` on a GPU) is named by the session's
+line, printed here; then both sessions import it in every cell.
 """
 
 from __future__ import annotations
@@ -64,6 +66,9 @@ def run_session(folder: Path, name: str, module: str, server_imports: bool, roun
     wall = time.monotonic() - started
     if done.returncode != 0:
         sys.exit(f"{name}: pytest exited {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    for line in done.stdout.splitlines():
+        if "(SERVER_IMPORTS)" in line:  # a module the servers refused, or could not import
+            print(f"{name}: {line}")
     return root, wall
 
 
