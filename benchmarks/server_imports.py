@@ -42,8 +42,8 @@ from pytest_abbench.campaign.model import Case, Op, Switch
 {server_imports}
 
 def build(shape, device):
-    x = torch.ones(shape["n"])
-    return Case(run=lambda: x * 2, expected=lambda: torch.full((shape["n"],), 2.0))
+    x = torch.ones(shape["n"], device=device)
+    return Case(run=lambda: x * 2, expected=lambda: torch.full((shape["n"],), 2.0, device=device))
 
 OPS = [Op("op", build=build, shapes={{"smoke": [{{"n": 4}}]}})]
 SWITCH = Switch(env_b={{"ABBENCH_BENCH_SWITCH": "1"}})
