@@ -1,10 +1,13 @@
-"""A campaign's module name (which keys its kernels' autotune records) holds no machine-specific path."""
+"""A campaign's module name (which keys its kernels' autotune records) holds no machine-specific path; what a
+campaign declares at module level is checked as it loads."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from pytest_abbench.campaign.model import load_campaign, module_name_for
+import pytest
+
+from pytest_abbench.campaign.model import CampaignError, load_campaign, module_name_for
 
 CAMPAIGN = "from pytest_abbench import Op\n\nOPS = [Op('one', build=lambda shape, device: (lambda: None), shapes={'smoke': [{}]})]\n"
 
@@ -34,3 +37,24 @@ def test_loaded_module_is_named_from_the_rootdir_and_distinct_per_file(tmp_path:
 def test_a_cell_loads_under_the_name_the_session_gave(tmp_path: Path) -> None:
     path = write_campaign(tmp_path, "c.py")
     assert load_campaign(path, module_name="abbench_campaign__given").module.__name__ == "abbench_campaign__given"
+
+
+@pytest.mark.parametrize("value, message", [
+    ('"flag_gems"', "SERVER_IMPORTS is str, not a tuple of module names"),
+    ('("flag_gems", 3)', "SERVER_IMPORTS[1] is 3, not a module name"),
+    ('("flag gems",)', "SERVER_IMPORTS[0] is 'flag gems', not a module name"),
+    ('("a.b", "a.b")', "SERVER_IMPORTS names 'a.b' twice"),
+])
+def test_server_imports_name_the_bad_value(tmp_path: Path, value: str, message: str) -> None:
+    path = tmp_path / "c.py"
+    path.write_text(f"{CAMPAIGN}SERVER_IMPORTS = {value}\n")
+    with pytest.raises(CampaignError) as raised:
+        load_campaign(path)
+    assert str(raised.value).startswith(f"{path}: {message}"), raised.value
+
+
+def test_server_imports_are_read_in_order(tmp_path: Path) -> None:
+    path = tmp_path / "c.py"
+    path.write_text(f"{CAMPAIGN}SERVER_IMPORTS = ['networkx', 'flag_gems.ops']\n")
+    assert load_campaign(path).server_imports == ("networkx", "flag_gems.ops")
+    assert load_campaign(write_campaign(tmp_path, "d.py")).server_imports == ()

@@ -8,6 +8,8 @@ process chain and the environment it saw.
 from __future__ import annotations
 
 import json
+import os
+import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +19,8 @@ import pytest
 from helpers import process_alive
 from pytest_abbench.core.layout import IDENTITY_FILE
 from pytest_abbench.core.status import read_status
+from pytest_abbench.spawn.forkserver import ForkServers
+from pytest_abbench.spawn.strategy import PRESTART_SERVERS
 
 FAST = ("--ab-ir-target", "none", "--ab-samples", "1", "-p", "no:cacheprovider")
 
@@ -215,11 +219,11 @@ def test_the_driver_version_is_read_from_proc(tmp_path: Path, first_line: str, v
     assert driver_version(path) == version
 
 
-# Each cell waits (up to 20 s) for the servers of the switches whose cells have all ended to be gone, then
-# writes which fork servers of this test are alive, read from /proc: a server is a process running the server
-# module whose parent is not one (its forked cells run the same command line).
+# Each cell writes which fork servers of this test are alive as it builds, read from /proc: a server is a
+# process running the server module whose parent is not one (its forked cells run the same command line).
+# Nothing waits: a server told to end must be gone before the next cell starts.
 LIVE_SERVERS_CAMPAIGN = textwrap.dedent('''
-    import json, os, time
+    import json, os
     import torch
     from pytest_abbench.campaign.model import Case, Op, Switch
 
@@ -239,20 +243,19 @@ LIVE_SERVERS_CAMPAIGN = textwrap.dedent('''
                 continue
             try:
                 with open(f"/proc/{entry}/stat", "rb") as handle:
-                    ppid = int(handle.read().rsplit(b")", 1)[1].split()[1])
+                    stat = handle.read().rsplit(b")", 1)[1].split()
                 with open(f"/proc/{entry}/environ", "rb") as handle:
                     env = dict(v.split(b"=", 1) for v in handle.read().split(b"\\0") if b"=" in v)
             except OSError:
                 continue
-            if SERVER in cmdline(ppid) or env.get(b"SEEN_FILE", b"").decode() != os.environ["SEEN_FILE"]:
+            if stat[0] == b"Z" or SERVER in cmdline(int(stat[1])):
                 continue
+            if env.get(b"SEEN_FILE", b"").decode() != os.environ["SEEN_FILE"]:
+                continue  # another test's
             found.append(next((k.decode() for k in env if k.startswith(b"ABBENCH_TEST_SW")), "A"))
         return sorted(found)
 
     def build(shape, device):
-        deadline = time.monotonic() + 20
-        while any(s in ENDED for s in live_servers()) and time.monotonic() < deadline:
-            time.sleep(0.1)
         side = "B" if os.environ.get(VAR) else "A"
         with open(os.environ["SEEN_FILE"], "a") as handle:
             handle.write(json.dumps({"cell": f"{OP}-{side}", "live": live_servers()}) + "\\n")
@@ -264,26 +267,35 @@ LIVE_SERVERS_CAMPAIGN = textwrap.dedent('''
 ''')
 
 
-def test_a_switchs_server_ends_with_its_last_cell(campaign_dir: pytest.Pytester, tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    """Three switches, one round each, in one session: cells run s1-A, s1-B, s2-A, s2-B, s3-A, s3-B.  A switch's
-    side-B server ends after its B cell; side A's (one for all three: the same environment) after s3-A."""
-    for k in (1, 2, 3):
-        ended = [f"ABBENCH_TEST_SW{j}" for j in range(1, k)] + (["A"] if k == 3 else [])
-        campaign_dir.makepyfile(**{f"s{k}": f"OP, VAR, ENDED = 's{k}', 'ABBENCH_TEST_SW{k}', {ended!r}\n"
-                                            f"{LIVE_SERVERS_CAMPAIGN}"})
+def test_eight_switches_never_keep_more_servers_than_have_cells_left(campaign_dir: pytest.Pytester, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eight switches, one round each, in one session: cells run s1-A, s1-B, ..., s8-A, s8-B; side A has one
+    server for all eight (the same environment), each switch's side B one of its own.  At every cell the live
+    servers are among those that still have a cell to fork (this one included), and at most PRESTART_SERVERS."""
+    switches = 8
+    for k in range(1, switches + 1):
+        campaign_dir.makepyfile(**{f"s{k}": f"OP, VAR = 's{k}', 'ABBENCH_TEST_SW{k}'\n{LIVE_SERVERS_CAMPAIGN}"})
     seen_file = tmp_path / "seen"
     monkeypatch.setenv("SEEN_FILE", str(seen_file))
-    result = campaign_dir.runpytest_subprocess("s1.py", "s2.py", "s3.py", "--ab-rounds", "1", "--ab-spawn", "fork",
+    files = [f"s{k}.py" for k in range(1, switches + 1)]
+    result = campaign_dir.runpytest_subprocess(*files, "--ab-rounds", "1", "--ab-spawn", "fork",
                                                "--ab-root", str(tmp_path / "root"), *FAST)
-    result.assert_outcomes(passed=6)
-    live = {c["cell"]: c["live"] for c in map(json.loads, seen_file.read_text().splitlines())}
-    assert list(live) == ["s1-A", "s1-B", "s2-A", "s2-B", "s3-A", "s3-B"], live
-    assert {"A", "ABBENCH_TEST_SW1"} <= set(live["s1-A"]), live
-    assert "ABBENCH_TEST_SW1" not in live["s2-A"] and "ABBENCH_TEST_SW2" in live["s2-B"], live
-    assert not {"ABBENCH_TEST_SW1", "ABBENCH_TEST_SW2"} & set(live["s3-A"]), live
-    assert live["s3-B"] == ["ABBENCH_TEST_SW3"], live  # side A's server ended with s3-A
-    assert max(len(v) for v in live.values()) <= 4, live
+    result.assert_outcomes(passed=2 * switches)
+    seen = [json.loads(line) for line in seen_file.read_text().splitlines()]
+    order = [f"s{k}-{side}" for k in range(1, switches + 1) for side in "AB"]
+    assert [c["cell"] for c in seen] == order, seen
+
+    def server(cell: str) -> str:
+        op, side = cell.split("-")
+        return "A" if side == "A" else f"ABBENCH_TEST_SW{op[1:]}"
+
+    for i, cell in enumerate(seen):
+        needed = {server(later) for later in order[i:]}
+        assert server(cell["cell"]) in cell["live"], cell
+        assert set(cell["live"]) <= needed, f"{cell['cell']}: live {cell['live']}, still needed {sorted(needed)}"
+        assert len(cell["live"]) <= PRESTART_SERVERS, cell
+    # Started ahead at the first cell: the next two switches' side B (four in all with s1's own two).
+    assert seen[0]["live"] == ["A", "ABBENCH_TEST_SW1", "ABBENCH_TEST_SW2", "ABBENCH_TEST_SW3"], seen[0]
 
 
 def test_the_two_sides_never_share_a_server_even_with_equal_environments(campaign_dir: pytest.Pytester,
@@ -303,3 +315,168 @@ def test_the_two_sides_never_share_a_server_even_with_equal_environments(campaig
     servers = {side: {c["server"] for c in cells if c["switch"] == ("1" if side == "B" else None)} for side in "AB"}
     assert all(len(s) == 1 for s in servers.values()) and servers["A"] != servers["B"], servers
     assert sorted(p.name for p in (chain.root / "servers").iterdir()) == ["side-A-1.log", "side-B-2.log"]
+
+
+# SERVER_IMPORTS: heavy_ok is kept by each side's server; inits_cuda stands for a library whose import initialises
+# CUDA (FlagGems does): setting torch's flag is the part that needs a GPU, which these tests do not have; flaky
+# fails its first import on each side (the server's) and imports in the cells.
+SERVER_IMPORT_MODULES = {
+    "heavy_ok": "import os\n__version__ = '1.2.3'\nIMPORTED_IN = os.getpid()\n",
+    "inits_cuda": "import torch.cuda\ntorch.cuda._initialized = True\n",
+    "flaky": textwrap.dedent('''
+        import os
+        marker = os.path.join(os.environ["MARKER_DIR"], "flaky-" + os.environ.get("ABBENCH_TEST_SWITCH", "A"))
+        if not os.path.exists(marker):
+            open(marker, "w").close()
+            raise ImportError("flaky: the first import fails")
+    '''),
+}
+SERVER_IMPORTS_CAMPAIGN = textwrap.dedent('''
+    import json, os
+    import torch
+    from pytest_abbench.campaign.model import Case, Op, Switch
+
+    SERVER_IMPORTS = ("heavy_ok", "inits_cuda", "flaky")
+
+    def ppid_of(pid):
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+        return int(stat[stat.rfind(b")") + 2:].split()[1])
+
+    def build(shape, device):
+        import heavy_ok
+        line = {"side": "B" if os.environ.get("ABBENCH_TEST_SWITCH") else "A", "measuring": os.getpid(),
+                "server": ppid_of(os.getppid()), "heavy_ok_imported_in": heavy_ok.IMPORTED_IN}
+        with open(os.environ["SEEN_FILE"], "a") as handle:
+            handle.write(json.dumps(line) + "\\n")
+        x = torch.ones(4)
+        return Case(run=lambda: x * 2, expected=lambda: torch.full((4,), 2.0))
+
+    OPS = [Op("op", build=build, shapes={"smoke": [{"n": 4}]})]
+    SWITCH = Switch(env_b={"ABBENCH_TEST_SWITCH": "1"})
+''')
+
+
+def test_server_imports_are_paid_once_per_server_and_unsafe_ones_are_left_to_the_cells(
+        campaign_dir: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each side's server imports heavy_ok before it forks: the cells find it imported by their server.  It
+    refuses inits_cuda (CUDA does not survive fork) and starts again without it; flaky fails in the server and
+    imports in the cells.  Both cells pass; the terminal and the first cell's log of each side say what happened;
+    the identity names the versions that ran and what the server imported."""
+    campaign_dir.makepyfile(c=SERVER_IMPORTS_CAMPAIGN, **SERVER_IMPORT_MODULES)
+    monkeypatch.setenv("SEEN_FILE", str(tmp_path / "seen"))
+    monkeypatch.setenv("MARKER_DIR", str(tmp_path))
+    root = tmp_path / "root"
+    result = campaign_dir.runpytest_subprocess("c.py", "--ab-rounds", "1", "--ab-spawn", "fork",
+                                               "--ab-root", str(root), *FAST)
+    result.assert_outcomes(passed=2)
+    for side in "AB":
+        result.stdout.fnmatch_lines([
+            f"abbench: c.py: side {side}'s fork server did not import inits_cuda (SERVER_IMPORTS): importing it "
+            "initialised CUDA, and a forked cell cannot use a CUDA context made before the fork; its cells import "
+            "it themselves (server log: *)",
+            f"abbench: c.py: side {side}'s fork server could not import flaky (SERVER_IMPORTS): importing it raised "
+            "ImportError: flaky: the first import fails; its cells import it themselves*"], consecutive=False)
+        log = (root / f"r1_{side}" / "op" / "run.log").read_text()
+        assert "did not import inits_cuda" in log and "could not import flaky" in log, log
+        identity = json.loads((root / f"r1_{side}" / "op" / IDENTITY_FILE).read_text())
+        assert identity["server_imports"] == "heavy_ok==1.2.3 inits_cuda==unknown flaky==unknown", identity
+        assert identity["imported_by_server"] == "heavy_ok", identity
+    cells = [json.loads(line) for line in (tmp_path / "seen").read_text().splitlines()]
+    assert sorted(c["side"] for c in cells) == ["A", "B"]
+    assert all(c["heavy_ok_imported_in"] == c["server"] for c in cells), cells
+    # Per side: the server that refused inits_cuda, then the one that forked the cell.
+    assert sorted(p.name for p in (root / "servers").iterdir()) == [
+        "side-A-1.log", "side-A-3.log", "side-B-2.log", "side-B-4.log"]
+
+
+def test_a_server_refuses_a_module_that_reads_a_per_cell_variable(tmp_path: Path) -> None:
+    """A module that reads FLAGGEMS_CACHE_DIR at import would keep the server's value (none) for every cell."""
+    (tmp_path / "reads_cell_env.py").write_text("import os\nCACHE = os.environ.get('FLAGGEMS_CACHE_DIR')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    servers = ForkServers(tmp_path / "servers")
+    try:
+        server = servers.server(sys.executable, env, "side-B", ("reads_cell_env",))
+        assert server.imports == ()
+        assert servers.said == [
+            "side B's fork server did not import reads_cell_env (SERVER_IMPORTS): importing it read "
+            "FLAGGEMS_CACHE_DIR, whose value differs per cell; a module imported by the server keeps what it read "
+            f"for every cell; its cells import it themselves (server log: {tmp_path / 'servers' / 'side-B-1.log'})"]
+        assert "refused reads_cell_env" in (tmp_path / "servers" / "side-B-1.log").read_text()
+    finally:
+        servers.close()
+
+
+# Each cell writes which fork servers of its own xdist worker are alive: the server's parent is the worker.
+WORKER_SERVERS_CAMPAIGN = textwrap.dedent('''
+    import json, os
+    import torch
+    from pytest_abbench.campaign.model import Case, Op, Switch
+
+    SERVER = b"pytest_abbench.child.server"
+
+    def read(path):
+        try:
+            with open(path, "rb") as handle:
+                return handle.read()
+        except OSError:
+            return b""
+
+    def stat(pid):
+        return read(f"/proc/{pid}/stat").rsplit(b")", 1)[-1].split()
+
+    def worker_servers(worker):
+        found = []
+        for entry in os.listdir("/proc"):
+            fields = stat(entry) if entry.isdigit() and SERVER in read(f"/proc/{entry}/cmdline") else []
+            if len(fields) < 2 or fields[0] == b"Z" or int(fields[1]) != worker:
+                continue
+            env = read(f"/proc/{entry}/environ")
+            found.append(next((v.split(b"=")[0].decode() for v in env.split(b"\\0") if v.startswith(b"ABBENCH_TEST_SW")), "A"))
+        return sorted(found)
+
+    def build(shape, device):
+        server = int(stat(os.getppid())[1])
+        worker = int(stat(server)[1])
+        side = "B" if os.environ.get(VAR) else "A"
+        line = {"op": OP, "cell": os.environ["PYTEST_CURRENT_TEST"].split("[")[1].split("]")[0],
+                "worker": worker, "live": worker_servers(worker)}
+        with open(os.environ["SEEN_FILE"], "a") as handle:
+            handle.write(json.dumps(line) + "\\n")
+        x = torch.ones(4)
+        return Case(run=lambda: x * 2, expected=lambda: torch.full((4,), 2.0))
+
+    OPS = [Op(OP, build=build, shapes={"smoke": [{"n": 4}]})]
+    SWITCH = Switch(env_b={VAR: "1"})
+''')
+
+
+def test_an_xdist_workers_servers_end_with_its_last_cell_that_needs_them(
+        campaign_dir: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two switches, one op each, 2 rounds, ``-n 2``: each worker gets one op (CellsByOp) and runs r1-A, r1-B,
+    r2-B, r2-A.  It starts no server for the other worker's switch, and its side-B server ends after r2-B:
+    r2-A, the worker's last cell, runs with only side A's server alive."""
+    for k in (1, 2):
+        campaign_dir.makepyfile(**{f"s{k}": f"OP, VAR = 's{k}', 'ABBENCH_TEST_SW{k}'\n{WORKER_SERVERS_CAMPAIGN}"})
+    seen_file = tmp_path / "seen"
+    monkeypatch.setenv("SEEN_FILE", str(seen_file))
+    result = campaign_dir.runpytest_subprocess("s1.py", "s2.py", "-n", "2", "--ab-rounds", "2", "--ab-spawn", "fork",
+                                               "--ab-root", str(tmp_path / "root"), *FAST)
+    result.assert_outcomes(passed=8)
+    seen = [json.loads(line) for line in seen_file.read_text().splitlines()]
+    for k in (1, 2):
+        cells = {c["cell"]: c["live"] for c in seen if c["op"] == f"s{k}"}
+        assert len({c["worker"] for c in seen if c["op"] == f"s{k}"}) == 1, seen
+        switch = f"ABBENCH_TEST_SW{k}"
+        assert cells == {"r1-A": ["A", switch], "r1-B": ["A", switch], "r2-B": ["A", switch], "r2-A": ["A"]}, seen
+
+
+def test_an_xdist_worker_keeps_a_server_its_next_op_needs(chain: Chain) -> None:
+    """``-n 1``: one worker gets both ops, ok then kill_server (not told to kill), 1 round: ok-A, ok-B,
+    kill_server-A, kill_server-B.  When ok-A ends, the worker does not yet know its next op; side A's server is
+    held, not ended, and forks kill_server-A: one server per side for the whole session."""
+    chain.run("-k", "ok or kill_server", "-n", "1", "--ab-rounds", "1", "--ab-spawn", "fork").assert_outcomes(passed=4)
+    cells = chain.seen()
+    assert sorted({c["op"] for c in cells}) == ["kill_server", "ok"]
+    servers = {side: {c["server"] for c in cells if c["switch"] == switch} for side, switch in (("A", None), ("B", "1"))}
+    assert all(len(s) == 1 for s in servers.values()), servers

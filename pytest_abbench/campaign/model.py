@@ -190,6 +190,8 @@ class Campaign:
     switch: Switch
     skip_timed: str | None = None  # SKIP_TIMED: why its ops cannot be timed here; compiling them still works
     import_threads: list[str] = field(default_factory=list)  # threads its import started, made daemons
+    # SERVER_IMPORTS: modules each side's fork server imports before it forks a cell (child/preload.py)
+    server_imports: tuple[str, ...] = ()
 
     def require_timing(self) -> None:
         """Skip, at collection, a campaign that says it cannot be timed here (``SKIP_TIMED``)."""
@@ -615,7 +617,27 @@ def load_campaign(path: str | Path, rootdir: Path | None = None, module_name: st
         if unknown:
             raise CampaignError(f"{path}: SWITCH.options_{side.lower()}: unknown option(s) {sorted(unknown)} "
                                 f"(use {', '.join(SIDE_OPTIONS)})")
-    return Campaign(path, module, list(ops), switch, skip_timed or None, daemons)
+    return Campaign(path, module, list(ops), switch, skip_timed or None, daemons,
+                    server_imports(getattr(module, "SERVER_IMPORTS", ()), path))
+
+
+_MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+def server_imports(value: object, path: Path) -> tuple[str, ...]:
+    """A campaign's ``SERVER_IMPORTS``: a tuple or list of module names, each once."""
+    if not isinstance(value, (tuple, list)):
+        raise CampaignError(f"{path}: SERVER_IMPORTS is {type(value).__name__}, not a tuple of module names "
+                            "(e.g. SERVER_IMPORTS = (\"flag_gems\",))")
+    names: list[str] = []
+    for i, name in enumerate(value):
+        if not isinstance(name, str) or not _MODULE_NAME.match(name):
+            raise CampaignError(f"{path}: SERVER_IMPORTS[{i}] is {_short(name)!s}, not a module name "
+                                "(dotted Python identifiers, e.g. \"flag_gems\")")
+        if name in names:
+            raise CampaignError(f"{path}: SERVER_IMPORTS names {name!r} twice")
+        names.append(name)
+    return tuple(names)
 
 
 def _import_failure(path: Path, exc: Exception) -> str:

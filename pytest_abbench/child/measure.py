@@ -27,6 +27,7 @@ from pytest_abbench.child.autotune_pin import AutotunePin, AutotuneRecordError, 
 from pytest_abbench.child.forking import fork_and_run
 from pytest_abbench.child.gpustate import GpuSampler, open_sampler
 from pytest_abbench.child.identity import build_identity, write_identity, write_side_record_hash
+from pytest_abbench.child.preload import import_in_cell
 from pytest_abbench.child.ircapture import enter_compile_only, install_capture, merge_ir
 from pytest_abbench.child.layout_shift import hold_pads, pad_sizes
 from pytest_abbench.child.compilecount import CompileCounter
@@ -93,6 +94,8 @@ def measure(config: CellConfig) -> int:
         log("[abbench] backend cuda requested but torch.cuda.is_available() is False")
         return EXIT_SETUP_ERROR
     campaign = load_campaign(config.campaign, module_name=config.campaign_module)
+    # Those its fork server did not import (an exec'd cell, a refused module) are imported here, as start-up.
+    imports = import_in_cell(campaign.server_imports) if campaign.server_imports else None
     op = campaign.op(config.op)
     shapes = op.shapes_for(config.level)
     hook = campaign.switch.setup(config.side)
@@ -115,6 +118,9 @@ def measure(config: CellConfig) -> int:
     tuner_rows_before = tunercache.row_counts(tuner_dir) if tuner_dir else {}
     gpu = open_sampler(config.backend)  # NVML: the identity's clock and power settings, and each timed window
     identity = build_identity(config, shape_set_hash(shapes), tuner_dir, gpu)
+    if imports is not None:
+        identity["server_imports"] = imports.versions
+        identity["imported_by_server"] = imports.by_server
     write_identity(out, identity)
     ready = time.time()
     log(f"[abbench] cell r{config.round_no}-{config.role} op={config.op} backend={config.backend} "

@@ -11,26 +11,33 @@ Protocol, one JSON object per line: requests on stdin
 (``{"argv": [...], "env": {...}, "log": path}``); on the reply pipe
 ``{"ready": ...}`` once, then per request ``{"pid": N}`` at the fork and
 ``{"pid": N, "status": S}`` (``os.waitpid``'s status) when the cell ends.
-The server exits at end of input, and with its parent (parent-death signal).
+The server exits at once at end of input, and with its parent (parent-death signal).
 
 Why the campaign is not imported here: ``FLAGGEMS_CACHE_DIR`` differs per cell
 and FlagGems reads it once and keeps it, so a campaign module imported before
 the fork could pin every cell to one library tuner cache.  The per-cell
-variables (``PER_CELL_ENV`` in ``pytest_abbench.spawn.forkserver``) are read by
-nothing this server imports.
+variables (``PER_CELL_ENV`` in ``pytest_abbench.spawn.forkserver``, passed as
+``--per-cell``) are read by nothing this server imports.  The modules a campaign
+names in ``SERVER_IMPORTS`` (the arguments) are imported after torch and Triton;
+one that initialises CUDA or reads a per-cell variable is refused
+(``{"refused": module, "why": ...}``, then the server exits: the parent starts
+one without it), one that fails to import is left to the cells (``skipped``
+in the ready message).
 """
 
 from __future__ import annotations
 
+import argparse
 import ctypes
 import json
 import os
 import signal
 import sys
 import time
-from typing import IO, Any
+from typing import IO, Any, Sequence
 
 from pytest_abbench.child.forking import fork_and_run
+from pytest_abbench.child.preload import ImportRefused, import_in_server
 
 _PR_SET_PDEATHSIG = 1
 
@@ -94,8 +101,16 @@ def serve(requests: IO[str], reply: IO[str]) -> int:
     return 0
 
 
-def main() -> int:
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m pytest_abbench.child.server")
+    parser.add_argument("--per-cell", default="", help="comma-separated variables whose value differs per cell")
+    parser.add_argument("modules", nargs="*", help="the campaign's SERVER_IMPORTS, imported before any fork")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
+    args = parse_args(sys.argv[1:] if argv is None else argv)
     _parent_death_signal(signal.SIGKILL)  # pytest died: so do we (our cells follow through their own signal)
     # The reply pipe is fd 1 as started; anything imports print goes to stderr (the server log) instead.
     reply = os.fdopen(os.dup(1), "w")
@@ -110,9 +125,25 @@ def main() -> int:
         # A forked child cannot use a CUDA context its parent created.
         _send(reply, {"error": "CUDA was initialised while importing torch and triton; fork cannot be used"})
         return 3
-    _send(reply, {"ready": True, "pid": os.getpid(), "import_s": round(time.monotonic() - started, 3)})
+    skipped = []
+    try:
+        for module, failed in import_in_server(args.modules, [v for v in args.per_cell.split(",") if v]):
+            if failed is not None:
+                print(f"[abbench] fork server: not imported: {module}: {failed}", file=sys.stderr, flush=True)
+                skipped.append([module, failed[:500]])
+    except ImportRefused as exc:
+        print(f"[abbench] fork server: refused {exc.module}: {exc.why}", file=sys.stderr, flush=True)
+        _send(reply, {"refused": exc.module, "why": exc.why})
+        return 3
+    _send(reply, {"ready": True, "pid": os.getpid(), "import_s": round(time.monotonic() - started, 3),
+                  "skipped": skipped})
     return serve(sys.stdin, reply)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Leave without the interpreter's shutdown: with torch loaded it takes about a second, and the session waits
+    # for a retired server to be gone before its next cell (nothing here needs finalising).
+    os._exit(code)

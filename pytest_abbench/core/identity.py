@@ -25,7 +25,7 @@ LATER_AXES = ("layout_shift", "spawn", "regime")
 # no query for them: ``locked_clocks`` always says so, and never compares.
 GPU_SETTING_AXES = ("app_clock_sm_mhz", "app_clock_mem_mhz", "locked_clocks", "power_limit_w")
 NOT_RECORDED = "not recorded"
-INFO_FIELDS = ("torch", "triton", "driver", "python", "host", "gpu_uuid", "campaign_hash")
+INFO_FIELDS = ("torch", "triton", "server_imports", "driver", "python", "host", "gpu_uuid", "campaign_hash")
 
 
 def not_recorded(why: str) -> str:
@@ -88,6 +88,8 @@ class RunIdentity(TypedDict, total=False):
     tuner_cache_seed: str  # a per-cell library tuner cache: the record it started from ("fresh": none)
     torch: str
     triton: str
+    server_imports: str  # the campaign's SERVER_IMPORTS as this cell ran them: "name==version ..."
+    imported_by_server: str  # those its fork server had imported ("" when none: the cell imported them)
     python: str
     python_executable: str
     host: str

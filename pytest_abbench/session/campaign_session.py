@@ -76,10 +76,15 @@ class AbbenchSession:
         self.outcomes: dict[CellKey, CellOutcome] = {}
         self.gates: dict[str, irgate.GateDecision] = {}
         self._runner: CellRunner | None = None
-        # The cells this process runs, by node id (a serial session's selected cells; none on an xdist worker)
-        # and those that ended: a side's fork server ends with its last cell (``CellRunner.cell_ended``).
+        # The cells this process runs, by node id (a serial session's selected cells; on an xdist worker, those
+        # of the ops it was handed so far: ``ops_coming``) and those that ended: a side's fork server ends with
+        # its last cell (``CellRunner.cell_ended``).
         self.cells_planned: dict[str, tuple[Path, CellKey]] = {}
         self.cells_ended: set[str] = set()
+        # A worker's collected cells, by op until the op is planned, and each cell's op.
+        self.op_cells: dict[str, dict[str, tuple[Path, CellKey]]] = {}
+        self.op_of: dict[str, str] = {}
+        self.retirement_held = False  # a worker in the middle of an op, its next op not known (``ops_coming``)
         workerinput = getattr(config, "workerinput", None)
         self.is_worker = workerinput is not None
         self.worker = str(workerinput["workerid"]) if workerinput is not None else SERIAL_WORKER
@@ -136,7 +141,35 @@ class AbbenchSession:
                                        for op, path in self.plan.ops.items() for side in SIDES])
             self._runner.plan_cells((self.campaign(path), key) for nodeid, (path, key) in self.cells_planned.items()
                                     if nodeid not in self.cells_ended)
+            self._runner.hold_retirement(self.retirement_held)
         return self._runner
+
+    def ops_coming(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:
+        """On an xdist worker: ``item`` is about to run and ``nextitem`` is the test xdist handed it next (None:
+        no more will come).
+
+        The plugin's scheduler hands a worker every cell of an op together
+        (``scheduler.CellsByOp``), so the op of either runs here whole: its
+        cells are planned, and the next op's servers start now, while this
+        test runs.  While ``nextitem`` is in ``item``'s op, the op after it
+        is not known: a server whose cells here have all ended is held until
+        it is, then ends unless that op needs it.  An op handed over later
+        that needs an ended server starts it again.
+        """
+        ops = [self.op_of.get(test.nodeid) if test is not None else None for test in (item, nextitem)]
+        for test, op in zip((item, nextitem), ops):
+            if op is None or op not in self.op_cells:
+                continue  # not a cell, or its op is planned already
+            cells = self.op_cells.pop(op)
+            self.cells_planned.update(cells)
+            if self._runner is not None:
+                self._runner.plan_cells((self.campaign(path), key) for path, key in cells.values())
+                if test is nextitem:
+                    path, key = next(iter(cells.values()))
+                    self._runner.warm_op(self.campaign(path), key.op)
+        self.retirement_held = nextitem is not None and ops[1] is not None and ops[0] == ops[1]
+        if self._runner is not None:
+            self._runner.hold_retirement(self.retirement_held)
 
     def cell_ended(self, nodeid: str) -> None:
         """A test ended: if it was a cell of this process, its side's fork server may end with it."""

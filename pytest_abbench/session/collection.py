@@ -165,8 +165,12 @@ class CollectionHooks:
         if not self.session.is_worker:
             self.session.start_progress(p.key for _, p in cells)
         self.cell_folders = {item.nodeid: self.session.root.layout.cell(p.key) for item, p in cells}
-        if not self.session.is_worker:  # a worker runs the ops it is handed, not every cell collected
+        if not self.session.is_worker:
             self.session.cells_planned = {item.nodeid: (p.campaign_path, p.key) for item, p in cells}
+        else:  # a worker runs the ops it is handed, not every cell collected: it plans an op as it comes
+            for item, p in cells:
+                self.session.op_cells.setdefault(p.key.op, {})[item.nodeid] = (p.campaign_path, p.key)
+                self.session.op_of[item.nodeid] = p.key.op
         if config.pluginmanager.hasplugin("timeout"):
             budget = self.session.settings.budget
             for item, p in cells:  # the outer guard: above the cell's own deadlines (core.budget)
@@ -192,6 +196,12 @@ class CollectionHooks:
                 f"{count(self.session.settings.rounds, 'round')}, "
                 f"backend {self.session.settings.backend}, cell timeout {self.session.settings.cell_timeout_s:g}s "
                 f"({self.session.settings.sources['cell_timeout']})"]
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:
+        # On an xdist worker, ``nextitem`` is the next test xdist handed it (None: no more will come).
+        if self.session.is_worker:
+            self.session.ops_coming(item, nextitem)
 
     def pytest_runtest_logfinish(self, nodeid: str, location: tuple[str, int | None, str]) -> None:
         self.session.cell_ended(nodeid)

@@ -101,6 +101,7 @@ class Cell:
                                     elapsed_s=time.monotonic() - started))
             raise
         self.record(cell_run.outcome)
+        self.node.user_properties.extend((NOTICE_PROPERTY, line) for line in cell_run.notices)
         if cell_run.failure is not None:
             pytest.fail(cell_run.failure, pytrace=False)
         return cell_run.outcome

@@ -36,7 +36,7 @@ SERVER_MODULE = "pytest_abbench.child.server"
 PER_CELL_ENV = (envnames.ABBENCH_SPAWN_TIME, envnames.FLAGGEMS_CACHE_DIR, envnames.PYTEST_CURRENT_TEST,
                 envnames.ABBENCH_PASS_DUMP, envnames.TRITON_CACHE_DIR)
 _START_TIMEOUT_S = 300.0  # importing torch cold on a loaded machine
-_EXIT_WAIT_S = 5.0  # a server exits about a second after its end of input (torch's own shutdown)
+_EXIT_WAIT_S = 5.0  # a server leaves at once at end of input (os._exit, no interpreter shutdown): milliseconds
 _PR_SET_PDEATHSIG = 1
 
 
@@ -44,19 +44,34 @@ class ForkServerError(RuntimeError):
     """A server could not be started, or died: the message says which and why."""
 
 
+class ImportRefused(ForkServerError):
+    """The server refused one of its SERVER_IMPORTS (``child/preload.py``) and exited: start it without that one."""
+
+    def __init__(self, module: str, why: str) -> None:
+        super().__init__(f"{module}: {why}")
+        self.module = module
+        self.why = why
+
+
 def fork_supported() -> bool:
     """Linux only: the server relies on fork, setsid and parent-death signals."""
     return sys.platform.startswith("linux") and hasattr(os, "fork")
 
 
-ServerKey = tuple[str, str, tuple[tuple[str, str], ...]]
+ServerKey = tuple[str, str, tuple[tuple[str, str], ...], tuple[str, ...]]
 
 
-def server_key(python: str, env: Mapping[str, str], name: str) -> ServerKey:
-    """Cells with equal keys may share a server: the same side (``name``), interpreter, and environment but for
-    PER_CELL_ENV.  The two sides never share one, even with equal environments (a switch made by a setup hook):
-    a server forks one cell at a time, and round 1 compiles both sides at once."""
-    return name, python, tuple(sorted((k, v) for k, v in env.items() if k not in PER_CELL_ENV))
+def server_key(python: str, env: Mapping[str, str], name: str, imports: Sequence[str] = ()) -> ServerKey:
+    """Cells with equal keys may share a server: the same side (``name``), interpreter, environment but for
+    PER_CELL_ENV, and SERVER_IMPORTS (a campaign's modules are not loaded into another campaign's cells).  The two
+    sides never share one, even with equal environments (a switch made by a setup hook): a server forks one cell
+    at a time, and round 1 compiles both sides at once."""
+    return name, python, tuple(sorted((k, v) for k, v in env.items() if k not in PER_CELL_ENV)), tuple(imports)
+
+
+def side_words(name: str) -> str:
+    """A server's label as a message says it: ``side-B`` -> ``side B``."""
+    return name.replace("-", " ", 1)
 
 
 class _Lines:
@@ -93,15 +108,19 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child b
 class ForkServer:
     """One running server: started with a side's environment, forks cells on request."""
 
-    def __init__(self, python: str, env: Mapping[str, str], log_path: Path) -> None:
-        """Start the server; it imports in the background until ``wait_ready`` (or the first ``spawn``)."""
+    def __init__(self, python: str, env: Mapping[str, str], log_path: Path, imports: Sequence[str] = ()) -> None:
+        """Start the server; it imports in the background until ``wait_ready`` (or the first ``spawn``);
+        ``imports``: the campaign's SERVER_IMPORTS, imported after torch and Triton."""
         self.python = python
         self.log_path = log_path
+        self.imports = tuple(imports)
+        self.skipped: list[tuple[str, str]] = []  # (module, why) among ``imports`` that failed to import
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self.started = time.monotonic()
         with open(log_path, "ab", buffering=0) as log:
             self.proc = subprocess.Popen(
-                [python, "-m", SERVER_MODULE], env={k: v for k, v in env.items() if k not in PER_CELL_ENV},
+                [python, "-m", SERVER_MODULE, "--per-cell", ",".join(PER_CELL_ENV), *self.imports],
+                env={k: v for k, v in env.items() if k not in PER_CELL_ENV},
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                 start_new_session=True,  # a Ctrl-C at the terminal is the session's to handle, not the server's
                 preexec_fn=_die_with_parent,
@@ -112,11 +131,15 @@ class ForkServer:
         self.import_s = 0.0
 
     def wait_ready(self) -> None:
-        """Block until the server has imported torch and Triton; ForkServerError if it cannot."""
+        """Block until the server has imported torch, Triton and its SERVER_IMPORTS; ImportRefused if it refused
+        one, ForkServerError if it cannot start."""
         if self.ready:
             return
         line = self.replies.readline(_START_TIMEOUT_S)
         message = self._parse(line) if line else {}
+        if message.get("refused"):
+            self.close()
+            raise ImportRefused(str(message["refused"]), str(message.get("why", "")))
         if not message.get("ready"):
             self.close()
             why = message.get("error") or ("no answer in {:g}s".format(_START_TIMEOUT_S) if line is None
@@ -125,6 +148,7 @@ class ForkServer:
                                   f"its log: {self.log_path}\n{_tail(self.log_path)}")
         self.ready = True
         self.import_s = float(message.get("import_s", 0.0))
+        self.skipped = [(str(module), str(why)) for module, why in message.get("skipped", [])]
 
     @property
     def alive(self) -> bool:
@@ -214,24 +238,62 @@ class ForkServers:
         self.log_dir = log_dir
         self.servers: dict[ServerKey, ForkServer] = {}
         self.started = 0
-        self.notices: list[str] = []
-        self.retiring: list[ForkServer] = []  # told to exit (their last cell ended), not yet reaped
+        self.notices: list[str] = []  # for the log of the cell about to run
+        self.said: list[str] = []  # for the terminal, once each
+        self.refused: set[tuple[ServerKey, str]] = set()  # (key without imports, module) a server refused
 
-    def server(self, python: str, env: Mapping[str, str], name: str) -> ForkServer:
-        """The live server for ``python`` and ``env`` (``name`` labels its log: the side), ready to fork."""
-        server = self.start(python, env, name)
-        server.wait_ready()
-        return server
+    def server(self, python: str, env: Mapping[str, str], name: str, imports: Sequence[str] = ()) -> ForkServer:
+        """The live server for ``python``, ``env`` and ``imports`` (``name`` labels its log: the side), ready to
+        fork.  A module the server refuses is left out (a new server starts without it), and the cells import
+        it themselves: one line for the terminal (``said``) and one for the cell's log (``notices``) say so."""
+        while True:
+            server = self.start(python, env, name, imports)
+            try:
+                server.wait_ready()
+            except ImportRefused as exc:
+                self._refused(server, exc, python, env, name)
+                continue
+            for module, why in server.skipped:
+                self._say(f"{side_words(name)}'s fork server could not import {module} (SERVER_IMPORTS): {why}; "
+                          f"its cells import it themselves (server log: {server.log_path})")
+            server.skipped = []
+            return server
 
-    def start(self, python: str, env: Mapping[str, str], name: str) -> ForkServer:
-        """The server for ``python`` and ``env``, started now if there is none (or it died); does not wait for it.
+    def _refused(self, server: ForkServer, exc: ImportRefused, python: str, env: Mapping[str, str],
+                 name: str) -> None:
+        """Forget ``server`` (it exited) and leave the module it refused out of this side's servers."""
+        self.servers.pop(server_key(python, env, name, server.imports), None)
+        self.refused.add((server_key(python, env, name), exc.module))
+        self._say(f"{side_words(name)}'s fork server did not import {exc.module} (SERVER_IMPORTS): {exc.why}; "
+                  f"its cells import it themselves (server log: {server.log_path})")
+
+    def _say(self, line: str) -> None:
+        self.notices.append(line)
+        self.said.append(line)
+
+    def kept_imports(self, python: str, env: Mapping[str, str], name: str, imports: Sequence[str]) -> tuple[str, ...]:
+        """``imports`` but those a server of this side refused this session."""
+        base = server_key(python, env, name)
+        return tuple(m for m in imports if (base, m) not in self.refused)
+
+    def start(self, python: str, env: Mapping[str, str], name: str, imports: Sequence[str] = ()) -> ForkServer:
+        """The server for ``python``, ``env`` and ``imports``, started now if there is none (or it died); does
+        not wait for it.
 
         Starting the other side's server while this side's first cell runs
         overlaps its imports with useful work (they use a CPU, never the GPU).
         """
-        self.reap()
-        key = server_key(python, env, name)
+        imports = self.kept_imports(python, env, name, imports)
+        key = server_key(python, env, name, imports)
         server = self.servers.get(key)
+        if server is not None and not server.alive and not server.ready:
+            try:
+                server.wait_ready()  # it exited: its last word is in the pipe already
+            except ImportRefused as exc:  # started ahead, it refused a module: start one without it
+                self._refused(server, exc, python, env, name)
+                return self.start(python, env, name, imports)
+            except ForkServerError:
+                pass
         if server is not None and not server.alive:
             if server.ready:  # one that never got ready says why in wait_ready
                 self.notices.append(f"the fork server for {name} (pid {server.proc.pid}) died "
@@ -240,32 +302,25 @@ class ForkServers:
             server = None
         if server is None:
             self.started += 1
-            server = ForkServer(python, env, self.log_dir / f"{name}-{self.started}.log")
+            server = ForkServer(python, env, self.log_dir / f"{name}-{self.started}.log", imports)
             self.servers[key] = server
         return server
 
-    def retire(self, python: str, env: Mapping[str, str], name: str) -> bool:
-        """End the server for ``python``, ``env`` and side ``name`` without waiting for it (its last cell has
-        ended); False if there is none.  It is reaped later (``reap``, ``close``); a cell that needs it after all starts a new one."""
-        server = self.servers.pop(server_key(python, env, name), None)
+    def retire(self, python: str, env: Mapping[str, str], name: str, imports: Sequence[str] = ()) -> bool:
+        """End the server for ``python``, ``env`` and side ``name`` (its last cell has ended) and wait for it to be
+        gone; False if there is none.  A server leaves at once at end of input (it has nothing to write), so the
+        wait is milliseconds and no retired server is alive when the next cell starts.  A cell that needs it
+        after all starts a new one."""
+        server = self.servers.pop(server_key(python, env, name, self.kept_imports(python, env, name, imports)), None)
         if server is None:
             return False
-        server.end_input()
-        self.retiring.append(server)
-        self.reap()
+        server.close()
         return True
-
-    def reap(self) -> None:
-        """Forget the retired servers that have exited."""
-        for server in [s for s in self.retiring if not s.alive]:
-            server.wait_exit(0.0)
-            self.retiring.remove(server)
 
     def close(self) -> None:
         """End every server; they all get end of input first, so their exits overlap instead of adding up."""
-        servers = [*self.servers.values(), *self.retiring]
+        servers = list(self.servers.values())
         self.servers.clear()
-        self.retiring.clear()
         for server in servers:
             server.end_input()
         deadline = time.monotonic() + _EXIT_WAIT_S

@@ -10,7 +10,7 @@ import os
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
@@ -44,6 +44,7 @@ class CellRun:
 
     outcome: CellOutcome
     failure: str | None
+    notices: list[str] = field(default_factory=list)  # lines for the terminal (a refused SERVER_IMPORTS module)
 
 
 class CellRunner:
@@ -61,9 +62,12 @@ class CellRunner:
         self.precompiled: set[str] = set()
         self.precompiled_kernels: dict[str, dict[str, KernelCounts]] = {}  # op -> its precompile's counts by side
         self.planned_servers: list[tuple[Campaign, CellKey]] = []
-        # Cells of this process still to end, by (campaign file, side); empty: not known (an xdist worker,
-        # which learns its cells one op at a time), and then no server is ended before the session ends.
+        # Cells of this process still to end, by (campaign file, side): a serial session's selected cells, or an
+        # xdist worker's ops handed over so far (it learns them one op at a time).  A server no cell left needs
+        # is not started ahead, and ends with its last cell.
         self.cells_left: Counter[tuple[Path, str]] = Counter()
+        self.retirement_held = False  # ``hold_retirement``
+        self._held: set[tuple[Path, str]] = set()  # (campaign file, side) whose last cell ended while held
         self._campaigns: dict[Path, Campaign] = {}
         self._target: str | None | bool = False  # the GPU's Triton target, looked up once (False: not yet)
 
@@ -79,8 +83,9 @@ class CellRunner:
         through the session), that is seconds of the cell's start-up with the
         GPU idle; started once the first cell's servers are ready, it imports
         while that cell compiles, and does not slow the imports the first cell
-        waits for.  An xdist worker does not know which ops it will get: a
-        server it never uses costs one process's imports and memory until the end.
+        waits for.  Only the servers of cells this process still has start
+        ahead: on an xdist worker, those of the ops it was handed so far
+        (``AbbenchSession.ops_coming``, which also warms the next op's servers).
         """
         self.planned_servers = list(cells)
 
@@ -97,7 +102,14 @@ class CellRunner:
         process still needs it; does not wait for it."""
         if self.cells_left and not self.cells_left[(campaign.path, key.side)]:
             return  # its cells have ended (or were deselected): it would only hold memory
-        self.spawn.warm(self.python(campaign, key), self.env(campaign, key, cell_dir), f"side-{key.side}")
+        self.spawn.warm(self.python(campaign, key), self.env(campaign, key, cell_dir), f"side-{key.side}",
+                        campaign.server_imports)
+
+    def warm_op(self, campaign: Campaign, op: str) -> None:
+        """Start the servers of both sides of ``op`` (the next op of this process) in the background."""
+        for side in SIDES:
+            key = CellKey(1, op, side)
+            self._start_server(campaign, key, self.layout.cell(key))
 
     def plan_cells(self, cells: Iterable[tuple[Campaign, CellKey]]) -> None:
         """The cells this process will end (run, skip or fail), so a side's fork server ends with its last one."""
@@ -118,17 +130,40 @@ class CellRunner:
         self.cells_left[where] -= 1
         if self.cells_left[where]:
             return
-        server = self.server_of(campaign, key.side)
-        if any(self.server_of(self._campaigns[path], side) == server
-               for (path, side), left in self.cells_left.items() if left):
+        if self.retirement_held:
+            self._held.add(where)
             return
+        self._retire_unneeded(where)
+
+    def hold_retirement(self, hold: bool) -> None:
+        """Hold (True) or let go (False) the servers whose last cell ended, while this process does not know
+        its next op (an xdist worker in the middle of an op: ``AbbenchSession.ops_coming``); let go, each one
+        that no cell planned since needs ends now."""
+        self.retirement_held = hold
+        if not hold:
+            held, self._held = self._held, set()
+            for where in held:
+                self._retire_unneeded(where)
+
+    def _retire_unneeded(self, where: tuple[Path, str]) -> None:
+        """End the server of (campaign file, side) unless a cell left, of any campaign that shares it, needs it."""
+        if self.cells_left[where]:
+            return
+        path, side = where
+        campaign = self._campaigns[path]
+        server = self.server_of(campaign, side)
+        if any(self.server_of(self._campaigns[other], other_side) == server
+               for (other, other_side), left in self.cells_left.items() if left):
+            return
+        key = CellKey(1, campaign.ops[0].name, side)
         self.spawn.retire(self.python(campaign, key), self.env(campaign, key, self.layout.cell(key)),
-                          f"side-{key.side}")
+                          f"side-{side}", campaign.server_imports)
 
     def server_of(self, campaign: Campaign, side: str) -> ServerKey:
         """The fork server a side's cells are forked from (``forkserver.server_key``)."""
         key = CellKey(1, campaign.ops[0].name, side)
-        return server_key(self.python(campaign, key), self.env(campaign, key, self.layout.cell(key)), f"side-{side}")
+        return server_key(self.python(campaign, key), self.env(campaign, key, self.layout.cell(key)), f"side-{side}",
+                          campaign.server_imports)
 
     def tuner_cache(self, campaign: Campaign, side: str) -> str:
         """The side's tuner cache as the identity names it (caliber axis ``tuner_cache``)."""
@@ -230,7 +265,8 @@ class CellRunner:
             self._start_planned_servers()
 
         return self.spawn.run(self.argv(campaign, key, cell_dir), self.env(campaign, key, cell_dir),
-                              f"side-{key.side}", log_path, self.settings.budget.child_s, self.check, warm_others)
+                              f"side-{key.side}", campaign.server_imports, log_path, self.settings.budget.child_s,
+                              self.check, warm_others)
 
     def precompile(self, campaign: Campaign, key: CellKey, log_path: Path) -> float:
         """Before an op's first round-1 cell on a GPU: compile its kernels for both sides in parallel.
@@ -261,7 +297,7 @@ class CellRunner:
                                       autotune_mode="compile-all", autotune_side_mode=None)
                 jobs += self.spawn.precompile_jobs(side, compile_all, self.python(campaign, side_key),
                                                    lambda out: self.env(campaign, side_key, out),
-                                                   self.layout.precompile(key.op), n)
+                                                   self.layout.precompile(key.op), n, campaign.server_imports)
             self._start_planned_servers()
             result = precompile.run_jobs(jobs, parallel, s.budget.precompile_s, self.check)
             log.write(result.line(key.op) + "\n")
@@ -294,6 +330,7 @@ class CellRunner:
         self.write_notices(campaign, key, cell_dir, log_path)
         child = self.start_cell(campaign, key, cell_dir, log_path)
         ended = time.time()
+        notices = [f"abbench: {campaign.path.name}: {line}" for line in self.spawn.said()]
         if precompile_s:
             child = ChildResult(child.rc, child.elapsed_s + precompile_s)
         add_parent_timing(cell_dir, precompile_s, ended, child.elapsed_s,
@@ -329,7 +366,7 @@ class CellRunner:
             detail = "\n".join(problems[:20])
             failure = (f"{header} after {child.elapsed_s:.1f}s\n{detail}\n"
                        f"--- tail of {log_path} ---\n{log_tail(log_path)}")
-        return CellRun(outcome, failure)
+        return CellRun(outcome, failure, notices)
 
 
 def add_parent_timing(cell_dir: Path, precompile_s: float, ended: float, elapsed_s: float,

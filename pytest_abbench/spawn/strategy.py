@@ -26,26 +26,34 @@ Check = Callable[[], None] | None
 EnvFor = Callable[[Path], dict[str, str]]  # a side's cell environment for an output folder
 
 
+Imports = tuple[str, ...]  # a campaign's SERVER_IMPORTS
+
+
 class CellSpawn(Protocol):
     """Starts cell processes for one session (``--ab-spawn``)."""
 
-    def run(self, argv: list[str], env: dict[str, str], label: str, log_path: Path, timeout_s: float, check: Check,
-            warm_others: Callable[[], None]) -> ChildResult:
-        """Run one cell (``argv`` is the whole command; ``label`` names its side's server) to its end or
-        ``timeout_s``; ``warm_others`` starts the servers other cells will need, once this cell's own is on its way."""
+    def run(self, argv: list[str], env: dict[str, str], label: str, imports: Imports, log_path: Path,
+            timeout_s: float, check: Check, warm_others: Callable[[], None]) -> ChildResult:
+        """Run one cell (``argv`` is the whole command; ``label`` names its side's server, ``imports`` what that
+        server imports ahead) to its end or ``timeout_s``; ``warm_others`` starts the servers other cells will
+        need, once this cell's own is on its way."""
 
-    def warm(self, python: str, env: dict[str, str], label: str) -> None:
-        """Start the server for ``python`` and ``env`` in the background, if this spawn keeps servers."""
+    def warm(self, python: str, env: dict[str, str], label: str, imports: Imports) -> None:
+        """Start the server for ``python``, ``env`` and ``imports`` in the background, if this spawn keeps servers."""
 
     def room(self) -> int:
         """How many more servers may be started ahead of their first cell."""
 
     def precompile_jobs(self, side: str, compile_all: CellConfig, python: str, env_for: EnvFor, folder: Path,
-                        shares: int) -> list[precompile.Job]:
+                        shares: int, imports: Imports) -> list[precompile.Job]:
         """A side's compile-only jobs for ``shares`` shares of its shapes, writing under ``folder``."""
 
-    def retire(self, python: str, env: dict[str, str], label: str) -> None:
-        """End the server for ``python`` and ``env`` (no cell needs it any more), if this spawn keeps servers."""
+    def retire(self, python: str, env: dict[str, str], label: str, imports: Imports) -> None:
+        """End the server for ``python``, ``env`` and ``imports`` (no cell needs it any more), if this spawn
+        keeps servers."""
+
+    def said(self) -> list[str]:
+        """Lines for the terminal since the last call (a server that refused a SERVER_IMPORTS module)."""
 
     def close(self) -> None:
         """End whatever this spawn keeps running."""
@@ -54,18 +62,18 @@ class CellSpawn(Protocol):
 class ExecSpawn:
     """``--ab-spawn exec``: every cell, and every precompile share, is a fresh interpreter."""
 
-    def run(self, argv: list[str], env: dict[str, str], label: str, log_path: Path, timeout_s: float, check: Check,
-            warm_others: Callable[[], None]) -> ChildResult:
+    def run(self, argv: list[str], env: dict[str, str], label: str, imports: Imports, log_path: Path,
+            timeout_s: float, check: Check, warm_others: Callable[[], None]) -> ChildResult:
         return run_child(argv, env, log_path, timeout_s, check)
 
-    def warm(self, python: str, env: dict[str, str], label: str) -> None:
+    def warm(self, python: str, env: dict[str, str], label: str, imports: Imports) -> None:
         return None
 
     def room(self) -> int:
         return 0
 
     def precompile_jobs(self, side: str, compile_all: CellConfig, python: str, env_for: EnvFor, folder: Path,
-                        shares: int) -> list[precompile.Job]:
+                        shares: int, imports: Imports) -> list[precompile.Job]:
         jobs = []
         for i in range(shares):
             out = folder / f"{side}-{i + 1}of{shares}"
@@ -74,8 +82,11 @@ class ExecSpawn:
                                        precompile.env_for(env_for(out)), out / "compile.log"))
         return jobs
 
-    def retire(self, python: str, env: dict[str, str], label: str) -> None:
+    def retire(self, python: str, env: dict[str, str], label: str, imports: Imports) -> None:
         return None
+
+    def said(self) -> list[str]:
+        return []
 
     def close(self) -> None:
         return None
@@ -87,14 +98,14 @@ class ForkSpawn:
     def __init__(self, servers_dir: Path) -> None:
         self.servers = ForkServers(servers_dir)
 
-    def run(self, argv: list[str], env: dict[str, str], label: str, log_path: Path, timeout_s: float, check: Check,
-            warm_others: Callable[[], None]) -> ChildResult:
+    def run(self, argv: list[str], env: dict[str, str], label: str, imports: Imports, log_path: Path,
+            timeout_s: float, check: Check, warm_others: Callable[[], None]) -> ChildResult:
         started = time.monotonic()
         python = argv[0]
         try:
-            self.servers.start(python, env, label)
+            self.servers.start(python, env, label, imports)
             warm_others()
-            server = self.servers.server(python, env, label)
+            server = self.servers.server(python, env, label, imports)
         except ForkServerError as exc:
             with open(log_path, "a", encoding="utf-8") as log:
                 log.write(f"[abbench] {exc}\n[abbench] --ab-spawn exec starts each cell in a fresh interpreter\n")
@@ -107,23 +118,27 @@ class ForkSpawn:
         child = run_child(argv[3:], env, log_path, timeout_s, check, server)  # after "python -m pytest_abbench.child"
         return ChildResult(child.rc, child.elapsed_s + waited)
 
-    def warm(self, python: str, env: dict[str, str], label: str) -> None:
-        self.servers.start(python, env, label)
+    def warm(self, python: str, env: dict[str, str], label: str, imports: Imports) -> None:
+        self.servers.start(python, env, label, imports)
 
     def room(self) -> int:
         return max(0, PRESTART_SERVERS - len(self.servers.servers))
 
     def precompile_jobs(self, side: str, compile_all: CellConfig, python: str, env_for: EnvFor, folder: Path,
-                        shares: int) -> list[precompile.Job]:
+                        shares: int, imports: Imports) -> list[precompile.Job]:
         # Forked from the side's server, which forks the shares: no share pays for imports.
         out = folder / side
         env = precompile.env_for(env_for(out))
-        server = self.servers.server(python, env, f"side-{side}")
+        server = self.servers.server(python, env, f"side-{side}", imports)
         return [precompile.Job(side, replace(compile_all, out=out, shares=shares).to_argv(), env,
                                out / "compile.log", server)]
 
-    def retire(self, python: str, env: dict[str, str], label: str) -> None:
-        self.servers.retire(python, env, label)
+    def retire(self, python: str, env: dict[str, str], label: str, imports: Imports) -> None:
+        self.servers.retire(python, env, label, imports)
+
+    def said(self) -> list[str]:
+        said, self.servers.said = self.servers.said, []
+        return said
 
     def close(self) -> None:
         self.servers.close()

@@ -1,0 +1,109 @@
+"""A campaign's ``SERVER_IMPORTS``: imported once by each side's fork server, before it forks cells.
+
+The server (``child/server.py``) imports each module with ``import_in_server``,
+which refuses one that a forked cell could not use: one that initialised CUDA
+(a CUDA context does not survive fork), or one that read a variable whose value
+differs per cell (it would keep the server's, for every cell).  A cell
+(``child/measure.py``) then imports, with ``import_in_cell``, those its server
+did not, so a cell forked from a server, a cell of a refused module and an
+exec'd cell all start measuring with the same modules loaded; its identity
+names the version of each (``versions``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import os
+import sys
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+# The modules this process's fork server imported before it forked this cell (empty: not forked from a server,
+# or the server imported none).  Set in the server; a forked cell inherits it.
+IMPORTED_BY_SERVER: list[str] = []
+
+
+class ImportRefused(Exception):
+    """A module a fork server must not keep: ``why`` says what it did."""
+
+    def __init__(self, module: str, why: str) -> None:
+        super().__init__(f"{module}: {why}")
+        self.module = module
+        self.why = why
+
+
+class _WatchedEnviron(os._Environ):  # type: ignore[type-arg]
+    """``os.environ`` while a module is imported in the server: it notes each variable looked up."""
+
+    looked_up: set[str] = set()
+
+    def __getitem__(self, key: str) -> str:
+        _WatchedEnviron.looked_up.add(key)
+        value: str = super().__getitem__(key)
+        return value
+
+
+def _cuda_initialized() -> bool:
+    torch = sys.modules.get("torch")
+    return bool(torch is not None and torch.cuda.is_initialized())
+
+
+def import_in_server(modules: Sequence[str], per_cell: Sequence[str]) -> Iterator[tuple[str, str | None]]:
+    """Import each module; yield (module, None) when it is kept, (module, why) when it could not be imported
+    (the server carries on without it).  Raise ImportRefused for one the server must not fork with: it is
+    imported already, so the server has to end (``per_cell``: the variables whose value differs per cell)."""
+    for module in modules:
+        _WatchedEnviron.looked_up = set()
+        # A lookup of a variable the server does not have goes through __getitem__ (os.getenv, environ.get,
+        # "in"); copying the environment reads only the variables it has, and the per-cell ones are not there.
+        os.environ.__class__ = _WatchedEnviron
+        try:
+            importlib.import_module(module)
+        except Exception as exc:  # a broken or missing module: the cells import it themselves, and say why
+            failed: str | None = f"importing it raised {type(exc).__name__}: {exc}"
+        else:
+            failed = None
+        finally:
+            os.environ.__class__ = os._Environ
+        if _cuda_initialized():
+            raise ImportRefused(module, "importing it initialised CUDA, and a forked cell cannot use a CUDA "
+                                        "context made before the fork")
+        read = sorted(_WatchedEnviron.looked_up & set(per_cell))
+        if read:
+            raise ImportRefused(module, f"importing it read {', '.join(read)}, whose value differs per cell; "
+                                        "a module imported by the server keeps what it read for every cell")
+        if failed is None:
+            IMPORTED_BY_SERVER.append(module)
+        yield module, failed
+
+
+@dataclass(frozen=True)
+class CellImports:
+    """What a cell's identity says of its campaign's SERVER_IMPORTS."""
+
+    versions: str  # "name==version ..." as loaded in this cell
+    by_server: str  # the names its fork server had imported ("" when none)
+
+
+def import_in_cell(modules: Sequence[str]) -> CellImports:
+    """Import each module this cell's server did not (an ImportError is the cell's, as in the campaign's own
+    import); their versions as loaded here."""
+    for module in modules:
+        importlib.import_module(module)
+    return CellImports(" ".join(f"{module}=={version_of(module)}" for module in modules),
+                       " ".join(m for m in modules if m in IMPORTED_BY_SERVER))
+
+
+def version_of(module: str) -> str:
+    """The loaded module's version: its top package's ``__version__``, else its distribution's; "unknown"."""
+    top = module.split(".", 1)[0]
+    version = getattr(sys.modules.get(top), "__version__", None)
+    if isinstance(version, str):
+        return version
+    for dist in importlib.metadata.packages_distributions().get(top, []):
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return "unknown"
