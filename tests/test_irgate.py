@@ -13,6 +13,8 @@ import pytest
 from helpers import IR_CAMPAIGN
 
 from pytest_abbench.checks import irgate
+from pytest_abbench.core.cellfiles import write_timing
+from pytest_abbench.core.layout import TIMING_FILE
 from pytest_abbench.core.cellconfig import CHILD_MODULE, CellConfig
 from pytest_abbench.checks.irgate import normalize_ttgir
 from pytest_abbench.core.status import read_status
@@ -74,7 +76,13 @@ def test_a_side_that_runs_no_triton_kernel_against_one_that_compiles_is_a_diff(t
     assert decision.reason == "side A ran no Triton kernel, side B compiled add_kernel: the switch runs other code"
     assert decision.headline() == [decision.reason]  # the report's IR line
     assert irgate.decide("variant", triton_side, torch_side).reason.startswith("side B ran no Triton kernel")
-    (torch_side.parent / "kernel_counts.json").unlink()  # a cell that left no count: its capture may have failed
+    # A timed cell on a GPU keeps its counts in its timing file instead (no compile-only process ran).
+    (torch_side.parent / "kernel_counts.json").unlink()
+    write_timing(torch_side.parent / TIMING_FILE, {"timing_s": 1.0, "kernels_loaded": 0, "kernels_compiled": 0})
+    assert irgate.decide("variant", torch_side, triton_side).state == "diff"
+    write_timing(torch_side.parent / TIMING_FILE, {"timing_s": 1.0, "kernels_loaded": 2, "kernels_compiled": 0})
+    assert irgate.decide("variant", torch_side, triton_side).state == "unavailable"  # it ran some: capture failed
+    (torch_side.parent / TIMING_FILE).unlink()  # a cell that left no count: its capture may have failed
     assert irgate.decide("variant", torch_side, triton_side).state == "unavailable"
 
 

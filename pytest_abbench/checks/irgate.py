@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from pytest_abbench.core.cellfiles import kernel_counts_in
+from pytest_abbench.core.cellfiles import cell_kernel_counts
 from pytest_abbench.core.fileio import SCHEMA_FIELD, CorruptFileError, Fields, read_object, write_json_atomic
 from pytest_abbench.core.layout import RootLayout
 from pytest_abbench.core.outcome import NO_IR_DIFF as NO_IR_DIFF  # the status word callers name through the gate
@@ -399,7 +399,7 @@ def _decide(op: str, ir_a: Path, ir_b: Path) -> GateDecision:
 def ran_no_triton_kernel(ir_dir: Path) -> bool:
     """The cell whose IR folder this is compiled and loaded no Triton kernel, by its own count: no TTGIR there is
     then what the side ran (ATen, a library's CUDA kernel), not a capture that failed."""
-    counts = kernel_counts_in(ir_dir.parent)
+    counts = cell_kernel_counts(ir_dir.parent)
     return counts is not None and counts["compiled"] == 0 and counts["loaded"] == 0
 
 

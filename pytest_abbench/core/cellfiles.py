@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from pytest_abbench.core.fileio import SCHEMA_FIELD, CorruptFileError, read_object, write_json_atomic
+from pytest_abbench.core.layout import TIMING_FILE
 
 TIMING_SCHEMA = 1
 KERNEL_COUNTS_SCHEMA = 1
@@ -85,6 +86,22 @@ def kernel_counts_in(folder: Path) -> KernelCounts | None:
         return read_kernel_counts(folder)
     except (CorruptFileError, OSError):
         return None
+
+
+def cell_kernel_counts(folder: Path) -> KernelCounts | None:
+    """The kernels a cell's own processes loaded and compiled: a compile-only cell's count file, else the counts
+    a timed cell (on a GPU) keeps in its timing file; None where the cell left neither."""
+    counts = kernel_counts_in(folder)
+    if counts is not None:
+        return counts
+    try:
+        timing = read_timing(folder / TIMING_FILE)
+    except (CorruptFileError, OSError):
+        return None
+    loaded, compiled = timing.get("kernels_loaded"), timing.get("kernels_compiled")
+    if isinstance(loaded, int) and isinstance(compiled, int):
+        return KernelCounts(loaded=loaded, compiled=compiled)
+    return None
 
 
 def add_counts(*counts: KernelCounts | None) -> KernelCounts:
