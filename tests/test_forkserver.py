@@ -390,6 +390,26 @@ def test_server_imports_are_paid_once_per_server_and_unsafe_ones_are_left_to_the
         "side-A-1.log", "side-A-3.log", "side-B-2.log", "side-B-4.log"]
 
 
+def test_a_server_two_campaigns_share_after_a_refusal_is_kept_for_the_second(
+        campaign_dir: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """c1 names inits_cuda, which each side's server refuses; c2 names nothing.  After the refusal both campaigns'
+    cells fork from one server per side, so c1's last cell must not end it while c2's cells are still to come."""
+    lines = SERVER_IMPORTS_CAMPAIGN.replace('("heavy_ok", "inits_cuda", "flaky")', '("inits_cuda",)').replace(
+        "        import heavy_ok\n", "").replace(', "heavy_ok_imported_in": heavy_ok.IMPORTED_IN', "")
+    campaign_dir.makepyfile(c1=lines, c2=lines.replace('SERVER_IMPORTS = ("inits_cuda",)', "").replace(
+        'Op("op"', 'Op("op2"'), **SERVER_IMPORT_MODULES)
+    monkeypatch.setenv("SEEN_FILE", str(tmp_path / "seen"))
+    root = tmp_path / "root"
+    result = campaign_dir.runpytest_subprocess("c1.py", "c2.py", "--ab-rounds", "1", "--ab-spawn", "fork",
+                                               "--ab-root", str(root), *FAST)
+    result.assert_outcomes(passed=4)
+    cells = [json.loads(line) for line in (tmp_path / "seen").read_text().splitlines()]
+    servers = {side: {c["server"] for c in cells if c["side"] == side} for side in "AB"}
+    assert all(len(found) == 1 for found in servers.values()), cells  # one server per side for both campaigns
+    # Per side: the server that refused inits_cuda, then the one both campaigns' cells were forked from.
+    assert len(list((root / "servers").iterdir())) == 4, sorted(p.name for p in (root / "servers").iterdir())
+
+
 def test_a_server_refuses_a_module_that_reads_a_per_cell_variable(tmp_path: Path) -> None:
     """A module that reads FLAGGEMS_CACHE_DIR at import would keep the server's value (none) for every cell."""
     (tmp_path / "reads_cell_env.py").write_text("import os\nCACHE = os.environ.get('FLAGGEMS_CACHE_DIR')\n")

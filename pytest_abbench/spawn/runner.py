@@ -162,8 +162,8 @@ class CellRunner:
     def server_of(self, campaign: Campaign, side: str) -> ServerKey:
         """The fork server a side's cells are forked from (``forkserver.server_key``)."""
         key = CellKey(1, campaign.ops[0].name, side)
-        return server_key(self.python(campaign, key), self.env(campaign, key, self.layout.cell(key)), f"side-{side}",
-                          campaign.server_imports)
+        python, env, label = self.python(campaign, key), self.env(campaign, key, self.layout.cell(key)), f"side-{side}"
+        return server_key(python, env, label, self.spawn.held_imports(python, env, label, campaign.server_imports))
 
     def tuner_cache(self, campaign: Campaign, side: str) -> str:
         """The side's tuner cache as the identity names it (caliber axis ``tuner_cache``)."""

@@ -52,6 +52,10 @@ class CellSpawn(Protocol):
         """End the server for ``python``, ``env`` and ``imports`` (no cell needs it any more), if this spawn
         keeps servers."""
 
+    def held_imports(self, python: str, env: dict[str, str], label: str, imports: Imports) -> tuple[str, ...]:
+        """The SERVER_IMPORTS the server for ``python``, ``env`` and ``imports`` holds: those none of this side's
+        servers refused (two campaigns whose lists differ only by a refused module share one server)."""
+
     def said(self) -> list[str]:
         """Lines for the terminal since the last call (a server that refused a SERVER_IMPORTS module)."""
 
@@ -84,6 +88,9 @@ class ExecSpawn:
 
     def retire(self, python: str, env: dict[str, str], label: str, imports: Imports) -> None:
         return None
+
+    def held_imports(self, python: str, env: dict[str, str], label: str, imports: Imports) -> tuple[str, ...]:
+        return tuple(imports)
 
     def said(self) -> list[str]:
         return []
@@ -135,6 +142,9 @@ class ForkSpawn:
 
     def retire(self, python: str, env: dict[str, str], label: str, imports: Imports) -> None:
         self.servers.retire(python, env, label, imports)
+
+    def held_imports(self, python: str, env: dict[str, str], label: str, imports: Imports) -> tuple[str, ...]:
+        return self.servers.kept_imports(python, env, label, imports)
 
     def said(self) -> list[str]:
         said, self.servers.said = self.servers.said, []
