@@ -427,6 +427,23 @@ def test_a_server_refuses_a_module_that_reads_a_per_cell_variable(tmp_path: Path
         servers.close()
 
 
+def test_a_module_a_server_cannot_import_is_said_once_however_often_the_server_starts(tmp_path: Path) -> None:
+    """Servers retire with their last cell and start again for later ones: each new one fails the same import,
+    and the terminal hears of it once."""
+    servers = ForkServers(tmp_path / "servers")
+    try:
+        for _ in range(2):
+            server = servers.server(sys.executable, dict(os.environ), "side-A", ("no_such_module_here",))
+            assert server.imports == ("no_such_module_here",)  # kept in its key: the cells import it (and fail)
+            assert servers.retire(sys.executable, dict(os.environ), "side-A", ("no_such_module_here",))
+        assert len(servers.said) == 1, servers.said
+        assert servers.said[0].startswith("side A's fork server could not import no_such_module_here "
+                                          "(SERVER_IMPORTS): importing it raised ModuleNotFoundError")
+        assert len(list((tmp_path / "servers").iterdir())) == 2  # two servers did start
+    finally:
+        servers.close()
+
+
 # Each cell writes which fork servers of its own xdist worker are alive: the server's parent is the worker.
 WORKER_SERVERS_CAMPAIGN = textwrap.dedent('''
     import json, os

@@ -12,6 +12,7 @@ names the version of each (``versions``).
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.metadata
 import os
@@ -75,6 +76,7 @@ def import_in_server(modules: Sequence[str], per_cell: Sequence[str]) -> Iterato
                                         "a module imported by the server keeps what it read for every cell")
         if failed is None:
             IMPORTED_BY_SERVER.append(module)
+            version_of(module)  # found once here, inherited by every forked cell (it scans every distribution)
         yield module, failed
 
 
@@ -95,13 +97,20 @@ def import_in_cell(modules: Sequence[str]) -> CellImports:
                        " ".join(m for m in modules if m in IMPORTED_BY_SERVER))
 
 
+@functools.lru_cache(maxsize=1)
+def _distributions() -> dict[str, list[str]]:
+    """Top-level package -> the distributions that provide it: a scan of every installed distribution, made
+    once per process (a forked cell inherits the server's)."""
+    return dict(importlib.metadata.packages_distributions())
+
+
 def version_of(module: str) -> str:
     """The loaded module's version: its top package's ``__version__``, else its distribution's; "unknown"."""
     top = module.split(".", 1)[0]
     version = getattr(sys.modules.get(top), "__version__", None)
     if isinstance(version, str):
         return version
-    for dist in importlib.metadata.packages_distributions().get(top, []):
+    for dist in _distributions().get(top, []):
         try:
             return importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:

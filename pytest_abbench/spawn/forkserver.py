@@ -241,6 +241,7 @@ class ForkServers:
         self.notices: list[str] = []  # for the log of the cell about to run
         self.said: list[str] = []  # for the terminal, once each
         self.refused: set[tuple[ServerKey, str]] = set()  # (key without imports, module) a server refused
+        self.failed: set[tuple[ServerKey, str]] = set()  # (key without imports, module) a server could not import
 
     def server(self, python: str, env: Mapping[str, str], name: str, imports: Sequence[str] = ()) -> ForkServer:
         """The live server for ``python``, ``env`` and ``imports`` (``name`` labels its log: the side), ready to
@@ -254,6 +255,9 @@ class ForkServers:
                 self._refused(server, exc, python, env, name)
                 continue
             for module, why in server.skipped:
+                if (server_key(python, env, name), module) in self.failed:
+                    continue  # said when this side's first server failed it: a server started again fails again
+                self.failed.add((server_key(python, env, name), module))
                 self._say(f"{side_words(name)}'s fork server could not import {module} (SERVER_IMPORTS): {why}; "
                           f"its cells import it themselves (server log: {server.log_path})")
             server.skipped = []
