@@ -16,6 +16,7 @@ Needs torch and nvidia-ml-py; nothing is set on the GPU.
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import statistics
 import sys
@@ -27,6 +28,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pytest_abbench.report.stats import interval, pct
+
+ORDERS = list(itertools.permutations(("without", "with", "busy")))
 
 
 def kernels() -> dict[str, Callable[[], Any]]:
@@ -63,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"NVML unavailable: {sampler.not_recorded}; nothing to compare")
         return 2
     print(f"# NVML on {sampler.describe()}; {args.pairs} rounds of the three arms' {args.window_ms:g} ms windows per "
-          f"kernel, the order rotating, after {args.settle_s:g} s untimed")
+          f"kernel, the order cycling through all six, after {args.settle_s:g} s untimed")
     print(f"{'kernel':<18} {'arm':<5} {'ms/call':>10} {'delta vs without':>17} {'95% CI':>18}")
     worst = 0.0
     read_ms: list[float] = []
@@ -78,8 +81,9 @@ def main(argv: list[str] | None = None) -> int:
             read_ms.append((time.perf_counter() - started) * 1e3)
 
         for index in range(args.pairs):
-            arms = list(times)
-            for arm in arms[index % 3:] + arms[:index % 3]:  # each arm first, second and third in turn
+            # All six orders in turn: within a round each arm comes right after each other arm equally often, so
+            # what a window follows (an idle gap after reads, the busy arm's extra replay) is balanced.
+            for arm in ORDERS[index % len(ORDERS)]:
                 if arm == "with":
                     edge = sampler.start()
                     samples, _ = timer.window()
@@ -100,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:<18} {'without':<5} {statistics.median(base):>10.5f}")
         for arm in ("with", "busy"):
             ratios = [math.log(x / y) for x, y in zip(times[arm], base)]
-            low, high = interval(ratios)
+            ci = interval(ratios)
+            low, high = ci if ci is not None else (math.nan, math.nan)
             delta = pct(statistics.median(ratios))
             worst = max(worst, abs(delta)) if arm == "with" else worst
             print(f"{name:<18} {arm:<5} {statistics.median(times[arm]):>10.5f} {delta:>+16.3f}% "

@@ -23,8 +23,10 @@ burst: before each window of about ``BURST_WINDOW_MS`` (4 ms), wait (20 ms to 2 
 or slowdown and the SM clock is at 97% of its maximum or more; the order within a pair alternates (AB, BA, ...).
 steady: as the cells run it, one side alone in windows of ``--steady-window-ms`` (100 ms, the plugin's default)
 until its last 5 SM clocks lie within 1% (one 15 MHz step at least) and powers within 3% (0.5 s to 10 s), then 10
-windows of it back to back; then the other side the same way; the blocks alternate until ``--pairs`` pairs.  Per regime: the median of the per-pair deltas ln(B/A) as a percent, the mean's
-95% t-interval over pairs, and per side the median SM clock, power and the share of windows under the power cap;
+windows of it back to back; then the other side the same way; the blocks alternate until ``--pairs`` pairs.
+Per regime: the median of the per-pair deltas ln(B/A) as a percent, the mean's 95% t-interval (over pairs under
+burst; under steady over the blocks' mean deltas, since the windows of one block follow one settling and are not
+independent), and per side the median SM clock, power and the share of windows under the power cap;
 a window's NVML reading is taken right after it.  The parameters and the two conditions are the cells' own
 (``core/regimes.py``, ``child/regime.py``); the timing, the interleaving and the NVML reads are this script's.
 
@@ -49,6 +51,7 @@ sys.path[:0] = [str(REPO), str(REPO / "campaigns")]
 from pytest_abbench.child.gpustate import decode_reasons  # noqa: E402  (NVML's reason bits, by name)
 from pytest_abbench.child.regime import at_boost, settled  # noqa: E402  (the conditions the cells check)
 from pytest_abbench.core import regimes  # noqa: E402  (the plugin's burst and steady parameters)
+from pytest_abbench.core.settings import CUDA_SAMPLES  # noqa: E402  (windows per shape on a GPU)
 from pytest_abbench.core.results import GpuReading as Reading  # noqa: E402  (clock, power, reasons)
 from pytest_abbench.report.stats import interval, pct  # noqa: E402  (the report's t-interval)
 
@@ -56,7 +59,7 @@ SIDES = ("A", "B")
 SHAPE = {"M": 4096, "N": 4096, "K": 4096}
 LN_SHAPE = {"rows": 8192, "cols": 4096}
 CAP = "sw_power_cap"
-STEADY_BLOCK = 10  # windows a steady cell times per shape after settling (the plugin's default)
+STEADY_BLOCK = CUDA_SAMPLES  # windows a steady cell times per shape after settling (the plugin's default)
 
 
 # -- what one window saw ---------------------------------------------------------------------------
@@ -74,6 +77,7 @@ class RegimeRun:
     window_ms: float
     windows: list[Window] = field(default_factory=list)
     note: str = ""
+    blocks: list[int] = field(default_factory=list)  # steady: each pair's block (empty: every pair stands alone)
 
     def log_ratios(self) -> list[float]:
         """ln(B/A) per pair: windows come in pairs, one per side, in the order they ran."""
@@ -91,13 +95,21 @@ class Summary:
     median_pct: float
     mean_pct: float
     ci_pct: tuple[float, float] | None
+    blocks: int = 0  # the interval's units when the pairs come in blocks (0: the pairs themselves)
 
 
-def summarize(log_ratios: list[float]) -> Summary:
-    """The median per-pair delta, and the mean's 95% t-interval (the report's interval), as percents."""
-    ci = interval(log_ratios) if len(log_ratios) >= 2 else None
+def summarize(log_ratios: list[float], blocks: list[int] | None = None) -> Summary:
+    """The median per-pair delta, and the mean's 95% t-interval (the report's interval), as percents.  With
+    ``blocks`` (each pair's block) the interval is over the blocks' mean deltas, as the report's is over rounds."""
+    units = log_ratios
+    if blocks:
+        by_block: dict[int, list[float]] = {}
+        for block, ratio in zip(blocks, log_ratios):
+            by_block.setdefault(block, []).append(ratio)
+        units = [statistics.fmean(values) for values in by_block.values()]
+    ci = interval(units) if len(units) >= 2 else None
     return Summary(len(log_ratios), pct(statistics.median(log_ratios)), pct(statistics.fmean(log_ratios)),
-                   None if ci is None else (pct(ci[0]), pct(ci[1])))
+                   None if ci is None else (pct(ci[0]), pct(ci[1])), len(units) if blocks else 0)
 
 
 def side_state(windows: list[Window], side: str) -> str:
@@ -116,12 +128,13 @@ def regime_line(label: str, run: RegimeRun) -> str:
     ratios = run.log_ratios()
     if not ratios:
         return f"{label} {run.regime:<6}: no pairs timed {run.note}".rstrip()
-    s = summarize(ratios)
+    s = summarize(ratios, run.blocks)
     ci = "-" if s.ci_pct is None else f"[{s.ci_pct[0]:+.1f} ~ {s.ci_pct[1]:+.1f}]"
     met = sum(w.condition == regimes.MET for w in run.windows)
     a_ms = statistics.median(w.ms_per_call for w in run.windows if w.side == "A")
     return (f"{label} {run.regime:<6}: delta B vs A {s.median_pct:+.1f}% median, mean {s.mean_pct:+.1f}% {ci} "
-            f"over {s.pairs} pairs; A {side_state(run.windows, 'A')}, B {side_state(run.windows, 'B')}; "
+            f"over {s.pairs} pairs" + (f" in {s.blocks} blocks (interval over their means)" if s.blocks else "")
+            + f"; A {side_state(run.windows, 'A')}, B {side_state(run.windows, 'B')}; "
             f"A {a_ms:.4f} ms/call; {run.window_ms:g} ms windows, condition met {met}/{len(run.windows)}"
             + (f"; {run.note}" if run.note else ""))
 
@@ -196,6 +209,7 @@ def run_steady(rig: Rig, pairs: int, window_ms: float, block: int = STEADY_BLOCK
             timed[side] = [Window(side, rig.window(side), rig.read(), condition) for _ in range(size)]
         for a, b in zip(timed["A"], timed["B"]):
             out.windows += [a, b]
+            out.blocks.append(index)
         index += 1
     met = [took for condition, took in settles if condition == regimes.MET]
     out.note = f"{len(met)} of {len(settles)} side blocks of up to {block} windows settled" + (

@@ -2,9 +2,9 @@
 
 A kernel-variant switch: side B's cells run ``_kernels/layer_norm.py`` where side A's call
 ``torch.nn.functional.layer_norm``; the campaign reads ``LAYER_NORM_IMPL`` when it builds a case.
-A memory-bound op that reaches the H200's power cap in long windows (8192 x 4096 bf16: 699 W,
-1898-1935 MHz at 100 ms windows, docs/explanation/regimes.md), so its delta is one to hold against the
-timing regime.
+A memory-bound op that reaches the H200's power cap in long windows (8192 x 4096 bf16 under steady: 698-699 W,
+A 1920 MHz, B 1875 MHz; docs/explanation/regimes.md, "The report against the reference"), so its delta is one
+to hold against the timing regime.
 
     pytest campaigns/layer_norm.py --ab-rounds 3 --ab-regime both
 """

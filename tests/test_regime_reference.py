@@ -108,6 +108,12 @@ def test_steady_times_each_side_alone_once_it_settled_and_says_when_it_did_not(r
     runs = [side for i, side in enumerate(sides) if i == 0 or sides[i - 1] != side]
     assert runs == ["A", "B", "A"], runs
     assert [w.side for w in run.windows] == ["A", "B"] * 4  # pairs matched across the blocks
+    assert run.blocks == [0, 0, 1, 1]
+    assert "over 4 pairs in 2 blocks (interval over their means)" in ref.regime_line("mm", run)
+    # A block's windows follow one settling: the interval counts the blocks, not the pairs in them.
+    by_pairs, by_blocks = ref.summarize([0.1, 0.1, 0.3, 0.3]), ref.summarize([0.1, 0.1, 0.3, 0.3], [0, 0, 1, 1])
+    assert by_blocks.blocks == 2 and by_blocks.median_pct == by_pairs.median_pct
+    assert by_blocks.ci_pct[1] - by_blocks.ci_pct[0] > 5 * (by_pairs.ci_pct[1] - by_pairs.ci_pct[0])
     assert "A 1508 MHz 690 W cap 100%, B 1395 MHz 690 W cap 100%" in ref.regime_line("mm", run)
     never = StandInCard(cap_reads=None, settle_at=10**6)
     rig = ref.Rig(window=never.window, read=never.read, max_clock=1980.0, sleep=never.sleep, clock=never.clock)

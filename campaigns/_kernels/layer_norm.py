@@ -26,6 +26,7 @@ def layer_norm(x: Any, weight: Any, bias: Any, eps: float = 1e-5) -> Any:
     """``torch.nn.functional.layer_norm(x, (x.shape[-1],), weight, bias, eps)`` for a contiguous 2-D ``x``."""
     import torch
 
+    assert x.dim() == 2 and x.is_contiguous(), "layer_norm: a contiguous 2-D input (rows share one stride)"
     rows, cols = x.shape
     y = torch.empty_like(x)
     block = triton.next_power_of_2(cols)

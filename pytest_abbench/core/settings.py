@@ -25,6 +25,7 @@ DEFAULT_CELL_TIMEOUT_S = 2400.0  # matches the NV campaigns: one hung cell must 
 DEFAULT_IMPORT_TIMEOUT_S = 120.0
 DEFAULT_ROUNDS = 2
 DEFAULT_MARGIN_PCT = 2.0
+CUDA_SAMPLES = 10  # timed windows per shape on a GPU (--ab-samples); a steady cell times them after one settling
 GATE_SHAPES, GATE_GEOMEAN = "shapes", "geomean"  # what --ab-fail-if-slower judges (--ab-gate)
 GATE_SCOPES = (GATE_SHAPES, GATE_GEOMEAN)
 

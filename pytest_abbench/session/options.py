@@ -20,8 +20,8 @@ from pytest_abbench.core import cellconfig, envnames
 from pytest_abbench.core.kernelcache import kernel_cache_option
 from pytest_abbench.core.layout import ABBENCH_DIR, HISTORY_FILE, STATUS_FILE
 from pytest_abbench.core.regimes import BOTH, BURST, DEFAULT_REGIME, REGIME_CHOICES, STEADY
-from pytest_abbench.core.settings import (AUTO_FIRST, AUTO_LAST, DEFAULT_CELL_TIMEOUT_S, DEFAULT_IMPORT_TIMEOUT_S,
-                                          DEFAULT_ROUNDS, HISTORY_OFF, MAX_ROUNDS, Settings, add_report_options,
+from pytest_abbench.core.settings import (AUTO_FIRST, AUTO_LAST, CUDA_SAMPLES, DEFAULT_CELL_TIMEOUT_S,
+                                          DEFAULT_IMPORT_TIMEOUT_S, DEFAULT_ROUNDS, HISTORY_OFF, MAX_ROUNDS, Settings, add_report_options,
                                           choice, default_level, default_rounds, detect_backend, env_assignment,
                                           existing_root, gpu_list, history_file, history_path, positive_int,
                                           positive_seconds, rounds_plan, tuner_cache_mode)
@@ -58,7 +58,7 @@ def register(parser: pytest.Parser) -> None:
         help="shape set: smoke|core|comprehensive (auto: core on CUDA and for IR capture, smoke when the interpreter times)")
     add("--ab-timer", type=choice(TIMERS), default="auto", help="cudagraph|direct (CUDA) or wall (interpreter); auto picks cudagraph / wall")
     add("--ab-backend", type=choice(BACKENDS), default="auto", help="cuda|interpreter (auto: cuda when a GPU device node exists)")
-    add("--ab-samples", type=positive_int, default=None, metavar="N", help="timed samples per shape (default 10 on CUDA, 3 in the interpreter)")
+    add("--ab-samples", type=positive_int, default=None, metavar="N", help=f"timed samples per shape (default {CUDA_SAMPLES} on CUDA, 3 in the interpreter)")
     add("--ab-direct-rep", type=positive_int, default=cellconfig.DEFAULT_DIRECT_REP_MS, metavar="MS", help="direct timer: do_bench rep in ms (identity axis direct_repeat)")
     add("--ab-direct-warmup", type=positive_int, default=cellconfig.DEFAULT_DIRECT_WARMUP_MS, metavar="MS", help="direct timer: do_bench warmup in ms (identity axis direct_repeat)")
     add("--ab-gpus", type=gpu_list, default=None, metavar="auto|0,1,...",
@@ -173,7 +173,7 @@ def resolve(config: pytest.Config) -> Settings:
         level=given_level or default_level(backend),
         given_level=given_level,
         timer=opt.ab_timer if opt.ab_timer != "auto" else ("cudagraph" if cuda else "wall"),
-        samples=opt.ab_samples or (10 if cuda else 3),
+        samples=opt.ab_samples or (CUDA_SAMPLES if cuda else 3),
         direct_rep_ms=opt.ab_direct_rep,
         direct_warmup_ms=opt.ab_direct_warmup,
         tuner_cache=opt.ab_tuner_cache,
