@@ -429,13 +429,46 @@ def autotune_pins_line(layout: RootLayout, op: str) -> str:
     return f"autotune: {', '.join(parts)}" if parts else ""
 
 
+@dataclass(frozen=True)
+class Look:
+    """One look of ``--ab-rounds auto`` at an op: its report under each regime it is timed under."""
+
+    reports: list[OpReport]
+
+    @property
+    def judged(self) -> bool:
+        """Every regime's report has verdicts."""
+        return all(r.state == "verdict" for r in self.reports)
+
+    @property
+    def unsettled(self) -> list[str]:
+        """The shapes not settled, ``regime: shape`` where the op is timed under more than one regime."""
+        several = len(self.reports) > 1
+        return [f"{r.regime}: {shape}" if several else shape for r in self.reports for shape in r.unsettled]
+
+    @property
+    def settled(self) -> bool:
+        """The op needs no more rounds: settled under every regime it runs."""
+        return self.judged and not self.unsettled
+
+    @property
+    def reason(self) -> str:
+        """Why a regime has no verdict ("" when every one has)."""
+        return next((r.reason for r in self.reports if r.state != "verdict"), "")
+
+
 def settled_after(root: Path, op: str, cells: Iterable[CellOutcome], plan: CampaignPlan, margin_pct: float | None,
-                  rounds: int) -> OpReport:
-    """``op`` judged on its first ``rounds`` rounds as a look of the auto ``plan``: settled when its state is
-    ``verdict`` and ``unsettled`` is empty.  What the session asks before an op's next round, and the simulator.
+                  rounds: int) -> Look:
+    """``op`` judged on its first ``rounds`` rounds as a look of the auto ``plan``, under each regime its cells
+    time (``report_regimes``: burst and steady apart under ``--ab-regime both``, as the report judges them): it is
+    settled when it is settled under every one.  What the session asks before an op's next round, and the
+    simulator.
     """
-    return build_op(op, [c for c in cells if c.key.op == op], irgate.load_decision(root, op), plan,
-                    DEFAULT_MARGIN_PCT if margin_pct is None else margin_pct, caliber.CaliberResult(), look=rounds)
+    mine = [c for c in cells if c.key.op == op and c.key.round <= rounds]
+    gate = irgate.load_decision(root, op)
+    margin = DEFAULT_MARGIN_PCT if margin_pct is None else margin_pct
+    return Look([build_op(op, mine, gate, plan, margin, caliber.CaliberResult(), look=rounds, regime=regime)
+                 for regime in report_regimes(_setup_facts(mine)["regime"])])
 
 
 def _auto_summary(ops: list[OpReport], plan: CampaignPlan) -> dict[str, int]:
