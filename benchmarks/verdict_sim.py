@@ -1,6 +1,6 @@
 """The verdict rule on a seeded simulator: known effects in, the report's verdicts out.
 
-    python benchmarks/verdict_sim.py                # both tables of docs/verdicts.md (about 45 min on 2 cores)
+    python benchmarks/verdict_sim.py                # the three tables of docs/verdicts.md (about 45 min on 2 cores)
     python benchmarks/verdict_sim.py --only scenarios   # the second table alone
     python benchmarks/verdict_sim.py --quick        # the seeded subsets the test suite checks (seconds)
 
