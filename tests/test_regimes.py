@@ -287,3 +287,22 @@ def test_the_regimes_disagree_where_the_steady_delta_is_beyond_the_burst_one_by_
     assert note.startswith("regimes disagree beyond the +-2% margin: geomean burst -21.6%, steady -18.9%; steady - "
                            "burst +3.4 points [+3.1 ~ +3.7]") and note.endswith("; shapes beyond it: mm")
     assert f"   {note}" in render_text(report).splitlines()
+
+
+def test_a_look_of_auto_rounds_settles_an_op_only_when_every_regime_settled(tmp_path: Path) -> None:
+    # --ab-regime both: burst's rounds swing +-5% (unsettled after 4 rounds), steady's agree within 0.1% (`same`).
+    # Judged together the records of a shape overwrite each other (steady's last) and the op looked settled.
+    from pytest_abbench.core.layout import RootLayout
+    from pytest_abbench.core.plan import CampaignPlan
+    from pytest_abbench.report.build import discover, settled_after
+
+    plan = CampaignPlan(10, ops={"op": "test_x.py"}, auto_min=3)
+    calm, swing = [0.001, -0.001, 0.0005, -0.0005], [0.05, -0.05, 0.05, -0.05]
+    for name, (burst_deltas, steady_deltas) in {"swing": (swing, calm), "calm": (calm, calm)}.items():
+        burst, steady = tmp_path / name, tmp_path / f"{name}-steady"
+        synthetic_root(burst, {"s": burst_deltas})
+        synthetic_root(steady, {"s": steady_deltas})
+        as_both_regimes(burst, steady)
+        look = settled_after(burst, "op", discover(RootLayout(burst), []), plan, 2.0, 4)
+        assert [r.regime for r in look.reports] == ["burst", "steady"] and look.judged
+        assert look.unsettled == (["burst: s"] if name == "swing" else []) and look.settled == (name == "calm")

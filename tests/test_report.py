@@ -106,6 +106,16 @@ def test_the_gate_trips_on_one_slower_shape_that_the_geomean_hides(tmp_path: Pat
     assert "abbench: exit 7: slower beyond --ab-fail-if-slower: mixed[big]" in out
 
 
+def test_the_shapes_short_of_the_gate_do_not_dilute_the_one_beyond_it(tmp_path: Path) -> None:
+    # One shape around +9% in six rounds (one-sided p above 5% of 0.0043), nine unchanged ones below 5% in every
+    # round: they cannot trip the gate falsely and leave its family, so the one is judged at 2.5% / 1 with its p
+    # doubled (0.0085), not at 2.5% / 10 (0.043 after Benjamini-Hochberg across all ten: not counted).
+    deltas = {"big": [0.10, 0.07, 0.12, 0.06, 0.11, 0.08]} | {f"n={n}": [0.001, -0.001] * 3 for n in range(9)}
+    synthetic_root(tmp_path, deltas)
+    report = build_report(tmp_path, fail_if_slower_pct=5.0)
+    assert report.slower_ops == ["op[big]"] and report.ops[0].shapes[0].verdict == "slower"
+
+
 def test_the_gate_sees_half_the_shapes_slower_when_the_other_half_is_faster(tmp_path: Path) -> None:
     # +5% and -5% shapes: a geomean near 0 hides both; the shape gate names the slower ones.
     up, down = [0.05, 0.051, 0.049, 0.05], [-0.05, -0.049, -0.051, -0.05]

@@ -7,9 +7,10 @@ import statistics
 
 import pytest
 
-from pytest_abbench.report.stats import (SPLIT_LOOSE, SPLIT_STRICT, aa_bias, best_split, bh_adjust, binomial_tail,
-                                         interval, judge, mann_kendall, median_se, robust_cv, rounds_needed, sign_flip,
-                                         split_quantile, spread_floor, t_quantile, t_test_above_p, t_test_p)
+from pytest_abbench.report.stats import (SPLIT_LOOSE, SPLIT_STRICT, aa_bias, best_split, bh_adjust, bh_adjust_beyond,
+                                         binomial_tail, interval, judge, median_se, robust_cv, rounds_needed,
+                                         side_trends, sign_flip, split_quantile, spread_floor, t_quantile,
+                                         t_test_above_p, t_test_p, t_two_sided_p)
 
 
 def test_robust_cv_is_half_the_inclusive_iqr_over_the_median() -> None:
@@ -44,6 +45,11 @@ def test_benjamini_hochberg_matches_the_step_up_definition() -> None:
     assert bh_adjust([]) == []
 
 
+def test_the_gate_correction_keeps_only_the_p_values_below_one_half_and_doubles_them() -> None:
+    # Kept: 0.004 and 0.3, doubled to 0.008 and 0.6, then Benjamini-Hochberg over those two.
+    assert bh_adjust_beyond([0.004, 0.6, None, 0.3, 0.5]) == pytest.approx([0.016, None, None, 0.6, None])
+
+
 def test_a_strict_majority_of_rounds_must_lie_on_the_direction_side() -> None:
     assert [rounds_needed(n) for n in range(2, 11)] == [2, 2, 3, 3, 4, 4, 5, 5, 6]
 
@@ -73,18 +79,25 @@ def test_zero_deltas_are_no_sign_flip_and_aa_bias_needs_an_interval_off_zero() -
     assert aa_bias((-0.5, 1.0)) is None and aa_bias((0.2, 0.6)) == 0.6 and aa_bias(None) is None
 
 
-def test_mann_kendall_is_exact_for_small_series_and_theil_sen_ignores_one_outlier() -> None:
-    # Ten rising values: only 2 of the 10! orderings are as monotone.
-    p, slope = mann_kendall([float(k) for k in range(10)])
-    assert p == pytest.approx(2 / math.factorial(10)) and slope == 1.0
-    # n = 5, S = 4: P(S >= 4) = 0.2417 in Kendall's table; two-sided 0.483.
-    assert mann_kendall([3.0, 1.0, 2.0, 5.0, 4.0])[0] == pytest.approx(0.48333, abs=1e-5)
-    # A warm first round: the median of the pairwise slopes stays 0.
-    p, slope = mann_kendall([5.0, 0.0, 0.01, -0.01, 0.005, -0.005, 0.0])
-    assert slope == pytest.approx(0.0, abs=0.003) and p > 0.2
-    # Ties take the normal approximation with Kendall's tie correction.
-    assert mann_kendall([0.0, 0.0, 1.0, 1.0, 2.0, 2.0])[0] < 0.05
-    assert mann_kendall([1.0, 2.0]) == (1.0, 1.0)
+def test_side_trends_pool_both_sides_variance_and_no_single_round_makes_a_trend() -> None:
+    # Side B rises 1% a round with residuals e = d x (1, -1, 0, 0, -1, 1) (orthogonal to a line), side A flat:
+    # the variance pooled over both sides is 4 d^2 / (2 x 4), the slope's standard error sqrt(d^2 / 2 / 17.5),
+    # t = sqrt(35) with 8 degrees of freedom (side B alone: t = sqrt(17.5) with 4, p = 0.014).
+    d = 0.01
+    side_b = [0.01 * k + d * e for k, e in enumerate((1, -1, 0, 0, -1, 1))]
+    trend_a, trend_b, delta = side_trends([0.0] * 6, side_b)
+    assert trend_b.slope == pytest.approx(0.01) and trend_b.p == pytest.approx(t_two_sided_p(math.sqrt(35.0), 8))
+    assert trend_a.p == 1.0 and delta.slope == pytest.approx(0.01)
+    assert delta.p == pytest.approx(t_two_sided_p(math.sqrt(35.0 / 2.0), 8))  # B - A: sqrt(2) x the error
+    # The floor: a line through rounds that lie on it exactly, each known to be as noisy as its median (2%).
+    assert side_trends([0.0] * 6, [0.03 * k for k in range(6)], floor=0.02)[1].p == pytest.approx(
+        t_two_sided_p(0.03 / math.sqrt(0.02 ** 2 / 17.5), 8))
+    # A warm first process on side A: the least-squares line follows it (slope -0.5% a round), but with round 1
+    # left out nothing trends, so no trend is found.
+    warm = [0.05, 0.0, 0.001, -0.001, 0.0005, -0.0005, 0.0]
+    trend_a, _, delta = side_trends(warm, [0.001 * (-1) ** k for k in range(7)])
+    assert trend_a.slope < -0.004 and trend_a.p == 1.0 and delta.p == 1.0
+    assert side_trends([0.0] * 3, [0.0, 1.0, 2.0])[1].p == 1.0  # too few rounds
 
 
 def test_best_split_finds_two_tight_groups_and_floors_their_spread() -> None:

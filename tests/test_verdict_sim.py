@@ -49,11 +49,11 @@ def scenarios() -> dict[tuple[str, str, int], object]:
 
 
 def test_a_side_that_drifts_leaves_ops_flagged_or_unconcluded(scenarios: dict) -> None:
-    # Side B 0.4% slower every round for 10 rounds, identical code.  docs/verdicts.md: 100% of ops on the quiet
-    # machine, 82% on the noisy one at 100 ops (the 90% target is missed there: the drift is a fifth of a round's noise).
-    quiet, noisy = scenarios[("drift", "quiet", 10, 0.0)], scenarios[("drift", "noisy", 10, 0.0)]
-    assert quiet.rate(quiet.ops_flagged_or_unconcluded, per_op=True) >= 90.0
-    assert noisy.rate(noisy.ops_flagged_or_unconcluded, per_op=True) >= 70.0
+    # Side B 0.4% slower every round for 10 rounds, identical code: a fifth of a round's noise on the noisy machine.
+    # Mann-Kendall on each series left 82% of 100 noisy ops flagged or unconcluded (docs/verdicts.md).
+    for machine in ("quiet", "noisy"):
+        sc = scenarios[("drift", machine, 10, 0.0)]
+        assert sc.rate(sc.ops_flagged_or_unconcluded, per_op=True) >= 90.0, machine
 
 
 def test_without_drift_or_modes_few_shapes_carry_a_flag(results: dict) -> None:
@@ -80,6 +80,9 @@ def test_the_gate_trips_on_one_slower_shape_and_not_on_unchanged_roots(scenarios
     assert single.roots == unchanged.roots == 5
     assert single.roots_tripped == 5 and single.roots_tripped_geomean == 0  # the geomean alone never sees it
     assert unchanged.roots_tripped == 0
+    # The noisy machine at 6 rounds: corrected across all of an op's shapes, one +10% shape tripped it in 81%.
+    noisy = scenarios[("single", "noisy", 6, 0.10)]
+    assert noisy.roots == 40 and noisy.roots_tripped >= 0.9 * noisy.roots
 
 
 @pytest.fixture(scope="module")

@@ -26,8 +26,9 @@ from pytest_abbench.report.model import SCHEMA_VERSION, OpReport, Report, ShapeR
 from pytest_abbench.report import flags
 from pytest_abbench.report import sequential
 from pytest_abbench.report.flags import Finding, ShapeSeries
-from pytest_abbench.report.stats import (ALPHA, aa_bias, bh_adjust, cv_pct, interval, judge, median_or_none, median_se,
-                                         pct, robust_cv, sign_flip, spread_floor, stdev, t_test_above_p, t_test_p)
+from pytest_abbench.report.stats import (ALPHA, aa_bias, bh_adjust, bh_adjust_beyond, cv_pct, interval, judge,
+                                         median_or_none, median_se, pct, robust_cv, sign_flip, spread_floor, stdev,
+                                         t_test_above_p, t_test_p)
 from pytest_abbench.core.outcome import IR_ONLY, NO_IR_DIFF, NO_ROW, OK, OVER_BUDGET, SETTLED, CellOutcome
 from pytest_abbench.core.plan import CampaignPlan, read_plan
 from pytest_abbench.core.regimes import BOTH, BURST, REGIMES, STEADY
@@ -428,13 +429,46 @@ def autotune_pins_line(layout: RootLayout, op: str) -> str:
     return f"autotune: {', '.join(parts)}" if parts else ""
 
 
+@dataclass(frozen=True)
+class Look:
+    """One look of ``--ab-rounds auto`` at an op: its report under each regime it is timed under."""
+
+    reports: list[OpReport]
+
+    @property
+    def judged(self) -> bool:
+        """Every regime's report has verdicts."""
+        return all(r.state == "verdict" for r in self.reports)
+
+    @property
+    def unsettled(self) -> list[str]:
+        """The shapes not settled, ``regime: shape`` where the op is timed under more than one regime."""
+        several = len(self.reports) > 1
+        return [f"{r.regime}: {shape}" if several else shape for r in self.reports for shape in r.unsettled]
+
+    @property
+    def settled(self) -> bool:
+        """The op needs no more rounds: settled under every regime it runs."""
+        return self.judged and not self.unsettled
+
+    @property
+    def reason(self) -> str:
+        """Why a regime has no verdict ("" when every one has)."""
+        return next((r.reason for r in self.reports if r.state != "verdict"), "")
+
+
 def settled_after(root: Path, op: str, cells: Iterable[CellOutcome], plan: CampaignPlan, margin_pct: float | None,
-                  rounds: int) -> OpReport:
-    """``op`` judged on its first ``rounds`` rounds as a look of the auto ``plan``: settled when its state is
-    ``verdict`` and ``unsettled`` is empty.  What the session asks before an op's next round, and the simulator.
+                  rounds: int) -> Look:
+    """``op`` judged on its first ``rounds`` rounds as a look of the auto ``plan``, under each regime its cells
+    time (``report_regimes``: burst and steady apart under ``--ab-regime both``, as the report judges them): it is
+    settled when it is settled under every one.  What the session asks before an op's next round, and the
+    simulator.
     """
-    return build_op(op, [c for c in cells if c.key.op == op], irgate.load_decision(root, op), plan,
-                    DEFAULT_MARGIN_PCT if margin_pct is None else margin_pct, caliber.CaliberResult(), look=rounds)
+    mine = [c for c in cells if c.key.op == op and c.key.round <= rounds]
+    gate = irgate.load_decision(root, op)
+    margin = DEFAULT_MARGIN_PCT if margin_pct is None else margin_pct
+    return Look([build_op(op, mine, gate, plan, margin, caliber.CaliberResult(), look=rounds, regime=regime)
+                 for regime in report_regimes(_setup_facts(mine)["regime"])])
 
 
 def _auto_summary(ops: list[OpReport], plan: CampaignPlan) -> dict[str, int]:
@@ -531,7 +565,8 @@ def _gate(ops: list[OpReport], threshold_pct: float, scope: str) -> tuple[list[s
     An op trips on its geomean when the op has a ``slower`` shape and the geomean's 95% interval lies above the
     threshold.  With the shapes scope a shape trips when it is ``slower`` and the one-sided t-test of its rounds
     above the threshold (at 2.5%: the lower end of its 95% interval) holds after Benjamini-Hochberg across the
-    op's shapes, the verdicts' own multiplicity control (docs/verdicts.md weighs it against one across the report).
+    op's shapes whose delta lies beyond the threshold (``bh_adjust_beyond``: the shapes short of it cannot trip
+    it falsely), the verdicts' own multiplicity control (docs/verdicts.md weighs it against one across the report).
     """
     judged = [o for o in ops if o.state == "verdict"]
     over_geomean = {o.op for o in judged
@@ -541,7 +576,7 @@ def _gate(ops: list[OpReport], threshold_pct: float, scope: str) -> tuple[list[s
     bound = math.log1p(threshold_pct / 100.0)
     slower, held = [], []
     for o in judged:
-        adjusted = bh_adjust([t_test_above_p([math.log1p(d / 100.0) for d in s.per_round_pct], bound,
+        adjusted = bh_adjust_beyond([t_test_above_p([math.log1p(d / 100.0) for d in s.per_round_pct], bound,
                                              math.log1p(s.spread_floor_pct / 100.0)) for s in o.shapes])
         over = [s for s, p in zip(o.shapes, adjusted) if p is not None and p < ALPHA / 2.0]
         names = (["geomean"] if o.op in over_geomean else []) + [s.shape for s in over if s.verdict == "slower"]

@@ -24,8 +24,8 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass
 
-from pytest_abbench.report.stats import (SPLIT_LOOSE, SPLIT_LOOSE_LEVEL, SPLIT_STRICT, Judgement, bh_adjust, best_split,
-                                         binomial_tail, mann_kendall, pct, split_quantile)
+from pytest_abbench.report.stats import (SPLIT_LOOSE, SPLIT_LOOSE_LEVEL, SPLIT_STRICT, Judgement, Trend, bh_adjust,
+                                         best_split, binomial_tail, pct, side_trends, split_quantile)
 
 @dataclass(frozen=True)
 class Flag:
@@ -91,7 +91,7 @@ FLAG_ALPHA = 0.05  # the level of each finding's test, per op (Bonferroni across
 DRIFT_MIN_FRACTION = 0.25  # of the margin: a trend that moves a series less over the whole campaign is no finding
 BIMODAL_MIN_FRACTION = 0.5  # of the margin: two groups closer than this are no finding
 BIMODAL_OP_ALPHA = 0.001  # the op-wide count's binomial level: stricter, as shapes share their processes
-MIN_DRIFT_ROUNDS = 6  # Mann-Kendall's smallest p with 5 values is 1/60: three tests at 5% need 6 rounds
+MIN_DRIFT_ROUNDS = 6  # fewer: a line with any one round left out rests on 4 rounds a side
 MIN_SPLIT_ROUNDS = 4  # two groups of two
 MIN_PROCESS_GROUP = 3  # rounds in the smaller group of an op's processes that split with all shapes
 
@@ -123,27 +123,38 @@ def _per_round(text: str, slope: float) -> str:
     return f"{text} {pct(slope):+.2f}%/round"
 
 
-def _trend(delta: list[float], side_a: list[float], side_b: list[float],
+def _trend(side_a: list[float], side_b: list[float], floor: float,
            min_change: float) -> tuple[float, Finding | None]:
-    """The three trend tests of one set of series (the delta, side A, side B), Bonferroni-corrected.
+    """The trend tests of one pair of series (``stats.side_trends``): each side's, at half of FLAG_ALPHA each.
 
-    A side's trend counts unless the other side trends the same way: when both move together the machine
-    moved, and alternating sides cancel it in the delta.  Returns the smallest corrected p and its finding.
+    A side's trend counts unless the other side trends the same way (both at FLAG_ALPHA): when both move together
+    the machine moved, and alternating sides cancel it in the delta, whose trend then decides.  Every finding
+    needs one side's trend at half of FLAG_ALPHA (the returned p is never below twice the smaller side's p), so
+    by the union bound a series pair without any trend gets one at most FLAG_ALPHA of the time.  Returns that p
+    and the finding.
     """
-    n = len(delta)
+    n = len(side_a)
     if n < MIN_DRIFT_ROUNDS:
         return 1.0, None
-    p_delta, s_delta = mann_kendall(delta)
-    p_a, s_a = mann_kendall(side_a)
-    p_b, s_b = mann_kendall(side_b)
-    together = p_a < FLAG_ALPHA and p_b < FLAG_ALPHA and (s_a > 0) == (s_b > 0)  # the machine moved both sides
-    tests = [] if together else [(p_a, s_a, "side A drifts"), (p_b, s_b, "side B drifts")]
-    tests.append((p_delta, s_delta, "the delta drifts"))
-    material = [t for t in tests if abs(t[1]) * (n - 1) >= min_change]
-    if not material:
+    trend_a, trend_b, trend_delta = side_trends(side_a, side_b, floor)
+
+    def material(trend: Trend) -> float:
+        return trend.p if abs(trend.slope) * (n - 1) >= min_change else 1.0
+
+    p_a, p_b = material(trend_a), material(trend_b)
+    sides = min(1.0, 2.0 * min(p_a, p_b))
+    if trend_a.p < FLAG_ALPHA and trend_b.p < FLAG_ALPHA and (trend_a.slope > 0) == (trend_b.slope > 0):
+        p, trend, what = max(sides, min(1.0, 2.0 * material(trend_delta))), trend_delta, "the delta drifts"
+    else:
+        p, trend, what = (sides, trend_a, "side A drifts") if p_a <= p_b else (sides, trend_b, "side B drifts")
+    if p >= 1.0:
         return 1.0, None
-    p, slope, what = min(material, key=lambda t: t[0])  # on a tie, the side that moved
-    return min(1.0, 3 * p), Finding(DRIFT, abs(slope) * (n - 1), _per_round(what, slope))
+    return p, Finding(DRIFT, abs(trend.slope) * (n - 1), _per_round(what, trend.slope))
+
+
+def _floor(shapes: list[ShapeSeries]) -> float:
+    """The smallest standard deviation of the mean of ``shapes``' medians in one round, pooled over the sides."""
+    return math.sqrt(math.fsum(s.se_a ** 2 + s.se_b ** 2 for s in shapes) / 2.0) / len(shapes)
 
 
 def _mean_series(series: list[list[float]]) -> list[float]:
@@ -178,8 +189,8 @@ def op_findings(shapes: list[ShapeSeries], margin_pct: float) -> list[Finding]:
     margin = math.log1p(margin_pct / 100.0)
     n = len(shapes[0].log_a)
     found = []
-    p, drift = _trend(_mean_series([s.log_ratios for s in shapes]), _mean_series([s.log_a for s in shapes]),
-                      _mean_series([s.log_b for s in shapes]), DRIFT_MIN_FRACTION * margin)
+    p, drift = _trend(_mean_series([s.log_a for s in shapes]), _mean_series([s.log_b for s in shapes]),
+                      _floor(shapes), DRIFT_MIN_FRACTION * margin)
     if drift is not None and p < FLAG_ALPHA and len(shapes) > 1:  # one shape: shape_findings tests the same
         found.append(Finding(drift.flag, drift.size, drift.text + " (the op's shapes together)"))
     min_gap = BIMODAL_MIN_FRACTION * margin
@@ -214,7 +225,7 @@ def shape_findings(shapes: list[ShapeSeries], margin_pct: float) -> list[list[Fi
     """Each shape's own conditions: a trend (its corrected p after Benjamini-Hochberg across the op's shapes),
     or one side's medians in two groups of at least two rounds each, unlikely (``SPLIT_STRICT``) from one mode."""
     margin = math.log1p(margin_pct / 100.0)
-    trends = [_trend(s.log_ratios, s.log_a, s.log_b, DRIFT_MIN_FRACTION * margin) for s in shapes]
+    trends = [_trend(s.log_a, s.log_b, _floor([s]), DRIFT_MIN_FRACTION * margin) for s in shapes]
     adjusted = bh_adjust([p for p, _ in trends])
     found: list[list[Finding]] = []
     for shape, (_, trend), p in zip(shapes, trends, adjusted):

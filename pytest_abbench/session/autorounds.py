@@ -49,13 +49,13 @@ class AutoRounds:
         from pytest_abbench.report.build import settled_after
 
         judged = settled_after(self.root, op, self.outcomes.values(), self.plan, self.margin_pct, rounds)
-        if judged.state == "verdict" and not judged.unsettled:
+        if judged.settled:
             return SETTLED, (f"{SETTLED}: every shape of {op} settled after {rounds} rounds (--ab-rounds auto: "
                              f"{self.plan.auto_min} to {self.plan.rounds})")
         budget = self.budget_s
         spent = sum(o.elapsed_s for o in self.outcomes.values() if not o.resumed)
         if budget is not None and spent >= budget:
-            left = (f"{len(judged.unsettled)} shape(s) unsettled" if judged.state == "verdict"
+            left = (f"{len(judged.unsettled)} shape(s) unsettled" if judged.judged
                     else f"no verdict ({judged.reason})")
             return OVER_BUDGET, (f"{OVER_BUDGET}: this process's cells took {spent:.0f}s of the {budget:g}s "
                                  f"--ab-rounds-budget; {op} stops after {rounds} rounds, {left}")
