@@ -158,6 +158,19 @@ def test_a_dead_server_fails_its_cell_by_name_and_is_replaced(chain: Chain, monk
     assert "starting a new one" in (root / "r2_B" / "ok" / "run.log").read_text()
 
 
+# The end of the campaigns below: a cell's ``build`` appends its ``line`` to SEEN_FILE, then times a tiny op; one
+# op named OP, whose side B sets VAR.
+RECORDING_CELL = textwrap.dedent('''
+        with open(os.environ["SEEN_FILE"], "a") as handle:
+            handle.write(json.dumps(line) + "\\n")
+        x = torch.ones(4)
+        return Case(run=lambda: x * 2, expected=lambda: torch.full((4,), 2.0))
+
+    OPS = [Op(OP, build=build, shapes={"smoke": [{"n": 4}]})]
+    SWITCH = Switch(env_b={VAR: "1"})
+''')
+
+
 # A campaign whose cells record when their fork server was started and when they themselves ran, both on
 # the boot clock (/proc's process start times count from boot).
 TIMED_CAMPAIGN = textwrap.dedent('''
@@ -176,14 +189,7 @@ TIMED_CAMPAIGN = textwrap.dedent('''
         _, server = started_s(cell)
         line = {"op": OP, "side": "B" if os.environ.get(VAR) else "A",
                 "server_started": started_s(server)[0], "ran": time.clock_gettime(time.CLOCK_BOOTTIME)}
-        with open(os.environ["SEEN_FILE"], "a") as handle:
-            handle.write(json.dumps(line) + "\\n")
-        x = torch.ones(4)
-        return Case(run=lambda: x * 2, expected=lambda: torch.full((4,), 2.0))
-
-    OPS = [Op(OP, build=build, shapes={"smoke": [{"n": 4}]})]
-    SWITCH = Switch(env_b={VAR: "1"})
-''')
+''') + RECORDING_CELL
 
 
 def test_the_servers_of_every_collected_switch_start_with_the_first_cell(
@@ -478,14 +484,7 @@ WORKER_SERVERS_CAMPAIGN = textwrap.dedent('''
         side = "B" if os.environ.get(VAR) else "A"
         line = {"op": OP, "cell": os.environ["PYTEST_CURRENT_TEST"].split("[")[1].split("]")[0],
                 "worker": worker, "live": worker_servers(worker)}
-        with open(os.environ["SEEN_FILE"], "a") as handle:
-            handle.write(json.dumps(line) + "\\n")
-        x = torch.ones(4)
-        return Case(run=lambda: x * 2, expected=lambda: torch.full((4,), 2.0))
-
-    OPS = [Op(OP, build=build, shapes={"smoke": [{"n": 4}]})]
-    SWITCH = Switch(env_b={VAR: "1"})
-''')
+''') + RECORDING_CELL
 
 
 def test_an_xdist_workers_servers_end_with_its_last_cell_that_needs_them(
