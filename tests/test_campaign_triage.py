@@ -37,12 +37,15 @@ def readme_laptop_line() -> list[str]:
 
 
 def run_pytest(argv: list[str], root: Path) -> str:
-    """``argv`` (a ``pytest ...`` command line) run in the repository root, as a user would; its output."""
+    """``argv`` (a ``pytest ...`` command line) run in the repository root, as a user would; its output.  Its
+    run is recorded in a history file beside ``root``, not in the checkout's ``.abbench/``."""
     assert argv[0] == "pytest", argv
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "TRITON_", "MLIR_", "ABBENCH_"))}
-    done = subprocess.run([sys.executable, "-m", "pytest", *argv[1:], "--ab-root", str(root), "-p", "no:cacheprovider"],
+    done = subprocess.run([sys.executable, "-m", "pytest", *argv[1:], "--ab-root", str(root), "-p", "no:cacheprovider",
+                           "--ab-history", str(root.parent / "history.sqlite")],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    assert (root.parent / "history.sqlite").is_file(), done.stdout[-4000:]  # recorded there, not in the checkout
     return done.stdout
 
 
