@@ -28,7 +28,8 @@ Per regime: the median of the per-pair deltas ln(B/A) as a percent, the mean's 9
 burst; under steady over the blocks' mean deltas, since the windows of one block follow one settling and are not
 independent), and per side the median SM clock, power and the share of windows under the power cap;
 a window's NVML reading is taken right after it.  The parameters and the two conditions are the cells' own
-(``core/regimes.py``, ``child/regime.py``); the timing, the interleaving and the NVML reads are this script's.
+(``core/regimes.py``, ``child/regime.py``), and so is the graph timer (``child/timers.py`` ``GraphWindows``); the
+interleaving and the NVML reads are this script's.
 
 Needs torch, triton and nvidia-ml-py; nothing is set on the GPU (no clock, no power limit).
 """
@@ -52,6 +53,7 @@ from pytest_abbench.child.gpustate import decode_reasons  # noqa: E402  (NVML's 
 from pytest_abbench.child.regime import at_boost, settled  # noqa: E402  (the conditions the cells check)
 from pytest_abbench.core import regimes  # noqa: E402  (the plugin's burst and steady parameters)
 from pytest_abbench.core.settings import CUDA_SAMPLES  # noqa: E402  (windows per shape on a GPU)
+from pytest_abbench.child.timers import GraphWindows  # noqa: E402  (the cells' graph timer, the same windows)
 from pytest_abbench.core.results import GpuReading as Reading  # noqa: E402  (clock, power, reasons)
 from pytest_abbench.report.stats import interval, pct  # noqa: E402  (the report's t-interval)
 
@@ -356,43 +358,9 @@ def build_layer_norm_sides(log: Callable[[str], None]) -> dict[str, Callable[[],
     return sides
 
 
-class GraphTimer:
-    """A CUDA graph of as many calls as fill ``window_ms``; a window is one timed replay, its time per call."""
-
-    def __init__(self, fn: Callable[[], Any], window_ms: float) -> None:
-        import torch
-
-        self.torch = torch
-        self.stream = torch.cuda.Stream()
-        with torch.cuda.stream(self.stream):
-            fn()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(5):
-                fn()
-            end.record()
-            torch.cuda.synchronize()
-            estimate = start.elapsed_time(end) / 5
-            self.calls = max(1, int(window_ms / estimate)) if estimate > 0 else 1000
-            self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph):
-                for _ in range(self.calls):
-                    fn()
-        torch.cuda.synchronize()
-
-    def window(self) -> float:
-        torch = self.torch
-        with torch.cuda.stream(self.stream):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            self.graph.replay()
-            end.record()
-        torch.cuda.synchronize()
-        return float(start.elapsed_time(end)) / self.calls
-
-
-def window_of(timers: dict[str, GraphTimer]) -> Callable[[str], float]:
-    return lambda side: timers[side].window()
+def window_of(timers: dict[str, GraphWindows]) -> Callable[[str], float]:
+    """One timed replay of ``side``'s graph: its time per call."""
+    return lambda side: timers[side].window()[0][0]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -445,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
     sides = build_sides(args.pair, config, log) if args.op == "mm" else build_layer_norm_sides(log)
     lines = []
     for regime in chosen:
-        timers = {side: GraphTimer(fn, windows[regime]) for side, fn in sides.items()}
+        timers = {side: GraphWindows(fn, windows[regime]) for side, fn in sides.items()}
         rig = Rig(window=window_of(timers), read=read, max_clock=max_clock)
         run = (run_burst(rig, args.pairs, windows[regime], args.burst_budget_s) if regime == regimes.BURST
                else run_steady(rig, args.pairs, windows[regime]))
