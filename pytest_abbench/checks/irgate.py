@@ -379,9 +379,12 @@ def _decide(op: str, ir_a: Path, ir_b: Path) -> GateDecision:
     files_a, files_b = gated_files(ir_a, ir_b), gated_files(ir_b, ir_a)
     fa, fb = fingerprint_ttgir(ir_a, files_a), fingerprint_ttgir(ir_b, files_b)
     if (fa is None) != (fb is None):
-        empty, other, files = ("A", "B", files_b) if fa is None else ("B", "A", files_a)
-        if ran_no_triton_kernel(ir_a if fa is None else ir_b):
-            names = sorted({p.relative_to(ir_b if fa is None else ir_a).parts[0] for p in files})
+        if fa is None:
+            empty, empty_dir, other, other_dir, other_files = "A", ir_a, "B", ir_b, files_b
+        else:
+            empty, empty_dir, other, other_dir, other_files = "B", ir_b, "A", ir_a, files_a
+        if ran_no_triton_kernel(empty_dir):
+            names = sorted({p.relative_to(other_dir).parts[0] for p in other_files})
             return GateDecision(op, "diff", f"side {empty} ran no Triton kernel, side {other} compiled "
                                 f"{', '.join(names)}: the switch runs other code", fa, fb)
     if fa is None or fb is None:

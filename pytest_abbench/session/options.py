@@ -21,10 +21,10 @@ from pytest_abbench.core.kernelcache import kernel_cache_option
 from pytest_abbench.core.layout import ABBENCH_DIR, HISTORY_FILE, STATUS_FILE
 from pytest_abbench.core.regimes import BOTH, BURST, DEFAULT_REGIME, REGIME_CHOICES, STEADY
 from pytest_abbench.core.settings import (AUTO_FIRST, AUTO_LAST, CUDA_SAMPLES, DEFAULT_CELL_TIMEOUT_S,
-                                          DEFAULT_IMPORT_TIMEOUT_S, DEFAULT_ROUNDS, HISTORY_OFF, MAX_ROUNDS, Settings, add_report_options,
-                                          choice, default_level, default_rounds, detect_backend, env_assignment,
-                                          existing_root, gpu_list, history_file, history_path, positive_int,
-                                          positive_seconds, rounds_plan, tuner_cache_mode)
+                                          DEFAULT_IMPORT_TIMEOUT_S, DEFAULT_ROUNDS, HISTORY_OFF, MAX_ROUNDS, Settings,
+                                          add_report_options, choice, default_level, default_rounds, detect_backend,
+                                          env_assignment, existing_root, gpu_list, history_file, history_path,
+                                          positive_int, positive_seconds, rounds_plan, tuner_cache_mode)
 from pytest_abbench.core.status import StatusFormatError, read_status
 
 TIMERS = ("auto", *cellconfig.TIMERS)
