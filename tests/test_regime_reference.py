@@ -150,22 +150,24 @@ def test_a_roots_autotune_record_gives_the_config_its_cells_ran(ref: ModuleType,
         ref.config_from_record(record)
 
 
-def test_the_dry_run_prints_the_plan_in_a_real_process_without_a_gpu() -> None:
+def run_script(*args: str) -> subprocess.CompletedProcess[str]:
+    """The script in a real process, the package on its path."""
     env = {**os.environ, "PYTHONPATH": str(SCRIPT.parent.parent)}
-    done = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--regimes", "steady", "--pairs", "10"],
-                          capture_output=True, text=True, env=env, timeout=120)
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_the_dry_run_prints_the_plan_in_a_real_process_without_a_gpu() -> None:
+    done = run_script("--dry-run", "--regimes", "steady", "--pairs", "10")
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
         "# mm 4096x4096x4096 bf16 (switch): regimes steady, 10 pairs each, windows steady 100 ms; config side A "
         "autotuned",
         "# dry run: 2 JIT functions of _kernels/gemm.py mm_kernel (4 autotune configs); no GPU touched"]
-    ln = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--op", "layer_norm"],
-                        capture_output=True, text=True, env=env, timeout=120)
+    ln = run_script("--dry-run", "--op", "layer_norm")
     assert ln.returncode == 0, ln.stderr
     assert ln.stdout.splitlines() == [
         "# layer_norm 8192x4096 bf16 (ATen vs Triton): regimes burst, steady, 40 pairs each, windows burst 4 ms, "
         "steady 100 ms",
         "# dry run: ATen against _kernels/layer_norm.py layer_norm_kernel; no GPU touched"]
-    bad = subprocess.run([sys.executable, str(SCRIPT), "--regimes", "idle"], capture_output=True, text=True,
-                         env=env, timeout=120)
+    bad = run_script("--regimes", "idle")
     assert bad.returncode == 2 and "--regimes takes burst, steady (got 'idle')" in bad.stderr
