@@ -116,7 +116,7 @@ def _ticks(*values: float) -> Callable[[], float]:
     return lambda: next(it)
 
 
-def test_the_sampler_reads_before_and_after_the_timer_never_during_it() -> None:
+def test_the_sampler_reads_every_value_at_each_edge_of_a_window() -> None:
     log: list[str] = []
     nvml = StandInNvml(log)
     sampler = open_sampler("cuda", nvml=nvml, device=_device())

@@ -15,7 +15,8 @@ import pytest
 from helpers import synthetic_root, as_both_regimes
 
 from pytest_abbench.child.gpustate import GpuSampler
-from pytest_abbench.child.regime import Pace, run_regime, settled, wait_for_boost
+from pytest_abbench.child.regime import EDGES_OFF, Pace, run_regime, settled, wait_for_boost
+from pytest_abbench.child.timers import windows_in_turn
 from pytest_abbench.core import regimes
 from pytest_abbench.core.results import REASON_BITS as REASONS
 from pytest_abbench.core.results import GpuReading, GpuState, TimedWindow, energy_per_call_j
@@ -68,6 +69,9 @@ class StandInKernel:
     def window(self) -> tuple[list[float], int]:
         self.clock.advance(self.window_s)
         return [self.ms], self.calls
+
+    def windows(self, count: int, at_edge: Any, warm_s: float = 0.0) -> list[tuple[list[float], int]]:
+        return windows_in_turn(self, count, at_edge, warm_s)
 
     def run_for(self, seconds: float) -> None:
         self.busy_s += seconds
@@ -137,6 +141,28 @@ def test_steady_that_never_settles_ends_at_its_bound_and_a_window_off_the_settle
     timing = run_regime(regimes.STEADY, StandInKernel(clock, window_s=0.3), drops, count=2, cpu=False, pace=clock)
     assert [w.condition for w in timing.windows] == [regimes.MET, regimes.NOT_MET]
     assert "the window ended at 1300 MHz" in timing.windows[1].detail
+
+
+def test_back_to_back_windows_share_their_edges_and_edges_off_records_none_but_still_settles() -> None:
+    clock = FakeClock()
+    gpu = StandInGpu(clock, lambda t: (1980.0, 300.0, [], 1000.0 * t))  # the counter gains 100 mJ per 0.1 s window
+    timing = run_regime(regimes.STEADY, StandInKernel(clock, window_s=0.1), gpu, count=4, cpu=False, pace=clock)
+    settling = len(gpu.reads) - 5
+    # Four windows, five edges: the read that ends one window starts the next, so no read waits between them.
+    assert gpu.reads[settling:] == pytest.approx([gpu.reads[settling] + 0.1 * i for i in range(5)])
+    states = [w.gpu_state for w in timing.windows]
+    assert all(a.after is b.before for a, b in zip(states, states[1:]))
+    assert [s.energy_mj for s in states] == pytest.approx([100.0] * 4) and [s.window_s for s in states] == \
+        pytest.approx([0.1] * 4)
+
+    clock = FakeClock()
+    gpu = StandInGpu(clock, lambda t: (1980.0, 300.0, [], 1000.0 * t))
+    off = run_regime(regimes.STEADY, StandInKernel(clock, window_s=0.1), gpu, count=4, cpu=False, pace=clock,
+                     read_edges=False)
+    # The regime still settles on NVML's readings; only the windows' edges go unread.
+    assert off.windows[0].condition == regimes.MET and len(gpu.reads) == settling
+    assert [w.gpu_state for w in off.windows] == [GpuState(not_recorded=EDGES_OFF)] * 4
+    assert off.samples_ms == timing.samples_ms
 
 
 def test_settling_needs_k_readings_and_decides_on_what_nvml_gives() -> None:
@@ -306,3 +332,18 @@ def test_a_look_of_auto_rounds_settles_an_op_only_when_every_regime_settled(tmp_
         look = settled_after(burst, "op", discover(RootLayout(burst), []), plan, 2.0, 4)
         assert [r.regime for r in look.reports] == ["burst", "steady"] and look.judged
         assert look.unsettled == (["burst: s"] if name == "swing" else []) and look.settled == (name == "calm")
+
+
+def test_gpu_state_off_leaves_the_window_edges_unread_and_the_header_says_so(campaign_dir: pytest.Pytester,
+                                                                           tmp_path: Path) -> None:
+    campaign_dir.makepyfile(c=CAMPAIGN)
+    bad = campaign_dir.runpytest_subprocess("c.py", "--ab-gpu-state", "maybe", *FAST)
+    assert bad.ret == 4
+    bad.stderr.fnmatch_lines(["*--ab-gpu-state: 'maybe' is not one of on, off*"])
+    root = tmp_path / "root"
+    result = campaign_dir.runpytest_subprocess("c.py", "--ab-rounds", "2", "--ab-root", str(root), "--ab-gpu-state",
+                                               "off", *FAST)
+    result.assert_outcomes(passed=4)
+    records = [json.loads(line) for line in (root / "r2_B" / "axpb" / "results.jsonl").read_text().splitlines()]
+    assert [w["gpu_state"] for r in records for w in r["windows"]] == [{"not_recorded": EDGES_OFF}] * 6
+    assert f"GPU state: not recorded ({EDGES_OFF})" in (root / "report.md").read_text()

@@ -42,11 +42,11 @@ def _why(exc: BaseException) -> str:
 
 
 @dataclass
-class Window:
-    """A window's first edge: the reading taken before the timer ran, and when."""
+class Edge:
+    """One edge of a timed window: what NVML read there, and when the read ended."""
 
-    before: GpuReading | None
-    started: float
+    reading: GpuReading | None
+    at: float
 
 
 class GpuSampler:
@@ -138,28 +138,30 @@ class GpuSampler:
             reading.errors["reasons_mask"] = _why(exc)
         return None if len(reading.errors) == len(calls) + 1 else reading
 
-    def start(self) -> Window:
-        """Read the first edge; call right before the timer runs."""
-        return Window(self.read(), self.clock())
+    def start(self) -> Edge:
+        """Read one edge of a window: before the timer runs, or (``Windows.windows``) while it runs."""
+        return Edge(self.read(), self.clock())
 
-    def finish(self, window: Window) -> GpuState:
+    def finish(self, window: Edge) -> GpuState:
         """Read the second edge and make the window's state; call right after the timer returns."""
+        return self.between(window, self.start())
+
+    def between(self, before: Edge, after: Edge) -> GpuState:
+        """A window's state from its two edges (the later edge of one window is the earlier of the next)."""
         if self.not_recorded is not None:
             return GpuState(not_recorded=self.not_recorded)
-        ended = self.clock()
-        after = self.read()
-        before = window.before
-        if before is None and after is None:
+        first, last = before.reading, after.reading
+        if first is None and last is None:
             return GpuState(not_recorded=f"NVML gave no reading on {self.device}")
         energy = None
-        if before is not None and after is not None and before.energy_mj is not None and after.energy_mj is not None:
-            energy = after.energy_mj - before.energy_mj
+        if first is not None and last is not None and first.energy_mj is not None and last.energy_mj is not None:
+            energy = last.energy_mj - first.energy_mj
             energy = energy if energy >= 0 else None  # the counter restarted (driver reloaded): no figure
         reasons = [name for _, name in REASON_BITS
-                   if any(name in r.reasons for r in (before, after) if r is not None)]
-        seen = {name for r in (before, after) if r is not None for name in r.reasons}
+                   if any(name in r.reasons for r in (first, last) if r is not None)]
+        seen = {name for r in (first, last) if r is not None for name in r.reasons}
         reasons += sorted(seen - set(reasons))  # unnamed bits last
-        return GpuState(before, after, round(ended - window.started, 6), energy, reasons)
+        return GpuState(first, last, round(after.at - before.at, 6), energy, reasons)
 
 
 def cuda_device_ids() -> tuple[str | None, str | None]:

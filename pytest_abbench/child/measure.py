@@ -186,7 +186,7 @@ def measure_shapes(config: CellConfig, op: Op, shapes: Sequence[Shape], results:
 
     device = "cuda" if config.backend == "cuda" else "cpu"
     already = done_shape_ids(results)  # non-empty after a poisoned-capture restart
-    gpu = gpu or open_sampler(config.backend)  # NVML around each timed window, read outside it
+    gpu = gpu or open_sampler(config.backend)  # NVML at each timed window's edges (child/regime.py)
     log(f"[abbench] GPU state: {gpu.describe()}")
     for index, shape in enumerate(shapes):
         todo = [r for r in cell_regimes(config.regime) if {(shape.id, r), (shape.id, None)}.isdisjoint(already)]
@@ -224,7 +224,8 @@ def measure_shapes(config: CellConfig, op: Op, shapes: Sequence[Shape], results:
                                                                                     config.direct_rep)
                 timer = prepare_with_fallback(case.run, config.timer, window_ms, config.direct_warmup, config.op,
                                               shape.id, log)
-                timing = run_regime(regime, timer, gpu, config.samples, cpu=device == "cpu")
+                timing = run_regime(regime, timer, gpu, config.samples, cpu=device == "cpu",
+                                    read_edges=config.gpu_state == "on")
                 phases["timing_s"] += time.perf_counter() - started
                 record_timing(results, base, timing)
         except CapturePoisoned as exc:

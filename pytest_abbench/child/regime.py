@@ -15,10 +15,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from pytest_abbench.child.gpustate import GpuSampler
+from pytest_abbench.child.gpustate import Edge, GpuSampler
 from pytest_abbench.child.timers import Windows
 from pytest_abbench.core import regimes
-from pytest_abbench.core.results import GpuReading, TimedWindow
+from pytest_abbench.core.results import GpuReading, GpuState, TimedWindow
 
 
 @dataclass
@@ -125,34 +125,43 @@ def still_settled(clock: float | None, after: GpuReading | None) -> bool:
     return abs(after.sm_clock_mhz - clock) <= max(regimes.STEADY_CLOCK_STEP_MHZ, regimes.STEADY_CLOCK_TOL * clock)
 
 
+EDGES_OFF = "window edges not read (--ab-gpu-state off)"
+
+
 def run_regime(regime: str, timer: Windows, sampler: GpuSampler, count: int, cpu: bool,
-               pace: Pace | None = None) -> RegimeTiming:
-    """``count`` timed windows of ``timer`` under ``regime``, each with its GPU state and condition."""
+               pace: Pace | None = None, read_edges: bool = True) -> RegimeTiming:
+    """``count`` timed windows of ``timer`` under ``regime``, each with its GPU state and condition.
+
+    With ``read_edges`` false the windows carry no GPU state (the regime's own waiting and settling still read
+    NVML): a run that shows what the edge reads cost.
+    """
     pace = pace or Pace()
     out = RegimeTiming(regime, timer.timer, marker=timer.marker)
 
-    def timed(condition: str, waited: float, detail: str) -> TimedWindow:
-        edge = sampler.start()
-        samples, calls = timer.window()
-        state = sampler.finish(edge)
-        out.samples_ms += samples
-        return TimedWindow(condition, waited, calls, len(samples), state, detail)
+    def timed(runs: int, warm_s: float) -> list[tuple[list[float], int, GpuState]]:
+        """``runs`` windows back to back, each with the state between its two edges."""
+        edges: list[Edge] = []
+        windows = timer.windows(runs, (lambda: edges.append(sampler.start())) if read_edges else (lambda: None),
+                                warm_s)
+        states = ([sampler.between(a, b) for a, b in zip(edges, edges[1:])] if read_edges
+                  else [GpuState(not_recorded=EDGES_OFF)] * runs)
+        out.samples_ms.extend(ms for samples, _ in windows for ms in samples)
+        return [(samples, calls, state) for (samples, calls), state in zip(windows, states)]
 
     if regime == regimes.BURST:
         max_clock = sampler.max_sm_clock_mhz()
         for _ in range(count):
-            gap = wait_for_boost(sampler, max_clock, pace)
-            if not cpu:  # a GPU's clock ramps up from idle before the window, not inside it
-                timer.run_for(regimes.BURST_WARM_S)
-            out.windows.append(timed(*gap))
+            condition, waited, detail = wait_for_boost(sampler, max_clock, pace)
+            # A GPU's clock ramps up from idle in an untimed run right before the window, not inside it.
+            [(samples, calls, state)] = timed(1, 0.0 if cpu else regimes.BURST_WARM_S)
+            out.windows.append(TimedWindow(condition, waited, calls, len(samples), state, detail))
         return out
     condition, waited, detail, clock = settle(timer, sampler, cpu, pace)
-    for index in range(count):
-        window = timed(condition, waited if index == 0 else 0.0, detail)
-        if condition == regimes.MET and not still_settled(clock, window.gpu_state.after):
+    for index, (samples, calls, state) in enumerate(timed(count, 0.0)):
+        window = TimedWindow(condition, waited if index == 0 else 0.0, calls, len(samples), state, detail)
+        if condition == regimes.MET and not still_settled(clock, state.after):
             window.condition = regimes.NOT_MET
-            after = window.gpu_state.after
-            window.detail = (f"{detail}; the window ended at "
-                             f"{after.sm_clock_mhz if after is not None else 0:.0f} MHz")
+            after = state.after
+            window.detail = f"{detail}; the window ended at {after.sm_clock_mhz if after is not None else 0:.0f} MHz"
         out.windows.append(window)
     return out

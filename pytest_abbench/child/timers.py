@@ -8,6 +8,7 @@ imports torch and triton lazily).
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any, Callable, Protocol
 
@@ -16,20 +17,39 @@ from pytest_abbench.core.markers import BENCHMARK_CAPTURE_POISONED, BENCHMARK_DI
 MAX_KEPT_SAMPLES = 2000
 
 
-class Windows(Protocol):
-    """A shape's timer, prepared once, then run one timed window at a time (``child/regime.py`` decides when).
+Timed = tuple[list[float], int]  # one window: its samples (ms per call) and how many calls it made
 
-    ``window()`` returns the window's samples (ms per call) and how many calls it made; ``run_for(s)`` keeps the
-    kernel busy for about ``s`` seconds untimed (a steady regime's settling).
+
+class Windows(Protocol):
+    """A shape's timer, prepared once, then run in timed windows (``child/regime.py`` decides when).
+
+    ``window()`` times one window; ``windows(n, at_edge, warm_s)`` runs about ``warm_s`` untimed, then ``n``
+    windows back to back, calling ``at_edge()`` at each of their ``n + 1`` edges (where the GPU state is read);
+    ``run_for(s)`` keeps the kernel busy for about ``s`` seconds untimed (a steady regime's settling).
     """
 
     timer: str
     marker: str | None
     reason: str | None
 
-    def window(self) -> tuple[list[float], int]: ...
+    def window(self) -> Timed: ...
+
+    def windows(self, count: int, at_edge: Callable[[], None], warm_s: float = 0.0) -> list[Timed]: ...
 
     def run_for(self, seconds: float) -> None: ...
+
+
+def windows_in_turn(timer: Windows, count: int, at_edge: Callable[[], None], warm_s: float = 0.0) -> list[Timed]:
+    """``Windows.windows`` for a timer that waits for each window to end: the edges are taken between windows,
+    with the device idle while ``at_edge`` runs (the direct and the wall timer; a graph timer does better)."""
+    if warm_s > 0:
+        timer.run_for(warm_s)
+    at_edge()
+    out = []
+    for _ in range(count):
+        out.append(timer.window())
+        at_edge()
+    return out
 
 
 class CapturePoisoned(Exception):
@@ -59,10 +79,13 @@ class WallWindows:
         self.fn = fn
         fn()  # warm-up: the first call pays for tracing and allocation
 
-    def window(self) -> tuple[list[float], int]:
+    def window(self) -> Timed:
         start = time.perf_counter()
         self.fn()
         return [(time.perf_counter() - start) * 1e3], 1
+
+    def windows(self, count: int, at_edge: Callable[[], None], warm_s: float = 0.0) -> list[Timed]:
+        return windows_in_turn(self, count, at_edge, warm_s)
 
     def run_for(self, seconds: float) -> None:
         _busy(self.fn, seconds)
@@ -105,13 +128,14 @@ class GraphWindows:
             fn()
             estimate = _estimate_ms(fn)
             self.calls = 1000 if estimate == 0 else max(1, int(window_ms / estimate))
+            self.replay_ms = self.calls * estimate  # what a replay takes, as far as the estimate knows
             self.graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(self.graph):
                 for _ in range(self.calls):
                     fn()
             torch.cuda.synchronize()
 
-    def window(self) -> tuple[list[float], int]:
+    def window(self) -> Timed:
         import torch
 
         with torch.cuda.stream(self.stream):
@@ -121,6 +145,31 @@ class GraphWindows:
             end.record()
             torch.cuda.synchronize()
         return [float(start.elapsed_time(end)) / self.calls], self.calls
+
+    def windows(self, count: int, at_edge: Callable[[], None], warm_s: float = 0.0) -> list[Timed]:
+        """Untimed replays (at least one, about ``warm_s``), ``count`` timed replays and one untimed tail, all
+        queued at once: the GPU never idles between windows, and each edge is read right after its event, while
+        the next replay runs (an NVML read does not stop the GPU; benchmarks/nvml_sampling_cost.py measures it).
+        On the H200 two NVML reads take about 7 ms: read between windows with the GPU idle, they leave a gap in
+        which a kernel at the power cap recovers (docs/evidence/h200-nvml-sampling-cost.txt).  Every edge is read
+        the same time after its event, so the energy counter's delta still spans one window's length."""
+        import torch
+
+        warm = max(1, math.ceil(warm_s * 1e3 / self.replay_ms)) if self.replay_ms > 0 else 1
+        edges = [_cuda().Event(enable_timing=True) for _ in range(count + 1)]
+        with torch.cuda.stream(self.stream):
+            for _ in range(warm):
+                self.graph.replay()
+            edges[0].record()
+            for edge in edges[1:]:
+                self.graph.replay()
+                edge.record()
+            self.graph.replay()  # the tail: the last edge, too, is read while the GPU runs
+        for edge in edges:
+            edge.synchronize()
+            at_edge()
+        torch.cuda.synchronize()
+        return [([float(a.elapsed_time(b)) / self.calls], self.calls) for a, b in zip(edges, edges[1:])]
 
     def run_for(self, seconds: float) -> None:
         import torch
@@ -156,7 +205,7 @@ class DirectWindows:
         if warmup_ms > 0:
             self.run_for(warmup_ms / 1e3)  # do_bench's warm-up; a burst regime's idle gap follows it
 
-    def window(self) -> tuple[list[float], int]:
+    def window(self) -> Timed:
         import torch
 
         events = [(_cuda().Event(enable_timing=True), _cuda().Event(enable_timing=True))
@@ -168,6 +217,9 @@ class DirectWindows:
             end.record()
         torch.cuda.synchronize()
         return [float(s.elapsed_time(e)) for s, e in events][:MAX_KEPT_SAMPLES], self.calls
+
+    def windows(self, count: int, at_edge: Callable[[], None], warm_s: float = 0.0) -> list[Timed]:
+        return windows_in_turn(self, count, at_edge, warm_s)
 
     def run_for(self, seconds: float) -> None:
         import torch

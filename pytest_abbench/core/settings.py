@@ -219,6 +219,7 @@ class Settings:
     auto_min: int | None = None  # --ab-rounds auto: the first look (CampaignPlan.auto_min); None: fixed rounds
     rounds_budget_s: float | None = None  # --ab-rounds-budget: device seconds after which no op adds a round
     regime: str = DEFAULT_REGIME  # --ab-regime: burst | steady | both (core/regimes.py)
+    gpu_state: bool = True  # --ab-gpu-state: read NVML at each timed window's edges
     switch_env_a: dict[str, str] | None = None  # --ab-switch-env-a: side A's environment replacing the campaign's
     history: Path | None = None  # --ab-history: the history file the session's end records into (None: off)
     history_label: str = ""  # --ab-history-label: a word kept with the run (a bisection's step)

@@ -86,9 +86,12 @@ def register(parser: pytest.Parser) -> None:
         help="fork: each cell is forked from a per-side server that imported torch and Triton once (under 1 s "
              "instead of seconds per cell); exec: a fresh interpreter per cell; auto: fork on Linux (identity axis)")
     add("--ab-regime", type=choice(REGIME_CHOICES), default=DEFAULT_REGIME,
-        help=f"timing regime (identity axis): {BURST} (short windows after idle gaps, both sides at boost clocks; "
-             f"the default), {STEADY} (timed once clocks and power settled under load) or {BOTH} (each shape under "
-             "both, reported side by side); the report names it")
+        help=f"timing regime (identity axis, default {DEFAULT_REGIME}): {BURST} (short windows after idle gaps, "
+             f"both sides at boost clocks), {STEADY} (timed once clocks and power settled under load) or {BOTH} "
+             "(each shape under both, reported side by side); the report names it")
+    add("--ab-gpu-state", type=choice(("on", "off")), default="on",
+        help="on: read clocks, power, throttle reasons and energy through NVML at each timed window's edges (while "
+             "the GPU runs); off: record none there, to see what the reads cost (the regime still reads NVML)")
     add("--ab-precompile", type=choice(("on", "off")), default="on",
         help="on: before an op's round 1 on a GPU, compile its kernels for both sides in parallel compile-only "
              "processes (one share of the shapes each, every autotune candidate) into each side's Triton cache")
@@ -194,6 +197,7 @@ def resolve(config: pytest.Config) -> Settings:
         layout_shift=opt.ab_layout_shift == "on",
         spawn=resolve_spawn(opt.ab_spawn),
         regime=opt.ab_regime,
+        gpu_state=opt.ab_gpu_state == "on",
         precompile=opt.ab_precompile == "on",
         worker_scratch=Path(opt.ab_worker_scratch) if opt.ab_worker_scratch else None,
         import_timeout_s=opt.ab_import_timeout,
