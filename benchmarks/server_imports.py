@@ -20,6 +20,7 @@ line, printed here; then both sessions import it in every cell.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import os
 import statistics
 import subprocess
@@ -35,11 +36,17 @@ from pytest_abbench.core.layout import TIMING_FILE, CellKey, RootLayout  # noqa:
 from pytest_abbench.core.cellfiles import read_timing  # noqa: E402
 from pytest_abbench.core.status import read_status  # noqa: E402
 
+# The plugin loads through its pytest11 entry point where the package is installed; on a machine that only has it on
+# PYTHONPATH (the GPU machines), the session loads it by name.
+PLUGIN = () if any(ep.value == "pytest_abbench.plugin" for ep in importlib.metadata.entry_points(group="pytest11")) \
+    else ("-p", "pytest_abbench.plugin")
+
 CAMPAIGN = '''
 import {module}
 import torch
 from pytest_abbench.campaign.model import Case, Op, Switch
 {server_imports}
+
 
 def build(shape, device):
     x = torch.ones(shape["n"], device=device)
@@ -59,7 +66,7 @@ def run_session(folder: Path, name: str, module: str, server_imports: bool, roun
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
            "ABBENCH_HISTORY": "off"}
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "pytest", campaign.name, "--ab-rounds", str(rounds),
+    done = subprocess.run([sys.executable, "-m", "pytest", *PLUGIN, campaign.name, "--ab-rounds", str(rounds),
                            "--ab-spawn", "fork", "--ab-ir-target", "none", "--ab-samples", "1",
                            "--ab-root", str(root), "-p", "no:cacheprovider", "-q"],
                           cwd=folder, env=env, capture_output=True, text=True)
