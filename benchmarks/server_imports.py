@@ -67,7 +67,7 @@ def run_session(folder: Path, name: str, module: str, server_imports: bool, roun
            "ABBENCH_HISTORY": "off"}
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "pytest", *PLUGIN, campaign.name, "--ab-rounds", str(rounds),
-                           "--ab-spawn", "fork", "--ab-ir-target", "none", "--ab-samples", "1",
+                           "--ab-spawn", "fork", "--ab-ir-target", "none", "--ab-samples", "1", "--ab-level", "smoke",
                            "--ab-root", str(root), "-p", "no:cacheprovider", "-q"],
                           cwd=folder, env=env, capture_output=True, text=True)
     wall = time.monotonic() - started
