@@ -378,10 +378,10 @@ def test_server_imports_are_paid_once_per_server_and_unsafe_ones_are_left_to_the
     result.assert_outcomes(passed=2)
     for side in "AB":
         result.stdout.fnmatch_lines([
-            f"abbench: c.py: side {side}'s fork server did not import inits_cuda (SERVER_IMPORTS): importing it "
+            f"abbench: side {side}'s fork server did not import inits_cuda (SERVER_IMPORTS): importing it "
             "initialised CUDA, and a forked cell cannot use a CUDA context made before the fork; its cells import "
             "it themselves (server log: *)",
-            f"abbench: c.py: side {side}'s fork server could not import flaky (SERVER_IMPORTS): importing it raised "
+            f"abbench: side {side}'s fork server could not import flaky (SERVER_IMPORTS): importing it raised "
             "ImportError: flaky: the first import fails; its cells import it themselves*"], consecutive=False)
         log = (root / f"r1_{side}" / "op" / "run.log").read_text()
         assert "did not import inits_cuda" in log and "could not import flaky" in log, log

@@ -151,18 +151,21 @@ class CellRunner:
             return
         path, side = where
         campaign = self._campaigns[path]
+        python, env, label = self._server_args(campaign, side)
         server = self.server_of(campaign, side)
         if any(self.server_of(self._campaigns[other], other_side) == server
                for (other, other_side), left in self.cells_left.items() if left):
             return
+        self.spawn.retire(python, env, label, campaign.server_imports)
+
+    def _server_args(self, campaign: Campaign, side: str) -> tuple[str, dict[str, str], str]:
+        """The interpreter, environment and label a side's fork server is keyed by (``forkserver.server_key``)."""
         key = CellKey(1, campaign.ops[0].name, side)
-        self.spawn.retire(self.python(campaign, key), self.env(campaign, key, self.layout.cell(key)),
-                          f"side-{side}", campaign.server_imports)
+        return self.python(campaign, key), self.env(campaign, key, self.layout.cell(key)), f"side-{side}"
 
     def server_of(self, campaign: Campaign, side: str) -> ServerKey:
         """The fork server a side's cells are forked from (``forkserver.server_key``)."""
-        key = CellKey(1, campaign.ops[0].name, side)
-        python, env, label = self.python(campaign, key), self.env(campaign, key, self.layout.cell(key)), f"side-{side}"
+        python, env, label = self._server_args(campaign, side)
         return server_key(python, env, label, self.spawn.held_imports(python, env, label, campaign.server_imports))
 
     def tuner_cache(self, campaign: Campaign, side: str) -> str:
@@ -330,7 +333,9 @@ class CellRunner:
         self.write_notices(campaign, key, cell_dir, log_path)
         child = self.start_cell(campaign, key, cell_dir, log_path)
         ended = time.time()
-        notices = [f"abbench: {campaign.path.name}: {line}" for line in self.spawn.said()]
+        # No campaign name: a server may have been started ahead for another campaign's cells, or be shared by
+        # several; the line names the side and the module, which is what it is about.
+        notices = [f"abbench: {line}" for line in self.spawn.said()]
         if precompile_s:
             child = ChildResult(child.rc, child.elapsed_s + precompile_s)
         add_parent_timing(cell_dir, precompile_s, ended, child.elapsed_s,
