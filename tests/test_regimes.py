@@ -16,7 +16,7 @@ from helpers import synthetic_root, as_both_regimes
 
 from pytest_abbench.child.gpustate import GpuSampler
 from pytest_abbench.child.regime import EDGES_OFF, Pace, run_regime, settled, wait_for_boost
-from pytest_abbench.child.timers import windows_in_turn
+from pytest_abbench.child.timers import queue_windows, windows_in_turn
 from pytest_abbench.core import regimes
 from pytest_abbench.core.results import REASON_BITS as REASONS
 from pytest_abbench.core.results import GpuReading, GpuState, TimedWindow, energy_per_call_j
@@ -165,6 +165,23 @@ def test_back_to_back_windows_share_their_edges_and_edges_off_records_none_but_s
     assert off.samples_ms == timing.samples_ms
 
 
+def test_the_graph_timer_queues_every_replay_before_it_reads_the_first_edge() -> None:
+    """``GraphWindows.windows``' order without a GPU: the log stands for the CUDA stream (replays and event
+    records as they are queued) and for the CPU (waiting on an event, reading NVML)."""
+    log: list[str] = []
+    marks = iter(range(10))
+
+    def mark() -> int:
+        log.append(f"mark{(m := next(marks))}")
+        return m
+
+    edges = queue_windows(3, 2, 1, lambda: log.append("replay"), mark, lambda m: log.append(f"wait{m}"),
+                          lambda: log.append("read"))
+    assert edges == [0, 1, 2, 3]
+    assert log == ["replay", "replay", "mark0", "replay", "mark1", "replay", "mark2", "replay", "mark3", "replay",
+                   "wait0", "read", "wait1", "read", "wait2", "read", "wait3", "read"]
+
+
 def test_settling_needs_k_readings_and_decides_on_what_nvml_gives() -> None:
     def reading(sm: float | None, power: float | None) -> GpuReading:
         return GpuReading(sm, None, power, None, None, 0, [])
@@ -193,9 +210,10 @@ def test_without_gpu_state_burst_waits_plain_gaps_and_steady_warms_up_by_time() 
 
 
 # -- the report, from windows as cells write them ------------------------------------------
-def _windows(root: Path, regime: str, condition: Any, energy_mj: Any) -> None:
+def _windows(root: Path, regime: str, condition: Any, energy_mj: Any, edges_read: bool = True) -> None:
     """Give every record of a synthetic root ``regime`` and three windows, ``condition(round, side, shape)`` and
-    ``energy_mj(side, shape)`` each (NVML's energy counter delta over a window of 100 calls)."""
+    ``energy_mj(side, shape)`` each (NVML's energy counter delta over a window of 100 calls); with ``edges_read``
+    false the windows carry no state, as under --ab-gpu-state off."""
     for results in root.glob("r*_*/*/results.jsonl"):
         rnd, side = int(results.parts[-3].split("_")[0][1:]), results.parts[-3].split("_")[1]
         identity = results.parent / "run_identity.json"
@@ -205,7 +223,8 @@ def _windows(root: Path, regime: str, condition: Any, energy_mj: Any) -> None:
             record = json.loads(line)
             shape = record["shape"]
             after = GpuReading(1980.0, 3201.0, 300.0, 50.0, 0.0, 0, [])
-            state = GpuState(after, after, 0.1, energy_mj(side, shape), [])
+            state = GpuState(after, after, 0.1, energy_mj(side, shape), []) if edges_read else \
+                GpuState(not_recorded=EDGES_OFF)
             record["regime"] = regime
             record["windows"] = [TimedWindow(condition(rnd, side, shape), 0.02, 100, 1, state).to_json()] * 3
             records.append(json.dumps(record))
@@ -228,6 +247,15 @@ def test_a_steady_window_that_did_not_settle_flags_its_shape_and_keeps_the_verdi
     assert "energy per call (NVML energy counter over the timed windows / calls): geomean B vs A +20.0%" in text
     assert "B vs A +20.0%" in text and "A 500 uJ, B 600 uJ" in text
     assert report.setup["regime"] == regimes.STEADY and "regime steady: timed once the kernel has run" in text
+
+
+def test_with_the_edges_unread_the_report_still_counts_the_conditions_nvml_checked(tmp_path: Path) -> None:
+    synthetic_root(tmp_path, {"s": [0.10, 0.11, 0.09]})
+    _windows(tmp_path, regimes.STEADY, lambda rnd, side, shape: regimes.NOT_MET if rnd == 2 else regimes.MET,
+             lambda side, shape: None, edges_read=False)
+    text = render_text(build_report(tmp_path))
+    assert f"GPU state: not recorded ({EDGES_OFF})\n" in text  # not "could not be checked": the regime checked
+    assert "\n   steady condition met in 6/9 / 6/9 windows\n" in text
 
 
 def test_a_burst_window_that_began_capped_flags_boost_not_reached(tmp_path: Path) -> None:

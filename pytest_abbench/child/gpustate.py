@@ -1,9 +1,9 @@
 """The GPU's state around each timed window of a shape, read through NVML: clocks, power, temperature, the
 clock-event reasons and the energy counter.
 
-A window is one run of the shape's timer (``child/timers.py``): the cell
-reads NVML just before it and just after it returns, never inside it, so the
-timer's numbers are those of a cell without sampling.  ``pynvml`` (the
+The cell reads NVML at each edge of a shape's timed windows (``child/regime.py``);
+with the graph timer each edge is read while the GPU runs a later replay, so the
+reads leave no idle gap (``GraphWindows.windows``).  ``pynvml`` (the
 ``nvidia-ml-py`` package) is imported when a cell opens its sampler, in the
 cell process only.  Anything NVML cannot do (no GPU, no library, a device it
 does not know, a reading the device does not support) leaves the state out

@@ -187,7 +187,8 @@ def measure_shapes(config: CellConfig, op: Op, shapes: Sequence[Shape], results:
     device = "cuda" if config.backend == "cuda" else "cpu"
     already = done_shape_ids(results)  # non-empty after a poisoned-capture restart
     gpu = gpu or open_sampler(config.backend)  # NVML at each timed window's edges (child/regime.py)
-    log(f"[abbench] GPU state: {gpu.describe()}")
+    log(f"[abbench] GPU state: {gpu.describe()}" + ("" if config.gpu_state == "on" else
+                                                     "; the timed windows' edges are not read (--ab-gpu-state off)"))
     for index, shape in enumerate(shapes):
         todo = [r for r in cell_regimes(config.regime) if {(shape.id, r), (shape.id, None)}.isdisjoint(already)]
         if not todo:

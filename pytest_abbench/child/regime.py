@@ -146,7 +146,7 @@ def run_regime(regime: str, timer: Windows, sampler: GpuSampler, count: int, cpu
         states = ([sampler.between(a, b) for a, b in zip(edges, edges[1:])] if read_edges
                   else [GpuState(not_recorded=EDGES_OFF)] * runs)
         out.samples_ms.extend(ms for samples, _ in windows for ms in samples)
-        return [(samples, calls, state) for (samples, calls), state in zip(windows, states)]
+        return [(samples, calls, state) for (samples, calls), state in zip(windows, states, strict=True)]
 
     if regime == regimes.BURST:
         max_clock = sampler.max_sm_clock_mhz()

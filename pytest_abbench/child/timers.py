@@ -91,6 +91,30 @@ class WallWindows:
         _busy(self.fn, seconds)
 
 
+# How long the untimed tail after the last timed replay lasts: an NVML edge read took 2.99 ms (median) and at most
+# 17 ms on the H200, so the last edge, too, is read while the GPU runs.
+READ_COVER_MS = 20.0
+
+
+def queue_windows(count: int, warm: int, tail: int, replay: Callable[[], None], mark: Callable[[], Any],
+                  wait: Callable[[Any], None], at_edge: Callable[[], None]) -> list[Any]:
+    """Queue ``warm`` untimed replays, then ``count`` timed ones with a mark (a CUDA event) before the first and
+    after each, then ``tail`` untimed ones; only then wait for each mark in turn and call ``at_edge`` right after
+    it.  Returns the ``count + 1`` marks.  Apart so that the order is testable without a GPU."""
+    for _ in range(warm):
+        replay()
+    edges = [mark()]
+    for _ in range(count):
+        replay()
+        edges.append(mark())
+    for _ in range(tail):
+        replay()
+    for edge in edges:
+        wait(edge)
+        at_edge()
+    return edges
+
+
 def _cuda() -> Any:
     """``torch.cuda``, whose Event and Stream carry no types."""
     import torch
@@ -128,12 +152,29 @@ class GraphWindows:
             fn()
             estimate = _estimate_ms(fn)
             self.calls = 1000 if estimate == 0 else max(1, int(window_ms / estimate))
-            self.replay_ms = self.calls * estimate  # what a replay takes, as far as the estimate knows
             self.graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(self.graph):
                 for _ in range(self.calls):
                     fn()
             torch.cuda.synchronize()
+            # What a replay takes, for the warm-up and the tail of ``windows``: the estimate from plain launches is
+            # no guide for a small kernel, whose launches cost more than it does.  The first replay also uploads
+            # the graph: where it is short, that would weigh, so a second one is timed.
+            self.replay_ms = self._time_replay()
+            if self.replay_ms < READ_COVER_MS:
+                self.replay_ms = self._time_replay()
+
+    def _time_replay(self) -> float:
+        """One replay's milliseconds (at least a microsecond: the warm-up and the tail divide by it)."""
+        import torch
+
+        with torch.cuda.stream(self.stream):
+            start, end = _cuda().Event(enable_timing=True), _cuda().Event(enable_timing=True)
+            start.record()
+            self.graph.replay()
+            end.record()
+            torch.cuda.synchronize()
+        return max(float(start.elapsed_time(end)), 1e-3)
 
     def window(self) -> Timed:
         import torch
@@ -147,27 +188,29 @@ class GraphWindows:
         return [float(start.elapsed_time(end)) / self.calls], self.calls
 
     def windows(self, count: int, at_edge: Callable[[], None], warm_s: float = 0.0) -> list[Timed]:
-        """Untimed replays (at least one, about ``warm_s``), ``count`` timed replays and one untimed tail, all
-        queued at once: the GPU never idles between windows, and each edge is read right after its event, while
-        the next replay runs (an NVML read does not stop the GPU; benchmarks/nvml_sampling_cost.py measures it).
-        On the H200 two NVML reads take about 7 ms: read between windows with the GPU idle, they leave a gap in
-        which a kernel at the power cap recovers (docs/evidence/h200-nvml-sampling-cost.txt).  Every edge is read
-        the same time after its event, so the energy counter's delta still spans one window's length."""
+        """Untimed replays (at least one, about ``warm_s``), ``count`` timed replays and an untimed tail, all queued
+        at once (``queue_windows``): the GPU never idles between windows, and each edge is read right after its
+        event, while a later replay runs.  Read between windows with the GPU idle, NVML's reads (about 3 ms each
+        on the H200) leave gaps in which a kernel at the power cap recovers and a small kernel's clock drops
+        (docs/evidence/h200-nvml-edges-cost.txt).  Where a replay outlasts a read, every edge is read the same
+        time after its event, so an energy delta spans one window's length; a window shorter than a read (a
+        burst window of a small kernel) has its second edge read up to a read late, and its ``window_s`` says
+        so."""
         import torch
 
-        warm = max(1, math.ceil(warm_s * 1e3 / self.replay_ms)) if self.replay_ms > 0 else 1
-        edges = [_cuda().Event(enable_timing=True) for _ in range(count + 1)]
+        if count == 0:
+            return []
+        warm = max(1, math.ceil(warm_s * 1e3 / self.replay_ms))
+        tail = max(1, math.ceil(READ_COVER_MS / self.replay_ms))
+
+        def mark() -> Any:
+            event = _cuda().Event(enable_timing=True)
+            event.record()
+            return event
+
         with torch.cuda.stream(self.stream):
-            for _ in range(warm):
-                self.graph.replay()
-            edges[0].record()
-            for edge in edges[1:]:
-                self.graph.replay()
-                edge.record()
-            self.graph.replay()  # the tail: the last edge, too, is read while the GPU runs
-        for edge in edges:
-            edge.synchronize()
-            at_edge()
+            edges = queue_windows(count, warm, tail, self.graph.replay, mark, lambda event: event.synchronize(),
+                                  at_edge)
         torch.cuda.synchronize()
         return [([float(a.elapsed_time(b)) / self.calls], self.calls) for a, b in zip(edges, edges[1:])]
 

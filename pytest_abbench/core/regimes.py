@@ -52,8 +52,9 @@ BURST_CLOCK_SHARE = 0.97  # of the SM clock's maximum: "back at boost" (NVML's c
 BURST_PLAIN_GAP_S = 0.05  # no GPU state to check: the gap the cell waits instead
 # An idle card drops its SM clock (405 MHz on the H200) and the next launch raises it again: a window that began on
 # an idle card timed the ramp, which made small kernels' rounds differ by 5-14% on the H200 (a 1.6 us copy). So the
-# kernel runs this long untimed right before each burst window, with no gap; 2 ms of a 700 W mm is far from the
-# power controller's reach (a 4 ms window stayed at 1980 MHz).
+# kernel runs this long untimed right before each burst window, with no gap (the graph timer queues the warm-up
+# replays and the window together); 2 ms of a 700 W mm is far from the power controller's reach (a 4 ms window
+# stayed at 1980 MHz).
 BURST_WARM_S = 0.002
 # NVML reasons that keep a card below boost: a burst window waits until none is named.
 HOLDING_REASONS = ("sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake")

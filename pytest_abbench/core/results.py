@@ -80,7 +80,7 @@ class GpuState:
 
     before: GpuReading | None = None
     after: GpuReading | None = None
-    window_s: float | None = None  # wall seconds between the two readings: the timer's whole run
+    window_s: float | None = None  # wall seconds from the end of one edge's read to the end of the other's
     energy_mj: float | None = None  # the energy counter's increase over the window
     reasons: list[str] = field(default_factory=list)  # clock-event reasons NVML named at either edge of the window
     not_recorded: str | None = None  # why there is no reading: no GPU, no NVML, a device NVML does not know

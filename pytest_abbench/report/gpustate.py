@@ -30,7 +30,9 @@ FLAG_REASONS: dict[str, tuple[str, ...]] = {
 }
 READINGS = ("sm_clock_mhz", "mem_clock_mhz", "power_w", "temperature_c")  # medians of the after-window readings
 NOT_IN_RESULTS = "results.jsonl has no gpu_state (written before pytest-abbench recorded it)"
-LINE_SKIPS = ("gpu_idle", "sw_power_cap")  # gpu_idle: the card idles at a window's edges; sw_power_cap: always shown
+# gpu_idle: a card idles at a window's edge where the timer waits between windows (the direct timer; a burst window's
+# wait); sw_power_cap: always shown
+LINE_SKIPS = ("gpu_idle", "sw_power_cap")
 NOT_MET_FLAG = {STEADY: CLOCKS_NOT_SETTLED, BURST: BOOST_NOT_REACHED}  # a window whose condition was not met
 
 Window = tuple[Optional[str], Optional[GpuState]]  # a timed window: its regime condition (None: before regimes), state
@@ -162,6 +164,12 @@ def recorded_anywhere(ops: Sequence[OpReport]) -> bool:
     return any(side.get("recorded") for o in ops for side in o.gpu_state.values())
 
 
+def conditions_checked(ops: Sequence[OpReport]) -> bool:
+    """Whether any op's regime condition was checked through NVML (met or not): with ``--ab-gpu-state off`` the
+    windows carry no state, yet the regime still waited and settled on NVML's readings."""
+    return any(side.get("conditions", {}).keys() & {MET, NOT_MET} for o in ops for side in o.gpu_state.values())
+
+
 def not_recorded_why(ops: Sequence[OpReport]) -> str:
     """Why no op has GPU state: the reasons the windows gave, most frequent first."""
     why = Counter(str(side["not_recorded"]) for o in ops for side in o.gpu_state.values() if side.get("not_recorded"))
@@ -219,11 +227,13 @@ def op_lines(o: OpReport, header_said: bool = False) -> list[str]:
     a, b = o.gpu_state.get("A"), o.gpu_state.get("B")
     if a is None or b is None or not (a["windows"] or b["windows"]):
         return []
+    checked = o.regime and conditions_checked([o])
+    condition = f"{o.regime} condition met in {_conditions(a)} / {_conditions(b)} windows" if checked else ""
     if not (a["recorded"] or b["recorded"]):
         if header_said:
-            return []
+            return ["   " + condition] if condition else []
         why = list(dict.fromkeys(str(s["not_recorded"]) for s in (a, b) if s.get("not_recorded")))
-        return [f"   GPU state: not recorded ({'; '.join(why)})"]
+        return [f"   GPU state: not recorded ({'; '.join(why)})" + (f"; {condition}" if condition else "")]
     parts = [f"GPU: A {_reading(a)}, B {_reading(b)}", f"power cap in {_share(a, 'sw_power_cap')} / "
                                                         f"{_share(b, 'sw_power_cap')} of windows"]
     others = dict.fromkeys(name for s in (a, b) for name in s.get("reason_share", {}) if name not in LINE_SKIPS)

@@ -151,8 +151,9 @@ def regime_lines(report: Report) -> list[str]:
                  "and caught the power controller's ramp)"]
     if timed and not gpustate.recorded_anywhere(timed):
         why = gpustate.not_recorded_why(timed)
-        lines.append(f"GPU state: not recorded ({why})"
-                     + ("; the regime's condition could not be checked" if named in regimes.REGIME_CHOICES else ""))
+        unchecked = named in regimes.REGIME_CHOICES and not gpustate.conditions_checked(timed)
+        lines.append(f"GPU state: not recorded ({why})" + ("; the regime's condition could not be checked"
+                                                          if unchecked else ""))
     return lines
 
 
