@@ -160,12 +160,12 @@ class GraphWindows:
             # What a replay takes, for the warm-up and the tail of ``windows``: the estimate from plain launches is
             # no guide for a small kernel, whose launches cost more than it does.  The first replay also uploads
             # the graph: where it is short, that would weigh, so a second one is timed.
-            self.replay_ms = self._time_replay()
+            self.replay_ms = max(self._replay_ms(), 1e-3)  # the warm-up and the tail divide by it
             if self.replay_ms < READ_COVER_MS:
-                self.replay_ms = self._time_replay()
+                self.replay_ms = max(self._replay_ms(), 1e-3)
 
-    def _time_replay(self) -> float:
-        """One replay's milliseconds (at least a microsecond: the warm-up and the tail divide by it)."""
+    def _replay_ms(self) -> float:
+        """One replay, timed by events on the timer's stream."""
         import torch
 
         with torch.cuda.stream(self.stream):
@@ -174,18 +174,10 @@ class GraphWindows:
             self.graph.replay()
             end.record()
             torch.cuda.synchronize()
-        return max(float(start.elapsed_time(end)), 1e-3)
+        return float(start.elapsed_time(end))
 
     def window(self) -> Timed:
-        import torch
-
-        with torch.cuda.stream(self.stream):
-            start, end = _cuda().Event(enable_timing=True), _cuda().Event(enable_timing=True)
-            start.record()
-            self.graph.replay()
-            end.record()
-            torch.cuda.synchronize()
-        return [float(start.elapsed_time(end)) / self.calls], self.calls
+        return [self._replay_ms() / self.calls], self.calls
 
     def windows(self, count: int, at_edge: Callable[[], None], warm_s: float = 0.0) -> list[Timed]:
         """Untimed replays (at least one, about ``warm_s``), ``count`` timed replays and an untimed tail, all queued
