@@ -152,7 +152,7 @@ class CellRunner:
         path, side = where
         campaign = self._campaigns[path]
         python, env, label = self._server_args(campaign, side)
-        server = self.server_of(campaign, side)
+        server = self._server_key(python, env, label, campaign.server_imports)
         if any(self.server_of(self._campaigns[other], other_side) == server
                for (other, other_side), left in self.cells_left.items() if left):
             return
@@ -163,10 +163,12 @@ class CellRunner:
         key = CellKey(1, campaign.ops[0].name, side)
         return self.python(campaign, key), self.env(campaign, key, self.layout.cell(key)), f"side-{side}"
 
+    def _server_key(self, python: str, env: dict[str, str], label: str, imports: tuple[str, ...]) -> ServerKey:
+        return server_key(python, env, label, self.spawn.held_imports(python, env, label, imports))
+
     def server_of(self, campaign: Campaign, side: str) -> ServerKey:
         """The fork server a side's cells are forked from (``forkserver.server_key``)."""
-        python, env, label = self._server_args(campaign, side)
-        return server_key(python, env, label, self.spawn.held_imports(python, env, label, campaign.server_imports))
+        return self._server_key(*self._server_args(campaign, side), campaign.server_imports)
 
     def tuner_cache(self, campaign: Campaign, side: str) -> str:
         """The side's tuner cache as the identity names it (caliber axis ``tuner_cache``)."""
