@@ -160,9 +160,10 @@ class GraphWindows:
             # What a replay takes, for the warm-up and the tail of ``windows``: the estimate from plain launches is
             # no guide for a small kernel, whose launches cost more than it does.  The first replay also uploads
             # the graph: where it is short, that would weigh, so a second one is timed.
-            self.replay_ms = max(self._replay_ms(), 1e-3)  # the warm-up and the tail divide by it
-            if self.replay_ms < READ_COVER_MS:
-                self.replay_ms = max(self._replay_ms(), 1e-3)
+            replay_ms = self._replay_ms()
+            if replay_ms < READ_COVER_MS:
+                replay_ms = self._replay_ms()
+            self.replay_ms = max(replay_ms, 1e-3)  # the warm-up and the tail divide by it
 
     def _replay_ms(self) -> float:
         """One replay, timed by events on the timer's stream."""
