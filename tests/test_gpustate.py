@@ -125,7 +125,7 @@ def test_the_sampler_reads_every_value_at_each_edge_of_a_window() -> None:
     window = sampler.start()
     log.append("timer")  # the timed window: what the timer does runs here
     nvml.sm, nvml.power_mw, nvml.energy, nvml.mask, nvml.temp = 1395, 693500, 10_000 + 866_875, 0x4, 60
-    state = sampler.finish(window)
+    state = sampler.between(window, sampler.start())
     reads = ["sm", "mem", "power", "temp", "energy", "reasons"]
     assert log == ["init", *reads, "timer", *reads]
     assert state.before == GpuReading(1980.0, 3201.0, 148.0, 41.0, 10_000.0, 0x1, ["gpu_idle"])
@@ -140,20 +140,20 @@ def test_the_device_is_found_by_pci_bus_id_where_nvml_does_not_know_its_uuid() -
     missing = open_sampler("cuda", nvml=StandInNvml([], uuids=()), device=_device())
     assert missing.describe() == ("not recorded (NVML does not know the cell's device (GPU-1234: NVMLError: Not Found; "
                                   "0000:3b:00.0: NVMLError: Not Found))")
-    assert missing.finish(missing.start()) == GpuState(not_recorded=missing.not_recorded)
+    assert missing.between(missing.start(), missing.start()) == GpuState(not_recorded=missing.not_recorded)
 
 
 def test_a_reading_the_device_does_not_support_is_left_out_with_its_reason() -> None:
     nvml = StandInNvml([])
     nvml.unsupported = {"energy", "temp"}
     sampler = open_sampler("cuda", nvml=nvml, device=_device())
-    state = sampler.finish(sampler.start())
+    state = sampler.between(sampler.start(), sampler.start())
     assert state.after is not None and state.after.sm_clock_mhz == 1980.0 and state.after.energy_mj is None
     assert state.after.errors == {"temperature_c": "NVMLError_NotSupported: Not Supported",
                                   "energy_mj": "NVMLError_NotSupported: Not Supported"}
     assert state.energy_mj is None and state.reasons == ["gpu_idle"]
     nvml.unsupported = {"sm", "mem", "power", "temp", "energy", "reasons"}
-    assert sampler.finish(sampler.start()) == GpuState(not_recorded="NVML gave no reading on GPU-1234")
+    assert sampler.between(sampler.start(), sampler.start()) == GpuState(not_recorded="NVML gave no reading on GPU-1234")
 
 
 def test_an_older_pynvml_reads_the_reasons_under_their_old_name() -> None:

@@ -139,12 +139,8 @@ class GpuSampler:
         return None if len(reading.errors) == len(calls) + 1 else reading
 
     def start(self) -> Edge:
-        """Read one edge of a window: before the timer runs, or (``Windows.windows``) while it runs."""
+        """Read one edge of a window (``Windows.windows`` calls it at each edge; ``between`` pairs two)."""
         return Edge(self.read(), self.clock())
-
-    def finish(self, window: Edge) -> GpuState:
-        """Read the second edge and make the window's state; call right after the timer returns."""
-        return self.between(window, self.start())
 
     def between(self, before: Edge, after: Edge) -> GpuState:
         """A window's state from its two edges (the later edge of one window is the earlier of the next)."""
