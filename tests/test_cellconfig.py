@@ -17,7 +17,7 @@ EVERY_FIELD = CellConfig(
     autotune_mode="replay", autotune_file=Path("/root/autotune/mm.json"), autotune_side_mode="replay",
     autotune_side_file=Path("/root/autotune/side-B/mm.json"), tuner_seed_base="fresh", switch="DISABLE_MMA_V3=1 A:X=2",
     tuner_cache="shared:/tmp/tuner", ir_target="cuda:90", ir_only=True, layout_shift=True,
-    ir_level="comprehensive", shard="1/3", shares=4, spawn="fork", regime="both", gpu_state="off",
+    ir_level="comprehensive", shard="1/3", shares=4, spawn="fork", regime="both", edges_unread=True,
     campaign_module="abbench_campaign__campaigns__mm",
 )
 

@@ -187,8 +187,8 @@ def measure_shapes(config: CellConfig, op: Op, shapes: Sequence[Shape], results:
     device = "cuda" if config.backend == "cuda" else "cpu"
     already = done_shape_ids(results)  # non-empty after a poisoned-capture restart
     gpu = gpu or open_sampler(config.backend)  # NVML at each timed window's edges (child/regime.py)
-    log(f"[abbench] GPU state: {gpu.describe()}" + ("" if config.gpu_state == "on" else
-                                                     "; the timed windows' edges are not read (--ab-gpu-state off)"))
+    log(f"[abbench] GPU state: {gpu.describe()}" + ("; the timed windows' edges are not read (--ab-gpu-state off)"
+                                                     if config.edges_unread else ""))
     for index, shape in enumerate(shapes):
         todo = [r for r in cell_regimes(config.regime) if {(shape.id, r), (shape.id, None)}.isdisjoint(already)]
         if not todo:
@@ -226,7 +226,7 @@ def measure_shapes(config: CellConfig, op: Op, shapes: Sequence[Shape], results:
                 timer = prepare_with_fallback(case.run, config.timer, window_ms, config.direct_warmup, config.op,
                                               shape.id, log)
                 timing = run_regime(regime, timer, gpu, config.samples, cpu=device == "cpu",
-                                    read_edges=config.gpu_state == "on")
+                                    read_edges=not config.edges_unread)
                 phases["timing_s"] += time.perf_counter() - started
                 record_timing(results, base, timing)
         except CapturePoisoned as exc:

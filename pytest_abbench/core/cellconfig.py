@@ -123,8 +123,8 @@ class CellConfig:
         "--spawn", choices=SPAWN_METHODS, help="how the plugin started this process (identity axis spawn)"))
     regime: str = field(default=DEFAULT_REGIME, metadata=_flag(
         "--regime", choices=REGIME_CHOICES, help="the timing regime (core/regimes.py; identity axis regime)"))
-    gpu_state: str = field(default="on", metadata=_flag(
-        "--gpu-state", choices=("on", "off"), help="off: read no GPU state at the timed windows' edges"))
+    edges_unread: bool = field(default=False, metadata=_flag(
+        "--edges-unread", bool, help="read no GPU state at the timed windows' edges (--ab-gpu-state off)"))
     campaign_module: str | None = field(default=None, metadata=_flag(
         "--campaign-module", help="the campaign's module name as the session loaded it (from its path relative to "
                                   "the rootdir): autotune records key kernels by it"))

@@ -240,7 +240,7 @@ class CellRunner:
             autotune_side_file=self.layout.autotune_side_record(key.op, key.side) if side_mode else None,
             switch=campaign.switch.describe(), tuner_cache=self.tuner_cache(campaign, key.side), ir_target=ir_target,
             ir_only=s.ir_only, layout_shift=s.layout_shift,
-            ir_level=ir_level, shares=shares, spawn=s.spawn, regime=s.regime, gpu_state="on" if s.gpu_state else "off",
+            ir_level=ir_level, shares=shares, spawn=s.spawn, regime=s.regime, edges_unread=not s.gpu_state,
         )
 
     def tuner_seed_base(self, campaign: Campaign, key: CellKey, side_mode: str | None) -> str | None:
