@@ -76,6 +76,11 @@ def test_a_side_that_runs_no_triton_kernel_against_one_that_compiles_is_a_diff(t
     assert decision.reason == "side A ran no Triton kernel, side B compiled add_kernel: the switch runs other code"
     assert decision.headline() == [decision.reason]  # the report's IR line
     assert irgate.decide("variant", triton_side, torch_side).reason.startswith("side B ran no Triton kernel")
+    # Side B tuned its own keys (side A recorded none), so every variant it captured is an autotune candidate:
+    # still the code side B runs, and side A runs none of it (seen on the H200 with FlagGems against ATen).
+    for meta in triton_side.rglob("*.meta.json"):
+        meta.write_text(json.dumps({**json.loads(meta.read_text()), "autotune_candidate": True}))
+    assert irgate.decide("variant", torch_side, triton_side).reason == decision.reason
     # A timed cell on a GPU keeps its counts in its timing file instead (no compile-only process ran).
     (torch_side.parent / "kernel_counts.json").unlink()
     write_timing(torch_side.parent / TIMING_FILE, {"timing_s": 1.0, "kernels_loaded": 0, "kernels_compiled": 0})

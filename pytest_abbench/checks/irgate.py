@@ -376,17 +376,11 @@ def decide(op: str, ir_a: Path, ir_b: Path, basis: str = "") -> GateDecision:
 
 
 def _decide(op: str, ir_a: Path, ir_b: Path) -> GateDecision:
+    other_code = _runs_other_code(op, ir_a, ir_b)
+    if other_code is not None:
+        return other_code
     files_a, files_b = gated_files(ir_a, ir_b), gated_files(ir_b, ir_a)
     fa, fb = fingerprint_ttgir(ir_a, files_a), fingerprint_ttgir(ir_b, files_b)
-    if (fa is None) != (fb is None):
-        if fa is None:
-            empty, empty_dir, other, other_dir, other_files = "A", ir_a, "B", ir_b, files_b
-        else:
-            empty, empty_dir, other, other_dir, other_files = "B", ir_b, "A", ir_a, files_a
-        if ran_no_triton_kernel(empty_dir):
-            names = sorted({p.relative_to(other_dir).parts[0] for p in other_files})
-            return GateDecision(op, "diff", f"side {empty} ran no Triton kernel, side {other} compiled "
-                                f"{', '.join(names)}: the switch runs other code", fa, fb)
     if fa is None or fb is None:
         missing = " and ".join(str(d) for d, f in ((ir_a, fa), (ir_b, fb)) if f is None)
         return GateDecision(op, "unavailable", f"no TTGIR captured in {missing}", fa, fb)
@@ -397,6 +391,22 @@ def _decide(op: str, ir_a: Path, ir_b: Path) -> GateDecision:
         return GateDecision(op, "diff", "switch changed generated code (TTGIR identical, LLVM IR or assembly not)",
                             fa, fb, kernels)
     return GateDecision(op, "diff", "switch changed generated code", fa, fb, kernels)
+
+
+def _runs_other_code(op: str, ir_a: Path, ir_b: Path) -> GateDecision | None:
+    """A 'diff' where one side compiled and loaded no Triton kernel and the other captured TTGIR (a kernel-variant
+    switch), else None.  Every variant the other side captured counts, autotune candidates included: with no
+    kernel of its own the empty side recorded no choice, so the other side tuned its own keys (its side record)
+    and each variant it captured is a candidate, yet all of it is code the empty side does not run."""
+    for empty, empty_dir, other, other_dir in (("A", ir_a, "B", ir_b), ("B", ir_b, "A", ir_a)):
+        files = ttgir_files(other_dir)
+        if files and not ttgir_files(empty_dir) and ran_no_triton_kernel(empty_dir):
+            names = sorted({p.relative_to(other_dir).parts[0] for p in files})
+            found = fingerprint_ttgir(other_dir, files)
+            return GateDecision(op, "diff", f"side {empty} ran no Triton kernel, side {other} compiled "
+                                f"{', '.join(names)}: the switch runs other code",
+                                None if empty == "A" else found, found if empty == "A" else None)
+    return None
 
 
 def ran_no_triton_kernel(ir_dir: Path) -> bool:
