@@ -21,7 +21,7 @@ FAST = ("--ab-ir-target", "none", "--ab-samples", "1", "-p", "no:cacheprovider")
 def test_a_line_when_a_round_is_complete_with_the_time_left() -> None:
     cells = [CellKey(r, op, side) for r in (1, 2) for op in ("one", "two") for side in "AB"]
     progress = RoundProgress(cells, rounds=2, started=0.0)
-    lines = [progress.cell_done(key, now=10.0 * (n + 1)) for n, key in enumerate(cells)]
+    lines = [progress.cell_done(key, now=10.0 * (n + 1), elapsed_s=10.0) for n, key in enumerate(cells)]
     assert lines[:3] == [None, None, None]
     assert lines[3] == ("abbench: round 1 done, 1 of 2 rounds (4 of 8 cells), 40s elapsed, about 40s left "
                         "(rough: from round 1)")
@@ -29,6 +29,10 @@ def test_a_line_when_a_round_is_complete_with_the_time_left() -> None:
     assert progress.cell_done(cells[0]) is None, "a cell reported twice counts once"
     assert progress.cell_done(CellKey(3, "one", "A")) is None, "a cell the session did not select is ignored"
     assert [duration(s) for s in (5, 185, 7620)] == ["5s", "3m05s", "2h07m"]
+    resumed = RoundProgress(cells, rounds=2, started=0.0)  # no cell ran here: the wall time per cell it is
+    assert [resumed.cell_done(key, now=4.0 * (n + 1)) for n, key in enumerate(cells[:4])][3] == (
+        "abbench: round 1 done, 1 of 2 rounds (4 of 8 cells), 16s elapsed, about 16s left "
+        "(rough: from the wall time per cell)")
 
 
 def test_the_time_left_counts_from_the_end_of_round_1_which_compiles() -> None:
@@ -37,7 +41,8 @@ def test_the_time_left_counts_from_the_end_of_round_1_which_compiles() -> None:
     cells = [CellKey(r, "op", side) for r in (1, 2, 3, 4) for side in "AB"]
     progress = RoundProgress(cells, rounds=4, started=0.0)
     finish = [100.0, 200.0, 210.0, 220.0, 230.0, 240.0, 250.0, 260.0]
-    lines = [progress.cell_done(key, now=at) for key, at in zip(cells, finish)]
+    lines = [progress.cell_done(key, now=at, elapsed_s=at - before)
+             for key, at, before in zip(cells, finish, [0.0, *finish])]
     assert lines[1] == ("abbench: round 1 done, 1 of 4 rounds (2 of 8 cells), 3m20s elapsed, about 10m00s left "
                         "(rough: from round 1)")
     assert lines[3] == "abbench: round 2 done, 2 of 4 rounds (4 of 8 cells), 3m40s elapsed, about 40s left"
@@ -49,22 +54,42 @@ def test_after_round_1_the_time_left_leaves_out_its_compile_seconds() -> None:
     kernels, so the estimate after round 1 is 10 s a cell, not 100 (a topk campaign said 29 min for 66 s)."""
     cells = [CellKey(r, "op", side) for r in (1, 2, 3, 4) for side in "AB"]
     progress = RoundProgress(cells, rounds=4, started=0.0)
-    lines = [progress.cell_done(cells[0], now=100.0, compile_s=90.0),
-             progress.cell_done(cells[1], now=200.0, compile_s=90.0)]
+    lines = [progress.cell_done(cells[0], now=100.0, elapsed_s=100.0, compile_s=90.0),
+             progress.cell_done(cells[1], now=200.0, elapsed_s=100.0, compile_s=90.0)]
     assert lines[1] == ("abbench: round 1 done, 1 of 4 rounds (2 of 8 cells), 3m20s elapsed, about 1m00s left "
-                        "(rough: round 1 without its 3m00s of compile)")
+                        "(rough: round 1 without its 3m00s of compiling and tuning)")
     gated = RoundProgress(cells + [CellKey(r, "same", s) for r in (1, 2, 3, 4) for s in "AB"], rounds=4, started=0.0)
     for n, key in enumerate([cells[0], cells[1], CellKey(1, "same", "A")]):
-        gated.cell_done(key, now=100.0 * (n + 1), compile_s=90.0)
+        gated.cell_done(key, now=100.0 * (n + 1), elapsed_s=100.0, compile_s=90.0)
     # The IR gate skips op "same" after round 1: its 6 cells left cost nothing; op's 6 cost 10 s each.
-    assert gated.cell_done(CellKey(1, "same", "B"), now=400.0, compile_s=90.0, gated=["same"]) == (
+    assert gated.cell_done(CellKey(1, "same", "B"), now=400.0, elapsed_s=100.0, compile_s=90.0, gated=["same"]) == (
         "abbench: round 1 done, 1 of 4 rounds (4 of 16 cells), 6m40s elapsed, about 1m00s left "
-        "(rough: round 1 without its 6m00s of compile)")
+        "(rough: round 1 without its 6m00s of compiling and tuning)")
     parallel = RoundProgress(cells, rounds=4, started=0.0, workers=2)  # two cells compiled at once
-    parallel.cell_done(cells[0], now=95.0, compile_s=90.0)
-    assert parallel.cell_done(cells[1], now=100.0, compile_s=90.0) == (
-        "abbench: round 1 done, 1 of 4 rounds (2 of 8 cells), 1m40s elapsed, about 30s left "
-        "(rough: round 1 without its 3m00s of compile)")
+    parallel.cell_done(cells[0], now=98.0, elapsed_s=98.0, compile_s=90.0)
+    assert parallel.cell_done(cells[1], now=100.0, elapsed_s=100.0, compile_s=90.0) == (
+        "abbench: round 1 done, 1 of 4 rounds (2 of 8 cells), 1m40s elapsed, about 27s left "
+        "(rough: round 1 without its 3m00s of compiling and tuning)")
+
+
+def test_the_time_left_adds_up_each_ops_own_cost() -> None:
+    """Ops differ in cost: a FlagGems mm cell took 25 s where its layer norm took 7, and the IR gate skipped the
+    layer norm after round 1.  The cells left are mm's, so they cost what mm's cells cost (12.5 s each without
+    round 1's compile), not the mean over every op's cells (10.75 s: 'about 34s left' when 51 s were left)."""
+    cells = [CellKey(r, op, side) for r in (1, 2, 3) for op in ("mm", "ln") for side in "AB"]
+    progress = RoundProgress(cells, rounds=3, started=0.0)
+    ends, line = 0.0, None
+    for key, elapsed, compile_s in [(CellKey(1, "mm", "A"), 25.0, 8.0), (CellKey(1, "mm", "B"), 8.0, 0.0),
+                                    (CellKey(1, "ln", "A"), 11.0, 0.0), (CellKey(1, "ln", "B"), 7.0, 0.0)]:
+        ends += elapsed
+        line = progress.cell_done(key, now=ends, elapsed_s=elapsed, compile_s=compile_s, gated=["ln"])
+    assert line == ("abbench: round 1 done, 1 of 3 rounds (4 of 12 cells), 51s elapsed, about 50s left "
+                    "(rough: round 1 without its 8s of compiling and tuning)")
+    for key, elapsed in [(CellKey(2, "mm", "A"), 17.0), (CellKey(2, "mm", "B"), 9.0),
+                         (CellKey(2, "ln", "A"), 0.0), (CellKey(2, "ln", "B"), 0.0)]:
+        ends += elapsed
+        line = progress.cell_done(key, now=ends, elapsed_s=elapsed, gated=["ln"])
+    assert line == "abbench: round 2 done, 2 of 3 rounds (8 of 12 cells), 1m17s elapsed, about 26s left"
 
 
 def test_a_session_prints_each_round_and_where_the_time_went(campaign_dir: pytest.Pytester, tmp_path: Path) -> None:

@@ -1,13 +1,16 @@
 """Progress while a campaign runs: after each round, rounds done of planned, elapsed time and time left.
 
 Campaigns run for hours on real shape sets.  A round is done when every cell
-of it the session selected has reported (run, failed or skipped).  Round 1
-compiles every kernel (and precompiles, on a GPU) and can take ten times as
-long as a round that loads them from the cache, so its pace says little about
-the rounds after it: after round 1 the estimate is round 1's wall time without
-the compile seconds its cells reported (``report.cost``), shared among the
-workers, and says it is rough; from round 2 on it is the pace of the cells
-finished since round 1, which compile nothing.
+of it the session selected has reported (run, failed or skipped).  The time
+left is the sum, over the cells left, of what a cell of that op costs: ops
+differ (a FlagGems mm cell took 25 s where its layer norm took 7), and an op
+the IR gate skips from now on costs nothing.  Round 1 compiles every kernel
+(and precompiles, on a GPU) and can take ten times as long as a round that
+loads them from the cache, so an op's cost is the mean of its cells since
+round 1 where it has some, else of its round-1 cells without the seconds
+they reported compiling and tuning (``report.cost``; round 1 side A tunes, and
+side B tunes the keys only it has): the line then says the estimate is rough.  The sum is shared among the workers and scaled by the session's wall
+time per second of cell time (pytest and the plugin between cells).
 """
 
 from __future__ import annotations
@@ -35,40 +38,62 @@ class RoundProgress:
         self.expected = set(cells)
         self.rounds = rounds
         self.started = time.monotonic() if started is None else started
-        self.workers = max(1, workers)  # cells running at once (xdist workers): compile seconds overlap
+        self.workers = max(1, workers)  # cells running at once (xdist workers)
         self.done: set[CellKey] = set()
         self.rounds_done: set[int] = set()
-        self.after_first: tuple[float, int] | None = None  # (when, cells done) as the first round completed
-        self.first_compile_s = 0.0  # compile seconds reported by the cells done before the first round completed
+        self.first_done = False  # the first round has completed
+        self.first_compile_s = 0.0  # compiling and tuning seconds of the cells done before the first round ended
+        self.first_costs: dict[str, list[float]] = {}  # op -> its cells' seconds before that, without those
+        self.later_costs: dict[str, list[float]] = {}  # op -> its cells' seconds since
+        self.cells_s = 0.0  # the seconds of every cell with a known cost
 
-    def cell_done(self, key: CellKey, now: float | None = None, compile_s: float = 0.0,
-                  gated: Collection[str] = ()) -> str | None:
-        """Record ``key`` as done (``compile_s``: its compile seconds); the progress line when that finished its
-        round, else None.  ``gated``: ops the IR gate skips from now on: their cells left cost nothing."""
+    def cell_done(self, key: CellKey, now: float | None = None, elapsed_s: float | None = None,
+                  compile_s: float = 0.0, gated: Collection[str] = ()) -> str | None:
+        """Record ``key`` as done; the progress line when that finished its round, else None.
+
+        ``elapsed_s``: the cell's seconds (None: not run by this session, a resumed cell; its cost says nothing);
+        ``compile_s``: how many of them compiled or tuned.  ``gated``: ops the IR gate skips from now on."""
         if key not in self.expected or key in self.done:
             return None
         self.done.add(key)
-        if self.after_first is None:
-            self.first_compile_s += compile_s
+        if elapsed_s is not None:
+            self.cells_s += elapsed_s
+            if self.first_done:
+                self.later_costs.setdefault(key.op, []).append(elapsed_s)
+            else:
+                self.first_compile_s += compile_s
+                self.first_costs.setdefault(key.op, []).append(max(0.0, elapsed_s - compile_s))
         round_cells = {k for k in self.expected if k.round == key.round}
         if not round_cells <= self.done:
             return None
         self.rounds_done.add(key.round)
+        self.first_done = True
         now = time.monotonic() if now is None else now
         elapsed = now - self.started
-        left = len(self.expected) - len(self.done)
-        to_run = sum(1 for k in self.expected - self.done if k.op not in gated)
-        rough = ""
-        if self.after_first is None:
-            self.after_first = (now, len(self.done))
-            # The later rounds load round 1's kernels: its pace without the compiling is theirs.
-            compile_wall = min(self.first_compile_s / self.workers, elapsed)
-            per_cell = (elapsed - compile_wall) / len(self.done)
-            rough = f" (rough: round 1 without its {duration(self.first_compile_s)} of compile)" \
-                if self.first_compile_s else " (rough: from round 1)"
-        else:
-            since, cells_then = self.after_first
-            per_cell = (now - since) / (len(self.done) - cells_then)
-        eta = f", about {duration(per_cell * to_run)} left{rough}" if left else ""
+        left = [k for k in self.expected - self.done if k.op not in gated]
+        eta = ""
+        if len(self.done) < len(self.expected):
+            seconds, rough = self.time_left(left, elapsed)
+            eta = f", about {duration(seconds)} left{rough}"
         return (f"abbench: round {key.round} done, {len(self.rounds_done)} of {len({k.round for k in self.expected})} "
                 f"rounds ({len(self.done)} of {len(self.expected)} cells), {duration(elapsed)} elapsed{eta}")
+
+    def time_left(self, left: Collection[CellKey], elapsed: float) -> tuple[float, str]:
+        """Seconds for the cells ``left``, and the words that say when that rests on round 1's cells."""
+        known = [c for costs in (*self.later_costs.values(), *self.first_costs.values()) for c in costs]
+        if not known:  # no cell's cost is known (every one resumed): the wall time's pace per cell
+            return elapsed / len(self.done) * len(left), " (rough: from the wall time per cell)"
+        from_first = False
+        total = 0.0
+        for key in left:
+            costs = self.later_costs.get(key.op)
+            if not costs:
+                costs = self.first_costs.get(key.op) or known
+                from_first = True
+            total += sum(costs) / len(costs)
+        between_cells = max(1.0, elapsed * self.workers / self.cells_s) if self.cells_s > 0 else 1.0
+        rough = ""
+        if from_first:
+            rough = f" (rough: round 1 without its {duration(self.first_compile_s)} of compiling and tuning)" \
+                if self.first_compile_s else " (rough: from round 1)"
+        return total / self.workers * between_cells, rough

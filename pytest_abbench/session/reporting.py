@@ -105,8 +105,10 @@ class ReportHooks:
             key = cell_key(report.nodeid)
             gated = [] if self.session.settings.allow_no_ir_diff else \
                 [op for op, gate in self.session.gates.items() if gate.state == "no_diff"]
-            line = self.session.progress.cell_done(key, compile_s=self.compile_s(key), gated=gated) \
-                if key is not None else None
+            line = None
+            if key is not None:
+                elapsed_s, compile_s = self.cell_cost(key)
+                line = self.session.progress.cell_done(key, elapsed_s=elapsed_s, compile_s=compile_s, gated=gated)
             if line is not None:
                 self.session.write_line(line)
         for name, value in report.user_properties:
@@ -132,13 +134,16 @@ class ReportHooks:
                 self.caliber_lines_shown.add(line)
                 self.session.write_line(line)
 
-    def compile_s(self, key: CellKey) -> float:
-        """The compile seconds of a finished cell (its precompile and IR capture included), for the time left."""
+    def cell_cost(self, key: CellKey) -> tuple[float | None, float]:
+        """A finished cell's seconds (None when this session did not run it) and how many of them compiled or
+        tuned (its precompile and IR capture included), for the time left: later rounds do neither."""
         outcome = self.session.outcomes.get(key)
-        if outcome is None or outcome.resumed or not outcome.measured:
-            return 0.0
+        if outcome is None or outcome.resumed:
+            return None, 0.0
+        if not outcome.measured:  # skipped by the IR gate, or failed before it measured: what it cost
+            return outcome.elapsed_s, 0.0
         parts = cost.cell_parts(cost.read_timing(outcome.cell_dir), outcome.elapsed_s, outcome.status)
-        return parts["compile_s"] if parts else 0.0
+        return outcome.elapsed_s, parts["compile_s"] + parts["autotune_s"] if parts else 0.0
 
     def pytest_report_teststatus(self, report: pytest.TestReport, config: pytest.Config) -> Any:
         if report.when == "setup" and report.skipped and NO_IR_DIFF in str(report.longrepr):
