@@ -94,3 +94,47 @@ def test_a_side_b_cell_that_tuned_nothing_new_leaves_no_side_record(tmp_path: Pa
     tunercache.seed_from_record(root, "mm", r1_b)
     assert not tunercache.keep_side_record(r1_b, root, "mm", "B")
     assert tunercache.seed_source(root, "mm", "B") == tunercache.record_dir(root, "mm")
+
+
+def test_flaggems_against_aten_times_torch_on_side_a_and_flaggems_on_side_b(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """campaigns/flaggems_aten.py: side A calls the spec's ATen call and never imports FlagGems; side B (the
+    switch's variable) calls FlagGems.  A stand-in ``flag_gems`` package takes FlagGems' place (it loads only on
+    a GPU) and counts its calls."""
+    import sys
+
+    import torch
+
+    from pytest_abbench.campaign.flaggems import AGAINST_ATEN, GEMS, IMPL_VARIABLE, GemsOp, gems_ops
+    from pytest_abbench.campaign.model import Shape
+
+    package = tmp_path / "flag_gems"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "ops.py").write_text("CALLS = []\n\ndef mm(a, b):\n    CALLS.append('mm')\n    return a @ b\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("flag_gems", "flag_gems.ops"):
+        monkeypatch.delitem(sys.modules, name, raising=False)  # restored (absent) after the test
+    aten_calls = []
+
+    def aten_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        aten_calls.append("mm")
+        return a @ b
+
+    spec = GemsOp("mm", inputs=lambda shape, device: (torch.ones(2, 2), torch.ones(2, 2)),
+                  call=lambda gems, a, b: gems.mm(a, b), reference=lambda a, b: a @ b, aten=aten_mm)
+    [op] = gems_ops([spec], against_aten=True)
+    shape = Shape.coerce({"n": 2})
+    monkeypatch.delenv(IMPL_VARIABLE, raising=False)  # side A
+    op.build(shape, "cpu").run()
+    assert aten_calls == ["mm"] and "flag_gems" not in sys.modules
+    monkeypatch.setenv(IMPL_VARIABLE, GEMS)  # side B, as the switch sets it
+    assert dict(AGAINST_ATEN.env_b) == {IMPL_VARIABLE: GEMS}
+    op.build(shape, "cpu").run()
+    assert aten_calls == ["mm"] and sys.modules["flag_gems.ops"].CALLS == ["mm"]
+    # Without against_aten both sides call FlagGems (the compiler-switch campaign).
+    monkeypatch.delenv(IMPL_VARIABLE)
+    gems_ops([spec])[0].build(shape, "cpu").run()
+    assert sys.modules["flag_gems.ops"].CALLS == ["mm", "mm"]
+    with pytest.raises(ValueError, match=r"FlagGems against ATen: mm has no aten call \(GemsOp\(aten=...\)\)"):
+        gems_ops([GemsOp("mm", inputs=spec.inputs, call=spec.call, reference=spec.reference)], against_aten=True)

@@ -8,18 +8,27 @@ The op's timed call goes to ``flag_gems.ops.<op>`` directly (not through
 torch's dispatcher, so torch's own kernel can never be what is timed), and
 the reference is computed by torch.  Each cell's LibTuner cache is pinned by
 the plugin (``pytest_abbench.core.tunercache``).  Collection imports nothing heavy.
+
+FlagGems against ATen (a kernel-variant switch): ``gems_ops(specs, against_aten=True)``
+with ``SWITCH = AGAINST_ATEN``: side A times each spec's ``aten`` call (torch's own
+kernel) and never imports FlagGems, side B times FlagGems' kernel on the same inputs.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from pytest_abbench.campaign.model import Case, Op, Shape
+from pytest_abbench.campaign.model import Case, Op, Shape, Switch
 from pytest_abbench.core.settings import detect_backend
 
 INSTALL_HINT = "pip install -e '.[flaggems]'"
+# The variable that makes a side of a FlagGems-against-ATen campaign call FlagGems (value GEMS); unset: ATen.
+IMPL_VARIABLE = "ABBENCH_GEMS_IMPL"
+GEMS = "flag_gems"
+AGAINST_ATEN = Switch(env_b={IMPL_VARIABLE: GEMS})
 
 
 def unavailable_reason() -> str | None:
@@ -43,19 +52,30 @@ class GemsOp:
     atol: float = 1e-5
     rtol: float = 1.3e-6
     check: Callable[[Any, Any], None] | None = None
+    aten: Callable[..., Any] | None = None  # (*inputs) -> torch's own operator, timed on side A against ATen
 
 
-def _builder(spec: GemsOp) -> Callable[[Shape, str], Case]:
+def _builder(spec: GemsOp, against_aten: bool) -> Callable[[Shape, str], Case]:
     def build(shape: Shape, device: str) -> Case:
-        import flag_gems.ops as gems  # only inside the cell, on a GPU
-
         args = tuple(spec.inputs(shape, device))
-        return Case(run=lambda: spec.call(gems, *args), expected=lambda: spec.reference(*args),
-                    atol=spec.atol, rtol=spec.rtol, check=spec.check)
+        if against_aten and os.environ.get(IMPL_VARIABLE) != GEMS:
+            aten = spec.aten
+            assert aten is not None  # gems_ops refused a spec without one
+            run: Callable[[], Any] = lambda: aten(*args)  # noqa: E731
+        else:
+            import flag_gems.ops as gems  # only inside the cell, on a GPU
+
+            run = lambda: spec.call(gems, *args)  # noqa: E731
+        return Case(run=run, expected=lambda: spec.reference(*args), atol=spec.atol, rtol=spec.rtol,
+                    check=spec.check)
 
     build.__name__ = f"build_{spec.name}"
     return build
 
 
-def gems_ops(specs: Sequence[GemsOp]) -> list[Op]:
-    return [Op(spec.name, build=_builder(spec), shapes=dict(spec.shapes)) for spec in specs]
+def gems_ops(specs: Sequence[GemsOp], against_aten: bool = False) -> list[Op]:
+    """The specs as campaign ops; ``against_aten``: side A calls each spec's ``aten`` (switch: AGAINST_ATEN)."""
+    lacking = [spec.name for spec in specs if against_aten and spec.aten is None]
+    if lacking:
+        raise ValueError(f"FlagGems against ATen: {', '.join(lacking)} has no aten call (GemsOp(aten=...))")
+    return [Op(spec.name, build=_builder(spec, against_aten), shapes=dict(spec.shapes)) for spec in specs]
