@@ -398,14 +398,14 @@ def _runs_other_code(op: str, ir_a: Path, ir_b: Path) -> GateDecision | None:
     switch), else None.  Every variant the other side captured counts, autotune candidates included: with no
     kernel of its own the empty side recorded no choice, so the other side tuned its own keys (its side record)
     and each variant it captured is a candidate, yet all of it is code the empty side does not run."""
-    for empty, empty_dir, other, other_dir in (("A", ir_a, "B", ir_b), ("B", ir_b, "A", ir_a)):
-        files = ttgir_files(other_dir)
-        if files and not ttgir_files(empty_dir) and ran_no_triton_kernel(empty_dir):
-            names = sorted({p.relative_to(other_dir).parts[0] for p in files})
-            found = fingerprint_ttgir(other_dir, files)
+    dirs = {"A": ir_a, "B": ir_b}
+    files = {side: ttgir_files(ir_dir) for side, ir_dir in dirs.items()}
+    for empty, other in (("A", "B"), ("B", "A")):
+        if files[other] and not files[empty] and ran_no_triton_kernel(dirs[empty]):
+            names = sorted({p.relative_to(dirs[other]).parts[0] for p in files[other]})
             return GateDecision(op, "diff", f"side {empty} ran no Triton kernel, side {other} compiled "
                                 f"{', '.join(names)}: the switch runs other code",
-                                None if empty == "A" else found, found if empty == "A" else None)
+                                fingerprint_ttgir(ir_a, files["A"]), fingerprint_ttgir(ir_b, files["B"]))
     return None
 
 

@@ -9,8 +9,9 @@ the IR gate skips from now on costs nothing.  Round 1 compiles every kernel
 loads them from the cache, so an op's cost is the mean of its cells since
 round 1 where it has some, else of its round-1 cells without the seconds
 they reported compiling and tuning (``report.cost``; round 1 side A tunes, and
-side B tunes the keys only it has): the line then says the estimate is rough.  The sum is shared among the workers and scaled by the session's wall
-time per second of cell time (pytest and the plugin between cells).
+side B tunes the keys only it has): the line then says the estimate is rough.
+The sum is shared among the workers and scaled by the session's wall time per
+second of cell time (pytest and the plugin between cells).
 """
 
 from __future__ import annotations
@@ -41,7 +42,6 @@ class RoundProgress:
         self.workers = max(1, workers)  # cells running at once (xdist workers)
         self.done: set[CellKey] = set()
         self.rounds_done: set[int] = set()
-        self.first_done = False  # the first round has completed
         self.first_compile_s = 0.0  # compiling and tuning seconds of the cells done before the first round ended
         self.first_costs: dict[str, list[float]] = {}  # op -> its cells' seconds before that, without those
         self.later_costs: dict[str, list[float]] = {}  # op -> its cells' seconds since
@@ -58,7 +58,7 @@ class RoundProgress:
         self.done.add(key)
         if elapsed_s is not None:
             self.cells_s += elapsed_s
-            if self.first_done:
+            if self.rounds_done:  # after the first round: its cells load what round 1 compiled
                 self.later_costs.setdefault(key.op, []).append(elapsed_s)
             else:
                 self.first_compile_s += compile_s
@@ -67,7 +67,6 @@ class RoundProgress:
         if not round_cells <= self.done:
             return None
         self.rounds_done.add(key.round)
-        self.first_done = True
         now = time.monotonic() if now is None else now
         elapsed = now - self.started
         left = [k for k in self.expected - self.done if k.op not in gated]
