@@ -16,7 +16,6 @@ GPU or, without one, in Triton's interpreter.
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import os
 import subprocess
 import sys
@@ -29,9 +28,8 @@ sys.path.insert(0, str(REPO))
 
 from pytest_abbench.spawn.forkserver import SERVER_MODULE  # noqa: E402
 from pytest_abbench.spawn.strategy import PRESTART_SERVERS  # noqa: E402
+from server_imports import PLUGIN  # noqa: E402  (the plugin by entry point, or by name where only on PYTHONPATH)
 
-PLUGIN = () if any(ep.value == "pytest_abbench.plugin" for ep in importlib.metadata.entry_points(group="pytest11")) \
-    else ("-p", "pytest_abbench.plugin")
 VARIABLE = "ABBENCH_BENCH_SW"
 
 CAMPAIGN = '''
