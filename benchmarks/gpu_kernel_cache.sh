@@ -7,6 +7,7 @@
 # outlive a 10-minute device call: call the script again on the same warm machine until it prints the figures.
 #   bash benchmarks/gpu_kernel_cache.sh
 #   COLD_ROUNDS=1 WARM_REGIMES="burst steady" bash benchmarks/gpu_kernel_cache.sh
+#   COLD_ROUNDS=1 WARM_REGIMES="steady steady:--ab-direct-rep=50" bash benchmarks/gpu_kernel_cache.sh
 set -uo pipefail
 source "$(dirname "$0")/gpu_env.sh"
 ROUNDS=${ROUNDS:-6}
@@ -41,9 +42,12 @@ while [ ! -f "$S/cold.done" ]; do
   sleep 5; waited=$((waited + 5))
 done
 WARM=""
-for regime in $WARM_REGIMES; do
-  [ -f "$S/warm-$regime.done" ] || run "warm-$regime" "$ROUNDS" --ab-regime "$regime"
-  WARM="$WARM warm-$regime"
+for entry in $WARM_REGIMES; do  # REGIME or REGIME:--option=value (one more pytest argument)
+  regime=${entry%%:*}
+  extra=(); [ "$entry" = "$regime" ] || extra=("${entry#*:}")
+  name=warm-$(tr -cs 'A-Za-z0-9' '-' <<<"$entry" | sed 's/-*$//')
+  [ -f "$S/$name.done" ] || run "$name" "$ROUNDS" --ab-regime "$regime" "${extra[@]}"
+  WARM="$WARM $name"
 done
 cp "$S/env.txt" "$OUT/env.txt"
 {

@@ -4,6 +4,8 @@
 #   PART=mm  benchmarks/gpu_regimes.sh   # campaigns/mm.py, core, DISABLE_MMA_V3=1 on side B
 #   PART=ln  benchmarks/gpu_regimes.sh   # campaigns/layer_norm.py, core: ATen (A) against a Triton kernel (B)
 #   PART=aa  benchmarks/gpu_regimes.sh   # campaigns/calibration_aa.py, A/A, every round run
+# REGIME (default both) and EXTRA (more pytest arguments, split on spaces) change the session, e.g.
+#   PART=aa REGIME=steady ROUNDS=6 EXTRA="--ab-direct-rep 50" bash benchmarks/gpu_regimes.sh
 # Back under $OUT: regimes_<part>_run.txt (the session), regimes_<part>_report.md, regimes_<part>.txt (side by side,
 # and for aa the check, whose rc is in the last line) and regimes_<part>_nvml.txt (nvidia-smi's view during the run,
 # to hold the report's clocks and power against).
@@ -24,8 +26,10 @@ nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,clocks_throttle_reasons.ac
   >"$OUT/regimes_${part}_nvml.txt" 2>&1 &
 smi=$!
 start=$(date +%s)
-timeout "${LIMIT:-540}" python3 -m pytest -p pytest_abbench.plugin "${args[@]}" --ab-regime both \
-  --ab-rounds "${ROUNDS:-3}" --ab-root "$root" --cell-timeout 300 -p no:cacheprovider -rs >"$OUT/regimes_${part}_run.txt" 2>&1
+read -ra extra <<<"${EXTRA:-}"
+timeout "${LIMIT:-540}" python3 -m pytest -p pytest_abbench.plugin "${args[@]}" --ab-regime "${REGIME:-both}" \
+  --ab-rounds "${ROUNDS:-3}" --ab-root "$root" --cell-timeout 300 -p no:cacheprovider -rs "${extra[@]}" \
+  >"$OUT/regimes_${part}_run.txt" 2>&1
 echo "run: rc $? in $(( $(date +%s) - start )) s" | tee -a "$OUT/regimes_${part}_env.txt"
 kill "$smi" 2>/dev/null
 cp "$root/report.md" "$OUT/regimes_${part}_report.md" 2>/dev/null

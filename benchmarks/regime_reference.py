@@ -188,7 +188,7 @@ def settle_side(rig: Rig, side: str) -> tuple[str, float]:
     while rig.clock() - start < regimes.STEADY_MAX_S:
         rig.window(side)
         seen.append(rig.read())
-        if rig.clock() - start >= regimes.STEADY_MIN_S and settled(list(seen)):
+        if rig.clock() - start >= regimes.STEADY_MIN_S and settled(list(seen), rig.max_clock):
             return regimes.MET, rig.clock() - start
     return regimes.NOT_MET, rig.clock() - start
 

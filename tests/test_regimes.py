@@ -129,6 +129,30 @@ def test_steady_runs_the_kernel_until_clock_and_power_settle() -> None:
     assert energy_per_call_j(short * 3) is None
 
 
+def test_steady_does_not_wait_for_nvmls_power_average_while_the_kernel_runs_at_boost_below_the_cap() -> None:
+    # topk on the H200: 1980 MHz throughout, no holding reason, while NVML's power figure (an average over up to a
+    # second) climbs for over a second. The card has nothing to settle into: K readings at boost settle it.
+    climbing = (lambda t: (1980.0, 150.0 + 200.0 * min(t, 1.5), [], 1000.0 * t))
+    clock = FakeClock()
+    timing = run_regime(regimes.STEADY, StandInKernel(clock, window_s=0.1), StandInGpu(clock, climbing), count=2,
+                        cpu=False, pace=clock)
+    first = timing.windows[0]
+    assert first.condition == regimes.MET and first.waited_s == pytest.approx(regimes.STEADY_MIN_S)
+    assert first.detail == f"settled at 1980 MHz (at boost, no holding reason) after {regimes.STEADY_MIN_S:g} s"
+    # The same climb with a holding reason named, or without a known maximum clock, waits for power as before.
+    for reasons, max_clock in ((["sw_power_cap"], 1980.0), ([], None)):
+        clock = FakeClock()
+        gpu = StandInGpu(clock, lambda t: (1980.0, 150.0 + 200.0 * min(t, 1.5), reasons, 1000.0 * t), max_clock)
+        first = run_regime(regimes.STEADY, StandInKernel(clock, window_s=0.1), gpu, count=1, cpu=False,
+                           pace=clock).windows[0]
+        assert first.condition == regimes.MET and first.waited_s >= 1.5 and "at boost" not in first.detail
+    # A clock below boost (a power-capped mm at 1508 MHz, no reason decoded) is no shortcut either.
+    below = [GpuReading(1508.0, None, 300.0 + 50.0 * i, None, None, 0, []) for i in range(regimes.STEADY_LAST_K)]
+    assert settled(below, 1980.0) is False and settled(below[:1] * regimes.STEADY_LAST_K, 1980.0)
+    at_boost = [GpuReading(1980.0, None, 300.0 + 50.0 * i, None, None, 0, []) for i in range(regimes.STEADY_LAST_K)]
+    assert settled(at_boost, 1980.0) is True and settled(at_boost) is False
+
+
 def test_steady_that_never_settles_ends_at_its_bound_and_a_window_off_the_settled_clock_is_not_met() -> None:
     clock = FakeClock()
     wobble = StandInGpu(clock, lambda t: (1400.0 + 100.0 * (int(t * 20) % 2), 690.0, ["sw_power_cap"], 0.0))
@@ -137,7 +161,8 @@ def test_steady_that_never_settles_ends_at_its_bound_and_a_window_off_the_settle
     assert timing.windows[0].waited_s >= regimes.STEADY_MAX_S and "not settled after" in timing.windows[0].detail
 
     clock = FakeClock()
-    drops = StandInGpu(clock, lambda t: (1508.0 if t < 1.0 else 1300.0, 690.0, ["sw_power_cap"], 0.0))
+    drop_at = regimes.STEADY_MIN_S + 0.35  # settled at STEADY_MIN_S: the first 0.3 s window ends before the drop
+    drops = StandInGpu(clock, lambda t: (1508.0 if t < drop_at else 1300.0, 690.0, ["sw_power_cap"], 0.0))
     timing = run_regime(regimes.STEADY, StandInKernel(clock, window_s=0.3), drops, count=2, cpu=False, pace=clock)
     assert [w.condition for w in timing.windows] == [regimes.MET, regimes.NOT_MET]
     assert "the window ended at 1300 MHz" in timing.windows[1].detail

@@ -3,9 +3,10 @@ the regime's condition held.
 
 burst: before each short window, wait (bounded) until NVML names no power cap or slowdown and the SM clock is back
 near its maximum, so every window starts at boost.  steady: run the kernel untimed until the last readings of SM
-clock and power agree (bounded), then time the windows back to back.  Without GPU state (the interpreter, no
-NVML) neither condition can be checked: burst waits a plain gap, steady warms up by time, and every window says
-``not_checked``.  The sampler and the clock are parameters so a test can stand in for a GPU.
+clock and power agree, or show it at boost with no holding reason (bounded), then time the windows back to back.
+Without GPU state (the interpreter, no NVML) neither condition can be checked: burst waits a plain gap, steady
+warms up by time, and every window says ``not_checked``.  The sampler and the clock are parameters so a test can
+stand in for a GPU.
 """
 
 from __future__ import annotations
@@ -77,9 +78,19 @@ def _spread_ok(values: list[float], tolerance: float, floor: float = 0.0) -> boo
     return max(values) - min(values) <= max(floor, tolerance * statistics.median(values))
 
 
-def settled(readings: list[GpuReading | None]) -> bool | None:
-    """Whether the last ``STEADY_LAST_K`` readings agree on SM clock and power (each within its tolerance); None
-    when they carry neither figure (nothing to decide on)."""
+def free_at_boost(readings: list[GpuReading | None], max_clock: float | None) -> bool:
+    """Whether every reading shows the kernel running at boost with no holding reason: a card below its power cap,
+    with nothing to settle into although NVML's averaged power figure may still be climbing."""
+    if max_clock is None or not readings:
+        return False
+    return all(r is not None and r.reasons_mask is not None and r.sm_clock_mhz is not None
+               and not any(name in r.reasons for name in regimes.HOLDING_REASONS)
+               and r.sm_clock_mhz >= regimes.BURST_CLOCK_SHARE * max_clock for r in readings)
+
+
+def settled(readings: list[GpuReading | None], max_clock: float | None = None) -> bool | None:
+    """Whether the last ``STEADY_LAST_K`` readings agree on SM clock and power (each within its tolerance), or on
+    the clock while the card runs free at boost (``max_clock`` known); None when they carry neither figure."""
     last = readings[-regimes.STEADY_LAST_K:]
     if len(last) < regimes.STEADY_LAST_K or any(r is None for r in last):
         return False
@@ -89,7 +100,7 @@ def settled(readings: list[GpuReading | None]) -> bool | None:
     if all(c is not None for c in clocks):
         checks.append(_spread_ok([float(c or 0) for c in clocks], regimes.STEADY_CLOCK_TOL,
                                  regimes.STEADY_CLOCK_STEP_MHZ))
-    if all(p is not None for p in powers):
+    if all(p is not None for p in powers) and not free_at_boost(last, max_clock):
         checks.append(_spread_ok([float(p or 0) for p in powers], regimes.STEADY_POWER_TOL))
     return all(checks) if checks else None
 
@@ -101,19 +112,22 @@ def settle(timer: Windows, sampler: GpuSampler, cpu: bool, pace: Pace) -> tuple[
         warmup = regimes.STEADY_CPU_WARMUP_S if cpu else regimes.STEADY_PLAIN_WARMUP_S
         timer.run_for(warmup)
         return regimes.NOT_CHECKED, round(pace.clock() - start, 4), f"a warm-up of {warmup:g} s by time", None
+    max_clock = sampler.max_sm_clock_mhz()
     readings: list[GpuReading | None] = []
     while True:
         timer.run_for(regimes.STEADY_CHUNK_MS / 1e3)
         readings.append(sampler.read())
         elapsed = round(pace.clock() - start, 4)
-        state = settled(readings) if elapsed >= regimes.STEADY_MIN_S else False
+        state = settled(readings, max_clock) if elapsed >= regimes.STEADY_MIN_S else False
         if state is None:
             return regimes.NOT_CHECKED, elapsed, "NVML gave neither SM clock nor power", None
         last = [r for r in readings[-regimes.STEADY_LAST_K:] if r is not None and r.sm_clock_mhz is not None]
         clock = statistics.median(float(r.sm_clock_mhz or 0) for r in last) if last else None
         shown = "-" if clock is None else f"{clock:.0f}"
         if state:
-            return regimes.MET, elapsed, f"settled at {shown} MHz after {elapsed:.3g} s", clock
+            how = (" (at boost, no holding reason)" if free_at_boost(readings[-regimes.STEADY_LAST_K:], max_clock)
+                   else "")
+            return regimes.MET, elapsed, f"settled at {shown} MHz{how} after {elapsed:.3g} s", clock
         if elapsed >= regimes.STEADY_MAX_S:
             return regimes.NOT_MET, elapsed, f"not settled after {elapsed:.3g} s (last {shown} MHz)", clock
 

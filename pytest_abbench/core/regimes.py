@@ -63,12 +63,16 @@ HOLDING_REASONS = ("sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_the
 # readings' SM clocks lie within STEADY_CLOCK_TOL (share of their median, at least one 15 MHz step) and their powers
 # within STEADY_POWER_TOL, after at least STEADY_MIN_S and at most STEADY_MAX_S.  NVML's power figure averages
 # over up to a second, so settled power means the card held its state for about that long.
+# Readings that all show the clock at boost (BURST_CLOCK_SHARE of its maximum) with no holding reason settle the
+# card without waiting for power: the power controller acts within tens of milliseconds (a 40 ms window of a 700 W
+# mm reached the cap on the H200), so K readings over 250 ms at boost mean the kernel runs below the cap, and what
+# still climbs is NVML's average.  Waiting for it cost topk's shapes 0.8-1.5 s each on the H200.
 STEADY_CHUNK_MS = 50
 STEADY_LAST_K = 5
 STEADY_CLOCK_TOL = 0.01
 STEADY_CLOCK_STEP_MHZ = 15.0
 STEADY_POWER_TOL = 0.03
-STEADY_MIN_S = 0.5
+STEADY_MIN_S = STEADY_LAST_K * STEADY_CHUNK_MS / 1e3  # K readings, each after a chunk of running
 STEADY_MAX_S = 10.0
 STEADY_PLAIN_WARMUP_S = 2.0  # no GPU state to check: the kernel runs this long before the windows (GPU)
 STEADY_CPU_WARMUP_S = 0.2  # the interpreter: a warm-up by time (wall-clock numbers only describe this machine)
