@@ -21,7 +21,7 @@ Triton kernel of ``campaigns/_kernels/layer_norm.py`` (B).
 
 burst: before each window of about ``BURST_WINDOW_MS`` (4 ms), wait (20 ms to 2 s) until NVML names no power cap
 or slowdown and the SM clock is at 97% of its maximum or more; the order within a pair alternates (AB, BA, ...).
-steady: as the cells run it, one side alone in windows of ``--steady-window-ms`` (100 ms, the plugin's default)
+steady: as the cells run it, one side alone in windows of ``--steady-window-ms`` (the plugin's default)
 until its last 5 SM clocks lie within 1% (one 15 MHz step at least) and powers within 3% (0.5 s to 10 s), then 10
 windows of it back to back; then the other side the same way; the blocks alternate until ``--pairs`` pairs.
 Per regime: the median of the per-pair deltas ln(B/A) as a percent, the mean's 95% t-interval (over pairs under
@@ -52,6 +52,7 @@ sys.path[:0] = [str(REPO), str(REPO / "campaigns")]
 from pytest_abbench.child.gpustate import decode_reasons  # noqa: E402  (NVML's reason bits, by name)
 from pytest_abbench.child.regime import at_boost, settled  # noqa: E402  (the conditions the cells check)
 from pytest_abbench.core import regimes  # noqa: E402  (the plugin's burst and steady parameters)
+from pytest_abbench.core.cellconfig import DEFAULT_DIRECT_REP_MS  # noqa: E402  (a steady window's length)
 from pytest_abbench.core.settings import CUDA_SAMPLES  # noqa: E402  (windows per shape on a GPU)
 from pytest_abbench.child.timers import GraphWindows  # noqa: E402  (the cells' graph timer, the same windows)
 from pytest_abbench.core.results import GpuReading as Reading  # noqa: E402  (clock, power, reasons)
@@ -372,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--regimes", default="burst,steady", help="burst, steady or both, comma-separated")
     parser.add_argument("--pairs", type=int, default=40, help="timed pairs per regime")
     parser.add_argument("--burst-window-ms", type=float, default=regimes.BURST_WINDOW_MS)
-    parser.add_argument("--steady-window-ms", type=float, default=100.0)
+    parser.add_argument("--steady-window-ms", type=float, default=float(DEFAULT_DIRECT_REP_MS))
     parser.add_argument("--burst-budget-s", type=float, default=60.0, help="burst stops after this many seconds")
     parser.add_argument("--config", default="", help="pin the launch config (default: side A's autotuned pick)")
     parser.add_argument("--record", type=Path, help="pin the config a root's autotune/mm.json holds for this shape")

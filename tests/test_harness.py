@@ -176,7 +176,7 @@ def test_identity_file_contents(pytester: pytest.Pytester, tmp_path: Path) -> No
                 "switch", "side"):
         assert key in a, key
     assert (a["backend"], a["timer"], a["bench_level"], a["direct_repeat"]) == \
-        ("interpreter", "wall", "smoke", "rep=100ms,warmup=25ms")
+        ("interpreter", "wall", "smoke", "rep=50ms,warmup=25ms")
     assert (a["autotune_mode"], b["autotune_mode"]) == ("record", "replay")
     # Relative to the cell's folder: nothing in a root depends on where the root lies.
     assert a["autotune_record"] == b["autotune_record"] == "../../autotune/addone.json"

@@ -16,7 +16,7 @@ from pytest_abbench.checks import irgate
 from pytest_abbench.core.cellfiles import write_timing
 from pytest_abbench.core.layout import TIMING_FILE
 from pytest_abbench.core.cellconfig import CHILD_MODULE, CellConfig
-from pytest_abbench.checks.irgate import normalize_ttgir
+from pytest_abbench.checks.irgate import normalize_asm, normalize_llir, normalize_ttgir
 from pytest_abbench.core.status import read_status
 
 FAST = ("-p", "no:cacheprovider")
@@ -164,3 +164,18 @@ def test_normalization_strips_locations_and_nothing_else() -> None:
     assert normalize_ttgir(a) == normalize_ttgir(b)
     assert "ttg.local_alloc %x" in normalize_ttgir(a) and "loc" not in normalize_ttgir(a).replace("local_alloc", "")
     assert normalize_ttgir(a) != normalize_ttgir(a.replace("tensor<4xf32>", "tensor<8xf32>"))
+
+
+def test_each_stage_keeps_its_code_and_drops_only_what_names_the_source() -> None:
+    ttgir = ('#loc3 = loc("/home/a/k.py":9:0)\n#loc4 = loc(#loc3)\n'
+             '  ^bb0(%arg0: i32 loc(#loc4), %arg1: i32 loc("/home/a/k.py":2:1)):  \n'
+             '    %0 = ttg.convert_layout %arg0 : tensor<4xf32, #blocked> loc(callsite(#loc3 at #loc4))\n')
+    assert normalize_ttgir(ttgir) == ("  ^bb0(%arg0: i32 , %arg1: i32 ):\n"
+                                      "    %0 = ttg.convert_layout %arg0 : tensor<4xf32, #blocked>\n")
+    llir = ('  %5 = fadd float %3, %4, !dbg !12  \n    #dbg_value(i32 %1, !4, !DIExpression(), !7)\n'
+            '!12 = !DILocation(line: 9, scope: !3)\n!3 = distinct !DISubprogram(name: "k")\n!0 = !{i32 2}\n')
+    assert normalize_llir(llir) == "  %5 = fadd float %3, %4\n!0 = !{i32 2}\n"
+    # .local declares local memory: a stage that spills more has other code, and keeps its line.
+    ptx = ('\t.file\t1 "/home/a/k.py"\n.local .align 8 .b8 __local_depot0[16];\n\t.loc\t1 9 0\n'
+           '\tadd.f32 \t%f3, %f1, %f2;  \n\t.section\t.debug_info\n\t{ .b8 1 }\n')
+    assert normalize_asm(ptx) == ".local .align 8 .b8 __local_depot0[16];\n\tadd.f32 \t%f3, %f1, %f2;\n"

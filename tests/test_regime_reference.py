@@ -160,14 +160,14 @@ def test_the_dry_run_prints_the_plan_in_a_real_process_without_a_gpu() -> None:
     done = run_script("--dry-run", "--regimes", "steady", "--pairs", "10")
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
-        "# mm 4096x4096x4096 bf16 (switch): regimes steady, 10 pairs each, windows steady 100 ms; config side A "
+        "# mm 4096x4096x4096 bf16 (switch): regimes steady, 10 pairs each, windows steady 50 ms; config side A "
         "autotuned",
         "# dry run: 2 JIT functions of _kernels/gemm.py mm_kernel (4 autotune configs); no GPU touched"]
     ln = run_script("--dry-run", "--op", "layer_norm")
     assert ln.returncode == 0, ln.stderr
     assert ln.stdout.splitlines() == [
         "# layer_norm 8192x4096 bf16 (ATen vs Triton): regimes burst, steady, 40 pairs each, windows burst 4 ms, "
-        "steady 100 ms",
+        "steady 50 ms",
         "# dry run: ATen against _kernels/layer_norm.py layer_norm_kernel; no GPU touched"]
     bad = run_script("--regimes", "idle")
     assert bad.returncode == 2 and "--regimes takes burst, steady (got 'idle')" in bad.stderr

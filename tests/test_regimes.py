@@ -16,7 +16,7 @@ from helpers import synthetic_root, as_both_regimes
 
 from pytest_abbench.child.gpustate import GpuSampler
 from pytest_abbench.child.regime import EDGES_OFF, Pace, run_regime, settled, wait_for_boost
-from pytest_abbench.child.timers import queue_windows, windows_in_turn
+from pytest_abbench.child.timers import WallWindows, queue_windows, windows_in_turn
 from pytest_abbench.core import regimes
 from pytest_abbench.core.results import REASON_BITS as REASONS
 from pytest_abbench.core.results import GpuReading, GpuState, TimedWindow, energy_per_call_j
@@ -205,6 +205,24 @@ def test_the_graph_timer_queues_every_replay_before_it_reads_the_first_edge() ->
     assert edges == [0, 1, 2, 3]
     assert log == ["replay", "replay", "mark0", "replay", "mark1", "replay", "mark2", "replay", "mark3", "replay",
                    "wait0", "read", "wait1", "read", "wait2", "read", "wait3", "read"]
+
+
+def test_running_a_kernel_for_a_span_takes_no_step_that_would_end_far_past_it() -> None:
+    # A settling chunk (50 ms) over a graph whose replay is a little shorter (48 ms on the H200 at 50 ms windows)
+    # ran it twice, so NVML was read every 100 ms and the settling took twice its K readings.
+    import time
+
+    calls: list[float] = []
+
+    def step(seconds: float) -> None:
+        calls.append(seconds)
+        time.sleep(seconds)
+
+    for length, least, most in ((0.03, 1, 1), (0.002, 10, 21)):  # short steps still fill the span
+        timer = WallWindows(lambda: step(length))
+        calls.clear()  # the timer's own warm-up call
+        timer.run_for(0.04)
+        assert least <= len(calls) <= most
 
 
 def test_settling_needs_k_readings_and_decides_on_what_nvml_gives() -> None:

@@ -65,6 +65,16 @@ def strip_locations(line: str) -> str:
     return "".join(out).rstrip()
 
 
+# Each cell fingerprints every stage of every kernel it loads, and one kernel's stages can run to megabytes: the
+# common forms go in one pass over the whole text, and only what is left goes line by line.
+_LOC_DEFINITION = re.compile(r"\s*#loc\d*\s*=")
+_PLAIN_LOC = re.compile(r" loc\(#loc\d*\)")  # the usual attribute: a reference to a #loc line
+_DBG_ATTACHMENT = re.compile(r",? !dbg !\d+")
+_DBG_LINE = re.compile(r"\s*#dbg_\w+\(|!\d+ = (distinct )?!DI\w+\(")
+_DEBUG_SECTION = re.compile(r"^[ \t]*\.section[ \t]+\.debug", re.MULTILINE)
+_LOC_FILE_LINE = re.compile(r"^[ \t]*\.(?:loc|file)[ \t][^\n]*\n?", re.MULTILINE)
+
+
 def normalize_ttgir(text: str) -> str:
     """TTGIR with MLIR location info removed (``#loc`` lines, ``loc(...)`` attributes), nothing else.
 
@@ -72,34 +82,25 @@ def normalize_ttgir(text: str) -> str:
     two folders differ only there.
     """
     lines = []
-    for line in text.splitlines():
-        if re.match(r"^\s*#loc\d*\s*=", line):
+    for line in _PLAIN_LOC.sub(" ", text).splitlines():
+        if "#loc" in line and _LOC_DEFINITION.match(line):
             continue
-        lines.append(strip_locations(line))
+        lines.append(strip_locations(line) if "loc(" in line else line.rstrip())
     return "\n".join(lines) + "\n"
 
 
 def normalize_llir(text: str) -> str:
     """LLVM IR without debug info (``!dbg`` attachments, ``!DI...`` nodes, debug records): it names the source."""
-    lines = []
-    for line in text.splitlines():
-        if re.match(r"^\s*#dbg_\w+\(", line) or re.match(r"^!\d+ = (distinct )?!DI\w+\(", line):
-            continue
-        lines.append(re.sub(r",? !dbg !\d+", "", line).rstrip())
+    lines = [line.rstrip() for line in _DBG_ATTACHMENT.sub("", text).splitlines()
+             if not (("#dbg_" in line or "!DI" in line) and _DBG_LINE.match(line))]
     return "\n".join(lines) + "\n"
 
 
 def normalize_asm(text: str) -> str:
     """PTX or AMDGCN without ``.file``/``.loc`` lines and the debug sections at the end (they name the source)."""
-    lines = []
-    for line in text.splitlines():
-        stripped = line.strip()
-        if re.match(r"^\.section\s+\.debug", stripped):
-            break
-        if stripped.startswith((".loc", ".file")):
-            continue
-        lines.append(line.rstrip())
-    return "\n".join(lines) + "\n"
+    debug = _DEBUG_SECTION.search(text)
+    kept = _LOC_FILE_LINE.sub("", text if debug is None else text[:debug.start()])
+    return "\n".join(line.rstrip() for line in kept.splitlines()) + "\n"
 
 
 # Triton's compile stages in the order they run, as named in a kernel's ``asm``:

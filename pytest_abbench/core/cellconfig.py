@@ -26,7 +26,10 @@ TIMERS = ("cudagraph", "direct", "wall")
 AUTOTUNE_MODES = ("record", "replay", "off", "compile-all")
 # fork: forked from a server that imported torch and Triton once (pytest_abbench/spawn/forkserver.py); exec: a fresh process.
 SPAWN_METHODS = ("fork", "exec")
-DEFAULT_DIRECT_REP_MS = 100
+# The length of a steady window and of a direct-timer window (--ab-direct-rep).  50 ms: ten of them follow each
+# shape's settling, and on the H200 100 ms windows made topk's warm 6-round re-run 133 s against 97 s with no
+# change in its verdict (docs/explanation/cost.md); A/A under steady stayed clean (docs/explanation/regimes.md).
+DEFAULT_DIRECT_REP_MS = 50
 DEFAULT_DIRECT_WARMUP_MS = 25
 DEFAULT_TUNER_CACHE = "per-cell"
 
