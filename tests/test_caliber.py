@@ -13,7 +13,7 @@ from pytest_abbench.core.status import read_status
 FAST = ("--ab-ir-target", "none", "-p", "no:cacheprovider")
 
 
-@pytest.mark.parametrize("option, axis", [('"direct_rep": "50"', "direct_repeat"),
+@pytest.mark.parametrize("option, axis", [('"direct_rep": "80"', "direct_repeat"),
                                           ('"tuner_cache": "shared:/tmp/abbench-test-tuner"', "tuner_cache"),
                                           ('"level": "core"', "bench_level")])
 def test_side_option_mismatch_exits_4_and_withholds_the_verdict(campaign_dir: pytest.Pytester, tmp_path: Path,
@@ -42,7 +42,7 @@ def test_mismatch_plus_a_failed_cell_still_exits_4(campaign_dir: pytest.Pytester
         def broken(shape, device):
             raise RuntimeError("this op cannot be built")
         '''
-    source = simple_campaign('"one"', switch='Switch(options_b={"direct_rep": "50"})', extra=extra)
+    source = simple_campaign('"one"', switch='Switch(options_b={"direct_rep": "80"})', extra=extra)
     source += 'OPS.append(Op("broken", build=broken, shapes={"smoke": [{"n": 1}]}))\n'
     campaign_dir.makepyfile(c=source)
     root = tmp_path / "root"

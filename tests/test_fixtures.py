@@ -59,7 +59,7 @@ def test_by_hand(abbench_cell, abbench_ir_gate, abbench_caliber):
 def test_a_hand_written_cell_test_gets_the_same_exit_4(campaign_dir: pytest.Pytester, tmp_path: Path) -> None:
     """The campaign is not collected itself (only the test file is named): the hand-written test runs its cells."""
     camp = campaign_dir.mkdir("camp")
-    (camp / "mixed.py").write_text(simple_campaign('"one"', switch='Switch(options_b={"direct_rep": "50"})'))
+    (camp / "mixed.py").write_text(simple_campaign('"one"', switch='Switch(options_b={"direct_rep": "80"})'))
     campaign_dir.makepyfile(test_hand=HAND_WRITTEN.format(campaign="mixed.py", op="one"))
     root = tmp_path / "root"
     result = campaign_dir.runpytest_subprocess("test_hand.py", "--ab-rounds", "2", "--ab-root", str(root), "-v",
