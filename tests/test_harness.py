@@ -186,7 +186,9 @@ def test_identity_file_contents(pytester: pytest.Pytester, tmp_path: Path) -> No
 
 @pytest.mark.slow
 def test_ir_capture_writes_ttgir_on_a_triton_cache_hit(tmp_path: Path) -> None:
-    """Two compile-only runs of one side share a TRITON_CACHE_DIR; the second loads from it and still writes IR."""
+    """Two compile-only runs of one side share a TRITON_CACHE_DIR; the second loads from it and still writes IR.
+    The second stands for a later round: it writes the TTGIR without the stage fingerprints, which only round 1's
+    cells need (the IR gate compares those)."""
     cache = tmp_path / "cache"
     # Without the per-pass dump: its file's path is in Triton's cache key, so dumped compiles never hit (and go to
     # a folder of their own process, not into TRITON_CACHE_DIR).
@@ -195,7 +197,7 @@ def test_ir_capture_writes_ttgir_on_a_triton_cache_hit(tmp_path: Path) -> None:
     outs = []
     for n in (1, 2):
         out = tmp_path / f"cell{n}"
-        config = CellConfig(campaign=REPO / "campaigns/mm.py", op="mm", round_no=1, side="A", role="A", out=out,
+        config = CellConfig(campaign=REPO / "campaigns/mm.py", op="mm", round_no=n, side="A", role="A", out=out,
                             backend="interpreter", timer="wall", level="smoke", ir_target="cuda:90", ir_only=True)
         subprocess.run([sys.executable, "-m", CHILD_MODULE, *config.to_argv()],
                        env=env, check=True, capture_output=True, timeout=300)
@@ -205,6 +207,10 @@ def test_ir_capture_writes_ttgir_on_a_triton_cache_hit(tmp_path: Path) -> None:
     assert outs[0] and outs[0] == outs[1], "a cache hit captures the same files under the same stable names"
     counts = [json.loads((tmp_path / f"cell{n}" / "kernel_counts.json").read_text()) for n in (1, 2)]
     assert counts[0]["compiled"] > 0 and counts[1] == {"schema": 1, "loaded": counts[0]["compiled"], "compiled": 0}
+    metas = [[json.loads(p.read_text()) for p in sorted((tmp_path / f"cell{n}" / "ir").rglob("*.meta.json"))]
+             for n in (1, 2)]
+    assert metas[0] and all({"ttir", "ttgir", "llir", "ptx"} <= set(m["stages"]) for m in metas[0])
+    assert len(metas[1]) == len(metas[0]) and not any("stages" in m for m in metas[1])
 
 
 def _fail_capture(fn: object, window_ms: float) -> Windows:

@@ -213,11 +213,20 @@ def _no_dump_in_llir() -> None:
         backend.compiler.make_llir = without_dump
 
 
-def install_capture(ir_dir: Path) -> list[str]:
+def fingerprints_stages(round_no: int) -> bool:
+    """Whether a cell of this round fingerprints each compile stage: the IR gate compares round 1's cells, so a
+    later cell keeps only its TTGIR.  Fingerprinting is a pass over every stage of every kernel a cell loads (0.67 s
+    a cell for topk's side B on the H200, whose 5 kernels carry 41 MB of IR)."""
+    return round_no == 1
+
+
+def install_capture(ir_dir: Path, stages: bool = True) -> list[str]:
     """Write ``<ir_dir>/<kernel>/<variant>.ttgir`` (+ ``.meta.json``) for every compiled kernel.
 
     In a compile-only process also ``.passes.json``, the IR before each MLIR
-    pass.  Returns the list the hook appends written stems to, for the cell's log.
+    pass.  ``stages``: the meta also holds a fingerprint of each compile stage
+    (``fingerprints_stages``).  Returns the list the hook appends written stems
+    to, for the cell's log.
     """
     import atexit
 
@@ -264,8 +273,8 @@ def install_capture(ir_dir: Path) -> list[str]:
                     # Compiled as an autotune candidate: the IR gate counts it only if the other side has it.
                     "autotune_candidate": benchmarking(),
                     "triton": triton_version(),
-                    "stages": {stage: stage_fingerprint(stage, asm[stage])
-                               for stage in stage_order(asm) if isinstance(asm[stage], str)},
+                    **({"stages": {stage: stage_fingerprint(stage, asm[stage])
+                                   for stage in stage_order(asm) if isinstance(asm[stage], str)}} if stages else {}),
                 }, sort_keys=True))
                 if pass_dump is not None:
                     pass_dump.compiled(ir_dir / f"{stem}{PASSES_SUFFIX}")

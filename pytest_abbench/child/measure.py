@@ -28,7 +28,7 @@ from pytest_abbench.child.forking import fork_and_run
 from pytest_abbench.child.gpustate import GpuSampler, open_sampler
 from pytest_abbench.child.identity import build_identity, write_identity, write_side_record_hash
 from pytest_abbench.child.preload import import_in_cell
-from pytest_abbench.child.ircapture import enter_compile_only, install_capture, merge_ir
+from pytest_abbench.child.ircapture import enter_compile_only, fingerprints_stages, install_capture, merge_ir
 from pytest_abbench.child.layout_shift import hold_pads, pad_sizes
 from pytest_abbench.child.compilecount import CompileCounter
 from pytest_abbench.child.regime import RegimeTiming, run_regime
@@ -112,7 +112,8 @@ def measure(config: CellConfig) -> int:
         log(f"[abbench] {exc}")
         return EXIT_SETUP_ERROR
     install(pin)
-    ir_written = install_capture(out / IR_DIR) if config.backend == "cuda" else []
+    ir_written = (install_capture(out / IR_DIR, fingerprints_stages(config.round_no)) if config.backend == "cuda"
+                  else [])
 
     tuner_dir = pinned_tuner_cache(config)
     tuner_rows_before = tunercache.row_counts(tuner_dir) if tuner_dir else {}
@@ -316,7 +317,7 @@ def run_ir_only(config: CellConfig) -> int:
                       side=config.side)
     install(pin)
     counter = CompileCounter().install()
-    written = install_capture(out / IR_DIR)
+    written = install_capture(out / IR_DIR, fingerprints_stages(config.round_no))
     shard, shards = config.shard_of()
     who = f"{out.name}: " if config.shard is not None else ""  # which share, in a log the shares write together
     for index, shape in enumerate(op.shapes_for(config.level)):
