@@ -7,7 +7,7 @@
 # outlive a 10-minute device call: call the script again on the same warm machine until it prints the figures.
 #   bash benchmarks/gpu_kernel_cache.sh
 #   COLD_ROUNDS=1 WARM_REGIMES="burst steady" bash benchmarks/gpu_kernel_cache.sh
-#   COLD_ROUNDS=1 WARM_REGIMES="steady steady:--ab-direct-rep=50" bash benchmarks/gpu_kernel_cache.sh
+#   COLD_ROUNDS=1 WARM_REGIMES="steady steady:--ab-direct-rep=100" bash benchmarks/gpu_kernel_cache.sh
 set -uo pipefail
 source "$(dirname "$0")/gpu_env.sh"
 ROUNDS=${ROUNDS:-6}

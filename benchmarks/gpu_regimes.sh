@@ -5,7 +5,7 @@
 #   PART=ln  benchmarks/gpu_regimes.sh   # campaigns/layer_norm.py, core: ATen (A) against a Triton kernel (B)
 #   PART=aa  benchmarks/gpu_regimes.sh   # campaigns/calibration_aa.py, A/A, every round run
 # REGIME (default both) and EXTRA (more pytest arguments, split on spaces) change the session, e.g.
-#   PART=aa REGIME=steady ROUNDS=6 EXTRA="--ab-direct-rep 50" bash benchmarks/gpu_regimes.sh
+#   PART=aa REGIME=steady ROUNDS=6 EXTRA="--ab-direct-rep 100" bash benchmarks/gpu_regimes.sh
 # Back under $OUT: regimes_<part>_run.txt (the session), regimes_<part>_report.md, regimes_<part>.txt (side by side,
 # and for aa the check, whose rc is in the last line) and regimes_<part>_nvml.txt (nvidia-smi's view during the run,
 # to hold the report's clocks and power against).

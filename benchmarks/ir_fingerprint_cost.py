@@ -1,5 +1,5 @@
-"""What fingerprinting a kernel's compile stages costs a cell: every cell fingerprints each stage of each kernel
-it compiles or loads (``child/ircapture.py``), so a side whose kernels carry megabytes of IR pays it per cell.
+"""What fingerprinting a kernel's compile stages costs a cell: every round-1 cell fingerprints each stage of each
+kernel it compiles or loads (``child/ircapture.py``), so a side whose kernels carry megabytes of IR pays it there.
 
     python benchmarks/ir_fingerprint_cost.py TRITON_CACHE_DIR [...]     # real kernels, e.g. a side's kernel cache
     python benchmarks/ir_fingerprint_cost.py --synthetic --against REV  # side by side with irgate.py at REV

@@ -65,8 +65,8 @@ def strip_locations(line: str) -> str:
     return "".join(out).rstrip()
 
 
-# Each cell fingerprints every stage of every kernel it loads, and one kernel's stages can run to megabytes: the
-# common forms go in one pass over the whole text, and only what is left goes line by line.
+# Each round-1 cell fingerprints every stage of every kernel it loads, and one kernel's stages can run to
+# megabytes: the common forms go in one pass over the whole text, and only what is left goes line by line.
 _LOC_DEFINITION = re.compile(r"\s*#loc\d*\s*=")
 _PLAIN_LOC = re.compile(r" loc\(#loc\d*\)")  # the usual attribute: a reference to a #loc line
 _DBG_ATTACHMENT = re.compile(r",? !dbg !\d+")

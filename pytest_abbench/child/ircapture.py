@@ -7,8 +7,8 @@ Without a GPU a separate compile-only process installs a stand-in driver for
 the IR target (e.g. ``cuda:90``) so Triton compiles for it on the CPU and
 nothing is launched.
 
-Next to each TTGIR file: a fingerprint of every compiler stage (``.meta.json``
-``stages``), and, in a compile-only process, one of the IR before every MLIR
+Next to each TTGIR file of a round-1 cell: a fingerprint of every compiler
+stage (``.meta.json`` ``stages``), and, in a compile-only process, one of the IR before every MLIR
 pass (``.passes.json``, from Triton's ``MLIR_ENABLE_DUMP``), so the IR gate
 can say which stage and which pass first produced different code.
 """

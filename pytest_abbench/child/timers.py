@@ -69,7 +69,7 @@ def _busy(step: Callable[[], None], seconds: float) -> None:
     step()
     while True:
         now = time.perf_counter()
-        if now + (now - last) / 2 >= end:
+        if not now + (now - last) / 2 < end:  # not "<": a NaN span runs one step, as before
             return
         last = now
         step()

@@ -23,8 +23,9 @@ DEFAULT_REGIME = STEADY
 WHAT_IT_MEASURES: dict[str, str] = {
     BURST: "short timed windows, each after an idle gap long enough that the card left its power cap: both sides "
            "at boost clocks, what a latency-bound call (inference) sees",
-    STEADY: "timed once the kernel has run until SM clock and power settled: what a long busy stretch (a training "
-            "step) sees, at the power cap for a compute-bound kernel",
+    STEADY: "timed once the kernel has run until SM clock and power settled (or it held boost clocks with no "
+            "holding reason): what a long busy stretch (a training step) sees, at the power cap for a compute-bound "
+            "kernel",
 }
 WHY_IT_MATTERS = ("a compute-bound delta depends on the regime: at the power cap the kernel that spends more energy "
                   "per call also runs at lower clocks, so its steady delta can be several times its burst delta, and "
@@ -37,7 +38,7 @@ def cell_regimes(regime: str) -> tuple[str, ...]:
 
 
 # How a window's condition reads in results.jsonl (``TimedWindow.condition``).
-MET = "met"  # burst: the card left the power cap before the window; steady: clocks and power had settled
+MET = "met"  # burst: the card left the power cap before the window; steady: settled (clock and power, or at boost)
 NOT_MET = "not_met"  # the bounded wait ended first: the window was timed anyway, and the report flags it
 NOT_CHECKED = "not_checked"  # no GPU state (the interpreter, no NVML): a plain gap or a warm-up by time instead
 
@@ -62,7 +63,7 @@ HOLDING_REASONS = ("sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_the
 # steady: run the kernel in chunks of STEADY_CHUNK_MS, reading NVML after each, until the last STEADY_LAST_K
 # readings' SM clocks lie within STEADY_CLOCK_TOL (share of their median, at least one 15 MHz step) and their powers
 # within STEADY_POWER_TOL, after at least STEADY_MIN_S and at most STEADY_MAX_S.  NVML's power figure averages
-# over up to a second, so settled power means the card held its state for about that long.
+# over up to a second, so while a kernel's draw changes its readings keep moving for about that long.
 # Readings that all show the clock at boost (BURST_CLOCK_SHARE of its maximum) with no holding reason settle the
 # card without waiting for power: the power controller acts within tens of milliseconds (a 40 ms window of a 700 W
 # mm reached the cap on the H200), so K readings over 250 ms at boost mean the kernel runs below the cap, and what

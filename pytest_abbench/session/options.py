@@ -59,7 +59,7 @@ def register(parser: pytest.Parser) -> None:
     add("--ab-timer", type=choice(TIMERS), default="auto", help="cudagraph|direct (CUDA) or wall (interpreter); auto picks cudagraph / wall")
     add("--ab-backend", type=choice(BACKENDS), default="auto", help="cuda|interpreter (auto: cuda when a GPU device node exists)")
     add("--ab-samples", type=positive_int, default=None, metavar="N", help=f"timed samples per shape (default {CUDA_SAMPLES} on CUDA, 3 in the interpreter)")
-    add("--ab-direct-rep", type=positive_int, default=cellconfig.DEFAULT_DIRECT_REP_MS, metavar="MS", help="direct timer: do_bench rep in ms (identity axis direct_repeat)")
+    add("--ab-direct-rep", type=positive_int, default=cellconfig.DEFAULT_DIRECT_REP_MS, metavar="MS", help="a steady window's length, and the direct timer's do_bench rep, in ms (identity axis direct_repeat)")
     add("--ab-direct-warmup", type=positive_int, default=cellconfig.DEFAULT_DIRECT_WARMUP_MS, metavar="MS", help="direct timer: do_bench warmup in ms (identity axis direct_repeat)")
     add("--ab-gpus", type=gpu_list, default=None, metavar="auto|0,1,...",
         help="auto (default): each worker (or a serial run) claims a free GPU of its own host among the visible "
@@ -87,7 +87,8 @@ def register(parser: pytest.Parser) -> None:
              "instead of seconds per cell); exec: a fresh interpreter per cell; auto: fork on Linux (identity axis)")
     add("--ab-regime", type=choice(REGIME_CHOICES), default=DEFAULT_REGIME,
         help=f"timing regime (identity axis, default {DEFAULT_REGIME}): {BURST} (short windows after idle gaps, "
-             f"both sides at boost clocks), {STEADY} (timed once clocks and power settled under load) or {BOTH} "
+             f"both sides at boost clocks), {STEADY} (timed once clocks and power settled under load, or the clock "
+             f"held boost with no holding reason) or {BOTH} "
              "(each shape under both, reported side by side); the report names it")
     add("--ab-gpu-state", type=choice(("on", "off")), default="on",
         help="on: read clocks, power, throttle reasons and energy through NVML at each timed window's edges (while "
