@@ -23,7 +23,8 @@ burst: before each window of about ``BURST_WINDOW_MS`` (4 ms), wait (20 ms to 2 
 or slowdown and the SM clock is at 97% of its maximum or more; the order within a pair alternates (AB, BA, ...).
 steady: as the cells run it, one side alone in windows of ``--steady-window-ms`` (the plugin's default)
 until its last 5 SM clocks lie within 1% (one 15 MHz step at least) and powers within 3%, or all show boost with no
-holding reason (0.25 s to 10 s), then 10 windows of it back to back; then the other side the same way; the blocks alternate until ``--pairs`` pairs.
+holding reason (0.25 s to 10 s), then 10 windows of it back to back; then the other side the same way; the blocks
+alternate until ``--pairs`` pairs.
 Per regime: the median of the per-pair deltas ln(B/A) as a percent, the mean's 95% t-interval (over pairs under
 burst; under steady over the blocks' mean deltas, since the windows of one block follow one settling and are not
 independent), and per side the median SM clock, power and the share of windows under the power cap;

@@ -81,11 +81,10 @@ def _spread_ok(values: list[float], tolerance: float, floor: float = 0.0) -> boo
 def free_at_boost(readings: list[GpuReading | None], max_clock: float | None) -> bool:
     """Whether every reading shows the kernel running at boost with no holding reason: a card below its power cap,
     with nothing to settle into although NVML's averaged power figure may still be climbing."""
-    if max_clock is None or not readings:
-        return False
-    return all(r is not None and r.reasons_mask is not None and r.sm_clock_mhz is not None
-               and not any(name in r.reasons for name in regimes.HOLDING_REASONS)
-               and r.sm_clock_mhz >= regimes.BURST_CLOCK_SHARE * max_clock for r in readings)
+    # at_boost's test, without its allowances for an unknown maximum, a missing clock or an idle card.
+    return max_clock is not None and bool(readings) and all(
+        r is not None and r.sm_clock_mhz is not None and "gpu_idle" not in r.reasons and at_boost(r, max_clock)
+        for r in readings)
 
 
 def settled(readings: list[GpuReading | None], max_clock: float | None = None) -> bool | None:
