@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import importlib.util
@@ -84,6 +85,9 @@ class Case:
     # (actual, expected) -> None, raising AssertionError; for outputs where
     # equality is too strict (topk indices under ties).
     check: Callable[[Any, Any], None] | None = None
+    # What one call does, when only building the shape tells (an adapter reads it from a benchmark's own
+    # GB/s or TFLOPS); wins over the op's ``work``.
+    work: "Work | None" = None
 
 
 BuildFn = Callable[[Shape, str], Union[Case, Callable[[], Any]]]
@@ -144,6 +148,10 @@ class Switch:
     # (it reproduces the mixed-caliber trap on purpose).
     options_a: Mapping[str, str] = field(default_factory=dict)
     options_b: Mapping[str, str] = field(default_factory=dict)
+    # What each side runs when the sides run different code on the same inputs (a kernel variant, e.g. a
+    # perf_report script's providers): named in ``describe`` and in the op's fingerprint.
+    variant_a: str | None = None
+    variant_b: str | None = None
 
     def options(self, side: str) -> dict[str, str]:
         return dict(self.options_a if side == "A" else self.options_b)
@@ -159,17 +167,16 @@ class Switch:
 
     def with_env_b(self, overrides: Mapping[str, str]) -> "Switch":
         """The switch with side B's environment replaced (``--ab-switch-env``)."""
-        return Switch(self.env_a, dict(overrides), self.python_a, self.python_b, self.setup_a, self.setup_b,
-                      self.options_a, self.options_b)
+        return dataclasses.replace(self, env_b=dict(overrides))
 
     def with_env_a(self, overrides: Mapping[str, str]) -> "Switch":
         """The switch with side A's environment replaced (``--ab-switch-env-a``)."""
-        return Switch(dict(overrides), self.env_b, self.python_a, self.python_b, self.setup_a, self.setup_b,
-                      self.options_a, self.options_b)
+        return dataclasses.replace(self, env_a=dict(overrides))
 
     def describe(self) -> str:
         """One line naming what side B changes; used in status.tsv and identities."""
-        parts = [f"{k}={v}" for k, v in sorted(self.env_b.items())]
+        parts = [f"{self.variant_a} -> {self.variant_b}"] if self.variant_a != self.variant_b else []
+        parts += [f"{k}={v}" for k, v in sorted(self.env_b.items())]
         parts += [f"A:{k}={v}" for k, v in sorted(self.env_a.items())]
         for side in SIDES:
             if self.python(side):
@@ -192,6 +199,8 @@ class Campaign:
     import_threads: list[str] = field(default_factory=list)  # threads its import started, made daemons
     # SERVER_IMPORTS: modules each side's fork server imports before it forks a cell (child/preload.py)
     server_imports: tuple[str, ...] = ()
+    # How a file that is not a campaign became one (campaign/adapters.py), as the cells are told it; None: it is one.
+    adapter: str | None = None
 
     def require_timing(self) -> None:
         """Skip, at collection, a campaign that says it cannot be timed here (``SKIP_TIMED``)."""
@@ -243,12 +252,14 @@ class Campaign:
         """What an op's finished cells stand for, part by part: its shapes at the levels measured, its
         ``build``, the switch.  ``--ab-resume`` runs an op again when one part differs from the root's."""
         op = self.op(name)
-        return {"shapes": _digest([[lvl, shape_set_hash(op.shapes_for(lvl))] for lvl in self.levels(level)]),
-                "build": _source_digest(op.build),
-                "switch": _digest({**{f"env_{s.lower()}": self.switch.env(s) for s in SIDES},
+        return {"shapes": digest([[lvl, shape_set_hash(op.shapes_for(lvl))] for lvl in self.levels(level)]),
+                "build": source_digest(op.build),
+                "switch": digest({**{f"env_{s.lower()}": self.switch.env(s) for s in SIDES},
                                    **{f"python_{s.lower()}": self.switch.python(s) for s in SIDES},
-                                   **{f"setup_{s.lower()}": _source_digest(self.switch.setup(s)) for s in SIDES},
-                                   **{f"options_{s.lower()}": self.switch.options(s) for s in SIDES}})}
+                                   **{f"setup_{s.lower()}": source_digest(self.switch.setup(s)) for s in SIDES},
+                                   **{f"options_{s.lower()}": self.switch.options(s) for s in SIDES},
+                                   **({"variants": [self.switch.variant_a, self.switch.variant_b]}
+                                      if self.switch.variant_a or self.switch.variant_b else {})})}
 
     def op(self, name: str) -> Op:
         for op in self.ops:
@@ -354,7 +365,7 @@ def check_shapes(op: Op, path: Path) -> None:
 
 _OPS_LINE = re.compile(r"^OPS\s*[:=]", re.M)
 _IMPORTS_PLUGIN = re.compile(r"\bpytest_abbench\b")
-_TEST_MODULE_PREFIXES = ("test_", "conftest")
+TEST_MODULE_PREFIXES = ("test_", "conftest")
 
 
 def _source(path: Path) -> str | None:
@@ -370,7 +381,7 @@ def looks_like_campaign(path: Path) -> bool:
     Read as text so that collecting a directory imports nothing but campaigns.
     Files pytest collects as test modules (``test_*``, ``conftest``) never are.
     """
-    if path.suffix != ".py" or path.name.startswith(_TEST_MODULE_PREFIXES):
+    if path.suffix != ".py" or path.name.startswith(TEST_MODULE_PREFIXES):
         return False
     text = _source(path)
     return text is not None and bool(_OPS_LINE.search(text) and _IMPORTS_PLUGIN.search(text))
@@ -384,7 +395,7 @@ def why_not_campaign(path: Path) -> str | None:
     has_ops, imports = bool(_OPS_LINE.search(text)), bool(_IMPORTS_PLUGIN.search(text))
     if not (has_ops or imports):
         return None
-    if path.name.startswith(_TEST_MODULE_PREFIXES):
+    if path.name.startswith(TEST_MODULE_PREFIXES):
         return (f"{path.name} is collected as a test module, never as a campaign (files named test_*.py or "
                 "conftest.py): rename the campaign file")
     if not has_ops:
@@ -487,12 +498,12 @@ def source_files(path: Path) -> list[Path]:
 def source_hash(path: Path) -> str:
     """A hash of ``source_files(path)``: names relative to the campaign's folder, and contents."""
     path = Path(path).resolve()
-    digest = hashlib.sha256()
+    hasher = hashlib.sha256()
     for file in source_files(path):
         data = file.read_bytes()
-        digest.update(f"{os.path.relpath(file, path.parent)}\0{len(data)}\0".encode())
-        digest.update(data)
-    return digest.hexdigest()[:16]
+        hasher.update(f"{os.path.relpath(file, path.parent)}\0{len(data)}\0".encode())
+        hasher.update(data)
+    return hasher.hexdigest()[:16]
 
 
 @contextlib.contextmanager
@@ -553,9 +564,9 @@ def _exec_bounded(exec_module: Callable[[], None], path: Path, timeout_s: float)
         raise failure[0]
 
 
-def load_campaign(path: str | Path, rootdir: Path | None = None, module_name: str | None = None,
-                  import_timeout_s: float | None = None) -> Campaign:
-    """Import a campaign file and validate what it declares.
+def import_campaign_file(path: str | Path, rootdir: Path | None = None, module_name: str | None = None,
+                         import_timeout_s: float | None = None) -> tuple[ModuleType, list[str]]:
+    """Import the Python file at ``path`` as a campaign module: (the module, the threads its import started).
 
     ``module_name``: the name the session gave it (a cell is told it); else
     ``module_name_for(path, rootdir)``.  ``import_timeout_s``: how long the
@@ -585,9 +596,17 @@ def load_campaign(path: str | Path, rootdir: Path | None = None, module_name: st
         raise
     except Exception as exc:
         del sys.modules[name]
-        raise CampaignError(_import_failure(path, exc)) from None
+        raise CampaignError(import_failure(path, exc)) from None
     finally:
         _FOLDER_HELPERS.setdefault(path.parent, {}).update(_helpers_imported(path.parent, before))
+    return module, daemons
+
+
+def load_campaign(path: str | Path, rootdir: Path | None = None, module_name: str | None = None,
+                  import_timeout_s: float | None = None) -> Campaign:
+    """Import a campaign file (``import_campaign_file``) and validate what it declares."""
+    path = Path(path).resolve()
+    module, daemons = import_campaign_file(path, rootdir, module_name, import_timeout_s)
 
     skip = getattr(module, "SKIP", None)
     if skip:
@@ -640,7 +659,7 @@ def server_imports(value: object, path: Path) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _import_failure(path: Path, exc: Exception) -> str:
+def import_failure(path: Path, exc: BaseException) -> str:
     """One message for a campaign that cannot be imported: the error and the campaign's own frames."""
     if isinstance(exc, SyntaxError) and exc.filename and Path(exc.filename).resolve() == path:
         where = f"{path}:{exc.lineno}"
@@ -657,7 +676,7 @@ def _import_failure(path: Path, exc: Exception) -> str:
 
 def shape_set_hash(shapes: Sequence[Shape]) -> str:
     """The identity's ``shape_mode``: same level name with other shapes must not compare equal."""
-    return _digest([[s.id, dict(s.params)] for s in shapes])
+    return digest([[s.id, dict(s.params)] for s in shapes])
 
 
 CELL_PACKAGES = ("torch", "triton")  # what every cell child imports
@@ -680,16 +699,19 @@ def _interpreter_problem(python: str, env: tuple[tuple[str, str], ...]) -> str |
     return f"cannot import {', '.join(missing)} (not installed for that interpreter)" if missing else None
 
 
-def _digest(data: object) -> str:
+def digest(data: object) -> str:
     blob = json.dumps(data, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def _source_digest(fn: object) -> str:
+def source_digest(fn: object) -> str:
     """A function's source text, hashed; its qualified name where there is no source (a builtin, a partial)."""
     if fn is None:
         return "none"
+    stated = getattr(fn, "source_digest", None)  # an adapter's build: the digest of the user's code it runs
+    if isinstance(stated, str):
+        return stated
     try:
-        return _digest(inspect.getsource(fn))  # type: ignore[arg-type]
+        return digest(inspect.getsource(fn))  # type: ignore[arg-type]
     except (OSError, TypeError):
         return str(getattr(fn, "__qualname__", type(fn).__name__))

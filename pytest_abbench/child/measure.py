@@ -21,7 +21,8 @@ from typing import Any, Sequence
 
 from pytest_abbench.core import envnames, regimes, tunercache
 from pytest_abbench.core.regimes import cell_regimes
-from pytest_abbench.campaign.model import Case, Op, Shape, load_campaign, shape_set_hash
+from pytest_abbench.campaign.adapters import load_for_cell
+from pytest_abbench.campaign.model import Case, Op, Shape, shape_set_hash
 from pytest_abbench.core.cellconfig import CHILD_MODULE, CellConfig
 from pytest_abbench.child.autotune_pin import AutotunePin, AutotuneRecordError, install
 from pytest_abbench.child.forking import fork_and_run
@@ -93,7 +94,7 @@ def measure(config: CellConfig) -> int:
     if config.backend == "cuda" and not torch.cuda.is_available():
         log("[abbench] backend cuda requested but torch.cuda.is_available() is False")
         return EXIT_SETUP_ERROR
-    campaign = load_campaign(config.campaign, module_name=config.campaign_module)
+    campaign = load_for_cell(config.campaign, config.campaign_module, config.adapter, config.side, log)
     # Those its fork server did not import (an exec'd cell, a refused module) are imported here, as start-up.
     imports = import_in_cell(campaign.server_imports) if campaign.server_imports else None
     op = campaign.op(config.op)
@@ -206,6 +207,8 @@ def measure_shapes(config: CellConfig, op: Op, shapes: Sequence[Shape], results:
             t0 = time.perf_counter()
             built = op.build(shape, device)
             case = built if isinstance(built, Case) else Case(run=built)
+            if case.work is not None:
+                base.work = case.work.to_json()
             t1 = time.perf_counter()
             actual = case.run()  # first call: compilation and autotuning happen here
             if device == "cuda":
@@ -303,7 +306,7 @@ def run_ir_only(config: CellConfig) -> int:
     if config.shard is None and not os.environ.get(envnames.ABBENCH_IR_CAPTURE):  # a share writes its cell's
         _count_markers_into(out)
     enter_compile_only(config.ir_target)
-    campaign = load_campaign(config.campaign, module_name=config.campaign_module)
+    campaign = load_for_cell(config.campaign, config.campaign_module, config.adapter, config.side, log)
     op = campaign.op(config.op)
     hook = campaign.switch.setup(config.side)
     if hook is not None:

@@ -131,6 +131,9 @@ class CellConfig:
     campaign_module: str | None = field(default=None, metadata=_flag(
         "--campaign-module", help="the campaign's module name as the session loaded it (from its path relative to "
                                   "the rootdir): autotune records key kernels by it"))
+    adapter: str | None = field(default=None, metadata=_flag(
+        "--adapter", help="how the file is read as a campaign when it is not one (campaign/adapters.py), e.g. "
+                          "perf-report:torch,triton"))
 
     def compile_only(self) -> CellConfig:
         """This cell as its IR capture runs it: the shapes of ``ir_level``, which may differ from the timed ones."""

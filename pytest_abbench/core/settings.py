@@ -111,6 +111,25 @@ def env_assignment(text: str) -> tuple[str, str]:
     return key, value
 
 
+def provider_name(text: str) -> str:
+    """``--ab-provider``: one ``line_vals`` entry of a perf_report benchmark (a name, no comma)."""
+    if not text or "," in text or text != text.strip():
+        raise argparse.ArgumentTypeError(f"expected one line_vals entry (e.g. triton), got {text!r}"
+                                         + ("; two providers as the sides: --ab-providers A,B" if "," in text else ""))
+    return text
+
+
+def provider_pair(text: str) -> tuple[str, str]:
+    """``--ab-providers A,B``: side A runs line_vals entry A, side B entry B."""
+    names = text.split(",")
+    if len(names) != 2 or not all(n and n == n.strip() for n in names):
+        raise argparse.ArgumentTypeError(f"expected two line_vals entries A,B (side A's, then side B's), got {text!r}")
+    if names[0] == names[1]:
+        raise argparse.ArgumentTypeError(f"{text!r} names one provider twice; both sides on one provider, B under a "
+                                         "switch: --ab-provider NAME --ab-switch-env KEY=VALUE")
+    return names[0], names[1]
+
+
 def tuner_cache_mode(text: str) -> str:
     """``per-cell`` (every cell its own tuner cache, seeded from round 1's record) or ``shared:DIR``."""
     if text == "per-cell":
@@ -224,6 +243,9 @@ class Settings:
     history: Path | None = None  # --ab-history: the history file the session's end records into (None: off)
     history_label: str = ""  # --ab-history-label: a word kept with the run (a bisection's step)
     kernel_cache: str = "auto"  # --ab-kernel-cache: auto (the user's cache folder), off (the root's), or a folder
+    # --ab-perf-report: perf_report scripts are campaigns, side A running the first line_vals entry, B the second
+    # (the same one for --ab-provider); None: only campaign files are
+    perf_report: tuple[str, str] | None = None
     sources: dict[str, str] = field(default_factory=dict)
 
     def caliber_options(self) -> dict[str, str]:

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Callable, Iterable
 
 import pytest
 
-from pytest_abbench.campaign.model import Campaign, load_campaign
+from pytest_abbench.campaign.model import Campaign, load_campaign, looks_like_campaign
+from pytest_abbench.campaign.perf_report import looks_like_perf_report
 from pytest_abbench.core.budget import write_budget
 from pytest_abbench.core.layout import SIDES, CellKey
 from pytest_abbench.core.outcome import CellOutcome
@@ -115,7 +116,7 @@ class AbbenchSession:
         Raises CampaignSkipped for ``SKIP``, and for ``SKIP_TIMED`` unless the session only compiles."""
         path = path.resolve()
         if path not in self.campaigns:
-            campaign = load_campaign(path, rootdir=self.config.rootpath, import_timeout_s=self.settings.import_timeout_s)
+            campaign = self._read_campaign(path)
             if campaign.import_threads:
                 threads = ", ".join(map(repr, campaign.import_threads))
                 # Collection's output is captured: the line is shown with the collection's summary lines.
@@ -131,6 +132,21 @@ class AbbenchSession:
                 campaign.switch = campaign.switch.with_env_a(self.settings.switch_env_a)
             self.campaigns[path] = campaign
         return self.campaigns[path]
+
+    def is_campaign_file(self, path: Path) -> bool:
+        """A campaign file, or a file this session reads as one (a perf_report script under --ab-perf-report)."""
+        return looks_like_campaign(path) or (self.settings.perf_report is not None and looks_like_perf_report(path))
+
+    def _read_campaign(self, path: Path) -> Campaign:
+        if looks_like_campaign(path) or self.settings.perf_report is None:
+            return load_campaign(path, rootdir=self.config.rootpath, import_timeout_s=self.settings.import_timeout_s)
+        from pytest_abbench.campaign.perf_report import Providers, describe_script
+
+        campaign, notices = describe_script(path, self.config.rootpath, Providers(*self.settings.perf_report),
+                                            self.settings.import_timeout_s,
+                                            interpreter=self.settings.backend == "interpreter" and not self.settings.ir_only)
+        self.collection_notices.extend(notices)
+        return campaign
 
     def runner(self) -> "CellRunner":
         if self._runner is None:

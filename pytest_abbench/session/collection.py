@@ -13,7 +13,8 @@ from typing import Any, Generator, Iterable
 
 import pytest
 
-from pytest_abbench.campaign.model import CampaignError, CampaignSkipped, looks_like_campaign, why_not_campaign
+from pytest_abbench.campaign.model import CampaignError, CampaignSkipped, why_not_campaign
+from pytest_abbench.campaign.perf_report import looks_like_perf_report
 from pytest_abbench.core.layout import run_log
 from pytest_abbench.core.wording import count
 from pytest_abbench.session.campaign_session import CELL_MARK, AbbenchSession, session_of
@@ -83,6 +84,16 @@ class NamedModule(pytest.Module):
         return items
 
 
+class PerfReportScript(pytest.File):
+    """A perf_report script named on the command line without ``--ab-perf-report``: not imported (its
+    ``benchmark.run(...)`` would time and plot every provider in pytest's process); the error says how to run it."""
+
+    def collect(self) -> Iterable[pytest.Item | pytest.Collector]:
+        raise self.CollectError(f"{self.path} holds triton.testing.perf_report benchmarks: run it as a campaign with "
+                                "--ab-perf-report and --ab-provider NAME (side B under --ab-switch-env) or "
+                                "--ab-providers A,B (one provider per side)")
+
+
 class CollectionHooks:
     """Turns campaign files and ``@pytest.mark.abbench`` tests into the session's cells."""
 
@@ -94,12 +105,15 @@ class CollectionHooks:
     def pytest_collect_file(self, file_path: Path,
                             parent: pytest.Collector) -> Generator[None, list[Any], list[Any]]:
         collectors = yield
-        if looks_like_campaign(file_path):
+        if self.session.is_campaign_file(file_path):
             # pytest's own Module collects a file named on the command line: it would import
             # the campaign a second time and report its import errors twice.
             return [CampaignModule.from_parent(parent, path=file_path),
                     *(c for c in collectors if not isinstance(c, pytest.Module))]
-        why = why_not_campaign(file_path) if parent.session.isinitpath(file_path) else None
+        on_command_line = parent.session.isinitpath(file_path)
+        if on_command_line and looks_like_perf_report(file_path):
+            return [PerfReportScript.from_parent(parent, path=file_path)]
+        why = why_not_campaign(file_path) if on_command_line else None
         if why is None:
             return collectors
         named = [c for c in collectors if type(c) is pytest.Module]
@@ -180,7 +194,8 @@ class CollectionHooks:
         unclaimed = not self.session.root.claimed
         # On a worker: its own scratch root.
         self.session.claim_root(list(files), op_fingerprints(self.session.plan.ops, self.session.campaign,
-                                                             self.session.settings.level))
+                                                             self.session.settings.level,
+                                                             self.session.is_campaign_file))
         if unclaimed and self.session.seed:
             from pytest_abbench.session.transport import plant_seed
 

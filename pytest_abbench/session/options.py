@@ -24,7 +24,8 @@ from pytest_abbench.core.settings import (AUTO_FIRST, AUTO_LAST, CUDA_SAMPLES, D
                                           DEFAULT_IMPORT_TIMEOUT_S, DEFAULT_ROUNDS, HISTORY_OFF, MAX_ROUNDS, Settings,
                                           add_report_options, choice, default_level, default_rounds, detect_backend,
                                           env_assignment, existing_root, gpu_list, history_file, history_path,
-                                          positive_int, positive_seconds, rounds_plan, tuner_cache_mode)
+                                          positive_int, positive_seconds, provider_name, provider_pair, rounds_plan,
+                                          tuner_cache_mode)
 from pytest_abbench.core.status import StatusFormatError, read_status
 
 TIMERS = ("auto", *cellconfig.TIMERS)
@@ -114,6 +115,13 @@ def register(parser: pytest.Parser) -> None:
     add("--ab-import-timeout", type=positive_seconds, default=DEFAULT_IMPORT_TIMEOUT_S, metavar="SECONDS",
         help=f"how long importing a campaign file at collection may take before it is a collection error naming "
              f"where the import waits (default {DEFAULT_IMPORT_TIMEOUT_S:g})")
+    add("--ab-perf-report", action="store_true", default=False,
+        help="collect triton.testing.perf_report scripts as campaigns: each function (Benchmark) an op, each point "
+             "of x_vals a shape; with --ab-provider or --ab-providers (docs/guide/existing-benchmarks.md)")
+    add("--ab-provider", type=provider_name, default=None, metavar="NAME",
+        help="--ab-perf-report: both sides run this line_vals entry, side B under the switch (--ab-switch-env)")
+    add("--ab-providers", type=provider_pair, default=None, metavar="A,B",
+        help="--ab-perf-report: side A runs line_vals entry A, side B entry B (a kernel-variant switch)")
     add_report_options(add)
     parser.addini("cell_timeout", CELL_TIMEOUT_HELP, default=None)
     parser.addini("ab_rounds", "rounds per op: N or auto[:[MIN-]MAX] (--ab-rounds)", default=None)
@@ -165,6 +173,7 @@ def resolve(config: pytest.Config) -> Settings:
         raise pytest.UsageError("--ab-ir-only needs an --ab-ir-target to compile for (e.g. cuda:90), not 'none'")
     if opt.ab_ir_only:
         rounds, auto_min, rounds_src = 1, None, "--ab-ir-only compiles round 1 only"
+    perf_report = perf_report_providers(opt.ab_perf_report, opt.ab_provider, opt.ab_providers)
     allow_no_ir = bool(opt.ab_allow_no_ir_diff) or os.environ.get(envnames.SWITCH_ALLOW_NO_IR_DIFF, "") == "1"
     cuda = backend == "cuda"
     given_level = opt.ab_level if opt.ab_level != "auto" else None
@@ -205,6 +214,7 @@ def resolve(config: pytest.Config) -> Settings:
         auto_min=auto_min,
         rounds_budget_s=opt.ab_rounds_budget,
         kernel_cache=kernel_cache,
+        perf_report=perf_report,
         sources={"cell_timeout": timeout_src, "rounds": rounds_src, "kernel_cache": kernel_cache_src},
     )
     from pytest_abbench.spawn.precompile import worker_share
@@ -218,6 +228,22 @@ def resolve(config: pytest.Config) -> Settings:
             f"--ab-fail-if-slower gates on GPU timings; this run times backend {settings.backend} with the "
             f"{settings.timer} timer, which says nothing about GPU speed (run it on a GPU, or drop the gate)")
     return settings
+
+
+def perf_report_providers(on: bool, provider: str | None, providers: tuple[str, str] | None) -> tuple[str, str] | None:
+    """What side A and side B run of a perf_report script; None without --ab-perf-report."""
+    if not on:
+        given = "--ab-provider" if provider is not None else "--ab-providers" if providers is not None else None
+        if given:
+            raise pytest.UsageError(f"{given} names what runs of a perf_report script: add --ab-perf-report")
+        return None
+    if provider is not None and providers is not None:
+        raise pytest.UsageError(f"--ab-provider {provider} and --ab-providers {','.join(providers)}: give one "
+                                "(one provider under a switch, or two providers as the sides)")
+    if provider is None and providers is None:
+        raise pytest.UsageError("--ab-perf-report needs --ab-provider NAME (both sides run it, B under "
+                                "--ab-switch-env) or --ab-providers A,B (one provider per side)")
+    return (provider, provider) if provider is not None else providers
 
 
 def resolve_history(config: pytest.Config) -> Path | None:

@@ -29,7 +29,7 @@ Fingerprint = Mapping[str, str]
 
 
 def op_fingerprints(ops: Mapping[str, str | Path], load: Callable[[Path], Campaign],
-                    level: str) -> dict[str, dict[str, str]]:
+                    level: str, is_campaign: Callable[[Path], bool] = looks_like_campaign) -> dict[str, dict[str, str]]:
     """Each op's fingerprint, ``ops`` mapping an op to its file.
 
     A file that is no campaign (a hand-written ``@pytest.mark.abbench`` test
@@ -39,7 +39,7 @@ def op_fingerprints(ops: Mapping[str, str | Path], load: Callable[[Path], Campai
     for op, where in ops.items():
         path = Path(where)
         try:
-            found[op] = load(path).fingerprint(op, level) if looks_like_campaign(path) else {}
+            found[op] = load(path).fingerprint(op, level) if is_campaign(path) else {}
         except (CampaignError, CampaignSkipped):
             found[op] = {}
         if not found[op] and path.is_file():

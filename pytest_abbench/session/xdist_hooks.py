@@ -274,7 +274,7 @@ class XdistHooks:
 
     def shape_count(self, path: Path | None, op: str) -> int | None:
         """The op's shapes at the session's level; None when its file is not a campaign declaring it."""
-        if path is None or not looks_like_campaign(path):
+        if path is None or not self.session.is_campaign_file(path):
             return None  # a hand-written @pytest.mark.abbench test: its scope does not name the op
         try:
             return len(self.session.campaign(path).op(op).shapes_for(self.session.settings.level))
@@ -309,7 +309,8 @@ class XdistHooks:
                 located.setdefault(key.op, path)
         workers = sum(parse_tx(tx)[0] for tx in session.config.getoption("tx", None) or ())
         session.start_progress((key for _, key in cells), workers)
-        session.claim_root(files, op_fingerprints(located, session.campaign, session.settings.level))
+        session.claim_root(files, op_fingerprints(located, session.campaign, session.settings.level,
+                                                   session.is_campaign_file))
 
     # -- progress on the controller ---------------------------------------------
     def say(self, line: str) -> None:

@@ -241,6 +241,7 @@ class CellRunner:
             switch=campaign.switch.describe(), tuner_cache=self.tuner_cache(campaign, key.side), ir_target=ir_target,
             ir_only=s.ir_only, layout_shift=s.layout_shift,
             ir_level=ir_level, shares=shares, spawn=s.spawn, regime=s.regime, edges_unread=not s.gpu_state,
+            adapter=campaign.adapter,
         )
 
     def tuner_seed_base(self, campaign: Campaign, key: CellKey, side_mode: str | None) -> str | None:

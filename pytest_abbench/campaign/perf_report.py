@@ -1,0 +1,473 @@
+"""``triton.testing.perf_report`` scripts as campaigns (``--ab-perf-report``), without rewriting them.
+
+Each ``@perf_report`` function is an op (one per Benchmark when it declares several), each point of the
+Benchmark's ``x_vals`` a shape, and one ``line_vals`` entry what runs: the same provider on both sides
+(``--ab-provider triton``, side B under the switch) or one provider per side (``--ab-providers torch,triton``, a
+kernel variant).  In a cell, ``build`` calls the function with a stand-in for ``triton.testing.do_bench`` (and
+``do_bench_cudagraph``) that keeps the callable it is handed and returns a placeholder: the script's own timing
+never runs, the cell's timers time that callable.  What the function returns (ms, GB/s, TFLOPS) is read from the
+placeholder's arithmetic, so a throughput becomes the work of one call and the report derives it from time.
+
+The script is imported only in processes that may import torch and Triton: the cells, and at collection one
+probe process per script (``describe_script``), so pytest's own process never imports them and a script that puts
+tensors on the GPU at import never holds a CUDA context there.  Its ``benchmark.run(...)`` at import is skipped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+from pytest_abbench.campaign.model import (TEST_MODULE_PREFIXES, Campaign, CampaignError, Case, Op, Shape, Switch, Work, check_shapes,
+                                           digest, import_campaign_file, module_name_for, validate_name)
+
+KIND = "perf-report"  # the adapter's name in a cell's --adapter spec
+SMOKE_POINTS = 2  # the smoke level (the interpreter's) takes the first points of x_vals; core and comprehensive all
+_TEXT = re.compile(r"\bperf_report\b")
+_PROBE_SECONDS = 120.0  # importing torch and Triton in the probe, on top of the script's own import timeout
+
+
+@dataclass(frozen=True)
+class Providers:
+    """The ``line_vals`` entry each side runs: ``--ab-provider X`` (both) or ``--ab-providers A,B``."""
+
+    a: str
+    b: str
+
+    @classmethod
+    def parse_spec(cls, spec: str) -> "Providers":
+        """Read a cell's ``--adapter`` spec, ``perf-report:A,B``, as ``spec()`` wrote it."""
+        kind, _, rest = spec.partition(":")
+        names = rest.split(",")
+        if kind != KIND or len(names) != 2 or not all(names):
+            raise CampaignError(f"adapter spec {spec!r} is not {KIND}:PROVIDER_A,PROVIDER_B")
+        return cls(names[0], names[1])
+
+    def spec(self) -> str:
+        return f"{KIND}:{self.a},{self.b}"
+
+    def of(self, side: str) -> str:
+        return self.a if side == "A" else self.b
+
+    def switch(self) -> Switch:
+        """The campaign's switch: the providers, named as variants where the sides run different ones."""
+        return Switch(variant_a=f"provider={self.a}", variant_b=f"provider={self.b}")
+
+
+def looks_like_perf_report(path: Path) -> bool:
+    """A .py file that mentions ``perf_report`` (read as text: collecting a folder imports nothing else); test
+    modules (``test_*``, ``conftest``) never are, as for campaign files."""
+    if path.suffix != ".py" or path.name.startswith(TEST_MODULE_PREFIXES):
+        return False
+    try:
+        return bool(_TEXT.search(path.read_text(encoding="utf-8", errors="replace")))
+    except OSError:
+        return False
+
+
+# -- what a script declares ------------------------------------------------------------------------------------
+
+@dataclass
+class BenchmarkOp:
+    """One op of a script: a perf_report function with one of its Benchmarks, as the cells and the probe see it."""
+
+    name: str
+    function: str  # the function's name, for messages
+    where: str  # file:line of its definition
+    x_names: list[str]
+    points: list[dict[str, Any]]  # each point of x_vals as {x_name: value}
+    line_arg: str
+    line_vals: list[str]  # as text: what --ab-provider names
+    line_names: list[str]  # their labels, which --ab-provider may name too
+    ylabel: str
+    source_digest: str
+    fn: Callable[..., Any] | None = None  # the function itself (None in pytest's process)
+    bench: Any = None  # the Benchmark (None in pytest's process)
+
+    def shapes(self) -> dict[str, list[Shape]]:
+        shapes = [Shape.coerce(point) for point in self.points]
+        return {"smoke": shapes[:SMOKE_POINTS], "core": shapes, "comprehensive": shapes}
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in vars(self).items() if k not in ("fn", "bench")}
+
+
+def benchmark_ops(module: Any, path: Path) -> list[BenchmarkOp]:
+    """Every perf_report function at the script's top level, in order, one op per Benchmark."""
+    from triton.testing import Mark
+
+    found: list[BenchmarkOp] = []
+    for attr, value in vars(module).items():
+        if not isinstance(value, Mark):
+            continue
+        fn = value.fn
+        benches = value.benchmarks if isinstance(value.benchmarks, (list, tuple)) else [value.benchmarks]
+        code = getattr(fn, "__code__", None)
+        where = f"{path.name}:{code.co_firstlineno}" if code is not None else path.name
+        try:
+            source = inspect.getsource(fn)
+        except (OSError, TypeError):
+            source = getattr(fn, "__qualname__", attr)
+        for index, bench in enumerate(benches):
+            name = _op_name(bench, getattr(fn, "__name__", attr), index, len(benches))
+            what = f"{path}: perf_report function {getattr(fn, '__name__', attr)!r} ({where})"
+            found.append(BenchmarkOp(
+                name=validate_name(name, f"{what}: op", path), function=getattr(fn, "__name__", attr), where=where,
+                x_names=[str(n) for n in bench.x_names], points=_points(bench, what), line_arg=str(bench.line_arg),
+                line_vals=[str(v) for v in bench.line_vals], line_names=[str(v) for v in bench.line_names or []],
+                ylabel=str(bench.ylabel or ""),
+                source_digest=digest([source, index, repr(bench.args)]), fn=fn, bench=bench))
+    if not found:
+        raise CampaignError(f"{path}: no @triton.testing.perf_report function at its top level (--ab-perf-report "
+                            "collects those; a function defined under `if __name__ == '__main__':` is not seen)")
+    seen: dict[str, str] = {}
+    for op in found:
+        if op.name in seen:
+            raise CampaignError(f"{path}: two benchmarks are both op {op.name!r} ({seen[op.name]} and {op.where}); "
+                                "give them distinct plot_name values")
+        seen[op.name] = op.where
+    return found
+
+
+def _op_name(bench: Any, function: str, index: int, count: int) -> str:
+    """The Benchmark's ``plot_name`` (what the script's plots and CSVs are called) made a folder name, else the
+    function's name; a function with several Benchmarks and no plot names numbers them."""
+    plot = re.sub(r"[^A-Za-z0-9_.\-]+", "_", str(getattr(bench, "plot_name", "") or "")).strip("_.")
+    if plot:
+        return plot
+    return function if count == 1 else f"{function}.{index}"
+
+
+def _points(bench: Any, what: str) -> list[dict[str, Any]]:
+    """x_vals as perf_report reads them: a scalar sets every x_name, a sequence one value per name."""
+    names = list(bench.x_names)
+    points = []
+    for x in bench.x_vals:
+        values = list(x) if isinstance(x, (list, tuple)) else [x] * len(names)
+        if len(values) != len(names):
+            raise CampaignError(f"{what}: x_vals entry {x!r} has {len(values)} values for the {len(names)} x_names "
+                                f"{names}")
+        points.append(dict(zip(names, values)))
+    return points
+
+
+# -- the stand-in for the script's do_bench --------------------------------------------------------------------
+
+class Ms(float):
+    """The placeholder a stand-in do_bench returns: 1 ms, carrying the power of ms in what is computed from it.
+
+    ``gbps = bytes * 1e-9 / (ms * 1e-3)`` gives ``Ms(bytes * 1e-6, power=-1)``: a throughput whose amount per
+    call is readable from the value; ``ms * 1000`` gives ``Ms(1000, power=1)``: a time in microseconds.  Anything
+    else (a sum, a NumPy scalar) falls back to plain float arithmetic, and the units are then unknown.
+    """
+
+    power: int
+
+    def __new__(cls, value: float, power: int = 1) -> "Ms":
+        made = super().__new__(cls, value)
+        made.power = power
+        return made
+
+    def __mul__(self, other: Any) -> Any:
+        if isinstance(other, Ms):
+            return Ms(float(self) * float(other), self.power + other.power)
+        if isinstance(other, (int, float)) and not isinstance(other, bool):
+            return Ms(float(self) * other, self.power)
+        return super().__mul__(other)
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, other: Any) -> Any:
+        if isinstance(other, Ms):
+            return Ms(float(self) / float(other), self.power - other.power)
+        if isinstance(other, (int, float)) and not isinstance(other, bool):
+            return Ms(float(self) / other, self.power)
+        return super().__truediv__(other)
+
+    def __rtruediv__(self, other: Any) -> Any:
+        if isinstance(other, (int, float)) and not isinstance(other, bool):
+            return Ms(other / float(self), -self.power)
+        return super().__rtruediv__(other)
+
+
+@dataclass
+class Captured:
+    """One call of the stand-in: the callable to time, where it was called, which of its arguments are ignored."""
+
+    run: Callable[[], Any]
+    timer: str  # do_bench or do_bench_cudagraph
+    site: str  # file:line of the call
+    ignored: list[str] = field(default_factory=list)
+
+
+_CAPTURES: list[list[Captured]] = []  # the calls of the build in progress (empty: not capturing)
+_ORIGINALS: dict[str, Callable[..., Any]] = {}
+
+
+def _triton_dir() -> str:
+    import triton
+
+    return os.path.dirname(os.path.abspath(str(triton.__file__))) + os.sep
+
+
+def _stand_in(name: str, original: Callable[..., Any], triton_dir: str) -> Callable[..., Any]:
+    signature = inspect.signature(original)
+
+    def do_bench(*args: Any, **kwargs: Any) -> Any:
+        caller = sys._getframe(1)
+        # Triton's own autotuner benchmarks through do_bench too: a kernel the function calls before its
+        # do_bench may tune, and that tuning is the autotune pin's, not a call site of the script.
+        if not _CAPTURES or os.path.abspath(caller.f_code.co_filename).startswith(triton_dir):
+            return original(*args, **kwargs)
+        bound = signature.bind(*args, **kwargs)
+        given = {k: v for k, v in bound.arguments.items() if k != "fn"}
+        ignored = [k for k, v in given.items() if v is not None and v != signature.parameters[k].default]
+        _CAPTURES[-1].append(Captured(bound.arguments["fn"], name,
+                                      f"{Path(caller.f_code.co_filename).name}:{caller.f_lineno}", ignored))
+        quantiles = given.get("quantiles")
+        if quantiles is not None:
+            return [Ms(1.0) for _ in quantiles]
+        return [Ms(1.0)] if given.get("return_mode") == "all" else Ms(1.0)
+
+    do_bench.__name__ = do_bench.__qualname__ = name
+    do_bench.__doc__ = f"pytest-abbench's stand-in for triton.testing.{name}: keeps the callable, times nothing"
+    return do_bench
+
+
+def install_stand_ins() -> None:
+    """Put the stand-ins in ``triton.testing`` (once per process), before a script imports names from it."""
+    import triton.testing
+
+    if _ORIGINALS:
+        return
+    triton_dir = _triton_dir()
+    for name in ("do_bench", "do_bench_cudagraph"):
+        original = getattr(triton.testing, name)
+        _ORIGINALS[name] = original
+        setattr(triton.testing, name, _stand_in(name, original, triton_dir))
+
+
+@contextlib.contextmanager
+def _capturing() -> Iterator[list[Captured]]:
+    calls: list[Captured] = []
+    _CAPTURES.append(calls)
+    try:
+        yield calls
+    finally:
+        _CAPTURES.pop()
+
+
+@contextlib.contextmanager
+def _runs_skipped(path: Path, skipped: list[str]) -> Iterator[None]:
+    """While the script is imported, ``Mark.run`` (``benchmark.run(...)`` at its top level) notes its line and
+    does nothing: the script's own sweep would time every provider and plot, before any cell runs."""
+    from triton.testing import Mark
+
+    original = Mark.run
+
+    def run(self: Any, *args: Any, **kwargs: Any) -> None:
+        frame = sys._getframe(1)
+        skipped.append(f"{Path(frame.f_code.co_filename).name}:{frame.f_lineno}")
+
+    setattr(Mark, "run", run)
+    try:
+        yield
+    finally:
+        setattr(Mark, "run", original)
+
+
+# -- units -----------------------------------------------------------------------------------------------------
+
+# ylabel text -> (what one call's amount is, its size per unit).  Checked in order: "TFLOPS" before "FLOPS".
+_UNITS: list[tuple[re.Pattern[str], str, float]] = [
+    (re.compile(r"\bTB/s\b", re.I), "bytes", 1e12), (re.compile(r"\bGiB/s\b", re.I), "bytes", 2.0 ** 30),
+    (re.compile(r"\bGB/s\b", re.I), "bytes", 1e9), (re.compile(r"\bMB/s\b", re.I), "bytes", 1e6),
+    (re.compile(r"\bTFLOP/?S\b", re.I), "flops", 1e12), (re.compile(r"\bGFLOP/?S\b", re.I), "flops", 1e9),
+]
+
+
+def read_units(returned: Any, ylabel: str) -> tuple[Work | None, str]:
+    """What the function's return says about one call: the work it implies (a throughput) and a note for the log."""
+    value = returned[0] if isinstance(returned, (list, tuple)) and returned else returned
+    label = f"ylabel {ylabel!r}" if ylabel else "no ylabel"
+    if not isinstance(value, Ms):
+        return None, (f"its return ({label}) is not computed from do_bench's time in a way the tool can follow: "
+                      "reported as time only")
+    if value.power == 1:
+        return None, f"it returns a time ({label}): reported as time"
+    if value.power == -1:
+        for pattern, kind, unit in _UNITS:
+            if pattern.search(ylabel):
+                amount = float(value) * unit * 1e-3  # value [unit/s] at 1 ms
+                work = Work(bytes=amount) if kind == "bytes" else Work(flops=amount)
+                return work, (f"it returns a throughput ({label}): reported as time, with throughput derived from "
+                              f"{amount:.4g} {kind} per call")
+        return None, f"it returns a throughput in units the {label} does not name: reported as time only"
+    return None, f"its return ({label}) goes as ms^{value.power}: reported as time only"
+
+
+# -- ops for the cells and for collection ----------------------------------------------------------------------
+
+def _provider_value(op: BenchmarkOp, provider: str) -> Any:
+    """The ``line_vals`` entry named ``provider`` (by value, or by its ``line_names`` label)."""
+    assert op.bench is not None
+    labels = op.line_names + [""] * len(op.line_vals)
+    for value, label in zip(op.bench.line_vals, labels):
+        if provider in (str(value), label):
+            return value
+    raise CampaignError(f"perf_report op {op.name!r} ({op.where}): no line_vals entry {provider!r} "
+                        f"(it has {op.line_vals})")
+
+
+def _cell_build(op: BenchmarkOp, provider: str, log: Callable[[str], None]) -> Callable[[Shape, str], Case]:
+    """The op's ``build`` in a cell: call the function for ``provider`` and keep what it hands to do_bench."""
+    fn, bench = op.fn, op.bench
+    assert fn is not None and bench is not None
+    value = _provider_value(op, provider)
+
+    def build(shape: Shape, device: str) -> Case:
+        point = {name: shape.params[name] for name in op.x_names}
+        with _capturing() as calls:
+            returned = fn(**point, **{op.line_arg: value}, **bench.args)
+        what = f"perf_report {op.function} ({op.where}), {op.line_arg}={provider!r}, {shape.id}"
+        if not calls:
+            raise CampaignError(f"{what}: returned without calling triton.testing.do_bench or do_bench_cudagraph, "
+                                "so there is no callable to time")
+        if len(calls) > 1:
+            sites = ", ".join(f"{c.timer} at {c.site}" for c in calls)
+            raise CampaignError(f"{what}: called {len(calls)} timers ({sites}); an op times one callable: give each "
+                                "measurement its own provider or perf_report function")
+        call = calls[0]
+        work, units = read_units(returned, op.ylabel)
+        ignored = (f"; its {', '.join(call.ignored)} argument{'s are' if len(call.ignored) > 1 else ' is'} ignored "
+                   "(the cell takes its own samples with its own timer)") if call.ignored else ""
+        log(f"[abbench] {what}: timing the callable given to {call.timer} at {call.site}{ignored}; {units}")
+        return Case(run=call.run, work=work)
+
+    build.__name__ = f"build_{op.name}"
+    setattr(build, "source_digest", op.source_digest)
+    return build
+
+
+def _not_in_this_process(op: BenchmarkOp) -> Callable[[Shape, str], Case]:
+    def build(shape: Shape, device: str) -> Case:
+        raise CampaignError(f"perf_report op {op.name!r}: built only in a cell (the script is not imported here)")
+
+    build.__name__ = f"build_{op.name}"
+    setattr(build, "source_digest", op.source_digest)
+    return build
+
+
+def import_script(path: Path, module_name: str, import_timeout_s: float | None) -> tuple[list[BenchmarkOp], list[str]]:
+    """Import the script with the stand-ins in place and its ``benchmark.run(...)`` skipped: its ops, and the
+    ``file:line`` of each skipped run."""
+    install_stand_ins()
+    skipped: list[str] = []
+    with _runs_skipped(path, skipped):
+        module, _ = import_campaign_file(path, module_name=module_name, import_timeout_s=import_timeout_s)
+    return benchmark_ops(module, path), skipped
+
+
+def _campaign(path: Path, module_name: str, ops: Sequence[BenchmarkOp], providers: Providers,
+              build_of: Callable[[BenchmarkOp], Callable[[Shape, str], Case]]) -> tuple[Campaign, list[str]]:
+    """The ops that have both providers as a Campaign; the notices for those left out."""
+    from types import ModuleType
+
+    kept, left = [], []
+    for op in ops:
+        missing = [p for p in dict.fromkeys((providers.a, providers.b)) if not _has_provider(op, p)]
+        if missing:
+            left.append(f"{op.name} ({op.where}) has no {' or '.join(map(repr, missing))} among its line_vals "
+                        f"{op.line_vals}")
+        else:
+            kept.append(Op(op.name, build=build_of(op), shapes=op.shapes()))
+    if not kept:
+        raise CampaignError(f"{path}: no perf_report benchmark runs provider {providers.a!r}"
+                            + (f" and {providers.b!r}" if providers.b != providers.a else "")
+                            + ": " + "; ".join(left))
+    for op_ in kept:
+        check_shapes(op_, path)
+    module = sys.modules.get(module_name) or ModuleType(module_name)
+    return Campaign(path, module, kept, providers.switch(), adapter=providers.spec()), left
+
+
+def _has_provider(op: BenchmarkOp, provider: str) -> bool:
+    return provider in op.line_vals or provider in op.line_names
+
+
+def load_for_cell(path: Path, module_name: str, spec: str, side: str,
+                  log: Callable[[str], None] = print) -> Campaign:
+    """The script as a campaign inside a cell: its ops' builds run side ``side``'s provider."""
+    providers = Providers.parse_spec(spec)
+    ops, _ = import_script(Path(path).resolve(), module_name, None)
+    provider = providers.of(side)
+    campaign, _ = _campaign(Path(path).resolve(), module_name, ops, providers,
+                            lambda op: _cell_build(op, provider, log))
+    return campaign
+
+
+def describe_script(path: Path, rootdir: Path | None, providers: Providers, import_timeout_s: float,
+                    interpreter: bool) -> tuple[Campaign, list[str]]:
+    """The script as a campaign for pytest's process, read by a probe process; the notices to show at collection.
+
+    ``interpreter``: the probe imports it as the cells will, under Triton's interpreter (no GPU here).
+    """
+    path = Path(path).resolve()
+    module_name = module_name_for(path, rootdir)
+    env = dict(os.environ)
+    if interpreter:
+        env["TRITON_INTERPRET"] = "1"
+    else:
+        env.pop("TRITON_INTERPRET", None)
+    package_parent = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH", "")) if p)
+    with tempfile.TemporaryDirectory(prefix="abbench-perf-report-") as folder:
+        out = Path(folder) / "ops.json"
+        command = [sys.executable, "-m", __name__, str(path), module_name, str(out), repr(import_timeout_s)]
+        try:
+            done = subprocess.run(command, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                                  timeout=import_timeout_s + _PROBE_SECONDS, cwd=str(path.parent))
+        except subprocess.TimeoutExpired:
+            raise CampaignError(f"{path}: reading its perf_report functions took over "
+                                f"{import_timeout_s + _PROBE_SECONDS:g} s (--ab-import-timeout)") from None
+        try:
+            answer = json.loads(out.read_text())
+        except (OSError, ValueError):
+            tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-15:])
+            raise CampaignError(f"{path}: the process reading its perf_report functions exited {done.returncode} "
+                                f"without an answer:\n{tail}") from None
+    if "error" in answer:
+        raise CampaignError(answer["error"])
+    ops = [BenchmarkOp(**fields) for fields in answer["ops"]]
+    campaign, left = _campaign(path, module_name, ops, providers, _not_in_this_process)
+    notices = [f"abbench: {path.name}: {where} calls benchmark.run(...) at import: skipped under --ab-perf-report "
+               "(the cells time the benchmarks)" for where in answer["skipped_runs"]]
+    notices += [f"abbench: {path.name}: op {why}: left out" for why in left]
+    return campaign, notices
+
+
+def _probe(path: Path, module_name: str, out: Path, import_timeout_s: float) -> None:
+    """The probe process: import the script as a cell would and write its ops (or the error) to ``out``."""
+    try:
+        ops, skipped = import_script(path, module_name, import_timeout_s)
+        for op in ops:  # a point of x_vals that is no JSON data: named here, where the values are
+            check_shapes(Op(op.name, build=_not_in_this_process(op), shapes=op.shapes()), path)
+        answer: dict[str, Any] = {"ops": [op.to_json() for op in ops], "skipped_runs": skipped}
+    except CampaignError as exc:
+        answer = {"error": str(exc)}
+    out.write_text(json.dumps(answer))
+
+
+if __name__ == "__main__":
+    _probe(Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3]), float(sys.argv[4]))
+    sys.stdout.flush()
+    os._exit(0)  # threads the script started may still run; the answer is written
