@@ -367,10 +367,38 @@ def _not_in_this_process(op: BenchmarkOp) -> Callable[[Shape, str], Case]:
     return build
 
 
+class _InterpreterDevice:
+    """Triton's active driver under its interpreter on a machine without a GPU driver, for scripts in the tutorials'
+    form (``DEVICE = triton.runtime.driver.active.get_active_torch_device()``): their tensors go to the CPU, where
+    the interpreter runs the kernels.  Anything else asked of it fails as a missing driver does."""
+
+    def get_active_torch_device(self) -> Any:
+        import torch
+
+        return torch.device("cpu")
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError(f"Triton's interpreter runs on the CPU: there is no GPU driver to ask for {name!r}")
+
+
+def _answer_for_interpreter() -> None:
+    """Under ``TRITON_INTERPRET=1`` with no active GPU driver, make the active driver ``_InterpreterDevice``."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        return
+    from triton.runtime import driver
+
+    try:
+        driver.active
+    except RuntimeError:  # "0 active drivers": no GPU here
+        stand_in: Any = _InterpreterDevice()
+        driver.set_active(stand_in)
+
+
 def import_script(path: Path, module_name: str, import_timeout_s: float | None) -> tuple[list[BenchmarkOp], list[str]]:
     """Import the script with the stand-ins in place and its ``benchmark.run(...)`` skipped: its ops, and the
     ``file:line`` of each skipped run."""
     install_stand_ins()
+    _answer_for_interpreter()
     skipped: list[str] = []
     with _runs_skipped(path, skipped):
         module, _ = import_campaign_file(path, module_name=module_name, import_timeout_s=import_timeout_s)
