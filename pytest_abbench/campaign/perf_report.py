@@ -219,8 +219,24 @@ def _triton_dir() -> str:
     return os.path.dirname(os.path.abspath(str(triton.__file__))) + os.sep
 
 
+def _do_bench(fn: Any, warmup: Any = 25, rep: Any = 100, grad_to_none: Any = None, quantiles: Any = None,
+              return_mode: Any = "mean") -> None:
+    """triton.testing.do_bench's documented arguments (Triton 3.6 to 3.9)."""
+
+
+def _do_bench_cudagraph(fn: Any, rep: Any = 20, grad_to_none: Any = None, quantiles: Any = None,
+                        return_mode: Any = "mean") -> None:
+    """triton.testing.do_bench_cudagraph's documented arguments."""
+
+
+_DOCUMENTED: dict[str, Callable[..., Any]] = {"do_bench": _do_bench, "do_bench_cudagraph": _do_bench_cudagraph}
+
+
 def _stand_in(name: str, original: Callable[..., Any], triton_dir: str) -> Callable[..., Any]:
+    # The arguments as this Triton declares them; as documented when what is installed hides them (a wrapper).
     signature = inspect.signature(original)
+    if "quantiles" not in signature.parameters:
+        signature = inspect.signature(_DOCUMENTED[name])
 
     def do_bench(*args: Any, **kwargs: Any) -> Any:
         caller = sys._getframe(1)

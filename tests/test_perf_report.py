@@ -1,0 +1,289 @@
+"""``--ab-perf-report``: a ``triton.testing.perf_report`` script runs as a campaign without a rewrite.
+
+Real pytest sessions on Triton's interpreter, real cells, the real ``triton.testing``: the script below is the
+vector-add tutorial's benchmark at sizes the interpreter runs in milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pytest_abbench.campaign.perf_report import Ms, read_units
+from pytest_abbench.core.status import read_status
+
+KERNEL = '''
+import torch
+import triton
+import triton.language as tl
+
+DEVICE = triton.runtime.driver.active.get_active_torch_device()
+
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask), mask=mask)
+
+
+def add(x, y):
+    out = torch.empty_like(x)
+    add_kernel[(triton.cdiv(x.numel(), 64),)](x, y, out, x.numel(), BLOCK=64)
+    return out
+'''
+
+SIZES = [16, 32, 64, 128, 256]
+
+# Two providers, five sizes, GB/s from do_bench's quantiles, and the tutorial's sweep at import.
+VECTOR_ADD = KERNEL + f'''
+
+@triton.testing.perf_report(triton.testing.Benchmark(
+    x_names=['size'], x_vals={SIZES}, x_log=True, line_arg='provider', line_vals=['triton', 'torch'],
+    line_names=['Triton', 'Torch'], ylabel='GB/s', plot_name='vector-add', args={{}}))
+def benchmark(size, provider):
+    x = torch.rand(size, device=DEVICE, dtype=torch.float32)
+    y = torch.rand(size, device=DEVICE, dtype=torch.float32)
+    quantiles = [0.5, 0.2, 0.8]
+    if provider == 'torch':
+        ms, min_ms, max_ms = triton.testing.do_bench(lambda: x + y, quantiles=quantiles)
+    if provider == 'triton':
+        ms, min_ms, max_ms = triton.testing.do_bench(lambda: add(x, y), quantiles=quantiles)
+    gbps = lambda ms: 3 * x.numel() * x.element_size() * 1e-9 / (ms * 1e-3)
+    return gbps(ms), gbps(max_ms), gbps(min_ms)
+
+
+benchmark.run(print_data=True, show_plots=True)
+'''
+
+# The same op written as a campaign by hand: what the adapted script must look like in the report.
+HANDWRITTEN = KERNEL.replace("DEVICE = triton.runtime.driver.active.get_active_torch_device()", "") + '''
+import os
+from pytest_abbench import Case, Op, Switch
+
+def build(shape, device):
+    x = torch.rand(shape["size"], device=device)
+    y = torch.rand(shape["size"], device=device)
+    run = (lambda: x + y) if os.environ["PROVIDER"] == "torch" else (lambda: add(x, y))
+    return Case(run=run)
+
+OPS = [Op("vector-add-by-hand", build=build, shapes={"core": [{"size": n} for n in %r]})]
+SWITCH = Switch(env_a={"PROVIDER": "torch"}, env_b={"PROVIDER": "triton"})
+''' % (SIZES,)
+
+# Stands in for a broken triton.testing.do_bench in every process of the session (cells included): it answers
+# 777 ms and leaves a file behind.  A cell that took the script's own timing would show either.
+WRONG_DO_BENCH = '''
+import os
+import triton.testing
+
+def do_bench(fn, *args, **kwargs):
+    open(os.environ["WRONG_DO_BENCH_CALLED"], "a").write("called\\n")
+    quantiles = kwargs.get("quantiles")
+    return [777.0] * len(quantiles) if quantiles else 777.0
+
+triton.testing.do_bench = do_bench
+'''
+
+FAST = ["--ab-rounds", "2", "--ab-level", "core", "--ab-ir-target", "none", "-p", "no:cacheprovider"]
+
+
+def shape_rows(stdout: str, op: str) -> dict[str, list[str]]:
+    """The report's shape rows of ``op``: shape id -> the row's columns."""
+    rows: dict[str, list[str]] = {}
+    inside = False
+    for line in stdout.splitlines():
+        if line.startswith("== "):
+            inside = line.startswith(f"== {op}:")
+        elif inside and re.match(r"^   size=\d+ ", line):
+            columns = line.split()
+            rows[columns[0]] = columns
+    return rows
+
+
+def header_of(stdout: str, op: str) -> str:
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"== {op}:"))
+    return next(line for line in lines[start:] if line.lstrip().startswith("shape "))
+
+
+def test_two_providers_as_the_sides_run_like_a_handwritten_campaign(campaign_dir: pytest.Pytester) -> None:
+    campaign_dir.makepyfile(vector_add=VECTOR_ADD, handwritten=HANDWRITTEN)
+    result = campaign_dir.runpytest_subprocess("vector_add.py", "handwritten.py", "--ab-perf-report",
+                                               "--ab-providers", "torch,triton", "--ab-root", "root", *FAST)
+    assert result.ret == 0, result.stdout.str()
+    result.assert_outcomes(passed=8)  # 2 ops x 2 rounds x 2 sides
+    result.stdout.fnmatch_lines([
+        "abbench: vector_add.py: vector_add.py:* calls benchmark.run(...) at import: skipped under --ab-perf-report*",
+        "abbench: 8 cells, 2 ops, 2 rounds, backend interpreter*",
+        "switch (side B) of vector-add: provider=torch -> provider=triton",
+        "switch (side B) of vector-add-by-hand: PROVIDER=triton A:PROVIDER=torch",
+    ])
+    out = result.stdout.str()
+    adapted, by_hand = shape_rows(out, "vector-add"), shape_rows(out, "vector-add-by-hand")
+    assert list(adapted) == list(by_hand) == [f"size={n}" for n in SIZES]
+    assert header_of(out, "vector-add") == header_of(out, "vector-add-by-hand")
+    assert all(len(adapted[s]) == len(by_hand[s]) for s in adapted)  # the same verdict columns, filled
+    # GB/s became the work of a call: the report derives throughput from the cells' own times.
+    for n in SIZES:
+        result.stdout.fnmatch_lines([f"     size={n} * A * GB/s, B * GB/s"])
+    rows = [r for r in read_status(campaign_dir.path / "root") if r.op == "vector-add"]
+    assert sorted((r.round, r.side, r.success, r.failed) for r in rows) == [
+        (1, "A", 5, 0), (1, "B", 5, 0), (2, "A", 5, 0), (2, "B", 5, 0)]
+    log = (campaign_dir.path / "root" / "r1_A" / "vector-add" / "run.log").read_text()
+    assert re.search(r"perf_report benchmark \(vector_add.py:\d+\), provider='torch', size=16: timing the callable "
+                     r"given to do_bench at vector_add.py:\d+; its quantiles argument is ignored", log), log
+    assert "it returns a throughput (ylabel 'GB/s'): reported as time, with throughput derived from 192 bytes" in log
+
+
+def test_one_provider_under_a_switch_never_takes_the_scripts_own_timing(campaign_dir: pytest.Pytester,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    campaign_dir.makepyfile(vector_add=VECTOR_ADD)
+    site = campaign_dir.mkdir("site")
+    (site / "sitecustomize.py").write_text(WRONG_DO_BENCH)
+    called = campaign_dir.path / "wrong-do-bench-called"
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    monkeypatch.setenv("WRONG_DO_BENCH_CALLED", str(called))
+    result = campaign_dir.runpytest_subprocess("vector_add.py", "--ab-perf-report", "--ab-provider", "triton",
+                                               "--ab-switch-env", "ABBENCH_TEST_SWITCH=1", "--ab-root", "root", *FAST)
+    assert result.ret == 0, result.stdout.str()
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines(["switch (side B): ABBENCH_TEST_SWITCH=1;*", "== vector-add: rounds 2/2*"])
+    # The stand-in was in place in every cell: the broken do_bench was never called ...
+    assert not called.exists(), called.read_text()
+    # ... and no time the report shows is its 777 ms.
+    report = json.loads((campaign_dir.path / "root" / "report.json").read_text())
+    shapes = report["ops"][0]["shapes"]
+    assert [s["shape"] for s in shapes] == [f"size={n}" for n in SIZES]
+    assert all(0 < s["a_ms"] < 100 and 0 < s["b_ms"] < 100 for s in shapes), shapes
+
+
+REFUSED = KERNEL + '''
+
+def _bench(**kw):
+    return triton.testing.Benchmark(x_names=['n'], x_vals=[8], line_arg='provider', line_vals=['a'],
+                                    line_names=['A'], ylabel='ms', args={}, **kw)
+
+
+@triton.testing.perf_report(_bench(plot_name='twice'))
+def twice(n, provider):
+    x = torch.ones(n, device=DEVICE)
+    return triton.testing.do_bench(lambda: add(x, x)) + triton.testing.do_bench_cudagraph(lambda: x + x)
+
+
+@triton.testing.perf_report(_bench(plot_name='never'))
+def never(n, provider):
+    return 1.0
+
+
+@triton.testing.perf_report(_bench(plot_name='modes'))
+def modes(n, provider):
+    x = torch.ones(n, device=DEVICE)
+    return triton.testing.do_bench(lambda: add(x, x), warmup=5, return_mode="median") * 1000
+'''
+
+
+def test_a_function_that_times_twice_or_never_fails_its_shape_by_name(campaign_dir: pytest.Pytester) -> None:
+    campaign_dir.makepyfile(refused=REFUSED)
+    result = campaign_dir.runpytest_subprocess("refused.py", "--ab-perf-report", "--ab-provider", "a",
+                                               "--ab-root", "root", "--ab-rounds", "1", "--ab-ir-target", "none",
+                                               "-p", "no:cacheprovider")
+    out = result.stdout.str()
+    rows = {r.op: r for r in read_status(campaign_dir.path / "root") if r.side == "A"}
+    assert (rows["twice"].failed, rows["never"].failed, rows["modes"].success) == (1, 1, 1), out
+    logs = {op: (campaign_dir.path / "root" / "r1_A" / op / "run.log").read_text() for op in rows}
+    assert re.search(r"perf_report twice \(refused.py:\d+\), provider='a', n=8: called 2 timers \(do_bench at "
+                     r"refused.py:\d+, do_bench_cudagraph at refused.py:\d+\); an op times one callable", logs["twice"])
+    assert ("perf_report never (refused.py:" in logs["never"] and "returned without calling triton.testing.do_bench "
+            "or do_bench_cudagraph, so there is no callable to time" in logs["never"])
+    # Arguments that shape the script's own timing are accepted, named and ignored; a time in us is a time.
+    assert ("its warmup, return_mode arguments are ignored (the cell takes its own samples with its own timer); "
+            "it returns a time (ylabel 'ms'): reported as time") in logs["modes"]
+
+
+BAD_X_VALS = KERNEL + '''
+@triton.testing.perf_report(triton.testing.Benchmark(x_names=['dtype'], x_vals=[torch.float16], line_arg='provider',
+                            line_vals=['a'], line_names=['A'], ylabel='ms', plot_name='dtypes', args={}))
+def dtypes(dtype, provider):
+    pass
+'''
+
+NO_PROVIDER = KERNEL + '''
+@triton.testing.perf_report(triton.testing.Benchmark(x_names=['n'], x_vals=[8], line_arg='provider',
+                            line_vals=['torch', 'cuda-graphs'], line_names=['Torch', 'Graphs'], ylabel='ms',
+                            plot_name='providers', args={}))
+def providers(n, provider):
+    pass
+'''
+
+
+def test_scripts_the_adapter_cannot_read_are_collection_errors_naming_what(campaign_dir: pytest.Pytester) -> None:
+    campaign_dir.makepyfile(bad_x_vals=BAD_X_VALS, no_provider=NO_PROVIDER,
+                            no_function="import triton\n# mentions perf_report in a comment only\n",
+                            broken="import triton\nperf_report = 1\nraise ValueError('broken on import')\n")
+    result = campaign_dir.runpytest_subprocess("bad_x_vals.py", "no_provider.py", "no_function.py", "broken.py",
+                                               "--ab-perf-report", "--ab-provider", "a", "-p", "no:cacheprovider")
+    assert result.ret == 2
+    result.stdout.fnmatch_lines_random([
+        "*bad_x_vals.py: op 'dtypes', level 'smoke', shape 0, parameter 'dtype': torch.float16 is a dtype, not JSON data*",
+        "*no_provider.py: no perf_report benchmark runs provider 'a': providers (no_provider.py:*) has no 'a' among "
+        "its line_vals *'torch', 'cuda-graphs'*",
+        "*no_function.py: no @triton.testing.perf_report function at its top level*",
+        "*broken.py: importing it raised ValueError: broken on import*",
+    ])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--ab-provider", "triton"], "--ab-provider names what runs of a perf_report script: add --ab-perf-report"),
+    (["--ab-perf-report"], "--ab-perf-report needs --ab-provider NAME*"),
+    (["--ab-perf-report", "--ab-provider", "a", "--ab-providers", "a,b"],
+     "--ab-provider a and --ab-providers a,b: give one*"),
+    (["--ab-perf-report", "--ab-providers", "triton"], "*expected two line_vals entries A,B*got 'triton'*"),
+    (["--ab-perf-report", "--ab-providers", "a,a"], "*'a,a' names one provider twice*"),
+    (["--ab-perf-report", "--ab-provider", "a,b"], "*expected one line_vals entry*--ab-providers A,B*"),
+])
+def test_provider_options_are_checked_before_anything_runs(campaign_dir: pytest.Pytester, args: list[str],
+                                                           message: str) -> None:
+    campaign_dir.makepyfile(vector_add=VECTOR_ADD)
+    result = campaign_dir.runpytest("vector_add.py", *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*{message}"])
+
+
+def test_a_script_named_without_the_option_is_not_imported_and_says_how(campaign_dir: pytest.Pytester) -> None:
+    campaign_dir.makepyfile(vector_add=VECTOR_ADD.replace("benchmark.run(", "open('ran', 'w'); benchmark.run("))
+    result = campaign_dir.runpytest("vector_add.py")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*vector_add.py holds triton.testing.perf_report benchmarks: run it as a campaign "
+                                 "with --ab-perf-report and --ab-provider NAME*"])
+    assert not (campaign_dir.path / "ran").exists()
+
+
+@pytest.mark.parametrize("compute, ylabel, expected, note", [
+    (lambda ms: 3 * 1024 * 4 * 1e-9 / (ms * 1e-3), "GB/s", {"bytes": 12288.0}, "derived from 1.229e+04 bytes"),
+    (lambda ms: 2 * 64 * 64 * 64 * 1e-12 / (ms * 1e-3), "TFLOPS", {"flops": 524288.0}, "derived from 5.243e+05 flops"),
+    (lambda ms: ms * 1000, "us", None, "it returns a time (ylabel 'us'): reported as time"),
+    (lambda ms: (ms, ms, ms), "", None, "it returns a time (no ylabel)"),
+    (lambda ms: 1e6 / ms, "items/s", None, "a throughput in units the ylabel 'items/s' does not name"),
+    (lambda ms: ms + 0.5, "ms", None, "is not computed from do_bench's time in a way the tool can follow"),
+])
+def test_units_are_read_from_the_functions_arithmetic(compute, ylabel: str, expected, note: str) -> None:  # type: ignore[no-untyped-def]
+    work, said = read_units(compute(Ms(1.0)), ylabel)
+    assert (work.to_json() if work else None) == (pytest.approx(expected) if expected else None)
+    assert note in said, said
+
+
+def test_the_probe_keeps_pytests_process_free_of_torch_and_triton(campaign_dir: pytest.Pytester) -> None:
+    campaign_dir.makepyfile(vector_add=VECTOR_ADD, conftest=textwrap.dedent('''
+        import sys
+        def pytest_collection_finish(session):
+            print("heavy modules:", sorted(m for m in ("torch", "triton") if m in sys.modules))
+    '''))
+    result = campaign_dir.runpytest_subprocess("vector_add.py", "--ab-perf-report", "--ab-provider", "triton",
+                                               "--collect-only", "-s", "-p", "no:cacheprovider")
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["*<Function vector-add[[]r1-A[]]>*", "heavy modules: []"])
