@@ -31,7 +31,7 @@ from typing import Callable, Sequence
 
 from pytest_abbench import report
 from pytest_abbench.core import envnames
-from pytest_abbench.core.exitcodes import EXIT_CELL_FAILED
+from pytest_abbench.core.fileio import CorruptFileError
 from pytest_abbench.checks import irgate
 from pytest_abbench.core.layout import (ABBENCH_DIR, BISECT_DIR, HISTORY_FILE, RESULTS_FILE, SIDES, CellKey,
                                         RootLayout, results_file)
@@ -156,9 +156,7 @@ def summary(args: argparse.Namespace) -> int:
               f"{built.setup.get('backend')} / {built.setup.get('timer')}, which says nothing about GPU speed",
               file=sys.stderr)
         return EXIT_USAGE
-    # The live session's rule: a failed or never-run cell is pytest's 1, then caliber (4) and the gate (7).
-    cells_status = EXIT_CELL_FAILED if built.failed_cells or not built.complete else 0
-    code = built.decide_exit(cells_status, args.allow_caliber_mismatch)
+    code = built.offline_exit()  # the live session's rule: a failed or never-run cell is 1, then 4 and 7
     if not args.ab:
         report.write_report(root, built)  # the files the live session writes, from the same code
     print(report.render_text(built))
