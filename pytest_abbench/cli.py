@@ -1,6 +1,7 @@
 """``abbench``: re-read a finished root (or two separate runs) with the plugin's own checks; the history of runs.
 
     abbench summary ROOT
+    abbench gate ROOT
     abbench summary --ab ROOT_A ROOT_B
     abbench summary --ab CELL_A CELL_B
     abbench history [--history FILE] [--op OP [--shape S] [--plot PNG]] [--html FILE]
@@ -15,7 +16,9 @@ run's autotune record; the two records must hold the same choices.
 
 Exit codes are the plugin's (one rule, ``exitcodes.session_exit_code``): 0 clean,
 1 a cell failed or planned cells never ran, 4 caliber mismatch, 7 regression
-gate, 2 bad arguments or an unusable root.  ``history`` exits 0, or 2 for an
+gate, 2 bad arguments or an unusable root.  ``gate`` exits with the same codes,
+judged from ROOT/report.json alone, and 2 for a root without a report (the
+session stopped before it: a mistyped option, a bad environment variable).  ``history`` exits 0, or 2 for an
 unusable history file; ``bisect``'s codes are in ``history/bisect.py``
 (docs/guide/history.md).
 """
@@ -164,6 +167,39 @@ def summary(args: argparse.Namespace) -> int:
     return code
 
 
+def gate(args: argparse.Namespace) -> int:
+    """The exit code of the session that wrote ROOT, judged again from its report.json by the session's rule.
+
+    pytest answers a mistyped option or a bad variable with its usage error, 4, before any plugin runs; a
+    caliber mismatch is 4 too.  The report is the run's own record: a root without one is 2, never 4.
+    """
+    layout = RootLayout(Path(args.root))
+
+    def refuse(why: str) -> int:
+        print(f"abbench gate: exit {EXIT_USAGE}: {why}", file=sys.stderr)
+        return EXIT_USAGE
+
+    if not layout.root.is_dir():
+        return refuse(f"root {layout.root} does not exist or is not a folder: no session wrote it (a mistyped "
+                      "option or a bad environment variable stops pytest before the root is made)")
+    if not layout.report_json.is_file():
+        return refuse(f"no {layout.report_json.name} in {layout.root}: the session stopped before its report (a "
+                      "mistyped option, a bad environment variable, a collection error: its own output says which)")
+    # A later session on this root (a resume) that died after running cells left the report of an earlier one.
+    if layout.status.is_file() and layout.status.stat().st_mtime_ns > layout.report_json.stat().st_mtime_ns:
+        return refuse(f"{layout.report_json} is older than {layout.status}: the last session on this root did not "
+                      f"finish its report (abbench summary {layout.root} writes it again from the cells)")
+    try:
+        found = report.read_report(layout.report_json)
+    except CorruptFileError as exc:
+        return refuse(str(exc))
+    except (KeyError, TypeError) as exc:
+        return refuse(f"{layout.report_json}: not a report ({type(exc).__name__}: {exc})")
+    code = found.offline_exit()
+    print(f"abbench gate: exit {code}: {found.exit_reason} ({layout.report_json})")
+    return code
+
+
 def default_history_file() -> Path | None:
     """The history file ``history`` and ``bisect`` use without --history: $ABBENCH_HISTORY, else
     ``./.abbench/history.sqlite`` (a session's default when run from here)."""
@@ -244,6 +280,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "choices")
     add_report_options(s.add_argument)
     s.set_defaults(func=summary)
+
+    g = sub.add_parser("gate", help="the exit code a finished root's report.json gives, by the session's rule: 0, 1, "
+                                     "4 or 7; 2 when the root has no report (the session stopped at a usage error)")
+    g.add_argument("root", help="the --ab-root a session was given")
+    g.set_defaults(func=gate)
 
     h = sub.add_parser("history", help="the runs the history file holds; an op's delta across commits")
     h.add_argument("--history", type=history_file, default=None, metavar="FILE",
