@@ -5,6 +5,8 @@
   that root, which reads the run's own report.json: 2 (no report), 4 (caliber), 7 (gate tripped), 0 (clean).
 - The recipe is run as written in the README (bash -e, as a CI runner runs it), with only its pytest line
   replaced by the test's small campaign.
+- ``--ab-summary-md``, ``abbench summary --md`` and ``abbench comment`` give one short markdown summary: a line
+  per op, then the shapes slower or flagged; appended to ``$GITHUB_STEP_SUMMARY`` when that is set.
 """
 
 from __future__ import annotations
@@ -59,18 +61,46 @@ def gate_line(done: subprocess.CompletedProcess[str]) -> str:
 
 @pytest.fixture(scope="module")
 def clean_run(tmp_path_factory: pytest.TempPathFactory) -> Recipe:
-    """One finished clean campaign (one op, one round), run through the README's recipe; later tests reuse its root."""
+    """One finished clean campaign (one op, one round), run through the README's recipe with ``--ab-summary-md``
+    in a GitHub step whose summary file already holds an earlier step's text; later tests reuse its root."""
     folder = tmp_path_factory.mktemp("clean")
     (folder / "c.py").write_text(simple_campaign('"one"'))
     (folder / "pytest.ini").write_text("[pytest]\n")
-    return run_recipe(folder, f"{sys.executable} -m pytest c.py {FAST}",
-                      {"XDG_CACHE_HOME": str(tmp_path_factory.mktemp("xdg"))})
+    (folder / "step.md").write_text("earlier step\n")
+    return run_recipe(folder, f"{sys.executable} -m pytest c.py {FAST} --ab-summary-md summary.md",
+                      {"XDG_CACHE_HOME": str(tmp_path_factory.mktemp("xdg")),
+                       "GITHUB_STEP_SUMMARY": str(folder / "step.md")})
 
 
 def test_the_recipe_passes_a_clean_run(clean_run: Recipe) -> None:
     done, root = clean_run
     assert done.returncode == 0, done.stdout + done.stderr
     assert gate_line(done) == f"abbench gate: exit 0: clean: every planned cell finished ({root}/report.json)"
+
+
+def test_the_session_writes_the_markdown_summary_and_appends_it_to_the_step_summary(clean_run: Recipe) -> None:
+    done, root = clean_run
+    folder = root.parent.parent
+    step = folder / "step.md"
+    assert f"summary: summary.md, $GITHUB_STEP_SUMMARY ({step})" in done.stdout
+    text = (folder / "summary.md").read_text()
+    assert text.splitlines()[0] == "### abbench: exit 0: clean: every planned cell finished"
+    assert "| one | inconclusive 2 | " in text and text.count("\n| one |") == 1
+    assert "> NOT GPU TIMINGS" in text and f"Every shape: `{root}/report.md`" in text
+    assert step.read_text() == "earlier step\n" + text + "\n"  # appended: the job's earlier steps stay
+
+
+def test_comment_prints_the_same_body_and_refuses_a_root_without_a_report(clean_run: Recipe,
+                                                                        campaign_dir: pytest.Pytester) -> None:
+    _, root = clean_run
+    printed = campaign_dir.run(sys.executable, "-m", "pytest_abbench.cli", "comment", str(root))
+    assert printed.ret == 0
+    assert "\n".join(printed.outlines) + "\n" == (root.parent.parent / "summary.md").read_text()
+    empty = campaign_dir.mkdir("empty")
+    refused = campaign_dir.run(sys.executable, "-m", "pytest_abbench.cli", "comment", str(empty))
+    assert refused.ret == 2 and not refused.outlines
+    refused.stderr.fnmatch_lines([f"abbench comment: no report.json in {empty}: the session stopped before its "
+                                  "report*"])
 
 
 @pytest.mark.parametrize("session, env", [
@@ -152,3 +182,49 @@ def test_the_gate_refuses_a_root_whose_report_is_missing_stale_or_unreadable(
     (root / "report.json").write_text("{not json")
     assert main(["gate", str(root)]) == 2
     assert "report.json: not valid JSON" in capsys.readouterr().err
+
+
+def test_summary_md_names_every_op_then_the_slower_and_flagged_shapes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    # Eight rounds: +5% throughout, +3% rising by a point a round (a drift, test_report.py), and nothing.
+    steady, rising = [0.05, 0.051, 0.049, 0.05] * 2, [0.03 + 0.01 * k for k in range(8)]
+    quiet = [0.001, -0.001, 0.0005, -0.0005, -0.001, 0.001, -0.0005, 0.0005]
+    synthetic_root(tmp_path, {"M=1|N=2": steady, "drifts": rising}, op="mm")
+    synthetic_root(tmp_path, {"s": quiet}, op="fine")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / "step.md"))
+    assert main(["summary", str(tmp_path), "--ab-fail-if-slower", "2", "--md", str(tmp_path / "s.md")]) == 7
+    assert f"summary: {tmp_path / 's.md'}, $GITHUB_STEP_SUMMARY ({tmp_path / 'step.md'})" in capsys.readouterr().out
+    text = (tmp_path / "s.md").read_text()
+    assert (tmp_path / "step.md").read_text() == text + "\n"
+    lines = text.splitlines()
+    assert lines[0] == "### abbench: exit 7: slower beyond --ab-fail-if-slower: mm[geomean, M=1|N=2]"
+    assert "**REGRESSION GATE: slower beyond the threshold: mm[geomean, M=1|N=2]**" in lines
+    assert "switch (side B): X=1  " in lines and "NOT GPU TIMINGS" not in text
+    fine = next(line for line in lines if line.startswith("| fine |"))
+    assert fine.startswith("| fine | same 1 | -0.0% | -0.07 ~ +0.07% | ") and fine.endswith(" | 8/8 |")
+    mm = next(line for line in lines if line.startswith("| mm |"))
+    assert mm.startswith("| mm | slower 1, inconclusive 1 | +") and mm.endswith("| drift 1 | 8/8 |")
+    shapes = lines[lines.index("Shapes slower or flagged (2):") + 4:]
+    assert shapes[0] == "| mm | M=1\\|N=2 | slower | +5.0% | +4.94 ~ +5.06% |"  # a | in a shape id stays in its cell
+    assert shapes[1] == "| mm | drifts | inconclusive [drift] | +6.5% | +4.4 ~ +8.5% |"
+    assert shapes[2] == "" and "| fine | s |" not in text
+
+
+def test_summary_md_lists_at_most_twenty_shapes_and_says_how_many_more(tmp_path: Path) -> None:
+    from pytest_abbench.report import build_report
+    from pytest_abbench.report.markdown import render_markdown
+
+    synthetic_root(tmp_path, {f"n={n}": [0.05, 0.051, 0.049, 0.05] for n in range(25)})
+    text = render_markdown(build_report(tmp_path))
+    assert "Shapes slower or flagged (25):" in text and "... and 5 more in report.md" in text
+    assert sum(1 for line in text.splitlines() if line.startswith("| op | n=")) == 20
+
+
+def test_summary_md_refuses_a_path_in_a_missing_folder_before_any_cell(campaign_dir: pytest.Pytester,
+                                                                       tmp_path: Path) -> None:
+    campaign_dir.makepyfile(c=simple_campaign('"one"'))
+    missing = tmp_path / "nowhere" / "s.md"
+    result = campaign_dir.runpytest_subprocess("c.py", *FAST.split(), "--ab-summary-md", str(missing))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*--ab-summary-md: '{missing}': its folder '{missing.parent}' does not exist"])
+    assert main(["summary", str(tmp_path), "--md", str(tmp_path)]) == 2
