@@ -7,6 +7,8 @@
   replaced by the test's small campaign.
 - ``--ab-summary-md``, ``abbench summary --md`` and ``abbench comment`` give one short markdown summary: a line
   per op, then the shapes slower or flagged; appended to ``$GITHUB_STEP_SUMMARY`` when that is set.
+- A big campaign's terminal report is compact (at most 150 lines for 100 ops), as is any under ``-q``; ``-v``
+  and the report files keep every shape.
 """
 
 from __future__ import annotations
@@ -228,3 +230,66 @@ def test_summary_md_refuses_a_path_in_a_missing_folder_before_any_cell(campaign_
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*--ab-summary-md: '{missing}': its folder '{missing.parent}' does not exist"])
     assert main(["summary", str(tmp_path), "--md", str(tmp_path)]) == 2
+
+
+def hundred_op_root(root: Path) -> None:
+    """A 100-op interpreter campaign as its cells write it: two rounds, two shapes per op; one op slower."""
+    for index in range(100):
+        synthetic_root(root, {"n=8": [0.01, -0.012], "n=16": [0.004, 0.002]}, op=f"op{index:03d}")
+    synthetic_root(root, {"n=8": [0.30, 0.31], "n=16": [0.0, 0.001]}, op="op100")
+    for identity in root.glob("r*/*/run_identity.json"):
+        data = json.loads(identity.read_text())
+        identity.write_text(json.dumps({**data, "backend": "interpreter", "timer": "wall", "device": "cpu"}))
+
+
+def test_a_hundred_op_report_is_compact_in_the_terminal_and_whole_under_v_and_in_its_files(tmp_path: Path) -> None:
+    from pytest_abbench.report import build_report, write_report
+    from pytest_abbench.report.compact import terminal_lines
+
+    hundred_op_root(tmp_path)
+    report = build_report(tmp_path)
+    assert len(report.ops) == 101
+    compact = terminal_lines(report, verbosity=0)
+    assert len(compact) <= 150
+    assert compact == terminal_lines(report, verbosity=-1)
+    assert sum(1 for line in compact if line.startswith("== op")) == 101  # every op's verdicts
+    assert compact[:5] == ["switch (side B): X=1", "backend interpreter; timer wall; device cpu",
+                           "rounds planned 2, run 2; margin +-2% (default); verdict rule: docs/verdicts.md",
+                           "regime unknown (docs/explanation/regimes.md)",
+                           "NOT GPU TIMINGS: interpreter or wall-clock numbers say nothing about GPU speed"]
+    assert "== op100: slower 1, same 1; geomean +14.3% [+11.2 ~ +17.5%]; rounds 2/2" in compact
+    assert ("shapes slower, flagged, faster or inconclusive: 101 of 202 (the first 30, slower and flagged first)"
+            in compact)
+    shown = [line for line in compact if line.startswith("   op")]
+    assert len(shown) == 30 and shown[0].startswith("   op100[n=8]: slower, delta +30.5% [+30.0 ~ +31.0], 95% CI ")
+    full = terminal_lines(report, verbosity=1)
+    assert len(full) > 600 and sum(1 for line in full if line.startswith("   n=")) == 202
+    write_report(tmp_path, report)
+    md = (tmp_path / "report.md").read_text()
+    assert all(f"== op{index:03d}:" in md for index in range(101)) and md.count("\n   n=") == 202
+
+
+def test_a_small_campaign_keeps_the_full_report_unless_q(clean_run: Recipe) -> None:
+    from pytest_abbench.report import read_report
+    from pytest_abbench.report.compact import terminal_lines
+
+    _, root = clean_run
+    report = read_report(root / "report.json")
+    assert terminal_lines(report, 0) == terminal_lines(report, 1)
+    compact = terminal_lines(report, -1)
+    assert compact[-1].startswith("compact report of 1 ops") and "== one: inconclusive 2; geomean " in compact[5]
+
+
+def test_a_q_session_prints_the_compact_report(campaign_dir: pytest.Pytester) -> None:
+    campaign_dir.makepyfile(c=simple_campaign('"one", "two"'))
+    result = campaign_dir.runpytest_subprocess("c.py", *FAST.split(), "-q")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["switch (side B): ABBENCH_TEST_SWITCH=1", "backend interpreter; timer wall; device *",
+                                 "rounds planned 1, run 1; margin +-2% (default); verdict rule: docs/verdicts.md",
+                                 "regime steady (docs/explanation/regimes.md)", "NOT GPU TIMINGS: *",
+                                 "== one: inconclusive 2; geomean *; rounds 1/1",
+                                 "== two: inconclusive 2; geomean *; rounds 1/1",
+                                 "shapes slower, flagged, faster or inconclusive: 4 of 4",
+                                 "   one[[]n=8[]]: inconclusive, delta *", "*",
+                                 "compact report of 2 ops: every shape and column in report.md; -v prints it here"])
+    assert "delta med [min ~ max]" not in result.stdout.str()

@@ -220,14 +220,14 @@ class ReportHooks:
                                 config: pytest.Config) -> None:
         if self.final is None:
             return
-        from pytest_abbench import report
+        from pytest_abbench.report.compact import terminal_lines
 
         layout = self.session.root.layout
         terminalreporter.section("abbench report")
         if "SIGTERM" in interrupts.received:
             terminalreporter.write_line("abbench: stopped by SIGTERM: the cell that was running was killed; "
                                         "cells not yet run are missing from this report")
-        for line in report.render_text(self.final).splitlines():
+        for line in terminal_lines(self.final, config.get_verbosity()):
             terminalreporter.write_line(line)
         if self.plots:
             terminalreporter.write_line(f"plots: {layout.plots} ({count(len(self.plots), 'op')})")
