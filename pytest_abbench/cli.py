@@ -20,7 +20,8 @@ Exit codes are the plugin's (one rule, ``exitcodes.session_exit_code``): 0 clean
 1 a cell failed or planned cells never ran, 4 caliber mismatch, 7 regression
 gate, 2 bad arguments or an unusable root.  ``gate`` exits with the same codes,
 judged from ROOT/report.json alone, and 2 for a root without a report (the
-session stopped before it: a mistyped option, a bad environment variable).  ``history`` exits 0, or 2 for an
+session stopped before it: a mistyped option, a bad environment variable);
+``comment`` exits 0, or 2 as ``gate``.  ``history`` exits 0, or 2 for an
 unusable history file; ``bisect``'s codes are in ``history/bisect.py``
 (docs/guide/history.md).
 """
@@ -175,10 +176,9 @@ def summary(args: argparse.Namespace) -> int:
 
         try:
             print(f"summary: {', '.join(write_markdown(built, args.md))}")
-        except OSError as exc:
-            print(f"abbench summary: --md {exc.filename or args.md}: cannot write it ({exc.strerror or exc})",
+        except OSError as exc:  # as in the session: a line, never another exit code
+            print(f"abbench summary: --md {exc.filename or args.md}: not written ({exc.strerror or exc})",
                   file=sys.stderr)
-            return EXIT_USAGE
     print(built.exit_line())
     return code
 
