@@ -1,6 +1,9 @@
 """``abbench``: re-read a finished root (or two separate runs) with the plugin's own checks; the history of runs.
 
     abbench summary ROOT
+    abbench gate ROOT
+    abbench summary ROOT --md PATH
+    abbench comment ROOT
     abbench summary --ab ROOT_A ROOT_B
     abbench summary --ab CELL_A CELL_B
     abbench history [--history FILE] [--op OP [--shape S] [--plot PNG]] [--html FILE]
@@ -15,7 +18,10 @@ run's autotune record; the two records must hold the same choices.
 
 Exit codes are the plugin's (one rule, ``exitcodes.session_exit_code``): 0 clean,
 1 a cell failed or planned cells never ran, 4 caliber mismatch, 7 regression
-gate, 2 bad arguments or an unusable root.  ``history`` exits 0, or 2 for an
+gate, 2 bad arguments or an unusable root.  ``gate`` exits with the same codes,
+judged from ROOT/report.json alone, and 2 for a root without a report (the
+session stopped before it: a mistyped option, a bad environment variable);
+``comment`` exits 0, or 2 as ``gate``.  ``history`` exits 0, or 2 for an
 unusable history file; ``bisect``'s codes are in ``history/bisect.py``
 (docs/guide/history.md).
 """
@@ -31,12 +37,13 @@ from typing import Callable, Sequence
 
 from pytest_abbench import report
 from pytest_abbench.core import envnames
-from pytest_abbench.core.exitcodes import EXIT_CELL_FAILED
+from pytest_abbench.core.fileio import CorruptFileError
 from pytest_abbench.checks import irgate
 from pytest_abbench.core.layout import (ABBENCH_DIR, BISECT_DIR, HISTORY_FILE, RESULTS_FILE, SIDES, CellKey,
                                         RootLayout, results_file)
 from pytest_abbench.core.outcome import NO_IR_DIFF, OK, CellOutcome
-from pytest_abbench.core.settings import HISTORY_OFF, add_report_options, history_file, history_path, rounds_count
+from pytest_abbench.core.settings import (HISTORY_OFF, add_report_options, history_file, history_path, markdown_file,
+                                          markdown_file_problem, rounds_count)
 from pytest_abbench.history.bisect import DEFAULT_MAX_ROUNDS
 from pytest_abbench.history.bisect import DEFAULT_ROUNDS as DEFAULT_BISECT_ROUNDS
 from pytest_abbench.core.plan import CampaignPlan
@@ -113,6 +120,10 @@ def summary(args: argparse.Namespace) -> int:
               "judges it against the plan in ROOT/campaign.json (--ab-rounds N sets the rounds a pytest session "
               "runs); drop it", file=sys.stderr)
         return EXIT_USAGE
+    problem = markdown_file_problem(args.md) if args.md is not None else None
+    if problem:
+        print(f"abbench summary: --md {problem}", file=sys.stderr)
+        return EXIT_USAGE
     if args.ab:
         dir_a, dir_b = (Path(p) for p in args.ab)
         for d in (dir_a, dir_b):
@@ -156,14 +167,70 @@ def summary(args: argparse.Namespace) -> int:
               f"{built.setup.get('backend')} / {built.setup.get('timer')}, which says nothing about GPU speed",
               file=sys.stderr)
         return EXIT_USAGE
-    # The live session's rule: a failed or never-run cell is pytest's 1, then caliber (4) and the gate (7).
-    cells_status = EXIT_CELL_FAILED if built.failed_cells or not built.complete else 0
-    code = built.decide_exit(cells_status, args.allow_caliber_mismatch)
+    code = built.offline_exit()  # the live session's rule: a failed or never-run cell is 1, then 4 and 7
     if not args.ab:
         report.write_report(root, built)  # the files the live session writes, from the same code
     print(report.render_text(built))
+    if args.md is not None:
+        from pytest_abbench.report.markdown import write_markdown
+
+        try:
+            print(f"summary: {', '.join(write_markdown(built, args.md))}")
+        except OSError as exc:  # as in the session: a line, never another exit code
+            print(f"abbench summary: --md {exc.filename or args.md}: not written ({exc.strerror or exc})",
+                  file=sys.stderr)
     print(built.exit_line())
     return code
+
+
+def root_report(root: Path) -> report.Report | str:
+    """The report a session left in ``root``, or why there is none: the run's own record, which ``gate`` and
+    ``comment`` read and never rebuild (a root without one is a session that stopped before its end)."""
+    layout = RootLayout(root)
+    if not layout.root.is_dir():
+        return (f"root {layout.root} does not exist or is not a folder: no session wrote it (a mistyped option or "
+                "a bad environment variable stops pytest before the root is made)")
+    if not layout.report_json.is_file():
+        return (f"no {layout.report_json.name} in {layout.root}: the session stopped before its report (a "
+                "mistyped option, a bad environment variable, a collection error: its own output says which)")
+    # A later session on this root (a resume) that died after running cells left the report of an earlier one.
+    if layout.status.is_file() and layout.status.stat().st_mtime_ns > layout.report_json.stat().st_mtime_ns:
+        return (f"{layout.report_json} is older than {layout.status}: the last session on this root did not "
+                f"finish its report (abbench summary {layout.root} writes it again from the cells)")
+    try:
+        return report.read_report(layout.report_json)
+    except CorruptFileError as exc:
+        return str(exc)
+    except (KeyError, TypeError) as exc:
+        return f"{layout.report_json}: not a report ({type(exc).__name__}: {exc})"
+
+
+def gate(args: argparse.Namespace) -> int:
+    """The exit code of the session that wrote ROOT, judged again from its report.json by the session's rule.
+
+    pytest answers a mistyped option or a bad variable with its usage error, 4, before any plugin runs; a
+    caliber mismatch is 4 too.  The report is the run's own record: a root without one is 2, never 4.
+    """
+    found = root_report(Path(args.root))
+    if isinstance(found, str):
+        print(f"abbench gate: exit {EXIT_USAGE}: {found}", file=sys.stderr)
+        return EXIT_USAGE
+    code = found.offline_exit()
+    print(f"abbench gate: exit {code}: {found.exit_reason} ({RootLayout(Path(args.root)).report_json})")
+    return code
+
+
+def comment(args: argparse.Namespace) -> int:
+    """The markdown summary of ROOT's report.json on stdout: a pull-request comment's body (the CI posts it)."""
+    from pytest_abbench.report.markdown import render_markdown
+
+    found = root_report(Path(args.root))
+    if isinstance(found, str):
+        print(f"abbench comment: {found}", file=sys.stderr)
+        return EXIT_USAGE
+    found.offline_exit()  # the title's exit line, by the rule abbench gate applies
+    print(render_markdown(found), end="")
+    return 0
 
 
 def default_history_file() -> Path | None:
@@ -244,8 +311,21 @@ def build_parser() -> argparse.ArgumentParser:
                         "of B, reported as <op>@<side>) or two cell folders <root>/r<k>_<side>/<op> (one pair); "
                         "each side keeps its own run's autotune record, and the two records must hold the same "
                         "choices")
+    s.add_argument("--md", type=markdown_file, default=None, metavar="PATH",
+                   help=f"also write the short markdown summary to PATH (and append it to "
+                        f"${envnames.GITHUB_STEP_SUMMARY} when that is set)")
     add_report_options(s.add_argument)
     s.set_defaults(func=summary)
+
+    g = sub.add_parser("gate", help="the exit code a finished root's report.json gives, by the session's rule: 0, 1, "
+                                     "4 or 7; 2 when the root has no report (the session stopped at a usage error)")
+    g.add_argument("root", help="the --ab-root a session was given")
+    g.set_defaults(func=gate)
+
+    c = sub.add_parser("comment", help="print the short markdown summary of a finished root's report.json: a "
+                                        "pull-request comment's body (nothing is posted)")
+    c.add_argument("root", help="the --ab-root a session was given")
+    c.set_defaults(func=comment)
 
     h = sub.add_parser("history", help="the runs the history file holds; an op's delta across commits")
     h.add_argument("--history", type=history_file, default=None, metavar="FILE",

@@ -160,7 +160,7 @@ def test_a_report_json_of_another_schema_is_refused_naming_the_file_and_field(tm
     path = tmp_path / REPORT_JSON
     assert read_report(path) == report_from_json(json.loads(path.read_text()))
     path.write_text(json.dumps({**json.loads(path.read_text()), "schema_version": 6}))
-    with pytest.raises(FormatError, match=rf"^{re.escape(str(path))}: field 'schema_version': expected 8, .* got 6$"):
+    with pytest.raises(FormatError, match=rf"^{re.escape(str(path))}: field 'schema_version': expected 9, .* got 6$"):
         read_report(path)
     with pytest.raises(FormatError, match=r"report.json: field 'schema_version': missing"):
         report_from_json({"ops": []})

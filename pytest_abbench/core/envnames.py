@@ -12,6 +12,8 @@ CELL_TIMEOUT = "CELL_TIMEOUT"
 SWITCH_ALLOW_NO_IR_DIFF = "SWITCH_ALLOW_NO_IR_DIFF"
 # Set by the user; session/options.py and `abbench history` read it: the history file, or "off" (--ab-history).
 ABBENCH_HISTORY = "ABBENCH_HISTORY"
+# Set by GitHub Actions for each step; report/markdown.py appends the markdown summary to the file it names.
+GITHUB_STEP_SUMMARY = "GITHUB_STEP_SUMMARY"
 # Set by the user; spawn/precompile.py reads it: compile processes at once, instead of cores over workers.
 ABBENCH_COMPILE_JOBS = "ABBENCH_COMPILE_JOBS"
 # Set by spawn/runner.py; child/measure.py reads it: when the parent started the child (its start-up cost).

@@ -160,6 +160,22 @@ def existing_root(text: str) -> Path:
     return Path(text).resolve()
 
 
+def markdown_file(text: str) -> Path:
+    """--ab-summary-md / ``abbench summary --md``: the file the markdown summary is written to."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a file path, got an empty value")
+    return Path(text)
+
+
+def markdown_file_problem(path: Path) -> str | None:
+    """Why the markdown summary cannot be written to ``path`` (checked before any cell runs), or None."""
+    if path.is_dir():
+        return f"{str(path)!r} is a folder; give a file path such as {str(path / 'abbench.md')!r}"
+    if not path.parent.is_dir():
+        return f"{str(path)!r}: its folder {str(path.parent)!r} does not exist"
+    return None
+
+
 HISTORY_OFF = "off"
 
 
@@ -242,6 +258,7 @@ class Settings:
     switch_env_a: dict[str, str] | None = None  # --ab-switch-env-a: side A's environment replacing the campaign's
     history: Path | None = None  # --ab-history: the history file the session's end records into (None: off)
     history_label: str = ""  # --ab-history-label: a word kept with the run (a bisection's step)
+    summary_md: Path | None = None  # --ab-summary-md: where the markdown summary goes (report/markdown.py)
     kernel_cache: str = "auto"  # --ab-kernel-cache: auto (the user's cache folder), off (the root's), or a folder
     # --ab-perf-report: perf_report scripts are campaigns, side A running the first line_vals entry, B the second
     # (the same one for --ab-provider); None: only campaign files are

@@ -15,11 +15,11 @@ from pytest_abbench.core.fileio import Fields, read_json
 
 from pytest_abbench.core.layout import REPORT_JSON as REPORT_JSON  # the names callers import with the model
 from pytest_abbench.core.layout import REPORT_MD as REPORT_MD
-from pytest_abbench.core.exitcodes import exit_reason, session_exit_code
+from pytest_abbench.core.exitcodes import EXIT_CELL_FAILED, exit_reason, session_exit_code
 from pytest_abbench.core.settings import DEFAULT_MARGIN_PCT, GATE_SHAPES
 
 SCHEMA_FIELD = "schema_version"  # report.json's own name for its format version (the other files say "schema")
-SCHEMA_VERSION = 8  # 3: OpReport.caliber_mismatch; 4: Report.complete and failed_cells; 5: the BH/sign-test rule;
+SCHEMA_VERSION = 9  # 3: OpReport.caliber_mismatch; 4: Report.complete and failed_cells; 5: the BH/sign-test rule;
 # 6: Report.time_spent; 7: ShapeReport.flags and OpReport.findings (report/flags.py), the spread floor, the per-shape
 # gate (Report.gate_scope, gate_held), ShapeReport.faster_rounds, ShapeReport.aa_p_adjusted (the A/A bias after BH)
 # 7 also: OpReport.gpu_state and ShapeReport.gpu_flags (report/gpustate.py), OpReport.switch, optional with defaults;
@@ -29,6 +29,7 @@ SCHEMA_VERSION = 8  # 3: OpReport.caliber_mismatch; 4: Report.complete and faile
 # regimes_note (core/regimes.py); energy per call (ShapeReport.energy_*, OpReport.energy_geomean_*); ShapeReport.work
 # and throughput, OpReport.peak (report/peak.py); ShapeReport.gpu (the shape's own clocks and power per side),
 # optional with a default
+# 9: Report.allow_caliber_mismatch (abbench gate judges a report by the session's rule, the session's option included)
 
 
 @dataclass
@@ -138,6 +139,7 @@ class Report:
     # --ab-rounds auto: {"first": rounds before the first look, "last": the cap, "settled"/"cap"/"budget": ops that
     # stopped so, "rounds_run": rounds summed over the ops judged}; empty with fixed rounds
     auto_rounds: dict[str, int] = field(default_factory=dict)
+    allow_caliber_mismatch: bool = False  # --allow-caliber-mismatch: mismatches were printed, not an exit 4
 
     def decide_exit(self, pytest_status: int, allow_caliber_mismatch: bool) -> int:
         """Set ``exit_code`` and ``exit_reason`` by the one rule of ``exitcodes``; returns the code."""
@@ -146,6 +148,12 @@ class Report:
         self.exit_reason = exit_reason(self.exit_code, self.failed_cells, self.complete,
                                        [o.op for o in self.ops if o.caliber_mismatch], self.slower_ops)
         return self.exit_code
+
+    def offline_exit(self) -> int:
+        """``decide_exit`` from the report alone (``abbench summary``, ``abbench gate``): the cells stand for pytest's
+        status, 1 when a cell failed or planned cells never ran, as they do in the live session."""
+        cells_status = EXIT_CELL_FAILED if self.failed_cells or not self.complete else 0
+        return self.decide_exit(cells_status, self.allow_caliber_mismatch)
 
     def exit_line(self) -> str:
         return f"abbench: exit {self.exit_code}: {self.exit_reason}"

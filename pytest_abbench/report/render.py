@@ -248,6 +248,43 @@ def op_heading(o: OpReport, rounds_planned: int) -> str:
             f"IR gate {_gate_text(o)}")
 
 
+VERDICT_ORDER = ("slower", "faster", "same", "inconclusive")
+
+
+def op_outcome(o: OpReport) -> str:
+    """The op's answer in a few words: its verdict counts (``slower 2, same 1``), the IR triage's decision, that the
+    switch changed no code, or why it has no verdict (the reason's first clause)."""
+    if o.state == "verdict":
+        known = [v for v in VERDICT_ORDER if o.verdicts.get(v)] + sorted(set(o.verdicts) - set(VERDICT_ORDER))
+        return ", ".join(f"{v} {o.verdicts[v]}" for v in known)
+    if o.state == "ir_only":
+        return f"IR {o.gate['state']}" if o.gate else "IR not decided"
+    if o.state == "no_ir_diff":
+        return "no code change (later rounds skipped)"
+    why = "caliber mismatch" if o.caliber_mismatch else o.reason.removeprefix("no verdict: ").split(":")[0]
+    return f"no verdict: {why.split(' (')[0]}"
+
+
+def op_flags(o: OpReport) -> str:
+    """The op's flags, sign flips and markers in one phrase (``drift 1, sign flips 2``), or ``-``."""
+    parts = [f"{name} {n}" for name, n in o.flags.items()]
+    parts += [f"sign flips {o.sign_flips}"] if o.sign_flips else []
+    parts += [f"{marker} {n}" for marker, n in o.markers.items() if n]
+    return ", ".join(parts) or "-"
+
+
+def op_geomean(o: OpReport) -> tuple[str, str]:
+    """The op's geomean delta and its interval as text; ``-`` where it has none."""
+    if o.state != "verdict" or o.geomean_pct is None:
+        return "-", "-"
+    return _fmt(o.geomean_pct), interval_text(o.geomean_ci_pct)
+
+
+def worth_a_look(s: ShapeReport) -> bool:
+    """A shape a short report names: slower, or carrying a flag."""
+    return s.verdict == "slower" or bool(s.flags)
+
+
 def op_title(o: OpReport, report: Report) -> str:
     """The op's name; under --ab-regime both, with the regime its block reports (each op appears twice)."""
     return f"{o.op} ({o.regime})" if report.setup.get("regime") == regimes.BOTH and o.regime else o.op

@@ -24,8 +24,8 @@ from pytest_abbench.core.settings import (AUTO_FIRST, AUTO_LAST, CUDA_SAMPLES, D
                                           DEFAULT_IMPORT_TIMEOUT_S, DEFAULT_ROUNDS, HISTORY_OFF, MAX_ROUNDS, Settings,
                                           add_report_options, choice, default_level, default_rounds, detect_backend,
                                           env_assignment, existing_root, gpu_list, history_file, history_path,
-                                          positive_int, positive_seconds, provider_name, provider_pair, rounds_plan,
-                                          tuner_cache_mode)
+                                          markdown_file, markdown_file_problem, positive_int, positive_seconds,
+                                          provider_name, provider_pair, rounds_plan, tuner_cache_mode)
 from pytest_abbench.core.status import StatusFormatError, read_status
 
 TIMERS = ("auto", *cellconfig.TIMERS)
@@ -80,6 +80,9 @@ def register(parser: pytest.Parser) -> None:
         help=f"the history file the session's end records its root into (default <rootdir>/{ABBENCH_DIR}/"
              f"{HISTORY_FILE}; env {envnames.ABBENCH_HISTORY}); {HISTORY_OFF}: record nothing")
     add("--ab-history-label", default="", metavar="TEXT", help="a label kept with this run in the history")
+    add("--ab-summary-md", type=markdown_file, default=None, metavar="PATH",
+        help=f"also write a short markdown summary (a line per op, then the shapes slower or flagged) to PATH, and "
+             f"append it to ${envnames.GITHUB_STEP_SUMMARY} when that is set")
     add("--ab-layout-shift", type=choice(("on", "off")), default="on",
         help="on: each cell pads its allocations before every shape (sizes from op, round, side and shape), so a "
              "buffer-layout effect varies between rounds instead of repeating in all of them (identity axis)")
@@ -169,6 +172,10 @@ def resolve(config: pytest.Config) -> Settings:
         check_costs_root(opt.ab_costs_from)
     if opt.ab_resume and opt.ab_root and Path(opt.ab_root).resolve() != opt.ab_resume:
         raise pytest.UsageError(f"--ab-root {opt.ab_root} and --ab-resume {opt.ab_resume} name different roots")
+    if opt.ab_summary_md is not None and not hasattr(config, "workerinput"):
+        problem = markdown_file_problem(opt.ab_summary_md)
+        if problem:
+            raise pytest.UsageError(f"--ab-summary-md: {problem}")
     if opt.ab_ir_only and opt.ab_ir_target in ("", "none"):
         raise pytest.UsageError("--ab-ir-only needs an --ab-ir-target to compile for (e.g. cuda:90), not 'none'")
     if opt.ab_ir_only:
@@ -215,6 +222,7 @@ def resolve(config: pytest.Config) -> Settings:
         rounds_budget_s=opt.ab_rounds_budget,
         kernel_cache=kernel_cache,
         perf_report=perf_report,
+        summary_md=opt.ab_summary_md,
         sources={"cell_timeout": timeout_src, "rounds": rounds_src, "kernel_cache": kernel_cache_src},
     )
     from pytest_abbench.spawn.precompile import worker_share

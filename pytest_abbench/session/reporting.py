@@ -43,6 +43,7 @@ class ReportHooks:
         self.final: Report | None = None
         self.plots: list[Path] = []
         self.history_line: str | None = None  # what recording the run into the history file gave
+        self.summary_line: str | None = None  # where --ab-summary-md's markdown went, or why it did not
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item,
@@ -165,6 +166,8 @@ class ReportHooks:
                                          wall_s=time.monotonic() - self.session.started, workers=max(1, len(self.workers_seen)))
         session.exitstatus = self.final.decide_exit(int(session.exitstatus), settings.allow_caliber_mismatch)
         self.plots = report.write_report(self.session.root.path, self.final)
+        if settings.summary_md is not None:
+            self.summary_line = summary_md_line(self.final, settings.summary_md)
         self.session.root.release()
         if settings.history is not None:
             self.history_line = self.record_history(settings.history, int(session.exitstatus))
@@ -217,19 +220,32 @@ class ReportHooks:
                                 config: pytest.Config) -> None:
         if self.final is None:
             return
-        from pytest_abbench import report
+        from pytest_abbench.report.compact import terminal_lines
 
         layout = self.session.root.layout
         terminalreporter.section("abbench report")
         if "SIGTERM" in interrupts.received:
             terminalreporter.write_line("abbench: stopped by SIGTERM: the cell that was running was killed; "
                                         "cells not yet run are missing from this report")
-        for line in report.render_text(self.final).splitlines():
+        for line in terminal_lines(self.final, config.get_verbosity()):
             terminalreporter.write_line(line)
         if self.plots:
             terminalreporter.write_line(f"plots: {layout.plots} ({count(len(self.plots), 'op')})")
         terminalreporter.write_line(f"report: {layout.report_md}, {layout.report_json}, {layout.report_html}")
         terminalreporter.write_line(f"abbench root: {self.session.root.path}")
+        if self.summary_line is not None:
+            terminalreporter.write_line(self.summary_line)
         if self.history_line is not None:
             terminalreporter.write_line(self.history_line)
         terminalreporter.write_line(self.final.exit_line())
+
+
+def summary_md_line(final: Report, path: Path) -> str:
+    """Write --ab-summary-md's markdown; the line that says where it went.  A file that cannot be written is that
+    line, never another exit code: the report files and the exit code are the run's own."""
+    from pytest_abbench.report.markdown import write_markdown
+
+    try:
+        return f"summary: {', '.join(write_markdown(final, path))}"
+    except OSError as exc:
+        return f"abbench: --ab-summary-md: {exc.filename or path}: not written ({exc.strerror or exc})"
