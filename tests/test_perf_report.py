@@ -287,3 +287,13 @@ def test_the_probe_keeps_pytests_process_free_of_torch_and_triton(campaign_dir: 
                                                "--collect-only", "-s", "-p", "no:cacheprovider")
     assert result.ret == 0, result.stdout.str()
     result.stdout.fnmatch_lines(["*<Function vector-add[[]r1-A[]]>*", "heavy modules: []"])
+
+
+def test_ir_triage_reads_a_tutorial_form_script_without_a_gpu(campaign_dir: pytest.Pytester) -> None:
+    # The script asks Triton's active driver for its device at import, which a machine without a GPU lacks.
+    campaign_dir.makepyfile(vector_add=VECTOR_ADD)
+    result = campaign_dir.runpytest_subprocess("vector_add.py", "--ab-perf-report", "--ab-provider", "triton",
+                                               "--ab-switch-env", "DISABLE_MMA_V3=1", "--ab-ir-only",
+                                               "-p", "no:cacheprovider")
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["== vector-add: rounds 0/1, *IR gate no_diff (compiled at core for cuda:90)"])

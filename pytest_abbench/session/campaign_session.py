@@ -144,7 +144,8 @@ class AbbenchSession:
 
         campaign, notices = describe_script(path, self.config.rootpath, Providers(*self.settings.perf_report),
                                             self.settings.import_timeout_s,
-                                            interpreter=self.settings.backend == "interpreter" and not self.settings.ir_only)
+                                            # it reads the Benchmarks only: IR triage without a GPU reads them so too
+                                            interpreter=self.settings.backend == "interpreter")
         self.collection_notices.extend(notices)
         return campaign
 
