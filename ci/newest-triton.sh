@@ -13,6 +13,7 @@ TESTS=(
   tests/test_irgate.py        # the compile-only driver for cuda:90, stage fingerprints
   tests/test_harness.py       # Autotuner.run pin (record/replay), identities, every campaign in the interpreter
   tests/test_two_tritons.py   # skips on any Triton but 3.6.0, saying so
+  tests/test_perf_report.py   # triton.testing's do_bench signatures, Mark and Benchmark, the active driver
 )
 python3 -m venv "$VENV"
 "$VENV/bin/python" -m pip install -r requirements-newest-triton.txt -e .
