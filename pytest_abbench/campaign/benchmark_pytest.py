@@ -245,8 +245,8 @@ def _caller() -> str:
 class TestRun:
     """What running one test with the capturing fixture gave."""
 
-    outcome: str  # passed, failed, skipped, or "not collected"
-    detail: str  # the failure's or skip's one line
+    outcome: str  # passed, failed, skipped, "not collected", or "other fixture"
+    detail: str  # the failure's or skip's one line; for "other fixture", where that fixture comes from
     calls: list[BenchmarkCall]
 
 
@@ -259,6 +259,7 @@ class _OneTest:
         self.selected = False
         self.outcome = "passed"
         self.detail = ""
+        self.other_fixture: str | None = None  # the type of a `benchmark` that is not the capturing one
 
     def pytest_configure(self, config: pytest.Config) -> None:
         # The mark pytest-benchmark registers: a test carrying it runs under --strict-markers too.
@@ -277,6 +278,14 @@ class _OneTest:
     def benchmark(self, request: pytest.FixtureRequest) -> CapturingBenchmark:
         self.fixture = CapturingBenchmark(request.node)
         return self.fixture
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> None:
+        # A conftest's own `benchmark` fixture, or pytest-benchmark loaded by module name (pytest_plugins), wins
+        # over this plugin's: the test would then run, time itself, and hand the cell nothing.
+        given = getattr(item, "funcargs", {}).get("benchmark")
+        if given is not None and not isinstance(given, CapturingBenchmark):
+            self.other_fixture = f"{type(given).__module__}.{type(given).__qualname__}"
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if self.outcome != "passed":
@@ -305,4 +314,6 @@ def run_test(path: Path, nodeid: str, args: PytestArgs) -> TestRun:
     calls = plugin.fixture.calls if plugin.fixture is not None else []
     if not plugin.selected:
         return TestRun("not collected", "", calls)
+    if plugin.other_fixture is not None:
+        return TestRun("other fixture", plugin.other_fixture, calls)
     return TestRun(plugin.outcome, plugin.detail, calls)

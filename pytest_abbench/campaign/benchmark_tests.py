@@ -130,6 +130,10 @@ def _cell_build(path: Path, args: "PytestArgs", log: Callable[[str], None], comp
         ran = run_test(path, nodeid, args)
         if ran.outcome == "not collected":
             raise CampaignError(f"{what}: not collected in this cell (its parametrization differs here?)")
+        if ran.outcome == "other fixture":
+            raise CampaignError(f"{what}: its {FIXTURE} fixture is a {ran.detail}, not the cell's capturing one: a "
+                                f"conftest defines {FIXTURE}, or loads pytest-benchmark by module name "
+                                "(pytest_plugins); the cells need their own")
         if ran.outcome == "failed" and not (compile_only and len(ran.calls) == 1):
             raise CampaignError(f"{what} failed {ran.detail}; pytest's report is in run.log above")
         if ran.outcome == "skipped":
