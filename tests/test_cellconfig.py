@@ -19,7 +19,8 @@ EVERY_FIELD = CellConfig(
     tuner_cache="shared:/tmp/tuner", ir_target="cuda:90", ir_only=True, layout_shift=True,
     ir_level="comprehensive", shard="1/3", shares=4, spawn="fork", regime="both", edges_unread=True,
     campaign_module="abbench_campaign__campaigns__mm",
-    adapter="perf-report:torch,triton",
+    # A pytest-benchmark spec: JSON with spaces, quotes and a value starting with "-" must survive as one value.
+    adapter='pytest-benchmark:{"import_mode": "prepend", "inifile": null, "overrides": ["-x=1"], "rootdir": "/r s"}',
 )
 
 

@@ -306,7 +306,8 @@ def run_ir_only(config: CellConfig) -> int:
     if config.shard is None and not os.environ.get(envnames.ABBENCH_IR_CAPTURE):  # a share writes its cell's
         _count_markers_into(out)
     enter_compile_only(config.ir_target)
-    campaign = load_for_cell(config.campaign, config.campaign_module, config.adapter, config.side, log)
+    campaign = load_for_cell(config.campaign, config.campaign_module, config.adapter, config.side, log,
+                             compile_only=True)
     op = campaign.op(config.op)
     hook = campaign.switch.setup(config.side)
     if hook is not None:

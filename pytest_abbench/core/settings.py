@@ -263,6 +263,8 @@ class Settings:
     # --ab-perf-report: perf_report scripts are campaigns, side A running the first line_vals entry, B the second
     # (the same one for --ab-provider); None: only campaign files are
     perf_report: tuple[str, str] | None = None
+    # --ab-pytest-benchmark: test files whose tests request pytest-benchmark's benchmark fixture are campaigns
+    pytest_benchmark: bool = False
     sources: dict[str, str] = field(default_factory=dict)
 
     def caliber_options(self) -> dict[str, str]:

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Callable, Iterable
 import pytest
 
 from pytest_abbench.campaign.model import Campaign, load_campaign, looks_like_campaign
-from pytest_abbench.campaign.perf_report import looks_like_perf_report
+from pytest_abbench.campaign.benchmark_tests import KIND as PYTEST_BENCHMARK, looks_like_benchmark_tests
+from pytest_abbench.campaign.perf_report import KIND as PERF_REPORT, looks_like_perf_report
 from pytest_abbench.core.budget import write_budget
 from pytest_abbench.core.layout import SIDES, CellKey
 from pytest_abbench.core.outcome import CellOutcome
@@ -32,6 +33,7 @@ from pytest_abbench.session.transport import SERIAL_WORKER, CampaignLocator, Shi
 from pytest_abbench.spawn import interrupts
 
 if TYPE_CHECKING:
+    from pytest_abbench.campaign.benchmark_pytest import PytestArgs
     from pytest_abbench.checks import irgate
     from pytest_abbench.spawn.runner import CellRunner
 
@@ -134,20 +136,50 @@ class AbbenchSession:
         return self.campaigns[path]
 
     def is_campaign_file(self, path: Path) -> bool:
-        """A campaign file, or a file this session reads as one (a perf_report script under --ab-perf-report)."""
-        return looks_like_campaign(path) or (self.settings.perf_report is not None and looks_like_perf_report(path))
+        """A campaign file, or a file this session reads as one (a perf_report script under --ab-perf-report, a
+        test file that mentions ``benchmark`` under --ab-pytest-benchmark)."""
+        return self.campaign_kind(path) is not None
+
+    def campaign_kind(self, path: Path) -> str | None:
+        """How this session reads ``path`` as a campaign: ``campaign`` (a campaign file), an adapter's kind
+        (``perf_report.KIND``, ``benchmark_tests.KIND``), or None: it does not."""
+        if looks_like_campaign(path):
+            return "campaign"
+        if self.settings.perf_report is not None and looks_like_perf_report(path):
+            return PERF_REPORT
+        if self.settings.pytest_benchmark and looks_like_benchmark_tests(path):
+            return PYTEST_BENCHMARK
+        return None
 
     def _read_campaign(self, path: Path) -> Campaign:
-        if looks_like_campaign(path) or self.settings.perf_report is None:
-            return load_campaign(path, rootdir=self.config.rootpath, import_timeout_s=self.settings.import_timeout_s)
-        from pytest_abbench.campaign.perf_report import Providers, describe_script
+        kind = self.campaign_kind(path)
+        # The probes only read the file: under IR triage without a GPU they read it in the interpreter too (a
+        # script in the tutorials' form asks Triton's active driver for its device at import).
+        interpreter = self.settings.backend == "interpreter"
+        if kind == PERF_REPORT:
+            from pytest_abbench.campaign.perf_report import Providers, describe_script
 
-        campaign, notices = describe_script(path, self.config.rootpath, Providers(*self.settings.perf_report),
-                                            self.settings.import_timeout_s,
-                                            # it reads the Benchmarks only: IR triage without a GPU reads them so too
-                                            interpreter=self.settings.backend == "interpreter")
+            assert self.settings.perf_report is not None
+            campaign, notices = describe_script(path, self.config.rootpath, Providers(*self.settings.perf_report),
+                                                self.settings.import_timeout_s, interpreter=interpreter)
+        elif kind == PYTEST_BENCHMARK:
+            from pytest_abbench.campaign.benchmark_tests import describe_tests
+
+            campaign, notices = describe_tests(path, self.config.rootpath, self.test_file_args(),
+                                               self.settings.import_timeout_s, interpreter=interpreter)
+        else:  # a campaign file, or one a hand-written @pytest.mark.abbench test names
+            return load_campaign(path, rootdir=self.config.rootpath, import_timeout_s=self.settings.import_timeout_s)
         self.collection_notices.extend(notices)
         return campaign
+
+    def test_file_args(self) -> "PytestArgs":
+        """How this session's pytest reads a test file, for the processes that collect and run it again."""
+        from pytest_abbench.campaign.benchmark_pytest import PytestArgs
+
+        inipath = self.config.inipath
+        return PytestArgs(rootdir=str(self.config.rootpath), inifile=str(inipath) if inipath else None,
+                          import_mode=str(self.config.getoption("importmode")),
+                          overrides=tuple(self.config.getoption("override_ini") or ()))
 
     def runner(self) -> "CellRunner":
         if self._runner is None:

@@ -13,7 +13,8 @@ from typing import Any, Generator, Iterable
 
 import pytest
 
-from pytest_abbench.campaign.model import CampaignError, CampaignSkipped, why_not_campaign
+from pytest_abbench.campaign.benchmark_tests import KIND as PYTEST_BENCHMARK, NoBenchmarkTests
+from pytest_abbench.campaign.model import Campaign, CampaignError, CampaignSkipped, why_not_campaign
 from pytest_abbench.campaign.perf_report import looks_like_perf_report
 from pytest_abbench.core.layout import run_log
 from pytest_abbench.core.wording import count
@@ -56,6 +57,10 @@ class CampaignModule(pytest.Module):
             pytest.skip(str(exc))
         except CampaignError as exc:
             raise self.CollectError(f"campaign error: {exc}") from None
+        return self.cell_tests(campaign)
+
+    def cell_tests(self, campaign: Campaign) -> list[pytest.Item | pytest.Collector]:
+        """The campaign's cell tests, one test function per op."""
         cells = types.ModuleType(f"{campaign.module.__name__}.cells")
         cells.__file__ = str(self.path)
         for op in campaign.ops:
@@ -66,6 +71,29 @@ class CampaignModule(pytest.Module):
             made = self.ihook.pytest_pycollect_makeitem(collector=self, name=op.name, obj=getattr(cells, op.name))
             items.extend(made if isinstance(made, list) else [made] if made is not None else [])
         return items
+
+
+class BenchmarkTestModule(CampaignModule):
+    """A test file under ``--ab-pytest-benchmark``: its tests that request pytest-benchmark's ``benchmark`` fixture
+    become ops and are collected as cells (``campaign/benchmark_tests.py``); a file with none is collected as pytest
+    would, its tests run as tests."""
+
+    plain = False  # no test of it requests benchmark
+
+    def istestfunction(self, obj: object, name: str) -> bool:
+        return pytest.Module.istestfunction(self, obj, name) if self.plain else super().istestfunction(obj, name)
+
+    def collect(self) -> Iterable[pytest.Item | pytest.Collector]:
+        try:
+            campaign = session_of(self.config).campaign(self.path)
+        except NoBenchmarkTests:
+            self.plain = True
+            return pytest.Module.collect(self)
+        except CampaignSkipped as exc:
+            pytest.skip(str(exc))
+        except CampaignError as exc:
+            raise self.CollectError(f"pytest-benchmark tests: {exc}") from None
+        return self.cell_tests(campaign)
 
 
 class NamedModule(pytest.Module):
@@ -105,7 +133,12 @@ class CollectionHooks:
     def pytest_collect_file(self, file_path: Path,
                             parent: pytest.Collector) -> Generator[None, list[Any], list[Any]]:
         collectors = yield
-        if self.session.is_campaign_file(file_path):
+        kind = self.session.campaign_kind(file_path)
+        if kind == PYTEST_BENCHMARK:
+            # A file pytest collects as a test module; others (helpers that mention benchmark) stay as they are.
+            return [BenchmarkTestModule.from_parent(parent, path=file_path) if isinstance(c, pytest.Module) else c
+                    for c in collectors]
+        if kind is not None:
             # pytest's own Module collects a file named on the command line: it would import
             # the campaign a second time and report its import errors twice.
             return [CampaignModule.from_parent(parent, path=file_path),

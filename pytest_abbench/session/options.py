@@ -125,6 +125,10 @@ def register(parser: pytest.Parser) -> None:
         help="--ab-perf-report: both sides run this line_vals entry, side B under the switch (--ab-switch-env)")
     add("--ab-providers", type=provider_pair, default=None, metavar="A,B",
         help="--ab-perf-report: side A runs line_vals entry A, side B entry B (a kernel-variant switch)")
+    add("--ab-pytest-benchmark", action="store_true", default=False,
+        help="run tests that request pytest-benchmark's benchmark fixture as campaigns: each test an op, each "
+             "parametrization a shape, the callable handed to benchmark(...) timed by the cells; both sides run "
+             "it, B under --ab-switch-env (docs/guide/existing-benchmarks.md#pytest-benchmark-tests)")
     add_report_options(add)
     parser.addini("cell_timeout", CELL_TIMEOUT_HELP, default=None)
     parser.addini("ab_rounds", "rounds per op: N or auto[:[MIN-]MAX] (--ab-rounds)", default=None)
@@ -181,6 +185,10 @@ def resolve(config: pytest.Config) -> Settings:
     if opt.ab_ir_only:
         rounds, auto_min, rounds_src = 1, None, "--ab-ir-only compiles round 1 only"
     perf_report = perf_report_providers(opt.ab_perf_report, opt.ab_provider, opt.ab_providers)
+    if opt.ab_pytest_benchmark and config.getoption("benchmark_only", False):
+        # pytest-benchmark skips every test that does not request its fixture: every cell.
+        raise pytest.UsageError("--ab-pytest-benchmark with --benchmark-only would skip every cell (cells do not "
+                                "request the benchmark fixture): drop --benchmark-only (from addopts too)")
     allow_no_ir = bool(opt.ab_allow_no_ir_diff) or os.environ.get(envnames.SWITCH_ALLOW_NO_IR_DIFF, "") == "1"
     cuda = backend == "cuda"
     given_level = opt.ab_level if opt.ab_level != "auto" else None
@@ -223,6 +231,7 @@ def resolve(config: pytest.Config) -> Settings:
         kernel_cache=kernel_cache,
         perf_report=perf_report,
         summary_md=opt.ab_summary_md,
+        pytest_benchmark=bool(opt.ab_pytest_benchmark),
         sources={"cell_timeout": timeout_src, "rounds": rounds_src, "kernel_cache": kernel_cache_src},
     )
     from pytest_abbench.spawn.precompile import worker_share
