@@ -13,7 +13,7 @@ step() {  # step NAME ARGS...
   local name=$1; shift
   local start; start=$(date +%s)
   echo "=== $name: pytest examples/pytest_benchmark $*" >>"$OUT/pb_runs.txt"
-  timeout "${LIMIT:-240}" python3 -m pytest -p pytest_abbench.plugin examples/pytest_benchmark "$@" \
+  timeout "${LIMIT:-240}" python3 -m pytest ${PLUGIN--p pytest_abbench.plugin} examples/pytest_benchmark "$@" \
     -p no:cacheprovider -rs >>"$OUT/pb_runs.txt" 2>&1
   echo "$name: rc $? in $(( $(date +%s) - start )) s" | tee -a "$OUT/pb_env.txt"
 }
@@ -24,5 +24,5 @@ python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site /
 export PYTHONPATH=/tmp/site:$PYTHONPATH
 python3 -c "import pytest_benchmark; print('pytest_benchmark', pytest_benchmark.__version__)" | tee -a "$OUT/pb_env.txt"
 step with --ab-pytest-benchmark --ab-switch-env DISABLE_MMA_V3=1 --ab-root /tmp/pb/with
-step pytest-benchmark-itself -p no:pytest_abbench.plugin --benchmark-columns=median,stddev
+PLUGIN="" step pytest-benchmark-itself --benchmark-columns=median,stddev
 for r in without with; do { echo "## $r"; cat "/tmp/pb/$r/report.md" 2>/dev/null; echo; } >>"$OUT/pb_reports.md"; done
