@@ -280,10 +280,13 @@ def test_a_small_campaign_keeps_the_full_report_unless_q(clean_run: Recipe) -> N
     assert compact[-1].startswith("compact report of 1 ops") and "== one: inconclusive 2; geomean " in compact[5]
 
 
-def test_a_q_session_prints_the_compact_report(campaign_dir: pytest.Pytester) -> None:
+def test_a_q_session_prints_the_compact_report(campaign_dir: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     campaign_dir.makepyfile(c=simple_campaign('"one", "two"'))
+    step = campaign_dir.path / "step.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step))  # without --ab-summary-md: a GitHub step gets it anyway
     result = campaign_dir.runpytest_subprocess("c.py", *FAST.split(), "-q")
     assert result.ret == 0
+    assert step.read_text().startswith("### abbench: exit 0: clean") and "\n| two | inconclusive 2 | " in step.read_text()
     result.stdout.fnmatch_lines(["switch (side B): ABBENCH_TEST_SWITCH=1", "backend interpreter; timer wall; device *",
                                  "rounds planned 1, run 1; margin +-2% (default); verdict rule: docs/verdicts.md",
                                  "regime steady (docs/explanation/regimes.md)", "NOT GPU TIMINGS: *",

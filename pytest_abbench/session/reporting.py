@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sqlite3
 import time
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Generator
 
 import pytest
 
+from pytest_abbench.core import envnames
 from pytest_abbench.core.layout import CellKey, cell_key, run_log
 from pytest_abbench.core.outcome import NO_IR_DIFF, OUTCOME_PROPERTY, CellOutcome
 from pytest_abbench.core.fileio import CorruptFileError
@@ -166,8 +168,11 @@ class ReportHooks:
                                          wall_s=time.monotonic() - self.session.started, workers=max(1, len(self.workers_seen)))
         session.exitstatus = self.final.decide_exit(int(session.exitstatus), settings.allow_caliber_mismatch)
         self.plots = report.write_report(self.session.root.path, self.final)
-        if settings.summary_md is not None:
-            self.summary_line = summary_md_line(self.final, settings.summary_md)
+        # In a GitHub Actions step the summary goes where the reviewer looks without being asked for.
+        step_summary = os.environ.get(envnames.GITHUB_STEP_SUMMARY, "")
+        target = settings.summary_md or (Path(step_summary) if step_summary else None)
+        if target is not None:
+            self.summary_line = summary_md_line(self.final, target)
         self.session.root.release()
         if settings.history is not None:
             self.history_line = self.record_history(settings.history, int(session.exitstatus))
