@@ -17,15 +17,14 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from pytest_abbench.campaign.model import Campaign, CampaignError, Case, Op, Shape, Switch, check_shapes, \
     module_name_for, validate_name
+from pytest_abbench.campaign.probe import run_probe
 from pytest_abbench.core.cellconfig import LEVELS
 
 if TYPE_CHECKING:  # benchmark_pytest imports pytest: cells of other campaigns do not load it
@@ -35,7 +34,6 @@ KIND = "pytest-benchmark"  # the adapter's name in a cell's --adapter spec
 FIXTURE = "benchmark"
 DEFAULT_SHAPE = "default"  # the one shape of a test that is not parametrized
 _TEXT = re.compile(r"\bbenchmark\b")
-_PROBE_SECONDS = 120.0  # starting pytest and importing what the file imports, on top of --ab-import-timeout
 
 
 class NoBenchmarkTests(CampaignError):
@@ -190,30 +188,8 @@ def describe_tests(path: Path, rootdir: Path | None, args: "PytestArgs", import_
     path = Path(path).resolve()
     module_name = module_name_for(path, rootdir)
     spec_text = spec(args)
-    env = dict(os.environ)
-    if interpreter:
-        env["TRITON_INTERPRET"] = "1"
-    else:
-        env.pop("TRITON_INTERPRET", None)
-    package_parent = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH", "")) if p)
-    limit = import_timeout_s + _PROBE_SECONDS
-    with tempfile.TemporaryDirectory(prefix="abbench-pytest-benchmark-") as folder:
-        out = Path(folder) / "tests.json"
-        command = [sys.executable, "-m", __name__, str(path), str(out), spec_text]
-        try:
-            done = subprocess.run(command, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                                  timeout=limit)
-        except subprocess.TimeoutExpired:
-            raise CampaignError(f"{path}: collecting its tests took over {limit:g} s (--ab-import-timeout)") from None
-        try:
-            answer = json.loads(out.read_text())
-        except (OSError, ValueError):
-            tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
-            raise CampaignError(f"{path}: the process collecting its tests exited {done.returncode} without an "
-                                f"answer:\n{tail}") from None
-    if "error" in answer:
-        raise CampaignError(answer["error"])
+    answer = run_probe(path, lambda out: ["-m", __name__, str(path), str(out), spec_text], "collecting its tests",
+                       import_timeout_s, interpreter)
     tests = [CollectedTest(**fields) for fields in answer["tests"]]
     return _tests_to_campaign(path, module_name, tests, spec_text, _not_in_this_process)
 

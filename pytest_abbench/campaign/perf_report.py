@@ -20,20 +20,18 @@ import inspect
 import json
 import os
 import re
-import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
+from pytest_abbench.campaign.probe import run_probe
 from pytest_abbench.campaign.model import (TEST_MODULE_PREFIXES, Campaign, CampaignError, Case, Op, Shape, Switch, Work, check_shapes,
                                            digest, import_campaign_file, module_name_for, validate_name)
 
 KIND = "perf-report"  # the adapter's name in a cell's --adapter spec
 SMOKE_POINTS = 2  # the smoke level (the interpreter's) takes the first points of x_vals; core and comprehensive all
 _TEXT = re.compile(r"\bperf_report\b")
-_PROBE_SECONDS = 120.0  # importing torch and Triton in the probe, on top of the script's own import timeout
 
 
 @dataclass(frozen=True)
@@ -467,30 +465,8 @@ def describe_script(path: Path, rootdir: Path | None, providers: Providers, impo
     """
     path = Path(path).resolve()
     module_name = module_name_for(path, rootdir)
-    env = dict(os.environ)
-    if interpreter:
-        env["TRITON_INTERPRET"] = "1"
-    else:
-        env.pop("TRITON_INTERPRET", None)
-    package_parent = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH", "")) if p)
-    with tempfile.TemporaryDirectory(prefix="abbench-perf-report-") as folder:
-        out = Path(folder) / "ops.json"
-        command = [sys.executable, "-m", __name__, str(path), module_name, str(out), repr(import_timeout_s)]
-        try:
-            done = subprocess.run(command, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                                  timeout=import_timeout_s + _PROBE_SECONDS, cwd=str(path.parent))
-        except subprocess.TimeoutExpired:
-            raise CampaignError(f"{path}: reading its perf_report functions took over "
-                                f"{import_timeout_s + _PROBE_SECONDS:g} s (--ab-import-timeout)") from None
-        try:
-            answer = json.loads(out.read_text())
-        except (OSError, ValueError):
-            tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-15:])
-            raise CampaignError(f"{path}: the process reading its perf_report functions exited {done.returncode} "
-                                f"without an answer:\n{tail}") from None
-    if "error" in answer:
-        raise CampaignError(answer["error"])
+    answer = run_probe(path, lambda out: ["-m", __name__, str(path), module_name, str(out), repr(import_timeout_s)],
+                       "reading its perf_report functions", import_timeout_s, interpreter, cwd=path.parent)
     ops = [BenchmarkOp(**fields) for fields in answer["ops"]]
     campaign, left = _campaign(path, module_name, ops, providers, _not_in_this_process)
     notices = [f"abbench: {path.name}: {where} calls benchmark.run(...) at import: skipped under --ab-perf-report "

@@ -1,0 +1,51 @@
+"""The probe process an adapter reads a file with at collection: pytest's process never imports the file itself.
+
+A probe is ``python -m <adapter module> ...`` that imports (or collects) the file as its cells will and writes a
+JSON answer to a file it is given; what it prints is the user's file's business and is kept only for an error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+from pytest_abbench.campaign.model import CampaignError
+
+PROBE_SECONDS = 120.0  # starting Python and importing torch and Triton, on top of the file's own --ab-import-timeout
+
+
+def run_probe(path: Path, argv_for: Callable[[Path], list[str]], what: str, import_timeout_s: float,
+              interpreter: bool, cwd: Path | None = None) -> dict[str, Any]:
+    """Run ``sys.executable`` with ``argv_for(answer_file)`` and return the answer; ``what`` names the probe's work in
+    errors ("reading its perf_report functions").  ``interpreter``: under Triton's interpreter (no GPU here)."""
+    env = dict(os.environ)
+    if interpreter:
+        env["TRITON_INTERPRET"] = "1"
+    else:
+        env.pop("TRITON_INTERPRET", None)
+    package_parent = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH", "")) if p)
+    limit = import_timeout_s + PROBE_SECONDS
+    with tempfile.TemporaryDirectory(prefix="abbench-probe-") as folder:
+        out = Path(folder) / "answer.json"
+        try:
+            done = subprocess.run([sys.executable, *argv_for(out)], env=env, capture_output=True, text=True,
+                                  stdin=subprocess.DEVNULL, timeout=limit, cwd=str(cwd) if cwd else None)
+        except subprocess.TimeoutExpired:
+            raise CampaignError(f"{path}: {what} took over {limit:g} s (--ab-import-timeout)") from None
+        try:
+            answer = json.loads(out.read_text())
+        except (OSError, ValueError):
+            tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+            raise CampaignError(f"{path}: the process {what} exited {done.returncode} without an answer:\n"
+                                f"{tail}") from None
+    if not isinstance(answer, dict):
+        raise CampaignError(f"{path}: the process {what} wrote {type(answer).__name__}, not an answer")
+    if "error" in answer:
+        raise CampaignError(str(answer["error"]))
+    return answer
