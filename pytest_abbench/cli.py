@@ -7,7 +7,7 @@
     abbench summary --ab ROOT_A ROOT_B
     abbench summary --ab CELL_A CELL_B
     abbench history [--history FILE] [--op OP [--shape S] [--plot PNG]] [--html FILE]
-    abbench bisect GOOD BAD [--repo PATH] [--build CMD] [--rounds N] [--max-rounds N] -- PYTEST_ARGS
+    abbench bisect GOOD BAD [--repo PATH] [--build CMD] [--rounds N] [--max-rounds N] [--share F] -- PYTEST_ARGS
 
 ``ROOT`` is a campaign root (a session's ``--ab-root``): its report, its plan
 from campaign.json, every round on disk.  ``--ab`` compares two separate runs:
@@ -44,7 +44,7 @@ from pytest_abbench.core.layout import (ABBENCH_DIR, BISECT_DIR, HISTORY_FILE, R
 from pytest_abbench.core.outcome import NO_IR_DIFF, OK, CellOutcome
 from pytest_abbench.core.settings import (HISTORY_OFF, add_report_options, history_file, history_path, markdown_file,
                                           markdown_file_problem, rounds_count)
-from pytest_abbench.history.bisect import DEFAULT_MAX_ROUNDS
+from pytest_abbench.history.bisect import DEFAULT_MAX_ROUNDS, DEFAULT_SHARE
 from pytest_abbench.history.bisect import DEFAULT_ROUNDS as DEFAULT_BISECT_ROUNDS
 from pytest_abbench.core.plan import CampaignPlan
 from pytest_abbench.report.build import discover
@@ -285,6 +285,17 @@ def history(args: argparse.Namespace) -> int:
     return 0
 
 
+def share_of_effect(text: str) -> float:
+    """--share: a fraction strictly between 0 and 1 (0 would call noise bad, 1 only BAD itself)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number (a share of BAD's slowdown, e.g. 0.5)") from None
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not strictly between 0 and 1 (a share of BAD's slowdown)")
+    return value
+
+
 def bisect(args: argparse.Namespace) -> int:
     from pytest_abbench.history.bisect import BISECT_USAGE, Bisection, BisectOptions
 
@@ -294,7 +305,8 @@ def bisect(args: argparse.Namespace) -> int:
         return BISECT_USAGE
     path = history_path(args.history, Path.cwd()) if args.history else default_history_file()
     options = BisectOptions(args.good, args.bad, list(args.pytest_args), Path(args.repo), args.build, args.rounds,
-                            args.max_rounds, path, Path(args.work) if args.work else None, args.import_path)
+                            args.max_rounds, path, Path(args.work) if args.work else None, args.import_path,
+                            args.share)
     return Bisection(options, lambda line: print(line, flush=True)).run()
 
 
@@ -350,6 +362,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--max-rounds", type=rounds_count, default=DEFAULT_MAX_ROUNDS, metavar="N",
                    help=f"an inconclusive step gets twice the rounds up to N, then ends the bisection as "
                         f"inconclusive (default {DEFAULT_MAX_ROUNDS})")
+    b.add_argument("--share", type=share_of_effect, default=DEFAULT_SHARE, metavar="F",
+                   help=f"a step is bad when a shape's slowdown is, with confidence, beyond this share of BAD's on a "
+                        f"log scale, good when below it (default {DEFAULT_SHARE:g}: the geometric middle)")
     b.add_argument("--history", type=history_file, default=None, metavar=f"FILE|{HISTORY_OFF}",
                    help=f"where the steps are recorded (default ${envnames.ABBENCH_HISTORY}, else "
                         f"./{ABBENCH_DIR}/{HISTORY_FILE})")

@@ -3,18 +3,21 @@ it slower and one of which does not build; the campaign imports it by package na
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from helpers import as_both_regimes, synthetic_root
 from pytest_abbench.history.bisect import (BAD, BISECT_UNDECIDED, FAILED, GOOD, INCONCLUSIVE, SPLIT, Bisection,
-                                           BisectOptions, Step, judge_report)
+                                           BisectOptions, Evidence, Hunted, Step, judge_report, report_evidence)
 from pytest_abbench.history.store import History
 from pytest_abbench.report.build import build_report
+from pytest_abbench.report.stats import difference
 
 # The kernel library under bisection.  Each launch is followed by a 30 ms host-side wait: interpreter timings
 # of a millisecond-scale kernel on a shared 2-core machine moved by 2x between processes (identical code gave
@@ -27,6 +30,8 @@ import triton
 import triton.language as tl
 
 LAUNCHES = {launches}
+WAIT_S = {wait}
+SLOW_SIZES = {slow_sizes}  # the sizes that get LAUNCHES launches (the others one); None: every size
 
 
 @triton.jit
@@ -36,13 +41,13 @@ def add_kernel(x_ptr, y_ptr, N: tl.constexpr):
 
 
 def add_one(x, y):
-    for _ in range(LAUNCHES):
+    for _ in range(LAUNCHES if SLOW_SIZES is None or x.numel() in SLOW_SIZES else 1):
         add_kernel[(1,)](x, y, N=x.numel())
-        time.sleep(0.03)
+        time.sleep(WAIT_S)
     return y
 '''
 
-CAMPAIGN = textwrap.dedent('''
+CAMPAIGN_TEMPLATE = textwrap.dedent('''
     from pytest_abbench import Case, Op
 
 
@@ -54,8 +59,9 @@ CAMPAIGN = textwrap.dedent('''
         return Case(run=lambda: add_one(x, y), expected=lambda: x + 1)
 
 
-    OPS = [Op("add", build=build, shapes={"smoke": [{"n": 16}]})]
+    OPS = [Op("add", build=build, shapes={"smoke": [{"n": n} for n in SIZES]})]
 ''')
+CAMPAIGN = CAMPAIGN_TEMPLATE.replace("SIZES", "(16,)")
 
 BUILD = "test ! -e BROKEN"  # the "build": fails in the one commit that holds the marker
 
@@ -65,9 +71,14 @@ def git(repo: Path, *args: str) -> str:
                           capture_output=True, text=True).stdout.strip()
 
 
-def commit(repo: Path, message: str, launches: int = 1, broken: bool = False, note: str = "") -> str:
+def library(launches: int = 1, wait: float = 0.03, slow_sizes: tuple[int, ...] | None = None) -> str:
+    return LIBRARY.format(launches=launches, wait=wait, slow_sizes=slow_sizes)
+
+
+def commit(repo: Path, message: str, launches: int = 1, broken: bool = False, note: str = "", wait: float = 0.03,
+           slow_sizes: tuple[int, ...] | None = None) -> str:
     (repo / "addlib").mkdir(exist_ok=True)
-    (repo / "addlib" / "__init__.py").write_text(LIBRARY.format(launches=launches))
+    (repo / "addlib" / "__init__.py").write_text(library(launches, wait, slow_sizes))
     (repo / "NOTES").write_text(note or message)
     if broken:
         (repo / "BROKEN").write_text("does not build\n")
@@ -100,7 +111,7 @@ def test_bisect_names_the_first_slower_commit_and_skips_the_broken_one(pytester:
     # The user's checkout: at BAD, with a staged change, an unstaged one and an untracked file.
     (repo / "NOTES").write_text("staged\n")
     git(repo, "add", "NOTES")
-    (repo / "addlib" / "__init__.py").write_text(LIBRARY.format(launches=1) + "# my edit\n")
+    (repo / "addlib" / "__init__.py").write_text(library() + "# my edit\n")
     (repo / "scratch.txt").write_text("mine\n")
     before = checkout_state(repo)
 
@@ -138,6 +149,91 @@ def test_bisect_names_the_first_slower_commit_and_skips_the_broken_one(pytester:
     shown.stdout.fnmatch_lines([f"*{shas[3][:12]} *same*", f"*{shas[5][:12]} *same*",
                                 f"*{shas[6][:12]} *slower*<- verdict changed: same -> slower (after {shas[5][:12]})",
                                 f"*{shas[8][:12]} *slower*"])
+
+
+def bisect_range(pytester: pytest.Pytester, tmp_path: Path, changes: dict[int, dict[str, Any]], commits: int,
+                 sizes: tuple[int, ...] = (16,)) -> tuple[list[str], pytest.RunResult]:
+    """A repository of GOOD and ``commits`` changes (``changes[i]``: commit i's library arguments, kept by the
+    commits after it; ``broken``: that commit alone does not build), bisected from GOOD to its last commit with
+    the defaults (2 rounds to start, up to 8, the 2% margin)."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    shas = [commit(repo, "good")]
+    library_args: dict[str, Any] = {}
+    for i in range(1, commits + 1):
+        change = dict(changes.get(i, {}))
+        broken = change.pop("broken", False)
+        library_args.update(change)
+        shas.append(commit(repo, f"change {i}", broken=broken, **library_args))
+    pytester.makeini("[pytest]\n")
+    pytester.makepyfile(camp=CAMPAIGN_TEMPLATE.replace("SIZES", repr(sizes)))
+    result = pytester.run(sys.executable, "-m", "pytest_abbench.cli", "bisect", shas[0], "HEAD", "--repo", str(repo),
+                          "--build", BUILD, "--history", "off", "--", "camp.py", "--ab-ir-target", "none",
+                          "-p", "no:cacheprovider")
+    return shas, result
+
+
+def step_rounds(out: str) -> list[str]:
+    """Each timed step's '(N rounds: why' from the summary."""
+    return [line.split("(", 1)[1].split(";")[0] for line in out.splitlines() if line.startswith("      root ")]
+
+
+@pytest.mark.slow
+def test_a_large_slowdown_early_is_named_with_a_broken_build_after_it_each_step_at_its_first_look(
+        pytester: pytest.Pytester, tmp_path: Path) -> None:
+    """Eight launches from commit 2 (+600% and more), commit 3 does not build.  An unchanged step is judged
+    against half of BAD's slowdown, not for equivalence within +-2%: interpreter rounds of identical code move
+    by a few percent, so a 2-round step could never be `same`, and the old rule spent 4-8 rounds on each."""
+    shas, result = bisect_range(pytester, tmp_path, {2: {"launches": 8}, 3: {"broken": True}}, commits=6)
+    out = result.stdout.str()
+    assert result.ret == 0, out
+    result.stdout.fnmatch_lines([
+        "abbench bisect: a step is bad when a shape's slowdown is, with 95% one-sided confidence, beyond 0.5 of "
+        "BAD's on a log scale, good when every such shape is below it; the shapes BAD is slower on: add[[]n=16[]] +*%",
+        f"abbench bisect: {shas[3][:12]}: build failed after * s: skipped",
+        f"abbench bisect: first slower commit: {shas[2]} 'change 2' (last good {shas[1][:12]})"])
+    timed = [line.split()[2].rstrip(":") for line in out.splitlines()
+             if line.startswith("abbench bisect: ") and (": bad (" in line or ": good (" in line)]
+    assert timed == [shas[i][:12] for i in (6, 2, 1)], out
+    assert step_rounds(out)[1:] == ["2 rounds: decided at its first look"] * 2, out  # BAD may need more
+    result.stdout.fnmatch_lines([f"  {shas[1][:12]} 'change 1': good (every shape BAD is slower on is below 0.5 of "
+                                 "its slowdown)*", "*add[[]n=16[]] *below the +*% threshold (0.5 of BAD's +*%; "
+                                 "one-sided 95% bounds * ~ *%)"])
+
+
+@pytest.mark.slow
+def test_a_slowdown_only_one_of_three_shapes_shows_is_found_through_that_shape(pytester: pytest.Pytester,
+                                                                                tmp_path: Path) -> None:
+    """From commit 2 the size-64 call launches eight times; sizes 16 and 32 never change.  Their noise cannot keep a
+    step open: only the shape BAD is slower on is judged."""
+    shas, result = bisect_range(pytester, tmp_path, {2: {"launches": 8, "slow_sizes": (64,)}}, commits=4,
+                                sizes=(16, 32, 64))
+    out = result.stdout.str()
+    assert result.ret == 0, out
+    result.stdout.fnmatch_lines(["*the shapes BAD is slower on: add[[]n=64[]] +*%",
+                                 f"abbench bisect: first slower commit: {shas[2]} 'change 2' (last good "
+                                 f"{shas[1][:12]})"])
+    assert "add[n=16] +" not in out.split("the shapes BAD is slower on:")[1].splitlines()[0], out
+
+
+@pytest.mark.slow
+def test_a_five_percent_slowdown_is_named_or_left_undecided_with_its_figures_never_a_wrong_commit(
+        pytester: pytest.Pytester, tmp_path: Path) -> None:
+    """Each call waits 5% longer from commit 3 (31.5 ms against 30 ms): the threshold is about +2.5%, near the
+    rounds' own noise, so a step may need its 8 rounds; whatever the rounds say, no other commit is named."""
+    shas, result = bisect_range(pytester, tmp_path, {3: {"wait": 0.0315}}, commits=4)
+    out = result.stdout.str()
+    assert result.ret in (0, BISECT_UNDECIDED), out
+    if result.ret == 0:
+        result.stdout.fnmatch_lines([f"abbench bisect: first slower commit: {shas[3]} 'change 3' (last good "
+                                     f"{shas[2][:12]})"])
+    else:
+        left = out.split("the first slower commit is one of ")[1].splitlines()[0]
+        assert shas[3][:12] in left and shas[1][:12] not in left, out
+        result.stdout.fnmatch_lines(["*: inconclusive (*straddle the threshold: add[[]n=16[]])*",
+                                     "*add[[]n=16[]] *straddles the +*% threshold*"])
+    assert "first slower commit: " + shas[3] in out or result.ret == BISECT_UNDECIDED
 
 
 def test_bisect_refuses_what_it_cannot_bisect_before_any_worktree(pytester: pytest.Pytester, tmp_path: Path) -> None:
@@ -235,3 +331,69 @@ def test_a_step_whose_regimes_disagree_ends_the_bisection_undecided_naming_the_w
     assert (f"abbench bisect: step {'c' * 12} is slower under one timing regime and not under the other: bisect the "
             "regime you mean (--ab-regime burst or --ab-regime steady after --); the first slower commit is one of 2: "
             f"{'b' * 12}, {'c' * 12}") in out
+
+
+def hunted_from(tmp_path: Path, deltas: dict[str, list[float]], share: float = 0.5) -> Hunted:
+    synthetic_root(tmp_path / "bad", deltas)
+    answer, _, evidence = judge_report(build_report(tmp_path / "bad"))
+    assert answer == BAD
+    return Hunted(evidence, share)
+
+
+def judge_step(tmp_path: Path, hunted: Hunted, deltas: dict[str, list[float]]) -> tuple[str, str, list[Evidence]]:
+    synthetic_root(tmp_path / "step", deltas)
+    evidence, failed = report_evidence(build_report(tmp_path / "step"))
+    assert failed is None
+    return (*hunted.judge(evidence), evidence)
+
+
+def test_an_unchanged_step_far_below_bads_17x_is_good_where_the_free_standing_verdict_stays_open(
+        tmp_path: Path) -> None:
+    """The H200 case: BAD +1,600% on a shape, an unchanged step at about -0.6% whose rounds spread by a few
+    percent.  As an A/B verdict of its own it is inconclusive at the 2% margin; against BAD it is plainly good."""
+    hunted = hunted_from(tmp_path, {"s": [16.0, 16.8, 15.9, 16.4]})
+    synthetic_root(tmp_path / "free", {"s": [-0.02, 0.015, -0.03, 0.01]})
+    assert judge_report(build_report(tmp_path / "free"))[0] == INCONCLUSIVE
+    answer, why, (e,) = judge_step(tmp_path, hunted, {"s": [-0.02, 0.015, -0.03, 0.01]})
+    assert (answer, why) == (GOOD, "every shape BAD is slower on is below 0.5 of its slowdown")
+    assert e.against == "below the +315.6% threshold (0.5 of BAD's +1620.0%; one-sided 95% bounds -3.2 ~ +2.0%)"
+
+
+@pytest.mark.parametrize(("step", "answer", "where"), [
+    ([0.10, 0.11, 0.09, 0.10], BAD, "beyond"),  # as slow as BAD
+    ([0.048, 0.052, 0.050, 0.049], INCONCLUSIVE, "straddles"),  # at the threshold: more rounds, never a guess
+    ([0.001, -0.001, 0.0, 0.0005], GOOD, "below"),
+])
+def test_a_step_stands_beyond_below_or_across_half_of_bads_effect(tmp_path: Path, step: list[float], answer: str,
+                                                                  where: str) -> None:
+    hunted = hunted_from(tmp_path, {"s": [0.10, 0.11, 0.09, 0.10]})
+    got, why, (e,) = judge_step(tmp_path, hunted, {"s": step})
+    assert got == answer, why
+    assert e.against.startswith(f"{where} the +4.9% threshold (0.5 of BAD's +10.0%"), e.against
+
+
+def test_only_the_shapes_bad_is_slower_on_are_judged(tmp_path: Path) -> None:
+    """Shape t never changed: its noise neither opens a step nor decides it."""
+    hunted = hunted_from(tmp_path, {"s": [0.50, 0.52, 0.49, 0.51], "t": [0.001, -0.001, 0.0, 0.0005]})
+    assert list(hunted.shapes) == [("", "op", "s")]
+    answer, _, evidence = judge_step(tmp_path, hunted, {"s": [0.001, -0.002, 0.0, 0.001],
+                                                        "t": [0.30, -0.25, 0.20, -0.15]})
+    assert answer == GOOD and [bool(e.against) for e in evidence] == [True, False]
+
+
+def test_a_step_without_the_hunted_shape_is_failed(tmp_path: Path) -> None:
+    hunted = hunted_from(tmp_path, {"s": [0.50, 0.52, 0.49, 0.51]})
+    answer, why, _ = judge_step(tmp_path, hunted, {"u": [0.0, 0.0, 0.0, 0.0]})
+    assert (answer, why) == (FAILED, "no rounds of the shape(s) BAD is slower on: op[s]")
+
+
+def test_a_difference_of_two_samples_is_welchs() -> None:
+    """Against a textbook Welch test: x and y of 4 and 5 values, their difference and df."""
+    x, y = [10.1, 9.8, 10.4, 10.0], [8.0, 8.9, 7.6, 8.4, 8.1]
+    d = difference(x, y, 1.0)
+    assert d is not None
+    assert d.estimate == pytest.approx(10.075 - 8.2)
+    assert d.se == pytest.approx(math.sqrt(0.0625 / 4 + 0.235 / 5))  # sample variances 0.0625 and 0.235
+    assert d.df == pytest.approx(6.19, abs=0.01)
+    assert d.p_above() < 0.001 < 0.999 < d.p_below()
+    assert difference([1.0], y, 1.0) is None

@@ -5,19 +5,24 @@ is put first on its side's import path (``--ab-switch-env-a`` /
 ``--ab-switch-env`` ``PYTHONPATH=<tree>``: two source trees as the switch).
 The worktrees are clean ``git worktree add --detach`` folders outside the
 user's checkout, which is never touched.  Each step is a normal campaign
-root under the bisection's folder, recorded in the history file.  A step's
-answer is the report's verdict: a shape ``slower`` beyond the margin is bad;
-every shape ``same`` or ``faster`` (or slower within the margin) is good;
-otherwise the step gets more rounds (``--ab-resume``) up to ``--max-rounds``
-and is then reported inconclusive with the range left.  Under ``--ab-regime
-both`` each regime is judged on its own (``judge_report``).  A commit whose
-build command fails is skipped, as ``git bisect skip``.
+root under the bisection's folder, recorded in the history file.
+
+BAD is timed first and judged by the report's verdicts (``judge_report``): a
+shape ``slower`` beyond the margin makes it the effect to hunt.  A step between
+the ends asks whether its commit is like GOOD or like BAD, not whether it equals
+GOOD: it is judged against a share of BAD's effect on the shapes BAD is slower
+on (``Hunted``), one-sided.  A step that neither test decides gets more rounds
+(``--ab-resume``) up to ``--max-rounds`` and is then reported inconclusive with
+the range left.  Under ``--ab-regime both`` each regime is judged on its own.
+A commit whose build command fails is skipped, as ``git bisect skip``.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -32,6 +37,7 @@ from pytest_abbench.core.layout import ABBENCH_DIR, BISECT_DIR, RootLayout
 from pytest_abbench.core.settings import HISTORY_OFF
 from pytest_abbench.history import git
 from pytest_abbench.report.model import Report, read_report
+from pytest_abbench.report.stats import ALPHA, difference, pct
 
 # Exit codes of ``abbench bisect`` (docs/guide/history.md).
 BISECT_FOUND = 0  # one commit named: the first slower one
@@ -44,6 +50,7 @@ GOOD, BAD, SKIP, INCONCLUSIVE, FAILED = "good", "bad", "skip", "inconclusive", "
 SPLIT = "split"  # --ab-regime both: slower under one regime and not under the other
 DEFAULT_ROUNDS = 2
 DEFAULT_MAX_ROUNDS = 8
+DEFAULT_SHARE = 0.5  # a step is bad beyond this share of BAD's slowdown (log scale): the geometric middle
 BUILD_TIMEOUT_S = 3600.0
 
 
@@ -59,11 +66,13 @@ class BisectOptions:
     history: Path | None = None  # None: nothing recorded
     work: Path | None = None  # the bisection's folder (step roots, logs); default .abbench/bisect/<stamp>
     import_path: str = "."  # the folder inside a tree that goes on the import path (Triton: python)
+    share: float = DEFAULT_SHARE  # Hunted: where between GOOD and BAD a step turns bad
 
 
 @dataclass
 class Evidence:
-    """One shape of a step's report: what its verdict rests on."""
+    """One shape of a step's report: what its verdict rests on, and for a step between the ends, where it stands
+    against the threshold BAD's effect sets."""
 
     op: str
     shape: str
@@ -72,13 +81,21 @@ class Evidence:
     verdict: str
     within_margin: bool
     regime: str = ""  # the timing regime of its op's report entry ("" from a report written before regimes)
+    log_ratios: list[float] = field(default_factory=list)  # per round ln(B/A)
+    floor: float = 0.0  # the least standard deviation of a round's ln(B/A) (its cells' own noise)
+    against: str = ""  # a step between the ends: how it stands against the threshold (``Hunted.judge``)
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return self.regime, self.op, self.shape
 
     def line(self, regime: bool = False) -> str:
         """Its delta, interval and verdict; ``regime``: named after the shape (a report of several regimes)."""
         ci = f" [{self.ci_pct[0]:+.1f} ~ {self.ci_pct[1]:+.1f}]" if self.ci_pct else ""
         small = " (within the margin)" if self.within_margin else ""
         named = f" {self.regime}" if regime and self.regime else ""
-        return f"{self.op}[{self.shape}]{named} {self.delta_pct:+.1f}%{ci} {self.verdict}{small}"
+        against = f"; {self.against}" if self.against else ""
+        return f"{self.op}[{self.shape}]{named} {self.delta_pct:+.1f}%{ci} {self.verdict}{small}{against}"
 
 
 @dataclass
@@ -93,6 +110,7 @@ class Step:
     build_s: float | None = None
     root: Path | None = None
     rounds: int = 0
+    rounds_why: str = ""  # why it took the rounds it took (decided at its first look, or what kept it open)
     exit_code: int | None = None
     evidence: list[Evidence] = field(default_factory=list)
 
@@ -101,8 +119,21 @@ class Step:
         return self.commit[:12]
 
 
+def report_evidence(report: Report) -> tuple[list[Evidence], str | None]:
+    """Every shape of a report as evidence, and why the report gives no answer at all (None when it gives one)."""
+    evidence = [Evidence(o.op, s.shape, s.delta_pct, s.ci_pct, s.verdict, s.within_margin, o.regime,
+                         [math.log1p(d / 100.0) for d in s.per_round_pct], math.log1p(s.spread_floor_pct / 100.0))
+                for o in report.ops for s in o.shapes]
+    unjudged = [f"{o.op}{' ' + o.regime if o.regime else ''}: {o.state}{' (' + o.reason + ')' if o.reason else ''}"
+                for o in report.ops if o.state != "verdict"]
+    if unjudged or not report.complete or not evidence:
+        return evidence, "no verdict: " + ("; ".join(unjudged) or "incomplete report")
+    return evidence, None
+
+
 def judge_report(report: Report) -> tuple[str, str, list[Evidence]]:
-    """A step's answer from its report: (bad|good|inconclusive|split|failed, why, the shapes' evidence).
+    """BAD's answer from its report, by the report's own verdicts: (bad|good|inconclusive|split|failed, why, the
+    shapes' evidence).  BAD against GOOD is a free-standing A/B question: is BAD slower at all?
 
     Each timing regime in the report is judged on its own shapes.  Under
     ``--ab-regime both`` the step is bad when both regimes say bad and good
@@ -111,28 +142,32 @@ def judge_report(report: Report) -> tuple[str, str, list[Evidence]]:
     different things (core/regimes.py), so neither answer is picked for the
     user.
     """
-    evidence = [Evidence(o.op, s.shape, s.delta_pct, s.ci_pct, s.verdict, s.within_margin, o.regime)
-                for o in report.ops for s in o.shapes]
-    unjudged = [f"{o.op}{' ' + o.regime if o.regime else ''}: {o.state}{' (' + o.reason + ')' if o.reason else ''}"
-                for o in report.ops if o.state != "verdict"]
-    if unjudged or not report.complete or not evidence:
-        return FAILED, "no verdict: " + ("; ".join(unjudged) or "incomplete report"), evidence
-    regimes = list(dict.fromkeys(e.regime for e in evidence))
-    judged = {r: _judge_shapes([e for e in evidence if e.regime == r], report.margin_pct) for r in regimes}
+    evidence, failed = report_evidence(report)
+    if failed is not None:
+        return FAILED, failed, evidence
+    judged = {r: _judge_shapes([e for e in evidence if e.regime == r], report.margin_pct)
+              for r in dict.fromkeys(e.regime for e in evidence)}
+    answer, why = combine_regimes(judged)
+    return answer, why, evidence
+
+
+def combine_regimes(judged: dict[str, tuple[str, str]]) -> tuple[str, str]:
+    """One answer from each regime's (answer, why): theirs when they agree, ``split`` when one is bad and another
+    good, inconclusive while any is."""
     if len(judged) == 1:
         (answer, why), = judged.values()
-        return answer, why, evidence
+        return answer, why
     answers = {answer for answer, _ in judged.values()}
     said = "; ".join(f"{regime} {answer}: {why}" for regime, (answer, why) in judged.items())
     if answers == {BAD, GOOD}:
-        return SPLIT, f"the regimes disagree: {said}", evidence
+        return SPLIT, f"the regimes disagree: {said}"
     if INCONCLUSIVE in answers:
-        return INCONCLUSIVE, said, evidence
-    return answers.pop(), said, evidence  # every regime says the same
+        return INCONCLUSIVE, said
+    return answers.pop(), said  # every regime says the same
 
 
 def _judge_shapes(evidence: list[Evidence], margin_pct: float) -> tuple[str, str]:
-    """The answer one regime's shapes give: bad, good or inconclusive, and why."""
+    """The answer one regime's shapes give BAD: bad, good or inconclusive, and why."""
     slower = [e for e in evidence if e.verdict == "slower" and not e.within_margin]
     if slower:
         return BAD, f"slower beyond the +-{margin_pct:g}% margin: {slower[0].op}[{slower[0].shape}]"
@@ -140,6 +175,74 @@ def _judge_shapes(evidence: list[Evidence], margin_pct: float) -> tuple[str, str
     if open_:
         return INCONCLUSIVE, f"{len(open_)} shape(s) inconclusive: {open_[0].op}[{open_[0].shape}]"
     return GOOD, "every shape same or faster (or slower within the margin)"
+
+
+class Hunted:
+    """The effect a bisection hunts: BAD's delta against GOOD on each shape where BAD is slower beyond the margin.
+
+    A step between the ends asks whether its commit is like GOOD or like BAD, not whether it equals GOOD: each
+    hunted shape's threshold lies ``share`` of the way from GOOD to BAD on a log scale (half: the geometric middle,
+    +312% for a 17x slowdown, +2.5% for +5%).  A shape is beyond it when the one-sided test of
+    ``step - share * BAD > 0`` holds at ``ALPHA`` (Welch: BAD's own rounds' spread counts), below it when the
+    opposite one-sided test does.  The step is bad when any hunted shape is beyond (Bonferroni over them: a
+    commit may carry part of the slowdown), good when every one is below, and stays open while one straddles.
+    """
+
+    def __init__(self, bad: list[Evidence], share: float) -> None:
+        self.share = share
+        self.shapes = {e.key: e for e in bad if e.verdict == "slower" and not e.within_margin}
+
+    def describe(self) -> str:
+        """The rule, for the bisection's first lines."""
+        several = len({e.regime for e in self.shapes.values()}) > 1
+        names = ", ".join(f"{e.op}[{e.shape}]{' ' + e.regime if several and e.regime else ''} {e.delta_pct:+.1f}%"
+                          for e in self.shapes.values())
+        return (f"a step is bad when a shape's slowdown is, with 95% one-sided confidence, beyond {self.share:g} of "
+                f"BAD's on a log scale, good when every such shape is below it; the shapes BAD is slower on: {names}")
+
+    def judge(self, evidence: list[Evidence]) -> tuple[str, str]:
+        """A step's answer from its shapes (each hunted one's ``against`` filled in), and why."""
+        step = {e.key: e for e in evidence}
+        missing = [_name(end) for key, end in self.shapes.items() if key not in step]
+        if missing:
+            return FAILED, f"no rounds of the shape(s) BAD is slower on: {', '.join(missing)}"
+        judged = {}
+        for regime in dict.fromkeys(key[0] for key in self.shapes):
+            keys = [key for key in self.shapes if key[0] == regime]
+            judged[regime] = self._judge_regime([(step[key], self.shapes[key]) for key in keys])
+        return combine_regimes(judged)
+
+    def _judge_regime(self, pairs: list[tuple[Evidence, Evidence]]) -> tuple[str, str]:
+        """One regime's answer: its hunted shapes (step, BAD) against their thresholds."""
+        beyond, open_ = [], []
+        for e, end in pairs:
+            diff = difference(e.log_ratios, end.log_ratios, self.share, e.floor, end.floor)
+            if diff is None:
+                e.against = "fewer than 2 rounds"
+                open_.append(e)
+                continue
+            threshold = self.share * statistics.fmean(end.log_ratios)
+            # The step's own delta with bounds that carry BAD's spread too: threshold + (step - share * BAD).
+            lower, upper = (pct(threshold + bound) for bound in diff.bounds(1.0 - ALPHA))
+            if diff.p_above() * len(pairs) < ALPHA:  # Bonferroni: any one shape beyond makes the step bad
+                where = "beyond"
+                beyond.append(e)
+            elif diff.p_below() < ALPHA:  # every shape must be below: each is tested at ALPHA
+                where = "below"
+            else:
+                where = "straddles"
+                open_.append(e)
+            e.against = (f"{where} the {pct(threshold):+.1f}% threshold ({self.share:g} of BAD's "
+                         f"{end.delta_pct:+.1f}%; one-sided 95% bounds {lower:+.1f} ~ {upper:+.1f}%)")
+        if beyond:
+            return BAD, f"{_name(beyond[0])} beyond {self.share:g} of BAD's slowdown"
+        if open_:
+            return INCONCLUSIVE, f"{len(open_)} shape(s) straddle the threshold: {_name(open_[0])}"
+        return GOOD, f"every shape BAD is slower on is below {self.share:g} of its slowdown"
+
+
+def _name(e: Evidence) -> str:
+    return f"{e.op}[{e.shape}]"
 
 
 def campaign_paths_inside(args: Sequence[str], repo: Path) -> list[str]:
@@ -167,6 +270,7 @@ class Bisection:
         self.commits: list[tuple[str, str]] = []  # (sha, subject), GOOD first, BAD last
         self.work = Path()
         self.tree_dir: Path | None = None
+        self.hunted: Hunted | None = None  # BAD's effect, once BAD is judged slower
 
     # -- the commands ---------------------------------------------------------------
     def run(self) -> int:
@@ -238,6 +342,8 @@ class Bisection:
             return BISECT_NOT_SLOWER
         if last.answer != BAD:
             return self.finish(last, 0, n, set())
+        self.hunted = Hunted(last.evidence, o.share)
+        self.say(f"abbench bisect: {self.hunted.describe()}")
         lo, hi, skipped = 0, n, set[int]()
         while True:
             candidates = [i for i in range(lo + 1, hi) if i not in skipped]
@@ -263,7 +369,7 @@ class Bisection:
             build = f", build {step.build_s:.1f} s" if step.build_s is not None else ""
             self.say(f"  {step.short} {step.subject[:50]!r}: {step.answer} ({step.why}){build}")
             if step.root is not None:
-                self.say(f"      root {step.root} ({step.rounds} rounds, exit {step.exit_code})")
+                self.say(f"      root {step.root} ({step.rounds} rounds: {step.rounds_why}; exit {step.exit_code})")
             several = len({e.regime for e in step.evidence}) > 1
             for e in step.evidence:
                 self.say(f"      {e.line(regime=several)}")
@@ -307,6 +413,7 @@ class Bisection:
                 return step
         step.root = self.work / f"{len(self.steps):02d}-{step.short}"
         rounds = self.options.rounds
+        kept_open: list[str] = []  # what each look that did not decide left open
         while True:
             step.exit_code = self.session(step, rounds)
             step.rounds = rounds
@@ -315,15 +422,31 @@ class Bisection:
             except (OSError, CorruptFileError) as exc:
                 step.answer, step.why = FAILED, f"exit {step.exit_code}, no readable report ({exc})"
                 break
-            step.answer, step.why, step.evidence = judge_report(report)
+            step.answer, step.why, step.evidence = self.judge(report)
             if step.exit_code not in (0, EXIT_SLOWER) and step.answer != FAILED:  # 7: a --ab-fail-if-slower given
                 step.answer, step.why = FAILED, f"its session exited {step.exit_code}: {report.exit_reason}"
             if step.answer != INCONCLUSIVE or rounds >= self.options.max_rounds:
                 break
+            kept_open.append(f"open at {rounds} ({step.why})")
             rounds = min(rounds * 2, self.options.max_rounds)
             self.say(f"abbench bisect: {step.short}: {step.why}: {rounds} rounds")
+        if step.answer == INCONCLUSIVE:
+            kept_open.append(f"still open at {rounds}, the cap (--max-rounds {self.options.max_rounds})")
+        elif kept_open:
+            kept_open.append(f"{step.answer} at {rounds}")
+        step.rounds_why = "; ".join(kept_open) or "decided at its first look"
         self.say(f"abbench bisect: {step.short}: {step.answer} ({step.why}); root {step.root}")
         return step
+
+    def judge(self, report: Report) -> tuple[str, str, list[Evidence]]:
+        """BAD by the report's verdicts (is it slower at all?); a step between the ends against BAD's effect."""
+        if self.hunted is None:
+            return judge_report(report)
+        evidence, failed = report_evidence(report)
+        if failed is not None:
+            return FAILED, failed, evidence
+        answer, why = self.hunted.judge(evidence)
+        return answer, why, evidence
 
     def session(self, step: Step, rounds: int) -> int:
         """One pytest session of the step's root (a resumed one when it adds rounds); its exit code."""

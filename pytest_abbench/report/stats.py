@@ -84,15 +84,15 @@ def _betainc(a: float, b: float, x: float) -> float:
     return 1.0 - front * _betacf(b, a, 1.0 - x) / b
 
 
-def t_two_sided_p(t: float, df: int) -> float:
-    """P(|T| >= |t|) for Student's t with ``df`` degrees of freedom."""
+def t_two_sided_p(t: float, df: float) -> float:
+    """P(|T| >= |t|) for Student's t with ``df`` degrees of freedom (a Welch df need not be whole)."""
     if math.isinf(t):
         return 0.0
     return _betainc(df / 2.0, 0.5, df / (df + t * t))
 
 
 @lru_cache(maxsize=None)
-def t_quantile(level: float, df: int) -> float:
+def t_quantile(level: float, df: float) -> float:
     """The two-sided ``level`` quantile of Student's t: P(|T| <= q) = level."""
     if not 0.0 < level < 1.0:  # the search below would never end
         raise ValueError(f"t_quantile: level must lie strictly between 0 and 1, got {level!r}")
@@ -139,6 +139,48 @@ def t_test_above_p(values: list[float], bound: float, floor: float = 0.0) -> flo
     if two_sided is None:
         return None
     return two_sided / 2.0 if statistics.fmean(values) > bound else 1.0 - two_sided / 2.0
+
+
+@dataclass(frozen=True)
+class Difference:
+    """mean(x) - weight * mean(y) of two independent samples, with its Welch standard error and degrees of freedom."""
+
+    estimate: float
+    se: float
+    df: float
+
+    def p_above(self) -> float:
+        """One-sided p of the claim that the difference is above 0."""
+        if self.se == 0.0:
+            return 0.0 if self.estimate > 0.0 else 1.0
+        t = self.estimate / self.se
+        tail = t_two_sided_p(t, self.df) / 2.0
+        return tail if t > 0.0 else 1.0 - tail
+
+    def p_below(self) -> float:
+        """One-sided p of the claim that the difference is below 0."""
+        return Difference(-self.estimate, self.se, self.df).p_above()
+
+    def bounds(self, level: float) -> tuple[float, float]:
+        """The one-sided ``level`` lower and upper bounds (each alone holds at ``level``)."""
+        half = t_quantile(2.0 * level - 1.0, self.df) * self.se
+        return self.estimate - half, self.estimate + half
+
+
+def difference(x: list[float], y: list[float], weight: float, floor_x: float = 0.0,
+               floor_y: float = 0.0) -> Difference | None:
+    """mean(x) - weight * mean(y), Welch's way; None when either sample has fewer than 2 values.
+
+    ``floor_x``, ``floor_y``: each sample's least standard deviation, as in ``interval``.
+    """
+    if len(x) < 2 or len(y) < 2:
+        return None
+    vx = max(stdev(x), floor_x) ** 2 / len(x)
+    vy = (weight * max(stdev(y), floor_y)) ** 2 / len(y)
+    se = math.sqrt(vx + vy)
+    parts = vx * vx / (len(x) - 1) + vy * vy / (len(y) - 1)
+    df = (vx + vy) ** 2 / parts if parts > 0.0 else float(len(x) - 1)
+    return Difference(statistics.fmean(x) - weight * statistics.fmean(y), se, df)
 
 
 NORMAL_QUARTILE = 0.6744897501960817  # the upper quartile of N(0, 1): half the interquartile range of sigma 1
