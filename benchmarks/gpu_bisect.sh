@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # abbench bisect over a real commit range on the GPU: the repository's bf16 mm kernel (campaigns/_kernels/gemm.py)
-# copied into a kernel library of its own, committed 9 times; commit 4 does not build (a syntax error that
-# `python -m compileall` refuses), commit 6 plants a slowdown (the tile product in fp32 at ieee precision: no
-# bf16 tensor-core MMA).  The config list stays as it is: round 1's pinned autotune choices must replay on every
-# commit.  Expected: commit 4 skipped, commit 6 named, the user's checkout unchanged.
+# copied into a kernel library of its own, committed 9 times; commit $BROKEN_AT (default 4) does not build (a
+# syntax error that `python -m compileall` refuses), commit $SLOW_AT (default 6) plants a slowdown (the tile
+# product in fp32 at ieee precision: no bf16 tensor-core MMA).  The config list stays as it is: round 1's pinned
+# autotune choices must replay on every commit.  Expected: the broken commit skipped if it is tested, commit
+# $SLOW_AT named, the user's checkout unchanged.  SLOW_AT=2 BROKEN_AT=7 is the second range of docs/guide/history.md.
 # Run from the repository root on the GPU machine; writes under $OUT (default ./gpu-out) and $WORK.
 set -euo pipefail
 source "$(dirname "$0")/gpu_env.sh"
 WORK=${WORK:-/tmp/abbench-bisect-demo}
 LEVEL=${LEVEL:-core}
 ROUNDS=${ROUNDS:-2}
+SLOW_AT=${SLOW_AT:-6}
+BROKEN_AT=${BROKEN_AT:-4}
+[ "$BROKEN_AT" != $((SLOW_AT - 1)) ] || { echo "BROKEN_AT must not be just before SLOW_AT: it would hide the last good commit" >&2; exit 2; }
 rm -rf "$WORK"
 mkdir -p "$WORK/repo/demokern"
 REPO=$WORK/repo
@@ -22,13 +26,18 @@ commit "mm kernel"
 GOOD=$(git -C "$REPO" rev-parse HEAD)
 for i in 1 2 3 4 5 6 7 8; do
   echo "change $i" > "$REPO/NOTES"
-  case $i in
-    4) echo 'def unfinished(:' > "$REPO/demokern/wip.py"; msg="change 4: work in progress (does not build)" ;;
-    5) rm -f "$REPO/demokern/wip.py"; msg="change 5: drop the unfinished module" ;;
-    6) sed -i 's/acc = tl.dot(a, b, acc)/acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")/' \
-         "$REPO/demokern/gemm.py"; msg="change 6: fp32 ieee dot (slower)" ;;
-    *) msg="change $i" ;;
-  esac
+  msg="change $i"
+  if [ "$i" = "$BROKEN_AT" ]; then
+    echo 'def unfinished(:' > "$REPO/demokern/wip.py"; msg="change $i: work in progress (does not build)"
+  elif [ -e "$REPO/demokern/wip.py" ]; then
+    rm -f "$REPO/demokern/wip.py"; msg="change $i: drop the unfinished module"
+  fi
+  if [ "$i" = "$SLOW_AT" ]; then
+    sed -i 's/acc = tl.dot(a, b, acc)/acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")/' \
+      "$REPO/demokern/gemm.py"
+    grep -q 'input_precision="ieee"' "$REPO/demokern/gemm.py" || { echo "the slowdown was not planted" >&2; exit 2; }
+    msg="change $i: fp32 ieee dot (slower)"
+  fi
   commit "$msg"
 done
 git -C "$REPO" log --oneline | tee "$OUT/bisect_commits.txt"
@@ -70,7 +79,7 @@ set -e
 echo "bisect exit $code, wall time $(( $(date +%s) - start )) s" | tee -a "$OUT/bisect.txt"
 after=$(git -C "$REPO" rev-parse HEAD; git -C "$REPO" status --porcelain)
 [ "$before" = "$after" ] && echo "checkout unchanged" | tee -a "$OUT/bisect.txt"
-echo "expected first slower commit: $(git -C "$REPO" log --format='%H %s' --grep='change 6')" | tee -a "$OUT/bisect.txt"
+echo "expected first slower commit: $(git -C "$REPO" log --format='%H %s' --grep="change $SLOW_AT:")" | tee -a "$OUT/bisect.txt"
 python3 -m pytest_abbench.cli history --history "$WORK/history.sqlite" | tee "$OUT/bisect_history.txt"
 python3 -m pytest_abbench.cli history --history "$WORK/history.sqlite" --op mm --plot "$OUT/bisect_mm.png" \
   | tee -a "$OUT/bisect_history.txt"
