@@ -259,6 +259,9 @@ def test_bisect_refuses_what_it_cannot_bisect_before_any_worktree(pytester: pyte
     result = bisect(first, second, "--repo", str(repo), "--", str(repo / "camp.py"))
     assert result.ret == 2
     result.stdout.fnmatch_lines([f"abbench bisect: {repo / 'camp.py'} lies inside the repository under bisection*"])
+    result = bisect(first, second, "--repo", str(repo), "--share", "1", "--", "camp.py")
+    assert result.ret == 2
+    result.stderr.fnmatch_lines(["*argument --share: '1' is not strictly between 0 and 1 (a share of BAD's slowdown)"])
     result = bisect(first, second, "--repo", str(repo))
     assert result.ret == 2
     result.stderr.fnmatch_lines(["abbench bisect: give the pytest arguments that select the campaign after --*"])
