@@ -33,6 +33,10 @@ SKIP_TIMED = None if detect_backend("auto") == "cuda" else (
 
 BF16_TOL = {"atol": 2e-2, "rtol": 2e-2}
 
+# Imported once by each side's fork server, not in every cell: liger_kernel.ops imports every op module, and on
+# the H200 that took 6.6-10.3 s of each cell's first build (benchmarks/input_cost.py; the draws took milliseconds).
+SERVER_IMPORTS = ("liger_kernel.ops",) if SKIP is None else ()
+
 
 def _bf16(seed: int, device: str, *size: int, scale: float = 1.0, shift: float = 0.0) -> Any:
     """Seeded normal bf16 values drawn on the device (the same on both sides, in every round).

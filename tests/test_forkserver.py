@@ -433,6 +433,46 @@ def test_a_server_refuses_a_module_that_reads_a_per_cell_variable(tmp_path: Path
         servers.close()
 
 
+def test_a_server_refuses_a_module_after_which_torch_refuses_cuda_in_a_fork(tmp_path: Path) -> None:
+    """poisons_fork stands for a library whose import asked the CUDA runtime for the device count: no context is
+    made (torch.cuda.is_initialized() stays False), but torch's own at-fork handler marks every later child
+    'bad' and its first CUDA call fails.  The handler is what needs a GPU; this module registers one that sets
+    the same mark.  Without the probe every cell of the server failed (on the H200, with Liger-Kernel)."""
+    (tmp_path / "poisons_fork.py").write_text(
+        "import os\nimport torch.cuda\n"
+        "os.register_at_fork(after_in_child=lambda: setattr(torch.cuda, '_is_in_bad_fork', lambda: True))\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    servers = ForkServers(tmp_path / "servers")
+    try:
+        server = servers.server(sys.executable, env, "side-A", ("poisons_fork",))
+        assert server.imports == ()
+        assert servers.said == [
+            "side A's fork server did not import poisons_fork (SERVER_IMPORTS): importing it queried the CUDA "
+            "runtime (a device count or property), and torch refuses CUDA in a process forked after that; its "
+            f"cells import it themselves (server log: {tmp_path / 'servers' / 'side-A-1.log'})"]
+    finally:
+        servers.close()
+
+
+def test_a_server_imports_with_torch_asking_nvml_whether_cuda_is_there(tmp_path: Path) -> None:
+    """torch.cuda.is_available() at import (Liger-Kernel's device detection) counts devices through the CUDA
+    runtime, which poisons fork, unless PYTORCH_NVML_BASED_CUDA_CHECK is set: the server sets it for its imports,
+    and a cell runs with its own environment, without it."""
+    seen = tmp_path / "seen"
+    (tmp_path / "asks_cuda.py").write_text(
+        f"import os\nimport torch\nopen({str(seen)!r}, 'w').write(os.environ.get('PYTORCH_NVML_BASED_CUDA_CHECK', "
+        "'unset'))\nAVAILABLE = torch.cuda.is_available()\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    env.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)
+    servers = ForkServers(tmp_path / "servers")
+    try:
+        server = servers.server(sys.executable, env, "side-A", ("asks_cuda",))
+        assert server.imports == ("asks_cuda",) and servers.said == []
+        assert seen.read_text() == "1"
+    finally:
+        servers.close()
+
+
 def test_a_module_a_server_cannot_import_is_said_once_however_often_the_server_starts(tmp_path: Path) -> None:
     """Servers retire with their last cell and start again for later ones: each new one fails the same import,
     and the terminal hears of it once."""

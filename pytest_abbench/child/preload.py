@@ -50,10 +50,32 @@ def _cuda_initialized() -> bool:
     return bool(torch is not None and torch.cuda.is_initialized())
 
 
+def _fork_poisoned() -> bool:
+    """A child forked now would find CUDA unusable: torch marks a fork 'bad' once the parent queried the CUDA
+    runtime (``torch.cuda.is_available()`` counts devices through it), even with no context made, and the
+    child's first CUDA call then raises 'Cannot re-initialize CUDA in forked subprocess'.  Only a child can see
+    that mark, so one is forked to look."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the probe child
+        os._exit(1 if torch.cuda._is_in_bad_fork() else 0)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) != 0
+
+
+# torch.cuda.is_available() asks NVML instead of the CUDA runtime while this is set, so a library that asks it
+# at import (Liger-Kernel's infer_device) leaves the server fit to fork.  Set in the server only: each cell runs
+# with the environment its request carries.
+NVML_CHECK_ENV = "PYTORCH_NVML_BASED_CUDA_CHECK"
+
+
 def import_in_server(modules: Sequence[str], per_cell: Sequence[str]) -> Iterator[tuple[str, str | None]]:
     """Import each module; yield (module, None) when it is kept, (module, why) when it could not be imported
     (the server carries on without it).  Raise ImportRefused for one the server must not fork with: it is
     imported already, so the server has to end (``per_cell``: the variables whose value differs per cell)."""
+    os.environ.setdefault(NVML_CHECK_ENV, "1")
     for module in modules:
         _WatchedEnviron.looked_up = set()
         # A lookup of a variable the server does not have goes through __getitem__ (os.getenv, environ.get,
@@ -70,6 +92,9 @@ def import_in_server(modules: Sequence[str], per_cell: Sequence[str]) -> Iterato
         if _cuda_initialized():
             raise ImportRefused(module, "importing it initialised CUDA, and a forked cell cannot use a CUDA "
                                         "context made before the fork")
+        if _fork_poisoned():
+            raise ImportRefused(module, "importing it queried the CUDA runtime (a device count or property), and "
+                                        "torch refuses CUDA in a process forked after that")
         read = sorted(_WatchedEnviron.looked_up & set(per_cell))
         if read:
             raise ImportRefused(module, f"importing it read {', '.join(read)}, whose value differs per cell; "
