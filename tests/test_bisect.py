@@ -221,19 +221,25 @@ def test_a_slowdown_only_one_of_three_shapes_shows_is_found_through_that_shape(p
 def test_a_five_percent_slowdown_is_named_or_left_undecided_with_its_figures_never_a_wrong_commit(
         pytester: pytest.Pytester, tmp_path: Path) -> None:
     """Each call waits 5% longer from commit 3 (31.5 ms against 30 ms): the threshold is about +2.5%, near the
-    rounds' own noise, so a step may need its 8 rounds; whatever the rounds say, no other commit is named."""
+    rounds' own noise on a loaded machine, so a step may take its 8 rounds or stay open (BAD itself may: then
+    there is nothing to hunt).  Whatever the rounds say, no step is answered wrongly and no other commit is
+    named; an undecided end names the candidates, the right one among them, with each step's figures."""
     shas, result = bisect_range(pytester, tmp_path, {3: {"wait": 0.0315}}, commits=4)
     out = result.stdout.str()
     assert result.ret in (0, BISECT_UNDECIDED), out
+    answers = {line.split()[0]: line.split("': ", 1)[1].split()[0] for line in out.splitlines()
+               if line.startswith("  ") and not line.startswith("   ") and "': " in line}
+    for i, sha in enumerate(shas):
+        if sha[:12] in answers and answers[sha[:12]] in (GOOD, BAD):
+            assert answers[sha[:12]] == (BAD if i >= 3 else GOOD), out
     if result.ret == 0:
         result.stdout.fnmatch_lines([f"abbench bisect: first slower commit: {shas[3]} 'change 3' (last good "
                                      f"{shas[2][:12]})"])
     else:
+        assert "first slower commit: " not in out, out
         left = out.split("the first slower commit is one of ")[1].splitlines()[0]
-        assert shas[3][:12] in left and shas[1][:12] not in left, out
-        result.stdout.fnmatch_lines(["*: inconclusive (*straddle the threshold: add[[]n=16[]])*",
-                                     "*add[[]n=16[]] *straddles the +*% threshold*"])
-    assert "first slower commit: " + shas[3] in out or result.ret == BISECT_UNDECIDED
+        assert shas[3][:12] in left, out
+        result.stdout.fnmatch_lines(["*: inconclusive (*add[[]n=16[]]*", "      add[[]n=16[]] *% [[]* ~ *[]] *"])
 
 
 def test_bisect_refuses_what_it_cannot_bisect_before_any_worktree(pytester: pytest.Pytester, tmp_path: Path) -> None:

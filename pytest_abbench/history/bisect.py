@@ -432,6 +432,8 @@ class Bisection:
             self.say(f"abbench bisect: {step.short}: {step.why}: {rounds} rounds")
         if step.answer == INCONCLUSIVE:
             kept_open.append(f"still open at {rounds}, the cap (--max-rounds {self.options.max_rounds})")
+        elif step.answer == FAILED:
+            kept_open.append(f"failed at {rounds}")
         elif kept_open:
             kept_open.append(f"{step.answer} at {rounds}")
         step.rounds_why = "; ".join(kept_open) or "decided at its first look"
