@@ -75,6 +75,21 @@ def test_shapes_whose_rounds_agree_by_luck_are_withheld_when_the_op_shows_two_mo
     assert all(s.flags == [BIMODAL] for s in op.shapes)
 
 
+def test_one_round_out_high_in_some_shapes_and_low_in_others_is_two_modes_not_a_bad_process(tmp_path: Path) -> None:
+    # Three rounds: with modes of each shape's own, one round of three is the odd one in half the shapes by chance
+    # alone, and it is out high in some of them and low in others (issue 46).  A bad process puts it out on one side.
+    modes = {"flat": [0.08, 0.08, 0.08]}
+    for n, pattern in enumerate([(1, 0, 0)] * 3 + [(0, 1, 1)] * 2 + [(0, 1, 0), (0, 0, 1), (1, 0, 1)]):
+        modes[f"n={n}"] = [0.08 * m for m in pattern]
+    synthetic_root(tmp_path / "modes", modes)
+    op = build_report(tmp_path / "modes").ops[0]
+    assert op.findings and op.findings[0].startswith("bimodal: in 8 of 18 shape-sides")
+    assert op.shapes[0].verdict == "inconclusive" and op.shapes[0].flags == [BIMODAL]
+    bad = {f"n={n}": [0.001 * n, 0.08 + 0.001 * n, -0.001 * n] for n in range(9)}
+    synthetic_root(tmp_path / "bad", bad)
+    assert not build_report(tmp_path / "bad").ops[0].findings
+
+
 def _noisy_cells(root: Path, spread: float) -> None:
     """Give every cell's samples a spread around their median (the median itself unchanged)."""
     for results in root.glob("r*/*/results.jsonl"):

@@ -161,15 +161,19 @@ def _mean_series(series: list[list[float]]) -> list[float]:
     return [statistics.fmean(values) for values in zip(*series)]
 
 
-def _side_splits(shapes: list[ShapeSeries], side: str, min_gap: float) -> list[tuple[float, frozenset[int]]]:
-    """(gap, rounds of the smaller group) of each shape whose medians on ``side`` split more cleanly than one
-    mode gives 5% of the time (``SPLIT_LOOSE``), by at least ``min_gap``."""
+def _side_splits(shapes: list[ShapeSeries], side: str,
+                 min_gap: float) -> list[tuple[float, tuple[frozenset[int], bool]]]:
+    """(gap, (rounds of the smaller group, whether it is the high one)) of each shape whose medians on ``side``
+    split more cleanly than one mode gives ``SPLIT_LOOSE_LEVEL`` of the time (``SPLIT_LOOSE``), by at least
+    ``min_gap``."""
     found = []
     for shape in shapes:
         values, se = (shape.log_a, shape.se_a) if side == "A" else (shape.log_b, shape.se_b)
         split = best_split(values, se)
         if split is not None and split.gap >= min_gap and split.ratio <= split_quantile(len(values), SPLIT_LOOSE):
-            found.append((split.gap, split.minority))
+            odd = statistics.fmean(values[i] for i in split.minority)
+            rest = statistics.fmean(v for i, v in enumerate(values) if i not in split.minority)
+            found.append((split.gap, (split.minority, odd > rest)))
     return found
 
 
@@ -178,8 +182,9 @@ def op_findings(shapes: list[ShapeSeries], margin_pct: float) -> list[Finding]:
 
     * drift: the trend tests on the op's per-round means over shapes (a process that drifts moves them all);
     * two groups per shape: more shapes than chance (binomial, ``BIMODAL_OP_ALPHA``) whose medians on a side
-      split cleanly (``SPLIT_LOOSE``), not counting the rounds that split every shape alike (one process that
-      moved all shapes: a bad process, which the rounds already see as such);
+      split cleanly (``SPLIT_LOOSE``), not counting the rounds that split every shape alike, the same rounds out
+      on the same side (one process that moved all shapes: a bad process, which the rounds already see as such);
+      it is what withholds a shape whose few rounds all landed in opposite modes on the two sides;
     * two groups per process: the per-round mean over shapes (each centred on its own median) splits cleanly
       (``SPLIT_STRICT``) into groups of at least ``MIN_PROCESS_GROUP`` rounds: the processes of a side land in
       one of two places with every shape; two rounds apart are as likely a bad process and a warm first round.
@@ -197,6 +202,9 @@ def op_findings(shapes: list[ShapeSeries], margin_pct: float) -> list[Finding]:
     splits, gaps = 0, []
     for side in ("A", "B"):
         side_found = _side_splits(shapes, side, min_gap)
+        # One process that moved all its shapes puts the same rounds out, on the same side, in every shape.  Modes
+        # of each shape's own put a round out high in some shapes and low in others: with 3 rounds, one round out
+        # of three is the smaller group of half the shapes or more by chance alone (issue 46).
         common = Counter(minority for _, minority in side_found).most_common(1)
         shared = common[0][0] if common and 2 * common[0][1] >= len(shapes) else None
         kept = [gap for gap, minority in side_found if minority != shared]
