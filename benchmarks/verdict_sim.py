@@ -3,6 +3,7 @@
     python benchmarks/verdict_sim.py                # the three tables of docs/verdicts.md (about 45 min on 2 cores)
     python benchmarks/verdict_sim.py --only scenarios   # the second table alone
     python benchmarks/verdict_sim.py --quick        # the seeded subsets the test suite checks (seconds)
+    python benchmarks/verdict_sim.py --only scenarios --ops 1000 --scenario bimodal-shape   # one scenario's rows
 
 Each setting (rounds x planted effect x A/A control x layout) becomes a root
 written exactly as cells write it (status.tsv, campaign.json with its plan,
@@ -15,9 +16,10 @@ recomputed from the same report's numbers.
 The second table (``scenario_grid``) runs conditions the rule must not be
 fooled by, on this noisy machine and a quiet one (every noise term a tenth):
 side B drifting 0.4% a round, processes in two modes 8% apart (per cell, per
-shape), half the shapes +5% and half -5%, and the regression gate on roots of
-one campaign each, with one +10% shape among unchanged ones or none, and with
-shapes right on the gate's threshold (one of them, or all).
+shape; the latter also on a calm machine, issue 46's), half the shapes +5% and
+half -5%, and the regression gate on roots of one campaign each, with one +10%
+shape among unchanged ones or none, and with shapes right on the gate's
+threshold (one of them, or all).
 
 Noise model (log scale, per cell = one process): every sample has lognormal
 noise of 2% and is an outlier (+50%) with probability 1%; a shape's value is
