@@ -12,6 +12,7 @@ from helpers import simple_campaign, synthetic_root
 from pytest_abbench.cli import main
 from pytest_abbench.core.fileio import FormatError
 from pytest_abbench.report import REPORT_JSON, build_report, read_report, render_text, report_from_json, write_report
+from pytest_abbench.report.compact import compact_lines
 from pytest_abbench.report.render import header_lines
 
 
@@ -262,6 +263,18 @@ def test_summary_refuses_to_gate_on_wall_clock_and_the_header_says_why(
     out = capsys.readouterr().out
     assert "switch (side B): X=1; backend interpreter; timer wall; device H200" in out
     assert "NOT GPU TIMINGS" in out and "rounds planned 4, run 4" in out
+    assert "intervals cover this run's rounds on this card" not in out  # no card was timed
+
+
+def test_a_gpu_report_says_its_intervals_cover_this_card_only(tmp_path: Path) -> None:
+    """Two H200s read one layer_norm 1.5 points apart, each with an interval of +-0.05%: the header says what an
+    interval covers, in the full text and the compact one."""
+    synthetic_root(tmp_path, {"s": [0.05, 0.051, 0.049, 0.05]})
+    report = build_report(tmp_path)
+    scope = ("intervals cover this run's rounds on this card under its regime, not another card of the same model "
+             "(docs/verdicts.md#what-an-interval-covers)")
+    assert scope in header_lines(report)
+    assert scope in compact_lines(report)
 
 
 def test_each_switch_of_a_root_gets_a_header_line_naming_its_ops(tmp_path: Path) -> None:

@@ -41,6 +41,8 @@ def _header(report: Report) -> list[str]:
     lines.append(f"regime {setup.get('regime', 'unknown')} ({REGIME_DOCS})")
     if not report.gpu_timed:
         lines.append("NOT GPU TIMINGS: interpreter or wall-clock numbers say nothing about GPU speed")
+    else:
+        lines.append(render.SCOPE_TEXT)
     return lines
 
 

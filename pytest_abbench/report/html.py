@@ -511,7 +511,8 @@ def _header(report: Report) -> str:
     chance = render.chance_line(report)
     lead = [line for line in render.lead_lines(report) if line != render.INCOMPLETE_TEXT]
     auto = [render.auto_line(report)] if report.auto_rounds else []
-    parts.append(notes(render.regime_lines(report) + auto + ([chance] if chance else []) + lead))
+    scope = [render.SCOPE_TEXT] if report.gpu_timed else []
+    parts.append(notes(render.regime_lines(report) + auto + ([chance] if chance else []) + scope + lead))
     return "".join(parts)
 
 

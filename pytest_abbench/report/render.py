@@ -71,6 +71,12 @@ RULE_TEXT = ("direction: t-test of the round deltas at 5% after Benjamini-Hochbe
              "which condition it holds")
 
 
+# What an interval covers: the rounds of this run.  Each round is a new pair of processes on this card, so the
+# between-process noise is in it; the card is not (two H200s of one model differ by more than either's interval).
+SCOPE_TEXT = ("intervals cover this run's rounds on this card under its regime, not another card of the same model "
+              "(docs/verdicts.md#what-an-interval-covers)")
+
+
 def switch_lines(report: Report) -> list[str]:
     """What side B changes: one line when every op has the same switch, else one line per switch naming its ops."""
     by_switch: dict[str, list[str]] = {}
@@ -108,6 +114,8 @@ def header_lines(report: Report) -> list[str]:
     if not report.gpu_timed:
         lines.append("NOT GPU TIMINGS: interpreter or wall-clock numbers say nothing about GPU speed; a direction "
                      "below describes this machine only")
+    else:
+        lines.append(SCOPE_TEXT)
     return lines
 
 
