@@ -19,7 +19,6 @@ A commit whose build command fails is skipped, as ``git bisect skip``.
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 import statistics
@@ -122,7 +121,7 @@ class Step:
 def report_evidence(report: Report) -> tuple[list[Evidence], str | None]:
     """Every shape of a report as evidence, and why the report gives no answer at all (None when it gives one)."""
     evidence = [Evidence(o.op, s.shape, s.delta_pct, s.ci_pct, s.verdict, s.within_margin, o.regime,
-                         [math.log1p(d / 100.0) for d in s.per_round_pct], math.log1p(s.spread_floor_pct / 100.0))
+                         s.round_log_ratios(), s.spread_floor_log())
                 for o in report.ops for s in o.shapes]
     unjudged = [f"{o.op}{' ' + o.regime if o.regime else ''}: {o.state}{' (' + o.reason + ')' if o.reason else ''}"
                 for o in report.ops if o.state != "verdict"]

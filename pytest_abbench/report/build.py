@@ -530,18 +530,17 @@ def compare_regimes(ops: list[OpReport], margin_pct: float) -> None:
         if not common:
             continue
 
-        def logs(s: ShapeReport) -> list[float]:
-            return [math.log1p(d / 100.0) for d in s.per_round_pct]
-
         def differ(diffs: list[float]) -> tuple[bool, tuple[float, float] | None]:
             ci = interval(diffs)
             beyond = abs(statistics.fmean(diffs)) > margin and ci is not None and (ci[0] > 0 or ci[1] < 0)
             return beyond, ci
 
-        per_round = [statistics.fmean(values) for values in zip(*[[s - b for b, s in zip(logs(bs), logs(ss))]
-                                                                    for bs, ss in common])]
+        def steady_minus_burst(bs: ShapeReport, ss: ShapeReport) -> list[float]:
+            return [s - b for b, s in zip(bs.round_log_ratios(), ss.round_log_ratios())]
+
+        per_round = [statistics.fmean(values) for values in zip(*[steady_minus_burst(bs, ss) for bs, ss in common])]
         beyond, ci = differ(per_round)
-        shapes = [bs.shape for bs, ss in common if differ([s - b for b, s in zip(logs(bs), logs(ss))])[0]]
+        shapes = [bs.shape for bs, ss in common if differ(steady_minus_burst(bs, ss))[0]]
         inside = ci is not None and -margin < ci[0] and ci[1] < margin
         head = (f"regimes disagree beyond the +-{margin_pct:g}% margin" if beyond or shapes
                 else f"regimes agree within the +-{margin_pct:g}% margin" if inside
@@ -576,8 +575,8 @@ def _gate(ops: list[OpReport], threshold_pct: float, scope: str) -> tuple[list[s
     bound = math.log1p(threshold_pct / 100.0)
     slower, held = [], []
     for o in judged:
-        adjusted = bh_adjust_beyond([t_test_above_p([math.log1p(d / 100.0) for d in s.per_round_pct], bound,
-                                             math.log1p(s.spread_floor_pct / 100.0)) for s in o.shapes])
+        adjusted = bh_adjust_beyond([t_test_above_p(s.round_log_ratios(), bound, s.spread_floor_log())
+                                     for s in o.shapes])
         over = [s for s, p in zip(o.shapes, adjusted) if p is not None and p < ALPHA / 2.0]
         names = (["geomean"] if o.op in over_geomean else []) + [s.shape for s in over if s.verdict == "slower"]
         if names:

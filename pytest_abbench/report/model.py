@@ -7,6 +7,7 @@ either.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -73,6 +74,14 @@ class ShapeReport:
     work: dict[str, Any] = field(default_factory=dict)  # per call as the campaign declares it: flops, bytes, dtype
     throughput: dict[str, Any] = field(default_factory=dict)  # side -> achieved TFLOP/s, GB/s and % of peak
     gpu: dict[str, Any] = field(default_factory=dict)  # side -> this shape's median SM clock, power, power-cap share
+
+    def round_log_ratios(self) -> list[float]:
+        """Each round's ln(B/A), the unit the statistics judge in (``per_round_pct`` holds B/A-1 in percent)."""
+        return [math.log1p(d / 100.0) for d in self.per_round_pct]
+
+    def spread_floor_log(self) -> float:
+        """``spread_floor_pct`` back in ln(B/A) units, as ``stats.interval`` and the t-tests take it."""
+        return math.log1p(self.spread_floor_pct / 100.0)
 
 
 @dataclass
