@@ -99,7 +99,7 @@ def test_forked_from_a_side_server_the_shares_pay_no_imports(tmp_path: Path) -> 
     try:
         out = tmp_path / "A"
         config = CellConfig.from_argv(exec_job.argv[3:])
-        forked = precompile.Job("A", replace(config, out=out, shard=None, shares=2).to_argv(), env,
+        forked = precompile.Job("A", replace(config, out=out, shard=None, shares=2).module_argv(), env,
                                 out / "compile.log", servers.server(sys.executable, env, "side-A"))
         result = precompile.run_jobs([forked], parallel=1, timeout_s=600)
     finally:

@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from pytest_abbench.campaign.model import Campaign, CampaignError, Case, Op, Shape, Switch, check_shapes, \
     module_name_for, validate_name
 from pytest_abbench.campaign.probe import run_probe
-from pytest_abbench.core.cellconfig import LEVELS
+from pytest_abbench.core.cellconfig import LEVELS, PYTEST_BENCHMARK_ADAPTER
 
 if TYPE_CHECKING:  # benchmark_pytest imports pytest: cells of other campaigns do not load it
     from pytest_abbench.campaign.benchmark_pytest import CollectedTest, PytestArgs
 
-KIND = "pytest-benchmark"  # the adapter's name in a cell's --adapter spec
+KIND = PYTEST_BENCHMARK_ADAPTER  # the adapter's name in a cell's --adapter spec
 FIXTURE = "benchmark"
 DEFAULT_SHAPE = "default"  # the one shape of a test that is not parametrized
 _TEXT = re.compile(r"\bbenchmark\b")
@@ -162,7 +162,9 @@ def _cell_build(path: Path, args: "PytestArgs", log: Callable[[str], None], comp
 
 def load_for_cell(path: Path, module_name: str, spec_text: str, side: str, log: Callable[[str], None] = print,
                   compile_only: bool = False) -> Campaign:
-    """The file as a campaign inside a cell: collected again here, each op's build running its test."""
+    """The file as a campaign inside a cell: collected again here, each op's build running its test.
+
+    Such a cell starts through ``session/benchmark_cell.py``, which hands this function to the child."""
     from pytest_abbench.campaign.benchmark_pytest import CollectionFailed, collect_tests
 
     path = Path(path).resolve()

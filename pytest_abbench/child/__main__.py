@@ -16,10 +16,13 @@ import signal
 import sys
 import threading
 import time
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from pytest_abbench.child.forking import leave
 from pytest_abbench.core.cellconfig import CellConfig
+
+if TYPE_CHECKING:  # measure imports the campaign machinery: the supervisor loads it in the measuring process only
+    from pytest_abbench.child.measure import CampaignLoad
 
 _PR_SET_CHILD_SUBREAPER = 36
 _REAP_DEADLINE_S = 5.0
@@ -149,17 +152,19 @@ def supervise(run: Callable[[], int]) -> int:
     return _exit_like(status)
 
 
-def _measure(config: CellConfig) -> int:
-    from pytest_abbench.child.measure import measure, run_ir_only
+def _measure(config: CellConfig, load: "CampaignLoad | None") -> int:
+    from pytest_abbench.child.measure import load_cell_campaign, measure, run_ir_only
 
-    return run_ir_only(config.compile_only()) if config.ir_only else measure(config)
+    load = load or load_cell_campaign
+    return run_ir_only(config.compile_only(), load) if config.ir_only else measure(config, load)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, load: "CampaignLoad | None" = None) -> int:
+    """Run the cell ``argv`` describes; ``load``: how it loads its campaign (``measure.load_cell_campaign``)."""
     config = CellConfig.from_argv(sys.argv[1:] if argv is None else argv)
     if os.getpgid(0) == os.getpid():  # started by the plugin as its group's leader (not in-process)
-        return supervise(lambda: _measure(config))
-    return _measure(config)
+        return supervise(lambda: _measure(config, load))
+    return _measure(config, load)
 
 
 if __name__ == "__main__":

@@ -17,13 +17,13 @@ import time
 import traceback
 from collections import Counter
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from pytest_abbench.core import envnames, regimes, tunercache
 from pytest_abbench.core.regimes import cell_regimes
 from pytest_abbench.campaign.adapters import load_for_cell
-from pytest_abbench.campaign.model import Case, Op, Shape, shape_set_hash
-from pytest_abbench.core.cellconfig import CHILD_MODULE, CellConfig
+from pytest_abbench.campaign.model import Campaign, Case, Op, Shape, shape_set_hash
+from pytest_abbench.core.cellconfig import CellConfig
 from pytest_abbench.child.autotune_pin import AutotunePin, AutotuneRecordError, install
 from pytest_abbench.child.forking import fork_and_run
 from pytest_abbench.child.gpustate import GpuSampler, open_sampler
@@ -76,10 +76,21 @@ def _count_markers_into(out: Path) -> None:
 
 def child_command(config: CellConfig) -> list[str]:
     """This interpreter running the cell process for ``config``."""
-    return [sys.executable, "-m", CHILD_MODULE, *config.to_argv()]
+    return [sys.executable, "-m", *config.module_argv()]
 
 
-def measure(config: CellConfig) -> int:
+# How a cell loads its campaign: (config, log, compile_only) -> the campaign.  A pytest-benchmark cell brings its
+# own (session/benchmark_cell.py); every other cell loads the campaign file or a perf_report script.
+CampaignLoad = Callable[[CellConfig, Callable[[str], None], bool], Campaign]
+
+
+def load_cell_campaign(config: CellConfig, log: Callable[[str], None], compile_only: bool) -> Campaign:
+    """The campaign file itself, or the perf_report script it is (``campaign/adapters.py``)."""
+    return load_for_cell(config.campaign, config.campaign_module, config.adapter, config.side, log,
+                         compile_only=compile_only)
+
+
+def measure(config: CellConfig, load: CampaignLoad = load_cell_campaign) -> int:
     """Time every shape not yet in results.jsonl; 0 unless the cell could not be set up."""
     started = time.time()
     spawned = float(os.environ.get(envnames.ABBENCH_SPAWN_TIME, started))
@@ -94,7 +105,7 @@ def measure(config: CellConfig) -> int:
     if config.backend == "cuda" and not torch.cuda.is_available():
         log("[abbench] backend cuda requested but torch.cuda.is_available() is False")
         return EXIT_SETUP_ERROR
-    campaign = load_for_cell(config.campaign, config.campaign_module, config.adapter, config.side, log)
+    campaign = load(config, log, False)
     # Those its fork server did not import (an exec'd cell, a refused module) are imported here, as start-up.
     imports = import_in_cell(campaign.server_imports) if campaign.server_imports else None
     op = campaign.op(config.op)
@@ -296,18 +307,17 @@ def done_shape_ids(results: Path) -> set[tuple[str, str | None]]:
     return {(r.shape, r.regime) for r in read_results(results)}
 
 
-def run_ir_only(config: CellConfig) -> int:
+def run_ir_only(config: CellConfig, load: CampaignLoad = load_cell_campaign) -> int:
     """Compile every shape's kernels for ``config.ir_target`` through a stand-in driver; launch nothing."""
     if config.ir_target is None:
         raise ValueError("an IR-only cell needs an IR target")  # from_argv refuses this argv
     if config.shares > 1:
-        return run_shares(config)
+        return run_shares(config, load)
     out = config.out
     if config.shard is None and not os.environ.get(envnames.ABBENCH_IR_CAPTURE):  # a share writes its cell's
         _count_markers_into(out)
     enter_compile_only(config.ir_target)
-    campaign = load_for_cell(config.campaign, config.campaign_module, config.adapter, config.side, log,
-                             compile_only=True)
+    campaign = load(config, log, True)
     op = campaign.op(config.op)
     hook = campaign.switch.setup(config.side)
     if hook is not None:
@@ -340,7 +350,7 @@ def run_ir_only(config: CellConfig) -> int:
     return 0
 
 
-def run_shares(config: CellConfig) -> int:
+def run_shares(config: CellConfig, load: CampaignLoad) -> int:
     """Fork ``config.shares`` compile-only processes, share I/N of the shapes each; 1 if any failed.
 
     Forked from a process that imported torch and Triton (a fork server's
@@ -359,7 +369,7 @@ def run_shares(config: CellConfig) -> int:
         out = share_dir(config.out, i, n)
         outs[out.name] = out
         share = dataclasses.replace(config, shares=1, shard=f"{i}/{n}", out=out)
-        pid = fork_and_run(functools.partial(run_ir_only, share))
+        pid = fork_and_run(functools.partial(run_ir_only, share, load))
         running[pid] = (out.name, time.monotonic())
     seconds: dict[str, float] = {}
     failed: list[str] = []

@@ -4,11 +4,12 @@ The plugin starts one per (interpreter, side environment).  It imports torch,
 Triton and the cell code once, never initialises CUDA, then forks one cell per
 request: the forked process starts its own session, points stdout and stderr
 at the cell's run.log, takes the cell's full environment, and runs exactly
-what ``python -m pytest_abbench.child`` runs.  Each cell still gets its own
+what ``python -m <module>`` runs for the module the request names (``CellConfig.module``: the child, or the
+pytest-benchmark cell module, imported in the forked cell so the server never loads pytest).  Each cell still gets its own
 process, process group and CUDA context; the server only saves the imports.
 
 Protocol, one JSON object per line: requests on stdin
-(``{"argv": [...], "env": {...}, "log": path}``); on the reply pipe
+(``{"argv": [module, *flags], "env": {...}, "log": path}``: argv is what follows ``python -m``); on the reply pipe
 ``{"ready": ...}`` once, then per request ``{"pid": N}`` at the fork and
 ``{"pid": N, "status": S}`` (``os.waitpid``'s status) when the cell ends.
 The server exits at once at end of input, and with its parent (parent-death signal).
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import importlib
 import json
 import os
 import signal
@@ -73,13 +75,14 @@ def _run_cell(request: dict[str, Any], server_pid: int, reply_fd: int) -> int:  
     os.environ.update(request["env"])  # putenv too: CUDA reads CUDA_VISIBLE_DEVICES from the C environment
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    from pytest_abbench.core.cellconfig import CHILD_MODULE
-    from pytest_abbench.child.__main__ import main
-
-    argv = list(request["argv"])
-    sys.argv = [sys.executable, "-m", CHILD_MODULE, *argv]
+    module, *argv = request["argv"]  # what follows ``python -m``: the cell's module (CellConfig.module), its flags
+    target = importlib.import_module(module)
+    if hasattr(target, "__path__"):  # a package: ``python -m`` runs its __main__
+        target = importlib.import_module(f"{module}.__main__")
+    main = target.main
+    sys.argv = [sys.executable, "-m", module, *argv]
     try:
-        return main(argv)
+        return int(main(argv))
     except SystemExit as exc:  # argparse's usage error, or a campaign calling sys.exit
         if isinstance(exc.code, int) or exc.code is None:
             return exc.code or 0

@@ -1,7 +1,8 @@
 """What one cell process is told: a frozen ``CellConfig`` and the one argv format for it.
 
-The plugin builds a ``CellConfig`` and runs ``python -m pytest_abbench.child
-*config.to_argv()``; the child reads it back with ``CellConfig.from_argv``.
+The plugin builds a ``CellConfig`` and runs ``python -m <config.module> *config.to_argv()`` (``module_argv``):
+``pytest_abbench.child`` for every campaign but a pytest-benchmark one, whose cells run the user's test under
+pytest and so start through their own module; the child reads it back with ``CellConfig.from_argv``.
 Every parameter, its flag, its choices and its default are declared once, in
 the dataclass below.  The plugin imports this module at pytest start-up, so it
 imports neither torch nor triton, nor anything from ``pytest_abbench.child``.
@@ -18,6 +19,10 @@ from pytest_abbench.core.layout import ROLES, SIDES
 from pytest_abbench.core.regimes import DEFAULT_REGIME, REGIME_CHOICES
 
 CHILD_MODULE = "pytest_abbench.child"
+# A pytest-benchmark campaign's cells (its adapter kind, campaign/benchmark_tests.py) run the user's test under
+# pytest: they start through a module of the pytest side, so no other cell ever loads pytest.
+PYTEST_BENCHMARK_ADAPTER = "pytest-benchmark"
+PYTEST_BENCHMARK_CELL_MODULE = "pytest_abbench.session.benchmark_cell"
 BACKENDS = ("cuda", "interpreter")
 LEVELS = ("smoke", "core", "comprehensive")  # shape sets, smallest first
 TIMERS = ("cudagraph", "direct", "wall")
@@ -135,12 +140,22 @@ class CellConfig:
         "--adapter", help="how the file is read as a campaign when it is not one (campaign/adapters.py), e.g. "
                           "perf-report:torch,triton"))
 
+    @property
+    def module(self) -> str:
+        """What ``python -m`` runs for this cell: the pytest-benchmark cell module for that adapter, else the child."""
+        kind = (self.adapter or "").partition(":")[0]
+        return PYTEST_BENCHMARK_CELL_MODULE if kind == PYTEST_BENCHMARK_ADAPTER else CHILD_MODULE
+
+    def module_argv(self) -> list[str]:
+        """Everything after ``python -m``: the cell's module, then ``to_argv``."""
+        return [self.module, *self.to_argv()]
+
     def compile_only(self) -> CellConfig:
         """This cell as its IR capture runs it: the shapes of ``ir_level``, which may differ from the timed ones."""
         return replace(self, level=self.ir_level or self.level)
 
     def to_argv(self) -> list[str]:
-        """The arguments after ``python -m pytest_abbench.child``; ``from_argv`` reads them back unchanged.
+        """The arguments after ``python -m <module>``; ``from_argv`` reads them back unchanged.
 
         ``--flag=value`` keeps a value that starts with ``-`` (an op name may)
         from being read as another flag.

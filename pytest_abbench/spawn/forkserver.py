@@ -164,7 +164,8 @@ class ForkServer:
         return message
 
     def spawn(self, argv: Sequence[str], env: Mapping[str, str], log_path: Path) -> ForkedCell:
-        """Fork one cell with ``argv`` (after ``-m pytest_abbench.child``) and its full environment."""
+        """Fork one cell with ``argv`` (what follows ``python -m``: its module, then its flags) and its full
+        environment."""
         self.wait_ready()
         assert self.proc.stdin is not None
         request = {"argv": list(argv), "env": dict(env), "log": str(log_path)}

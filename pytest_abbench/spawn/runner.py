@@ -20,7 +20,7 @@ from pytest_abbench.core import tunercache
 from pytest_abbench.campaign.model import Campaign, source_hash
 from pytest_abbench.spawn.kernelcache import KernelCaches
 from pytest_abbench.core import envnames
-from pytest_abbench.core.cellconfig import CHILD_MODULE, CellConfig, autotune_mode_for, side_record_mode_for
+from pytest_abbench.core.cellconfig import CellConfig, autotune_mode_for, side_record_mode_for
 from pytest_abbench.spawn.cellrun import ChildResult, log_tail
 from pytest_abbench.core.exitcodes import describe, status_word
 from pytest_abbench.spawn.forkserver import ServerKey, server_key
@@ -259,7 +259,7 @@ class CellRunner:
 
     def argv(self, campaign: Campaign, key: CellKey, cell_dir: Path) -> list[str]:
         config = self.config(campaign, key, cell_dir)
-        return [self.python(campaign, key), "-m", CHILD_MODULE, *config.to_argv()]
+        return [self.python(campaign, key), "-m", *config.module_argv()]
 
     def start_cell(self, campaign: Campaign, key: CellKey, cell_dir: Path, log_path: Path) -> ChildResult:
         """Run the cell's child the session's way (``--ab-spawn``), to its end or its timeout."""

@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Protocol
 
-from pytest_abbench.core.cellconfig import CHILD_MODULE, CellConfig
+from pytest_abbench.core.cellconfig import CellConfig
 from pytest_abbench.spawn import precompile
 from pytest_abbench.spawn.cellrun import ChildResult, run_child
 from pytest_abbench.spawn.forkserver import ForkServerError, ForkServers
@@ -82,7 +82,7 @@ class ExecSpawn:
         for i in range(shares):
             out = folder / f"{side}-{i + 1}of{shares}"
             share = replace(compile_all, out=out, shard=f"{i}/{shares}")
-            jobs.append(precompile.Job(out.name, [python, "-m", CHILD_MODULE, *share.to_argv()],
+            jobs.append(precompile.Job(out.name, [python, "-m", *share.module_argv()],
                                        precompile.env_for(env_for(out)), out / "compile.log"))
         return jobs
 
@@ -122,7 +122,7 @@ class ForkSpawn:
                 log.write(f"[abbench] {notice}\n")
         self.servers.notices.clear()
         waited = time.monotonic() - started  # a server started for this cell: its imports are this cell's start-up
-        child = run_child(argv[3:], env, log_path, timeout_s, check, server)  # after "python -m pytest_abbench.child"
+        child = run_child(argv[2:], env, log_path, timeout_s, check, server)  # what follows "python -m"
         return ChildResult(child.rc, child.elapsed_s + waited)
 
     def warm(self, python: str, env: dict[str, str], label: str, imports: Imports) -> None:
@@ -137,7 +137,7 @@ class ForkSpawn:
         out = folder / side
         env = precompile.env_for(env_for(out))
         server = self.servers.server(python, env, f"side-{side}", imports)
-        return [precompile.Job(side, replace(compile_all, out=out, shares=shares).to_argv(), env,
+        return [precompile.Job(side, replace(compile_all, out=out, shares=shares).module_argv(), env,
                                out / "compile.log", server)]
 
     def retire(self, python: str, env: dict[str, str], label: str, imports: Imports) -> None:
