@@ -32,8 +32,10 @@ from pytest_abbench.child.preload import import_in_cell
 from pytest_abbench.child.ircapture import enter_compile_only, fingerprints_stages, install_capture, merge_ir
 from pytest_abbench.child.layout_shift import hold_pads, pad_sizes
 from pytest_abbench.child.compilecount import CompileCounter
+from pytest_abbench.child.outputcheck import OutputRecord, check_output
 from pytest_abbench.child.regime import RegimeTiming, run_regime
 from pytest_abbench.child.timers import CapturePoisoned, prepare_with_fallback
+from pytest_abbench.core.fileio import CorruptFileError
 from pytest_abbench.core.cellfiles import (KERNEL_COUNTS_FILE, KernelCounts, Shares, add_counts, kernel_counts_in,
                                            write_kernel_counts, write_shares, write_timing)
 from pytest_abbench.checks.irgate import ttgir_files
@@ -199,6 +201,13 @@ def measure_shapes(config: CellConfig, op: Op, shapes: Sequence[Shape], results:
 
     device = "cuda" if config.backend == "cuda" else "cpu"
     already = done_shape_ids(results)  # non-empty after a poisoned-capture restart
+    outputs = None
+    if config.output_record is not None:
+        try:
+            outputs = OutputRecord.open(config.output_record)
+        except CorruptFileError as exc:  # the reference still checks every shape: only its saving is lost
+            log(f"[abbench] output check: {exc}; this cell computes every shape's reference")
+    matched = 0  # shapes whose output matched the side's kept fingerprint: no reference computed
     gpu = gpu or open_sampler(config.backend)  # NVML at each timed window's edges (child/regime.py)
     log(f"[abbench] GPU state: {gpu.describe()}" + ("; the timed windows' edges are not read (--ab-gpu-state off)"
                                                      if config.edges_unread else ""))
@@ -225,7 +234,9 @@ def measure_shapes(config: CellConfig, op: Op, shapes: Sequence[Shape], results:
             if device == "cuda":
                 torch.cuda.synchronize()
             t2 = time.perf_counter()
-            problem = check_result(case, actual)
+            problem, by_fingerprint = check_output(outputs, shape.id, actual, case.expected is not None,
+                                                   lambda: check_result(case, actual), log)
+            matched += by_fingerprint
             t3 = time.perf_counter()
             phases["build_s"] += t1 - t0
             phases["first_call_s"] += t2 - t1
@@ -259,6 +270,9 @@ def measure_shapes(config: CellConfig, op: Op, shapes: Sequence[Shape], results:
             continue
         finally:
             del pads[:]
+    if matched:
+        log(f"[abbench] output check: {matched} shape(s) matched the side's first checked output, so their "
+            f"reference was not computed again ({outputs.path if outputs else ''})")
     return False
 
 

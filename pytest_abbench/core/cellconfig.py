@@ -109,6 +109,10 @@ class CellConfig:
         help="record or replay the side's supplement record: the keys the op's record lacks"))
     autotune_side_file: Path | None = field(default=None, metadata=_flag(
         "--autotune-side-file", Path, help="the side's supplement record (core/autotunerecord.py)"))
+    output_record: Path | None = field(default=None, metadata=_flag(
+        "--output-record", Path, help="the side's checked-output fingerprints: compared where a shape has one, "
+                                      "kept where not (child/outputcheck.py); without it every cell computes "
+                                      "the reference"))
     tuner_seed_base: str | None = field(default=None, metadata=_flag(
         "--tuner-seed-base", help="the op's library tuner record (hash) the side's record this cell starts from "
                                   "grew from (identity tuner_cache_base)"))

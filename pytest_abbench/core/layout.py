@@ -27,6 +27,7 @@ LOCK_FILE = ".lock"
 MANIFEST_FILE = "campaign.json"
 ATTEMPTS_DIR = "attempts"  # earlier tries of cells a resumed session runs again
 AUTOTUNE_DIR = "autotune"
+OUTPUTS_DIR = "outputs"  # each side's checked outputs per op (child/outputcheck.py)
 TUNER_RECORD_DIR = "tuner"
 GATE_DIR = "irgate"
 TRITON_CACHE_DIR = "cache"
@@ -145,6 +146,11 @@ class RootLayout:
         """Side ``side``'s autotune choices for the keys the op's record lacks (kernels only that side calls):
         written by that side's first cell, replayed by its later ones.  A folder per side: no op name collides."""
         return self.root / AUTOTUNE_DIR / f"side-{side}" / f"{op}.json"
+
+    def output_record(self, op: str, side: str) -> Path:
+        """The fingerprints of side ``side``'s outputs that passed the reference check, kept by its first cell:
+        its later cells compare theirs and skip the reference (``child/outputcheck.py``)."""
+        return self.root / OUTPUTS_DIR / f"side-{side}" / f"{op}.json"
 
     def tuner_record(self, op: str) -> Path:
         """Round 1 side A's library tuner cache (FlagGems' LibTuner), seeding the op's other cells."""

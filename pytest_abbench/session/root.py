@@ -227,7 +227,7 @@ class CampaignRoot:
             self.say("abbench: resume: " + "; ".join(parts))
 
     def set_aside_op(self, op: str, fingerprint: Fingerprint, planned: CampaignPlan | None) -> int:
-        """Move every file of ``op`` (cells, status rows, autotune and tuner records, IR-gate decision) into
+        """Move every file of ``op`` (cells, status rows, autotune, tuner and output records, IR-gate decision) into
         ``attempts/<op>_<stamp>/``, a root of its own that ``abbench summary`` reads; returns how many cells
         it held."""
         dest = RootLayout(self.layout.op_attempt(op, time.time_ns()))
@@ -235,7 +235,8 @@ class CampaignRoot:
         paths = [folder for key, folder in self.layout.cell_folders() if key.op == op]
         paths += [self.layout.autotune_record(op), self.layout.tuner_record(op), self.layout.gate_decision(op)]
         paths += [p for side in SIDES for p in (self.layout.autotune_side_record(op, side),
-                                                self.layout.tuner_side_record(op, side))]
+                                                self.layout.tuner_side_record(op, side),
+                                                self.layout.output_record(op, side))]
         for path in paths:
             if path.exists():
                 target = dest.root / path.relative_to(self.path)
