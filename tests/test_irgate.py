@@ -179,3 +179,27 @@ def test_each_stage_keeps_its_code_and_drops_only_what_names_the_source() -> Non
     ptx = ('\t.file\t1 "/home/a/k.py"\n.local .align 8 .b8 __local_depot0[16];\n\t.loc\t1 9 0\n'
            '\tadd.f32 \t%f3, %f1, %f2;  \n\t.section\t.debug_info\n\t{ .b8 1 }\n')
     assert normalize_asm(ptx) == ".local .align 8 .b8 __local_depot0[16];\n\tadd.f32 \t%f3, %f1, %f2;\n"
+
+
+def test_gate_first_skips_an_unchanged_op_before_round_1_and_leaves_the_others_to_round_1(
+        pytester: pytest.Pytester, tmp_path: Path) -> None:
+    """--ab-gate-first: the precompile compiles both sides for the IR target before round 1; the op whose code the
+    switch does not change is skipped without timing any round, and the same decisions as round 1's are reached."""
+    pytester.makeini("[pytest]\n")
+    pytester.makepyfile(ircamp=IR_CAMPAIGN)
+    root = tmp_path / "root"
+    result = pytester.runpytest_subprocess("ircamp.py", "--ab-rounds", "2", "--ab-root", str(root), "-rs",
+                                           "--ab-gate-first", "on", *FAST)
+    result.assert_outcomes(passed=8, skipped=4)
+    result.stdout.fnmatch_lines(["NO_IR_DIFF [[]4[]] *SWITCH_NO_IR_DIFF: the precompile's TTGIR (before round 1) "
+                                 "of add is identical*"])
+    out = result.stdout.str()
+    assert "== add: rounds 0/2" in out and "switch changed no generated code; 2 rounds skipped (4 cells)" in out
+    assert "IR: dot_kernel: dot 0 -> 1 (+1), warp_group_dot 1 -> 0 (-1)" in out  # decided by round 1, as before
+    assert "== torchonly: rounds 2/2" in out and "IR gate unavailable: no TTGIR captured" in out
+    statuses = {(r.round, r.op, r.side): r.status for r in read_status(root)}
+    assert {statuses[(n, "add", side)] for n in (1, 2) for side in ("A", "B")} == {irgate.NO_IR_DIFF}
+    assert statuses[(1, "dot", "A")] == statuses[(2, "dot", "B")] == "ok"
+    decision = json.loads((root / "irgate" / "add.json").read_text())
+    assert decision["state"] == "no_diff" and "before round 1" in decision["basis"]
+    assert not (root / "r1_A" / "add" / "results.jsonl").exists()  # nothing of add was timed

@@ -248,6 +248,9 @@ class Settings:
     layout_shift: bool = True
     spawn: str = "exec"
     precompile: bool = True
+    # Decide the IR gate from the precompile's IR, before round 1 is timed: an op whose switch changed no code
+    # is skipped without timing round 1 (``--ab-gate-first``; on by default on a GPU, where the precompile runs).
+    gate_first: bool = False
     worker_scratch: Path | None = None
     costs_from: Path | None = None  # --ab-costs-from: an earlier root whose cell times order the ops
     import_timeout_s: float = DEFAULT_IMPORT_TIMEOUT_S  # --ab-import-timeout: a campaign import at collection that takes longer fails
@@ -309,6 +312,15 @@ class Settings:
         TTGIR to compare.
         """
         return self.ir_target if self.ir_only or (self.backend != "cuda" and round_no == 1) else None
+
+    def gate_first_target(self, gpu_target: str | None) -> str | None:
+        """The target an op's precompile compiles for when it runs before round 1 (``--ab-precompile`` on a GPU,
+        or ``--ab-gate-first`` with an IR target without one); None where no precompile runs."""
+        if self.ir_only or not self.precompile:
+            return None
+        if self.backend == "cuda":
+            return gpu_target
+        return self.ir_target if self.gate_first else None
 
     def ir_basis(self, op_levels: Collection[str], side_levels: Mapping[str, str | None]) -> str:
         """What round 1's IR capture compiled, as the gate's line says it: ``core for cuda:90``, ``core on the GPU``.

@@ -148,11 +148,14 @@ def _check_caliber(op: str, cells: list[CellOutcome], by_round: _CellsByRound,
 
 def _cells_skipped_by_gate(gate: irgate.GateDecision | None, cells: list[CellOutcome],
                            by_round: _CellsByRound) -> int:
-    """Cells the IR gate skipped because round 1 finished and changed no code; 0: the rounds are to be read."""
+    """Cells the IR gate skipped because round 1 finished and changed no code, or because the precompile's IR
+    showed no changed code before round 1 (``--ab-gate-first``: round 1 skipped too); 0: the rounds are to be
+    read."""
     round1 = by_round.get(1, {})
     round1_ok = all(round1[s].status == OK for s in SIDES if s in round1)
+    gated_first = bool(round1) and all(round1[s].status == NO_IR_DIFF for s in SIDES if s in round1)
     skipped = sum(1 for c in cells if c.status == NO_IR_DIFF)
-    return skipped if gate is not None and gate.state == "no_diff" and round1_ok else 0
+    return skipped if gate is not None and gate.state == "no_diff" and (round1_ok or gated_first) else 0
 
 
 def _incomplete_cells(by_round: _CellsByRound, rounds: int, roles: tuple[str, ...]) -> list[str]:
@@ -369,8 +372,9 @@ def build_op(op: str, cells: list[CellOutcome], gate: irgate.GateDecision | None
     skipped = _cells_skipped_by_gate(gate, cells, by_round)
     if skipped:
         rep.state = "no_ir_diff"
-        rep.rounds_completed = 1
-        rep.reason = (f"switch changed no generated code; {count(rounds_expected - 1, 'round')} skipped "
+        timed = 0 if all(c.status == NO_IR_DIFF for c in by_round.get(1, {}).values()) else 1
+        rep.rounds_completed = timed
+        rep.reason = (f"switch changed no generated code; {count(rounds_expected - timed, 'round')} skipped "
                       f"({count(skipped, 'cell')})")
         return rep
 

@@ -268,7 +268,7 @@ def op_outcome(o: OpReport) -> str:
     if o.state == "ir_only":
         return f"IR {o.gate['state']}" if o.gate else "IR not decided"
     if o.state == "no_ir_diff":
-        return "no code change (later rounds skipped)"
+        return "no code change (" + ("later rounds" if o.rounds_completed else "every round") + " skipped)"
     why = "caliber mismatch" if o.caliber_mismatch else o.reason.removeprefix("no verdict: ").split(":")[0]
     return f"no verdict: {why.split(' (')[0]}"
 

@@ -78,6 +78,7 @@ class AbbenchSession:
         self.plan = CampaignPlan(settings.rounds, settings.control, settings.ir_only, auto_min=settings.auto_min)
         self.outcomes: dict[CellKey, CellOutcome] = {}
         self.gates: dict[str, irgate.GateDecision] = {}
+        self.gated_first: set[str] = set()  # ops whose gate the precompile's IR decided before round 1 (no code changed)
         self._runner: CellRunner | None = None
         # The cells this process runs, by node id (a serial session's selected cells; on an xdist worker, those
         # of the ops it was handed so far: ``ops_coming``) and those that ended: a side's fork server ends with

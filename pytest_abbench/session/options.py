@@ -100,6 +100,11 @@ def register(parser: pytest.Parser) -> None:
     add("--ab-precompile", type=choice(("on", "off")), default="on",
         help="on: before an op's round 1 on a GPU, compile its kernels for both sides in parallel compile-only "
              "processes (one share of the shapes each, every autotune candidate) into each side's Triton cache")
+    add("--ab-gate-first", type=choice(("auto", "on", "off")), default="auto",
+        help="decide the IR gate from the precompile's IR before round 1 is timed, so an op whose switch changed no "
+             "code is skipped without timing it; where that IR shows a difference, round 1 decides as before. "
+             "auto: on with a GPU (where the precompile runs), off without; on without a GPU: precompile for "
+             "--ab-ir-target first")
     add("--ab-kernel-cache", type=kernel_cache_option, default=None, metavar="auto|off|DIR",
         help=KERNEL_CACHE_HELP)
     add("--ab-control", action="store_true", default=False,
@@ -224,6 +229,7 @@ def resolve(config: pytest.Config) -> Settings:
         regime=opt.ab_regime,
         gpu_state=opt.ab_gpu_state == "on",
         precompile=opt.ab_precompile == "on",
+        gate_first=opt.ab_gate_first == "on" or (opt.ab_gate_first == "auto" and backend == "cuda"),
         worker_scratch=Path(opt.ab_worker_scratch) if opt.ab_worker_scratch else None,
         import_timeout_s=opt.ab_import_timeout,
         auto_min=auto_min,

@@ -60,6 +60,8 @@ class CellRunner:
         self.kernel_caches = KernelCaches(settings.kernel_cache, layout, settings.backend, gpu)
         self._sources: dict[Path, str] = {}  # campaign file -> source hash, read once per session
         self.precompiled: set[str] = set()
+        self.precompile_seconds: dict[str, float] = {}  # op -> its precompile's seconds, until its cell counts them
+        self.precompile_ir: dict[str, tuple[Path, Path]] = {}  # op -> each side's IR from a precompile that all ran
         self.precompiled_kernels: dict[str, dict[str, KernelCounts]] = {}  # op -> its precompile's counts by side
         self.planned_servers: list[tuple[Campaign, CellKey]] = []
         # Cells of this process still to end, by (campaign file, side): a serial session's selected cells, or an
@@ -275,23 +277,28 @@ class CellRunner:
                               f"side-{key.side}", campaign.server_imports, log_path, self.settings.budget.child_s,
                               self.check, warm_others)
 
-    def precompile(self, campaign: Campaign, key: CellKey, log_path: Path) -> float:
-        """Before an op's first round-1 cell on a GPU: compile its kernels for both sides in parallel.
+    def precompile(self, campaign: Campaign, key: CellKey, log_path: Path) -> None:
+        """Before an op's first round-1 cell on a GPU (or, with ``--ab-gate-first`` without one, for the IR
+        target): compile its kernels for both sides in parallel.
 
-        Returns the seconds it took, waits for the sides' servers included (0 when nothing ran); says what it
-        did in the cell's log.
+        Its seconds, waits for the sides' servers included, go to the op's first cell (``precompile_seconds``);
+        each side's IR, where every job ran, to ``precompile_ir`` (the gate-first decision); the cell's log
+        says what it did.  Called again for the op: nothing.
         """
         s = self.settings
-        if not s.precompile or s.backend != "cuda" or s.ir_only or key.round != 1 or key.op in self.precompiled:
-            return 0.0
+        if key.round != 1 or key.op in self.precompiled:
+            return
+        if s.backend == "cuda" and self._target is False:
+            self._target = precompile.gpu_target(self.gpu)
+        target = s.gate_first_target(self._target if isinstance(self._target, str) else None)
+        if s.backend != "cuda" and target is None:
+            return
         self.precompiled.add(key.op)
         started = time.monotonic()
-        if self._target is False:
-            self._target = precompile.gpu_target(self.gpu)
         with open(log_path, "a", encoding="utf-8") as log:
-            if not isinstance(self._target, str):
+            if target is None:
                 log.write("[abbench] precompile skipped: nvidia-smi did not give the GPU's compute capability\n")
-                return 0.0
+                return
             parallel = precompile.worker_share()
             for side in SIDES:  # both sides' servers (if any) import at once; the jobs below wait for each
                 self._start_server(campaign, CellKey(1, key.op, side), self.layout.precompile(key.op) / side)
@@ -300,8 +307,15 @@ class CellRunner:
                 side_key = CellKey(1, key.op, side)
                 config = self.config(campaign, side_key, self.layout.precompile(key.op))
                 n = precompile.shares(len(campaign.op(key.op).shapes_for(config.level)), parallel)
-                compile_all = replace(config, ir_only=True, ir_target=self._target, ir_level=None,
+                compile_all = replace(config, ir_only=True, ir_target=target, ir_level=None,
                                       autotune_mode="compile-all", autotune_side_mode=None)
+                if s.backend != "cuda":  # the cells run in the interpreter; this compiles without it, for the gate
+                    out = self.layout.precompile(key.op) / side
+                    env = precompile.env_for(self.env(campaign, side_key, out))
+                    env.pop(envnames.TRITON_INTERPRET, None)
+                    argv = [self.python(campaign, side_key), "-m", *replace(compile_all, out=out, shares=n).module_argv()]
+                    jobs.append(precompile.Job(side, argv, env, out / "compile.log"))
+                    continue
                 jobs += self.spawn.precompile_jobs(side, compile_all, self.python(campaign, side_key),
                                                    lambda out: self.env(campaign, side_key, out),
                                                    self.layout.precompile(key.op), n, campaign.server_imports)
@@ -309,7 +323,10 @@ class CellRunner:
             result = precompile.run_jobs(jobs, parallel, s.budget.precompile_s, self.check)
             log.write(result.line(key.op) + "\n")
         self.precompiled_kernels[key.op] = result.kernels
-        return time.monotonic() - started
+        self.precompile_seconds[key.op] = time.monotonic() - started
+        sides = tuple(ir_dir(self.layout.precompile(key.op) / side) for side in SIDES)
+        if not result.failed and all(folder.is_dir() for folder in sides):  # one IR folder per side: forked shares
+            self.precompile_ir[key.op] = (sides[0], sides[1])
 
     def write_notices(self, campaign: Campaign, key: CellKey, cell_dir: Path, log_path: Path) -> None:
         """Say in the cell's log which kernel cache its side uses, and anything that went wrong finding it."""
@@ -326,7 +343,8 @@ class CellRunner:
         cell_dir = self.layout.cell(key)
         log_path = run_log(cell_dir)
         cell_dir.mkdir(parents=True, exist_ok=True)
-        precompile_s = self.precompile(campaign, key, log_path)
+        self.precompile(campaign, key, log_path)
+        precompile_s = self.precompile_seconds.pop(key.op, 0.0)
         per_cell_tuner = self.tuner_cache(campaign, key.side) == "per-cell"
         records_tuning = autotune_mode_for(key.round, key.role) == "record"
         side_mode = side_record_mode_for(key.round, key.role)
