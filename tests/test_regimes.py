@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from pytest_abbench.child.regime import EDGES_OFF, Pace, run_regime, settled, wa
 from pytest_abbench.child.timers import WallWindows, queue_windows, windows_in_turn
 from pytest_abbench.core import regimes
 from pytest_abbench.core.results import REASON_BITS as REASONS
-from pytest_abbench.core.results import GpuReading, GpuState, TimedWindow, energy_per_call_j
+from pytest_abbench.core.results import ENERGY_MIN_S, GpuReading, GpuState, TimedWindow, energy_per_call_j
 from pytest_abbench.report import build_report, render_text
 from pytest_abbench.report.flags import BOOST_NOT_REACHED, CLOCKS_NOT_SETTLED, POWER_CAPPED
 
@@ -116,7 +117,9 @@ def test_steady_runs_the_kernel_until_clock_and_power_settle() -> None:
         return 1508.0 + (15.0 if int(t * 20) % 2 else 0.0), 690.0, ["sw_power_cap"], 1000.0 * t
 
     kernel = StandInKernel(clock, window_s=0.1, calls=500)
-    timing = run_regime(regimes.STEADY, kernel, StandInGpu(clock, ramp), count=4, cpu=False, pace=clock)
+    # Enough back-to-back windows for the energy counter's figure to be stated (core/results.py ENERGY_MIN_S).
+    count = max(4, math.ceil(ENERGY_MIN_S / 0.1))
+    timing = run_regime(regimes.STEADY, kernel, StandInGpu(clock, ramp), count=count, cpu=False, pace=clock)
     first = timing.windows[0]
     assert first.condition == regimes.MET and first.detail.startswith("settled at 15")
     settle_s = (regimes.STEADY_LAST_K - 1) * regimes.STEADY_CHUNK_MS / 1e3 + 1.5
