@@ -16,7 +16,8 @@ from helpers import simple_campaign, synthetic_root
 from pytest_abbench.child.gpustate import GpuSampler, decode_reasons, open_sampler
 from pytest_abbench.core.fileio import FormatError
 from pytest_abbench.core.identity import GPU_SETTING_AXES
-from pytest_abbench.core.results import REASON_BITS, GpuReading, GpuState, ShapeResult, append_result, read_results
+from pytest_abbench.core.results import (ENERGY_COUNTER_UPDATE_S, ENERGY_MIN_S, REASON_BITS, GpuReading, GpuState,
+                                         ShapeResult, append_result, read_results)
 from pytest_abbench.report import build_report, render_text, write_report
 from pytest_abbench.report.flags import CLOCKS_DIFFER, FLAGS, HW_SLOWDOWN, POWER_CAPPED, THERMAL
 from pytest_abbench.report.gpustate import Window, shape_flags, side_summary
@@ -245,11 +246,17 @@ def test_boost_clocks_on_both_sides_give_the_op_line_and_no_flag(tmp_path: Path)
     _with_gpu(tmp_path, lambda rnd, side, shape: _state(1980.0, 148.0 if side == "A" else 150.0, ["gpu_idle"]))
     report = build_report(tmp_path)
     op = report.ops[0]
+    # Six 0.5 s windows, each with edges of its own: too short for the energy counter's steps, so the line gives
+    # NVML's averaged figure and says so.
     assert op.gpu_state["A"] == {"windows": 6, "recorded": 6, "sm_clock_mhz": 1980.0, "mem_clock_mhz": 3201.0,
-                                 "power_w": 148.0, "temperature_c": 50.0, "window_power_w": 1.0,
+                                 "power_w": 148.0, "temperature_c": 50.0, "energy_power_w": None,
+                                 "energy_power_withheld": f"withheld: 3 s of timed windows in 6 separate stretches "
+                                 f"against the energy counter's ~{ENERGY_COUNTER_UPDATE_S * 1e3:.0f} ms updates (a "
+                                 f"figure needs {ENERGY_MIN_S:g} s a stretch)",
                                  "reason_share": {"gpu_idle": 1.0}}
     assert [s.flags for s in op.shapes] == [[], []]
-    assert "   GPU: A 1980 MHz 148 W, B 1980 MHz 150 W; power cap in 0% / 0% of windows\n" in render_text(report)
+    assert ("   GPU: A 1980 MHz 148 W (NVML avg), B 1980 MHz 150 W (NVML avg); power cap in 0% / 0% of windows\n"
+            in render_text(report))
 
 
 def test_a_power_capped_side_at_lower_clocks_flags_its_shape(tmp_path: Path) -> None:
@@ -272,20 +279,22 @@ def test_a_power_capped_side_at_lower_clocks_flags_its_shape(tmp_path: Path) -> 
     assert op.gpu_state["A"]["reason_share"] == {"sw_power_cap": pytest.approx(1 / 6)}
     assert op.gpu_state["B"]["reason_share"] == {"sw_power_cap": 0.5}
     line = next(line for line in render_text(report).splitlines() if line.startswith("   GPU:"))
-    assert line == ("   GPU: A 1744 MHz 555 W, B 1688 MHz 555 W; power cap in 17% / 50% of windows; flagged: "
-                    "power_capped on 1 of 2 shapes, clocks_differ on 1 of 2 shapes")
+    # One 0.5 s window per cell: too short for the energy counter's figure, so NVML's averaged one, said so.
+    assert line == ("   GPU: A 1744 MHz 555 W (NVML avg), B 1688 MHz 555 W (NVML avg); power cap in 17% / 50% of "
+                    "windows; flagged: power_capped on 1 of 2 shapes, clocks_differ on 1 of 2 shapes")
     write_report(tmp_path, report)
     again = read_report(tmp_path / "report.json")
     assert again.ops[0].gpu_state == op.gpu_state and again.ops[0].shapes[0].flags == mm.flags
     assert render_text(again) == render_text(report)
     # The verdict line keeps the verdict and names the condition it holds under, with the shape's own clocks and
     # power (the op's line mixes in the shape that never reached the cap).
-    assert mm.gpu == {"A": {"sm_clock_mhz": 1508.0, "power_w": 690.0, "power_cap_share": pytest.approx(1 / 3)},
-                      "B": {"sm_clock_mhz": 1395.0, "power_w": 690.0, "power_cap_share": 1.0}}
-    assert sum_.gpu["A"] == {"sm_clock_mhz": 1980.0, "power_w": 420.0, "power_cap_share": 0.0}
+    assert mm.gpu == {"A": {"sm_clock_mhz": 1508.0, "power_w": 690.0, "energy_power_w": None,
+                            "power_cap_share": pytest.approx(1 / 3)},
+                      "B": {"sm_clock_mhz": 1395.0, "power_w": 690.0, "energy_power_w": None, "power_cap_share": 1.0}}
+    assert sum_.gpu["A"] == {"sm_clock_mhz": 1980.0, "power_w": 420.0, "energy_power_w": None, "power_cap_share": 0.0}
     assert again.ops[0].shapes[0].gpu == mm.gpu
     assert ("slower [power_capped, clocks_differ] (holds under the power cap, side clocks that differ: "
-            "A 1508 MHz 690 W, B 1395 MHz 690 W)") in render_text(report)
+            "A 1508 MHz 690 W (NVML avg), B 1395 MHz 690 W (NVML avg))") in render_text(report)
 
 
 @pytest.mark.parametrize("reasons, flags", [
@@ -313,7 +322,7 @@ def test_windows_not_recorded_are_counted_and_named() -> None:
     assert summary["windows"] == 4 and summary["recorded"] == 1 and summary["not_recorded"] == "NVML did not start: x"
     assert summary["sm_clock_mhz"] == 1980.0 and summary["reason_share"] == {}
     empty = side_summary([_w(GpuState(not_recorded="backend interpreter: the kernels run on no GPU"))])
-    assert empty["recorded"] == 0 and empty["sm_clock_mhz"] is None and empty["window_power_w"] is None
+    assert empty["recorded"] == 0 and empty["sm_clock_mhz"] is None and empty["energy_power_w"] is None
 
 
 def test_a_root_written_before_gpu_state_says_it_was_not_recorded(tmp_path: Path) -> None:

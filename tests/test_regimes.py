@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from pytest_abbench.child.regime import EDGES_OFF, Pace, run_regime, settled, wa
 from pytest_abbench.child.timers import WallWindows, queue_windows, windows_in_turn
 from pytest_abbench.core import regimes
 from pytest_abbench.core.results import REASON_BITS as REASONS
-from pytest_abbench.core.results import GpuReading, GpuState, TimedWindow, energy_per_call_j
+from pytest_abbench.core.results import ENERGY_MIN_S, GpuReading, GpuState, TimedWindow, energy_per_call_j
 from pytest_abbench.report import build_report, render_text
 from pytest_abbench.report.flags import BOOST_NOT_REACHED, CLOCKS_NOT_SETTLED, POWER_CAPPED
 
@@ -116,7 +117,9 @@ def test_steady_runs_the_kernel_until_clock_and_power_settle() -> None:
         return 1508.0 + (15.0 if int(t * 20) % 2 else 0.0), 690.0, ["sw_power_cap"], 1000.0 * t
 
     kernel = StandInKernel(clock, window_s=0.1, calls=500)
-    timing = run_regime(regimes.STEADY, kernel, StandInGpu(clock, ramp), count=4, cpu=False, pace=clock)
+    # Enough back-to-back windows for the energy counter's figure to be stated (core/results.py ENERGY_MIN_S).
+    count = max(4, math.ceil(ENERGY_MIN_S / 0.1))
+    timing = run_regime(regimes.STEADY, kernel, StandInGpu(clock, ramp), count=count, cpu=False, pace=clock)
     first = timing.windows[0]
     assert first.condition == regimes.MET and first.detail.startswith("settled at 15")
     settle_s = (regimes.STEADY_LAST_K - 1) * regimes.STEADY_CHUNK_MS / 1e3 + 1.5
@@ -253,10 +256,13 @@ def test_without_gpu_state_burst_waits_plain_gaps_and_steady_warms_up_by_time() 
 
 
 # -- the report, from windows as cells write them ------------------------------------------
-def _windows(root: Path, regime: str, condition: Any, energy_mj: Any, edges_read: bool = True) -> None:
-    """Give every record of a synthetic root ``regime`` and three windows, ``condition(round, side, shape)`` and
-    ``energy_mj(side, shape)`` each (NVML's energy counter delta over a window of 100 calls); with ``edges_read``
-    false the windows carry no state, as under --ab-gpu-state off."""
+WINDOW_S = ENERGY_MIN_S / 2  # three back-to-back windows of it: long enough for the energy counter's figure
+
+
+def _windows(root: Path, regime: str, condition: Any, watts: Any, edges_read: bool = True) -> None:
+    """Give every record of a synthetic root ``regime`` and three windows back to back, ``condition(round, side,
+    shape)`` and ``watts(side, shape)`` each (NVML's energy counter over a window of ``WINDOW_S`` and 100 calls;
+    None: no energy figure); with ``edges_read`` false the windows carry no state, as under --ab-gpu-state off."""
     for results in root.glob("r*_*/*/results.jsonl"):
         rnd, side = int(results.parts[-3].split("_")[0][1:]), results.parts[-3].split("_")[1]
         identity = results.parent / "run_identity.json"
@@ -266,7 +272,9 @@ def _windows(root: Path, regime: str, condition: Any, energy_mj: Any, edges_read
             record = json.loads(line)
             shape = record["shape"]
             after = GpuReading(1980.0, 3201.0, 300.0, 50.0, 0.0, 0, [])
-            state = GpuState(after, after, 0.1, energy_mj(side, shape), []) if edges_read else \
+            drawn = watts(side, shape)
+            energy = None if drawn is None else drawn * WINDOW_S * 1e3
+            state = GpuState(after, after, WINDOW_S, energy, []) if edges_read else \
                 GpuState(not_recorded=EDGES_OFF)
             record["regime"] = regime
             record["windows"] = [TimedWindow(condition(rnd, side, shape), 0.02, 100, 1, state).to_json()] * 3
@@ -277,18 +285,19 @@ def _windows(root: Path, regime: str, condition: Any, energy_mj: Any, edges_read
 def test_a_steady_window_that_did_not_settle_flags_its_shape_and_keeps_the_verdict(tmp_path: Path) -> None:
     synthetic_root(tmp_path, {"s": [0.10, 0.11, 0.09], "t": [0.10, 0.11, 0.09]})
     _windows(tmp_path, regimes.STEADY, lambda rnd, side, shape: regimes.NOT_MET if (shape, rnd) == ("s", 2)
-             else regimes.MET, lambda side, shape: 50.0 if side == "A" else 60.0)
+             else regimes.MET, lambda side, shape: 300.0 if side == "A" else 360.0)
     report = build_report(tmp_path)
     s, t = report.ops[0].shapes
     assert s.flags == [CLOCKS_NOT_SETTLED] and t.flags == [] and s.verdict == t.verdict == "slower"
     text = render_text(report)
-    assert "slower [clocks_not_settled] (holds under clocks not settled: A 1980 MHz 300 W, B 1980 MHz 300 W)" in text
+    # The power is the energy counter's over the windows (NVML's averaged figure read 300 W on both sides).
+    assert "slower [clocks_not_settled] (holds under clocks not settled: A 1980 MHz 300 W, B 1980 MHz 360 W)" in text
     assert "steady condition met in 15/18 / 15/18 windows" in text
-    # Energy per call: 50 mJ over 100 calls on A, 60 mJ on B.
-    assert s.energy_a_j == pytest.approx(0.0005) and s.energy_b_j == pytest.approx(0.0006)
+    # Energy per call: 300 W over a window of 100 calls on A, 360 W on B.
+    assert s.energy_a_j == pytest.approx(3.0 * WINDOW_S) and s.energy_b_j == pytest.approx(3.6 * WINDOW_S)
     assert s.energy_delta_pct == pytest.approx(20.0) and report.ops[0].energy_geomean_pct == pytest.approx(20.0)
     assert "energy per call (NVML energy counter over the timed windows / calls): geomean B vs A +20.0%" in text
-    assert "B vs A +20.0%" in text and "A 500 uJ, B 600 uJ" in text
+    assert "B vs A +20.0% [+20.0 ~ +20.0%]" in text
     assert report.setup["regime"] == regimes.STEADY and "regime steady: timed once the kernel has run" in text
 
 

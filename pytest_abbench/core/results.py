@@ -17,6 +17,7 @@ in ``gpu_state``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -133,19 +134,85 @@ class TimedWindow:
 
 # NVML's energy counter moves in steps the driver updates every few tens of milliseconds: over the ten 4 ms windows
 # of a burst cell it read anything from 0 to several times the true figure on the H200 (per-round B/A changes from
-# -100% to beyond +10,000% for one shape). Below this much timed time in total, a cell's energy is not stated.
-ENERGY_MIN_S = 0.2
+# -100% to beyond +10,000% for one shape), and ten 50 ms windows gave intervals such as [-87.5 ~ +205.8%].
+# PROVISIONAL: "a few tens of milliseconds" read from those runs, not a measurement of the update period; set it from
+# the update period benchmarks/nvml_energy.py prints on the card.
+ENERGY_COUNTER_UPDATE_S = 0.05
+ENERGY_COUNTER_ERROR = 0.05  # the largest share of a stated energy figure the counter's steps may be off by
+# A read returns the counter's last update, so it lags the energy drawn by up to one update period. Back-to-back
+# windows share their edges: over a stretch of them the lags inside cancel, and its energy is off by at most one
+# update's worth. A figure is stated where each separate stretch lasted this long on average.
+ENERGY_MIN_S = ENERGY_COUNTER_UPDATE_S / ENERGY_COUNTER_ERROR
+
+
+@dataclass(frozen=True)
+class PooledEnergy:
+    """The energy counter over some timed windows taken together: its increase, their wall time (None where a
+    window's length was not recorded), their calls and how many separate stretches of back-to-back windows."""
+
+    energy_mj: float
+    window_s: float | None
+    calls: int
+    stretches: int
+
+    def withheld(self) -> str:
+        """Why the counter's figure is too coarse to state for these windows; "" where it is not."""
+        if self.window_s is None:
+            return "withheld: the timed windows' lengths were not recorded"
+        if self.window_s >= ENERGY_MIN_S * self.stretches:
+            return ""
+        return withheld_why(self.window_s, self.stretches)
+
+    def power_w(self) -> float | None:
+        """Mean power over the windows, or None where ``withheld``."""
+        return None if self.withheld() or not self.window_s else self.energy_mj / 1000.0 / self.window_s
+
+    def per_call_j(self) -> float | None:
+        """Joules per call, or None where ``withheld`` or no call was counted."""
+        return None if self.withheld() or not self.calls else self.energy_mj / 1000.0 / self.calls
+
+
+def withheld_why(window_s: float, stretches: float, per: str = "") -> str:
+    """``withheld: 0.04 s of timed windows per cell in 10 separate stretches against the energy counter's ~50 ms
+    updates (a figure needs 1 s a stretch)``."""
+    apart = f" in {stretches:g} separate stretches" if stretches > 1 else ""
+    return (f"withheld: {window_s:.2g} s of timed windows{per}{apart} against the energy counter's "
+            f"~{ENERGY_COUNTER_UPDATE_S * 1e3:.0f} ms updates (a figure needs {ENERGY_MIN_S:g} s a stretch)")
+
+
+def pool_energy(states: list[tuple[GpuState | None, int]]) -> PooledEnergy | None:
+    """The energy counter over the windows (each its state and calls) that have an energy figure; None where none
+    has.  A window starts a new stretch unless its first reading is the one the previous window ended on."""
+    energy: list[float] = []
+    seconds: list[float | None] = []
+    calls, stretches = 0, 0
+    previous: GpuReading | None = None
+    for state, window_calls in states:
+        if state is None or state.energy_mj is None:
+            previous = None
+            continue
+        stretches += 0 if previous is not None and state.before == previous else 1
+        previous = state.after
+        energy.append(state.energy_mj)
+        seconds.append(state.window_s)
+        calls += window_calls
+    if not energy:
+        return None
+    known = [s for s in seconds if s is not None]
+    # fsum: ten 0.1 s windows last 1 s, not 0.9999999999999999 s (a plain sum would withhold them at ENERGY_MIN_S 1)
+    return PooledEnergy(math.fsum(energy), math.fsum(known) if len(known) == len(seconds) else None, calls, stretches)
+
+
+def cell_energy(windows: list[TimedWindow]) -> PooledEnergy | None:
+    """The energy counter over one cell's timed windows of a shape, the windows with calls taken together."""
+    return pool_energy([(w.gpu_state, w.calls) for w in windows if w.calls > 0])
 
 
 def energy_per_call_j(windows: list[TimedWindow]) -> float | None:
-    """Joules per call over the windows whose energy counter moved: the counter's total delta over their calls;
-    None where no window has an energy figure, or where they lasted under ``ENERGY_MIN_S`` in all."""
-    measured = [w for w in windows if w.gpu_state.energy_mj is not None and w.calls > 0]
-    calls = sum(w.calls for w in measured)
-    lasted = [w.gpu_state.window_s for w in measured]
-    if not calls or (all(s is not None for s in lasted) and sum(s or 0.0 for s in lasted) < ENERGY_MIN_S):
-        return None
-    return sum(float(w.gpu_state.energy_mj or 0.0) for w in measured) / 1000.0 / calls
+    """Joules per call over the windows whose energy counter was read: the counter's total delta over their calls;
+    None where no window has an energy figure, or where it is withheld (``PooledEnergy.withheld``)."""
+    pooled = cell_energy(windows)
+    return None if pooled is None else pooled.per_call_j()
 
 
 @dataclass

@@ -32,7 +32,7 @@ from pytest_abbench.report.stats import (ALPHA, aa_bias, bh_adjust, bh_adjust_be
 from pytest_abbench.core.outcome import IR_ONLY, NO_IR_DIFF, NO_ROW, OK, OVER_BUDGET, SETTLED, CellOutcome
 from pytest_abbench.core.plan import CampaignPlan, read_plan
 from pytest_abbench.core.regimes import BOTH, BURST, REGIMES, STEADY
-from pytest_abbench.core.results import energy_per_call_j
+from pytest_abbench.core.results import cell_energy
 from pytest_abbench.core.results import read_results as shape_results
 from pytest_abbench.core.status import read_status
 from pytest_abbench.core.wording import count
@@ -78,7 +78,7 @@ def read_results(folder: Path, regime: str = "") -> dict[str, dict[str, Any]]:
         out[rec.shape] = {"median_ms": rec.median_ms, "timer": rec.timer, "cv": robust_cv(rec.samples_ms),
                           "samples": len(rec.samples_ms)}
         out[rec.shape]["windows"] = gpustate.record_windows(rec)  # NVML around its timed windows
-        out[rec.shape]["energy_j"] = energy_per_call_j(rec.windows)
+        out[rec.shape]["energy"] = cell_energy(rec.windows)  # the cell's windows taken together
         out[rec.shape]["work"] = rec.work
     return out
 
@@ -206,7 +206,7 @@ def _add_round(per_shape: dict[str, _ShapeRounds], results_a: dict[str, dict[str
         acc.samples_a.append(a["samples"])
         acc.samples_b.append(b["samples"])
         acc.gpu.windows.append((a["windows"], b["windows"]))
-        acc.gpu.energy_j.append((a["energy_j"], b["energy_j"]))
+        acc.gpu.energy.append((a["energy"], b["energy"]))
         acc.work = a["work"] or b["work"]
 
 

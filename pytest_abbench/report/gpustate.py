@@ -1,11 +1,18 @@
-"""The GPU's state in the report: per op and side, the median clocks and power of its timed windows, the share
-of windows under each clock-event reason and under the regime's condition; per shape, the conditions its windows
-showed (GPU flags of ``flags.FLAGS``) and its energy per call.
+"""The GPU's state in the report: per op and side, the median clocks of its timed windows and their power from
+NVML's energy counter, the share of windows under each clock-event reason and under the regime's condition; per
+shape, the conditions its windows showed (GPU flags of ``flags.FLAGS``) and its energy per call; per op, which side
+does more work per joule.
 
 Each cell reads NVML before and after each timed window of a shape (``child/gpustate.py``; results.jsonl's
 ``windows``, or ``gpu_state`` in records from before windows).  A window's clocks, power and temperature are those read right after it, the way the power-regime
 probe of docs read them; its reasons are those NVML named at either edge.  A flag keeps the shape's numbers and
 verdict: it says under which condition they were measured.
+
+Power is the energy counter's increase over the windows' wall time, the windows taken together: NVML's power
+figure (``power_w``) is an average the driver keeps over up to a second, which lags a kernel that just started
+(layer_norm on the H200: 412 W by it, about 640 W by the counter over the same windows).  Where the windows are
+too short for the counter's updates (``core/results.py`` ``ENERGY_MIN_S``) or have no energy figure, the line gives
+NVML's figure and says so: ``412 W (NVML avg)``.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
 from pytest_abbench.core.regimes import BURST, MET, NOT_CHECKED, NOT_MET, STEADY
-from pytest_abbench.core.results import REASON_BITS, GpuState, ShapeResult
+from pytest_abbench.core.results import REASON_BITS, GpuState, PooledEnergy, ShapeResult, pool_energy, withheld_why
 from pytest_abbench.report.flags import (BOOST_NOT_REACHED, CLOCKS_DIFFER, CLOCKS_DIFFER_PCT, CLOCKS_NOT_SETTLED, FLAGS,
                                          HW_SLOWDOWN, POWER_CAPPED, THERMAL, ordered)
 from pytest_abbench.report.model import OpReport, ShapeReport
@@ -43,7 +50,8 @@ class ShapeGpu:
     """One shape's GPU evidence over the rounds, each round's side A and side B."""
 
     windows: list[tuple[list[Window], list[Window]]] = field(default_factory=list)
-    energy_j: list[tuple[Optional[float], Optional[float]]] = field(default_factory=list)  # J per call per round
+    # per round, each side's energy counter over its cell's windows (core/results.py cell_energy); None: no figure
+    energy: list[tuple[Optional[PooledEnergy], Optional[PooledEnergy]]] = field(default_factory=list)
 
 
 def record_windows(rec: ShapeResult) -> list[Window]:
@@ -68,15 +76,22 @@ def _after(state: GpuState, name: str) -> float | None:
 
 
 def side_summary(windows: Sequence[Window]) -> dict[str, Any]:
-    """One side's windows: how many, how many recorded, the medians of the after-window readings, the mean power
-    over the window (energy counter / wall time), the share of windows under each reason, how many windows met
-    their regime's condition (``conditions``), and why any were not recorded (the most frequent reason)."""
+    """One side's windows: how many, how many recorded, the medians of the after-window readings (``power_w``:
+    NVML's averaged figure), the mean power over the windows from the energy counter (``energy_power_w``; where
+    the windows are too short for the counter, None and ``energy_power_withheld`` says why), the share of windows
+    under each reason, how many windows met their regime's condition (``conditions``), and why any were not
+    recorded (the most frequent reason).
+
+    The counter's power is its increase over all the windows' wall time, not a median of each window's: a window
+    shorter than the counter's update reads 0 or a whole step, and the median of such figures can be 0 W."""
     recorded = _recorded(windows)
     out: dict[str, Any] = {"windows": len(windows), "recorded": len(recorded)}
     for name in READINGS:
         out[name] = _median([_after(s, name) for s in recorded])
-    out["window_power_w"] = _median([s.energy_mj / s.window_s / 1000.0 for s in recorded
-                                     if s.energy_mj is not None and s.window_s])
+    pooled = pool_energy([(s, 0) for s in recorded])
+    out["energy_power_w"] = pooled.power_w() if pooled is not None else None
+    if pooled is not None and pooled.withheld():
+        out["energy_power_withheld"] = pooled.withheld()
     seen = Counter(name for s in recorded for name in set(s.reasons))
     order = [name for _, name in REASON_BITS] + sorted(set(seen) - {name for _, name in REASON_BITS})
     out["reason_share"] = {name: seen[name] / len(recorded) for name in order if seen[name]}
@@ -105,13 +120,32 @@ def shape_flags(rounds: Sequence[tuple[Sequence[Window], Sequence[Window]]], reg
     return ordered(found)
 
 
+def cells_withheld(cells: Sequence[PooledEnergy]) -> str:
+    """Why the energy of these cells is not stated (the median cell's timed seconds and stretches); "" where no
+    cell's figure is withheld."""
+    withheld = [c for c in cells if c.withheld()]
+    if not withheld:
+        return ""
+    if any(c.window_s is None for c in withheld):
+        return withheld[0].withheld()
+    return withheld_why(statistics.median(c.window_s or 0.0 for c in withheld),
+                        statistics.median(c.stretches for c in withheld), " per cell")
+
+
 def _energy(rep: OpReport, per_shape: Sequence[ShapeGpu]) -> None:
     """Each shape's joules per call per side (median over rounds) and B's change against A with the time delta's
-    statistics (median of the per-round changes, t-interval of their logs); the op's geomean of the changes."""
+    statistics (median of the per-round changes, t-interval of their logs); the op's geomean of the changes.  A
+    round's figure is its cell's windows taken together; a shape none of whose rounds has a figure on both sides
+    because the windows were too short for the counter gets the reason instead (``energy_withheld``)."""
     geo: list[list[float]] = []
+    every_cell: list[PooledEnergy] = []
     for shape, gpu in zip(rep.shapes, per_shape):
-        pairs = [(a, b) for a, b in gpu.energy_j if a and b]
+        cells = [c for pair in gpu.energy for c in pair if c is not None]
+        every_cell += cells
+        figures = [(a.per_call_j() if a else None, b.per_call_j() if b else None) for a, b in gpu.energy]
+        pairs = [(a, b) for a, b in figures if a and b]
         if not pairs:
+            shape.energy_withheld = cells_withheld(cells)
             continue
         shape.energy_a_j = statistics.median(a for a, _ in pairs)
         shape.energy_b_j = statistics.median(b for _, b in pairs)
@@ -119,13 +153,15 @@ def _energy(rep: OpReport, per_shape: Sequence[ShapeGpu]) -> None:
         shape.energy_delta_pct = statistics.median(pct(x) for x in logs)
         ci = interval(logs)
         shape.energy_ci_pct = (pct(ci[0]), pct(ci[1])) if ci else None
-        if len(pairs) == len(gpu.energy_j) == rep.rounds_expected:
+        if len(pairs) == len(gpu.energy) == rep.rounds_expected:
             geo.append(logs)
     if geo and len(geo) == len(rep.shapes):
         rounds = [statistics.fmean(values) for values in zip(*geo)]
         rep.energy_geomean_pct = pct(statistics.fmean(rounds))
         ci = interval(rounds)
         rep.energy_geomean_ci_pct = (pct(ci[0]), pct(ci[1])) if ci else None
+    elif not any(s.energy_a_j is not None for s in rep.shapes):
+        rep.energy_withheld = cells_withheld(every_cell)
 
 
 def summarise(rep: OpReport, shapes: Mapping[str, ShapeGpu]) -> None:
@@ -149,13 +185,14 @@ def shape_summary(gpu: ShapeGpu) -> dict[str, Any]:
         summary = side_summary([w for pair in gpu.windows for w in pair[index]])
         if summary["recorded"]:
             out[side] = {"sm_clock_mhz": summary["sm_clock_mhz"], "power_w": summary["power_w"],
+                         "energy_power_w": summary["energy_power_w"],
                          "power_cap_share": summary["reason_share"].get("sw_power_cap", 0.0)}
     return out
 
 
 def shape_clocks(s: ShapeReport) -> str:
-    """``A 1492 MHz 691 W, B 1845 MHz 692 W``: a shape's own clocks and power, for the note of a verdict a GPU
-    flag keeps; empty without them."""
+    """``A 1492 MHz 691 W, B 1845 MHz 692 W``: a shape's own clocks and power (``W (NVML avg)`` where the energy
+    counter gave none), for the note of a verdict a GPU flag keeps; empty without them."""
     return ", ".join(f"{side} {_reading(s.gpu[side])}" for side in ("A", "B") if side in s.gpu)
 
 
@@ -176,9 +213,18 @@ def not_recorded_why(ops: Sequence[OpReport]) -> str:
     return "; ".join(reason for reason, _ in why.most_common(2)) or "no timed window"
 
 
+def power_text(summary: dict[str, Any]) -> str:
+    """``640 W`` from the energy counter; ``412 W (NVML avg)`` where the counter gave no figure for the windows
+    (a report.json written before the counter's power has none either); ``- W`` without either."""
+    counter, averaged = summary.get("energy_power_w"), summary.get("power_w")
+    if counter is not None:
+        return f"{counter:.0f} W"
+    return "- W" if averaged is None else f"{averaged:.0f} W (NVML avg)"
+
+
 def _reading(summary: dict[str, Any]) -> str:
-    clock, power = summary.get("sm_clock_mhz"), summary.get("power_w")
-    return f"{'-' if clock is None else f'{clock:.0f}'} MHz {'-' if power is None else f'{power:.0f}'} W"
+    clock = summary.get("sm_clock_mhz")
+    return f"{'-' if clock is None else f'{clock:.0f}'} MHz {power_text(summary)}"
 
 
 def _share(summary: dict[str, Any], name: str) -> str:
@@ -198,17 +244,56 @@ def _joules(value: float | None) -> str:
 
 def energy_lines(o: OpReport) -> list[str]:
     """The op's energy per call (NVML's energy counter over the timed windows / the calls in them): the geomean of
-    B's change, then each shape; nothing where no window had an energy figure."""
-    shapes = [s for s in o.shapes if s.energy_a_j is not None]
-    if not shapes:
+    B's change, then each shape, or why it is withheld; nothing where no window had an energy figure."""
+    measured = [s for s in o.shapes if s.energy_a_j is not None]
+    if not measured and not o.energy_withheld:
         return []
     head = "   energy per call (NVML energy counter over the timed windows / calls): "
-    head += (f"geomean B vs A {o.energy_geomean_pct:+.1f}% [{_interval(o.energy_geomean_ci_pct)}]"
-             if o.energy_geomean_pct is not None else f"{len(shapes)} of {len(o.shapes)} shapes measured")
-    width = max(len(s.shape) for s in shapes)
-    return [head] + [f"     {s.shape:<{width}}  A {_joules(s.energy_a_j)}, B {_joules(s.energy_b_j)}, "
-                     f"B vs A {s.energy_delta_pct:+.1f}% [{_interval(s.energy_ci_pct)}]" for s in shapes
-                     if s.energy_delta_pct is not None]
+    if o.energy_geomean_pct is not None:
+        head += f"geomean B vs A {o.energy_geomean_pct:+.1f}% [{_interval(o.energy_geomean_ci_pct)}]"
+    elif measured:
+        head += f"{len(measured)} of {len(o.shapes)} shapes measured"
+    else:
+        return [head + o.energy_withheld]
+    shown = [s for s in o.shapes if s.energy_delta_pct is not None or s.energy_withheld]
+    width = max(len(s.shape) for s in shown)
+    return [head] + [f"     {s.shape:<{width}}  " + (
+        s.energy_withheld if s.energy_delta_pct is None else
+        f"A {_joules(s.energy_a_j)}, B {_joules(s.energy_b_j)}, B vs A {s.energy_delta_pct:+.1f}% "
+        f"[{_interval(s.energy_ci_pct)}]") for s in shown]
+
+
+def _work_per_joule(energy_pct: float) -> float:
+    """B's calls per joule against A's, in percent, from B's energy per call against A's."""
+    return 100.0 * (1.0 / (1.0 + energy_pct / 100.0) - 1.0)
+
+
+def perf_per_watt_line(o: OpReport) -> str:
+    """``perf per watt: time B vs A -35.2% [...], energy per call B vs A -20.0% [...]: B does more work per joule
+    (+25.0% calls per joule [...])``; the energy part says ``withheld: <why>`` or ``not measured`` instead."""
+    time = "time B vs A " + ("-" if o.geomean_pct is None else
+                             f"{o.geomean_pct:+.1f}% [{_interval(o.geomean_ci_pct)}]")
+    if o.energy_geomean_pct is None:
+        measured = sum(1 for s in o.shapes if s.energy_a_j is not None)
+        if o.energy_withheld:
+            why = "energy per call withheld (the energy line says why)"
+        elif measured:
+            why = f"energy per call measured on {measured} of {len(o.shapes)} shapes, no op-wide figure"
+        else:
+            why = "energy per call not measured"
+        return f"   perf per watt: {time}; {why}: which side does more work per joule is not stated"
+    energy = f"energy per call B vs A {o.energy_geomean_pct:+.1f}% [{_interval(o.energy_geomean_ci_pct)}]"
+    ci = o.energy_geomean_ci_pct
+    work = f"{_work_per_joule(o.energy_geomean_pct):+.1f}% calls per joule"
+    if ci is None:
+        said = f"which side does more work per joule is not established (no interval; B {work})"
+    elif ci[0] > 0.0 or ci[1] < 0.0:
+        side = "A" if ci[0] > 0.0 else "B"
+        said = (f"{side} does more work per joule (B {work} "
+                f"[{_work_per_joule(ci[1]):+.1f} ~ {_work_per_joule(ci[0]):+.1f}%])")
+    else:
+        said = f"no measurable difference in work per joule (B {work})"
+    return f"   perf per watt: {time}, {energy}: {said}"
 
 
 def _interval(ci: tuple[float, float] | None) -> str:
@@ -221,9 +306,10 @@ def _conditions(s: dict[str, Any]) -> str:
 
 
 def op_lines(o: OpReport, header_said: bool = False) -> list[str]:
-    """The op's GPU line: ``GPU: A 1980 MHz 148 W, B 1980 MHz 150 W; power cap in 0% / 0% of windows``, then the
-    other reasons seen, the regime's condition, the flagged shapes and any windows not recorded; or ``GPU state:
-    not recorded (<why>)`` (unless ``header_said`` so for the whole report); then its energy per call."""
+    """The op's GPU line: ``GPU: A 1980 MHz 640 W, B 1980 MHz 610 W; power cap in 0% / 0% of windows`` (power from
+    the energy counter, or ``412 W (NVML avg)``), then the other reasons seen, the regime's condition, the flagged
+    shapes and any windows not recorded; or ``GPU state: not recorded (<why>)`` (unless ``header_said`` so for the
+    whole report); then its energy per call and its perf per watt."""
     a, b = o.gpu_state.get("A"), o.gpu_state.get("B")
     if a is None or b is None or not (a["windows"] or b["windows"]):
         return []
@@ -247,4 +333,4 @@ def op_lines(o: OpReport, header_said: bool = False) -> list[str]:
                                              for flag in gpu_flags if flagged[flag]))
     unrecorded = [f"{s['windows'] - s['recorded']} of {s['windows']} side {side} windows not recorded "
                   f"({s['not_recorded']})" for side, s in (("A", a), ("B", b)) if s["windows"] > s["recorded"]]
-    return ["   " + "; ".join(parts + unrecorded)] + energy_lines(o)
+    return ["   " + "; ".join(parts + unrecorded)] + energy_lines(o) + [perf_per_watt_line(o)]

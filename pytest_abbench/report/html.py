@@ -436,13 +436,13 @@ def _gpu_table(o: OpReport) -> str:
     if not any(state and state.get("recorded") for _, state in sides):
         return ""
     reasons = list(dict.fromkeys(name for _, st in sides for name in (st or {}).get("reason_share", {})))
-    headers = ["side", "windows", "recorded", "SM MHz", "memory MHz", "power W", "window power W", "temperature C",
-               *(f"{name} share" for name in reasons), "not recorded"]
+    headers = ["side", "windows", "recorded", "SM MHz", "memory MHz", "NVML avg power W", "energy counter power W",
+               "temperature C", *(f"{name} share" for name in reasons), "not recorded"]
     rows = []
     for side, state in sides:
         st: dict[str, Any] = state or {}
         readings = [number(st.get(k), f"{st[k]:.0f}" if st.get(k) is not None else "-")
-                    for k in (*READINGS[:3], "window_power_w", READINGS[3])]
+                    for k in (*READINGS[:3], "energy_power_w", READINGS[3])]
         shares = [number(st.get("reason_share", {}).get(name, 0.0) if st.get("recorded") else None,
                          f"{100.0 * st.get('reason_share', {}).get(name, 0.0):.0f}%") for name in reasons]
         rows.append([Cell(side), number(st.get("windows"), str(st.get("windows"))),

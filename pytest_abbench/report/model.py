@@ -31,6 +31,9 @@ SCHEMA_VERSION = 9  # 3: OpReport.caliber_mismatch; 4: Report.complete and faile
 # and throughput, OpReport.peak (report/peak.py); ShapeReport.gpu (the shape's own clocks and power per side),
 # optional with a default
 # 9: Report.allow_caliber_mismatch (abbench gate judges a report by the session's rule, the session's option included)
+# 9 also: ShapeReport.energy_withheld and OpReport.energy_withheld, optional with defaults; gpu_state's and
+# ShapeReport.gpu's energy_power_w (the energy counter's power; window_power_w, a median of per-window figures, is
+# gone), optional: a report without it gives NVML's averaged figure, labelled so
 
 
 @dataclass
@@ -71,6 +74,7 @@ class ShapeReport:
     energy_b_j: float | None = None
     energy_delta_pct: float | None = None  # median over rounds of B's energy per call against A's
     energy_ci_pct: tuple[float, float] | None = None  # t-interval of the per-round energy log ratios
+    energy_withheld: str = ""  # why no energy per call is stated: the windows were too short for the counter
     work: dict[str, Any] = field(default_factory=dict)  # per call as the campaign declares it: flops, bytes, dtype
     throughput: dict[str, Any] = field(default_factory=dict)  # side -> achieved TFLOP/s, GB/s and % of peak
     gpu: dict[str, Any] = field(default_factory=dict)  # side -> this shape's median SM clock, power, power-cap share
@@ -118,6 +122,7 @@ class OpReport:
     regimes_note: str = ""  # --ab-regime both: how this op's other regime's delta compares with this one's
     energy_geomean_pct: float | None = None  # geomean over shapes of B's energy per call against A's
     energy_geomean_ci_pct: tuple[float, float] | None = None
+    energy_withheld: str = ""  # why the op states no energy per call: every shape's windows too short for the counter
     peak: str = ""  # where the % of peak comes from (report/peak.py), or why there is none
     autotune: str = ""  # which tuner keys were pinned from which side (report/build.py autotune_pins_line)
 
