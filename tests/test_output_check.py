@@ -153,3 +153,14 @@ def test_a_corrupt_output_record_is_named(tmp_path: Path) -> None:
     path.write_text('{"schema": 1, "shape": {}}')
     with pytest.raises(ValueError, match=r"add\.json: field 'shapes'"):
         OutputRecord.open(path)
+
+
+def test_a_fingerprint_samples_inside_a_tensor_larger_than_float32_counts_exactly() -> None:
+    """Past 2**24 elements float32 positions round up to one past the end (a device-side assert on a GPU)."""
+    import torch
+
+    big = torch.zeros(2**24 + 4)  # the last position, 2**24 + 3, is a float32 tie that rounds up
+    big[-1] = 7.0
+    kept = fingerprint(big)
+    assert len(kept["values"]) == 64 and float.fromhex(kept["values"][-1]) == 7.0
+    assert float.fromhex(kept["values"][0]) == 0.0

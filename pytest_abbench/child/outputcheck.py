@@ -33,8 +33,10 @@ def fingerprint(output: Any) -> Any:
     if isinstance(output, torch.Tensor):
         flat = output.detach().reshape(-1)
         n = flat.numel()
-        picked = torch.linspace(0, n - 1, steps=min(SAMPLES, n), device=flat.device).long() if n else None
-        values = flat.index_select(0, picked).double().cpu().tolist() if picked is not None else []
+        k = min(SAMPLES, n)
+        # Whole-number positions: a float linspace rounds past the last element beyond 2**24 of them.
+        picked = torch.arange(k, dtype=torch.long, device=flat.device) * (n - 1) // max(k - 1, 1)
+        values = flat.index_select(0, picked).double().cpu().tolist() if n else []
         wide = flat.double() if not flat.is_complex() else torch.view_as_real(flat).double()
         sums = [float(wide.sum()), float(wide.abs().sum())] if n else [0.0, 0.0]
         return {"tensor": [list(output.shape), str(output.dtype)], "sums": [s.hex() for s in sums],
