@@ -45,6 +45,7 @@ class CellRun:
     outcome: CellOutcome
     failure: str | None
     notices: list[str] = field(default_factory=list)  # lines for the terminal (a refused SERVER_IMPORTS module)
+    kernel_cache: Path | None = None  # the side's Triton cache folder (origin.json keeps it: abbench kernels export)
 
 
 class CellRunner:
@@ -310,14 +311,16 @@ class CellRunner:
         self.precompiled_kernels[key.op] = result.kernels
         return time.monotonic() - started
 
-    def write_notices(self, campaign: Campaign, key: CellKey, cell_dir: Path, log_path: Path) -> None:
-        """Say in the cell's log which kernel cache its side uses, and anything that went wrong finding it."""
+    def write_notices(self, campaign: Campaign, key: CellKey, cell_dir: Path, log_path: Path) -> Path:
+        """Say in the cell's log which kernel cache its side uses, and anything that went wrong finding it;
+        returns the folder."""
         folder = self.triton_cache(campaign, key.side, self.env(campaign, key, cell_dir))
         with open(log_path, "a", encoding="utf-8") as log:
             for notice in self.kernel_caches.notices:
                 log.write(f"[abbench] {notice}\n")
             log.write(f"[abbench] side {key.side} kernel cache: {folder}\n")
         self.kernel_caches.notices.clear()
+        return folder
 
     def run(self, campaign: Campaign, key: CellKey) -> CellRun:
         """Run the cell's child to the end (or its timeout) and read what it left."""
@@ -333,7 +336,7 @@ class CellRunner:
             tunercache.seed_from_record(self.layout.root, key.op, cell_dir / tunercache.CELL_CACHE_DIR,
                                         key.side if side_mode == "replay" else None)
         (cell_dir / TIMING_FILE).unlink(missing_ok=True)  # an earlier attempt's parts are not this one's
-        self.write_notices(campaign, key, cell_dir, log_path)
+        kernel_cache = self.write_notices(campaign, key, cell_dir, log_path)
         child = self.start_cell(campaign, key, cell_dir, log_path)
         ended = time.time()
         # No campaign name: a server may have been started ahead for another campaign's cells, or be shared by
@@ -374,7 +377,7 @@ class CellRunner:
             detail = "\n".join(problems[:20])
             failure = (f"{header} after {child.elapsed_s:.1f}s\n{detail}\n"
                        f"--- tail of {log_path} ---\n{log_tail(log_path)}")
-        return CellRun(outcome, failure, notices)
+        return CellRun(outcome, failure, notices, kernel_cache)
 
 
 def add_parent_timing(cell_dir: Path, precompile_s: float, ended: float, elapsed_s: float,
