@@ -122,3 +122,30 @@ def test_keys_follow_side_switch_environment_source_and_device(tmp_path: Path) -
     off = KernelCaches("off", RootLayout(tmp_path / "root"), "interpreter", None)
     assert folder(into=off) == tmp_path / "root" / "cache" / "triton_A"
     assert json.loads((base / "abbench-key.json").read_text())["side"] == "A"
+
+
+def export(root: Path, side: str, out: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """``abbench kernels export ROOT --side SIDE -o OUT``: its exit code and what it printed."""
+    from pytest_abbench.cli import main
+
+    code = main(["kernels", "export", str(root), "--side", side, "-o", str(out)])
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
+
+
+def test_export_names_what_it_cannot_write(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A root without the record, and one whose side compiled into the root's own cache (``off``)."""
+    root = tmp_path / "root"
+    cell = root / "r1_A" / "add"
+    cell.mkdir(parents=True)
+    code, said = export(root, "A", tmp_path / "a.tgz", capsys)
+    assert code == 2 and "no cell of side A" in said and "names its kernel cache" in said, said
+    own = root / "cache" / "triton_A"
+    (own / "abc").mkdir(parents=True)
+    (own / "abc" / "k.cubin").write_bytes(b"x")
+    (cell / "origin.json").write_text(json.dumps({"schema": 1, "host": "h", "worker": "main", "cell_dir": str(cell),
+                                                  "kernel_cache": str(own), "campaign": "kc.py"}))
+    code, said = export(root, "A", tmp_path / "a.tgz", capsys)
+    assert code == 2 and f"side A compiled into {own}, which has no kernel cache key" in said, said
+    assert not (tmp_path / "a.tgz").exists()
+
