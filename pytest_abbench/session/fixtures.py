@@ -26,7 +26,7 @@ import pytest
 
 from pytest_abbench.core.exitcodes import TIMEOUT, status_word
 from pytest_abbench.core.layout import SIDES, CellKey, ir_dir, run_log
-from pytest_abbench.core.outcome import NO_GPU, NO_IR_DIFF, CellOutcome
+from pytest_abbench.core.outcome import IMPORT_REFUSED, NO_GPU, NO_IR_DIFF, CellOutcome
 from pytest_abbench.session.campaign_session import SHIPPED_KEY, AbbenchSession, session_of
 from pytest_abbench.session.cells import CALIBER_PROPERTY, GATE_PROPERTY, NOTICE_PROPERTY, PlannedCell
 
@@ -90,6 +90,11 @@ class Cell:
             self.record(CellOutcome(self.key, self.folder, NO_GPU, self.campaign.switch.describe(),
                                     str(self.planned.campaign_path), rc=0))
             pytest.fail(f"cell {self.key} not started: {session.gpu_problem}", pytrace=False)
+        refused = session.runner().kernel_import_refusal(self.campaign, self.key, session.campaigns)
+        if refused is not None:
+            self.record(CellOutcome(self.key, self.folder, IMPORT_REFUSED, self.campaign.switch.describe(),
+                                    str(self.planned.campaign_path), rc=0))
+            pytest.fail(f"cell {self.key} not started: {refused}", pytrace=False)
         session.root.set_aside(self.key)
         started = time.monotonic()
         try:

@@ -58,7 +58,8 @@ class CellRunner:
         self.gpu = gpu
         self.check = check  # called while a child runs: stops the session when it must not go on
         self.spawn: CellSpawn = ForkSpawn(layout.servers) if settings.spawn == "fork" else ExecSpawn()
-        self.kernel_caches = KernelCaches(settings.kernel_cache, layout, settings.backend, gpu)
+        self.kernel_caches = KernelCaches(settings.kernel_cache, layout, settings.backend, gpu,
+                                          settings.kernel_imports)
         self._sources: dict[Path, str] = {}  # campaign file -> source hash, read once per session
         self.precompiled: set[str] = set()
         self.precompiled_kernels: dict[str, dict[str, KernelCounts]] = {}  # op -> its precompile's counts by side
@@ -312,8 +313,8 @@ class CellRunner:
         return time.monotonic() - started
 
     def write_notices(self, campaign: Campaign, key: CellKey, cell_dir: Path, log_path: Path) -> Path:
-        """Say in the cell's log which kernel cache its side uses, and anything that went wrong finding it;
-        returns the folder."""
+        """Say in the cell's log which kernel cache its side uses, and anything that went wrong finding it (or
+        seeding it from a kernel file); returns the folder."""
         folder = self.triton_cache(campaign, key.side, self.env(campaign, key, cell_dir))
         with open(log_path, "a", encoding="utf-8") as log:
             for notice in self.kernel_caches.notices:
@@ -321,6 +322,16 @@ class CellRunner:
             log.write(f"[abbench] side {key.side} kernel cache: {folder}\n")
         self.kernel_caches.notices.clear()
         return folder
+
+    def kernel_import_refusal(self, campaign: Campaign, key: CellKey, session_campaigns: Iterable[Path]) -> str | None:
+        """With ``--ab-kernel-import``: look up both sides' kernel cache keys of ``key``'s campaign (seeding each
+        side's folder from the file of its key) and say why its cells must not run, if a file is refused."""
+        if not self.kernel_caches.imports:
+            return None
+        for side in SIDES:
+            side_key = CellKey(key.round, key.op, side)
+            self.env(campaign, side_key, self.layout.cell(side_key))
+        return self.kernel_caches.import_refusal(campaign.path, {path.stem for path in session_campaigns})
 
     def run(self, campaign: Campaign, key: CellKey) -> CellRun:
         """Run the cell's child to the end (or its timeout) and read what it left."""
