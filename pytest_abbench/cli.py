@@ -8,6 +8,7 @@
     abbench summary --ab CELL_A CELL_B
     abbench history [--history FILE] [--op OP [--shape S] [--plot PNG]] [--html FILE]
     abbench bisect GOOD BAD [--repo PATH] [--build CMD] [--rounds N] [--max-rounds N] [--share F] -- PYTEST_ARGS
+    abbench kernels export ROOT --side A|B -o FILE [--campaign NAME]
 
 ``ROOT`` is a campaign root (a session's ``--ab-root``): its report, its plan
 from campaign.json, every round on disk.  ``--ab`` compares two separate runs:
@@ -23,7 +24,10 @@ judged from ROOT/report.json alone, and 2 for a root without a report (the
 session stopped before it: a mistyped option, a bad environment variable);
 ``comment`` exits 0, or 2 as ``gate``.  ``history`` exits 0, or 2 for an
 unusable history file; ``bisect``'s codes are in ``history/bisect.py``
-(docs/guide/history.md).
+(docs/guide/history.md).  ``kernels export`` writes the kernel cache folder a
+side's cells of ROOT used (``origin.json`` names it) into one file that a
+session's ``--ab-kernel-import`` seeds a cache from; it exits 0, or 2 when
+there is nothing it can export.
 """
 
 from __future__ import annotations
@@ -310,6 +314,56 @@ def bisect(args: argparse.Namespace) -> int:
     return Bisection(options, lambda line: print(line, flush=True)).run()
 
 
+def kernels_export(args: argparse.Namespace) -> int:
+    """Write the kernel cache folder side ``--side`` of ROOT used, with its key, into one file (``-o``)."""
+    from pytest_abbench.core.kernelarchive import (KernelArchiveError, cache_files, key_of_folder, recorded_folders,
+                                                   write_archive)
+
+    def refuse(why: str) -> int:
+        print(f"abbench kernels export: {why}", file=sys.stderr)
+        return EXIT_USAGE
+
+    layout = RootLayout(Path(args.root))
+    if not layout.root.is_dir():
+        return refuse(f"{layout.root} is not a campaign root (no such folder)")
+    found = recorded_folders(layout, args.side)
+    if args.campaign is not None:
+        found = {folder: names for folder, names in found.items()
+                 if any(name == args.campaign or Path(name).name == args.campaign or Path(name).stem == args.campaign
+                        for name in names)}
+    if not found:
+        which = f" of campaign {args.campaign}" if args.campaign is not None else ""
+        return refuse(f"no cell of side {args.side}{which} in {layout.root} names its kernel cache (origin.json): "
+                      "none ran, or the root was written before kernel caches were recorded")
+    if len(found) > 1:
+        listed = "; ".join(f"{folder} ({', '.join(sorted(names))})" for folder, names in sorted(found.items()))
+        return refuse(f"side {args.side}'s cells of {layout.root} used {len(found)} kernel caches: {listed}; "
+                      "name one campaign with --campaign")
+    (folder, _), = found.items()
+    if not folder.is_dir():
+        return refuse(f"side {args.side}'s kernel cache {folder} is not on this host (its cells' origin.json "
+                      "names the host they ran on): export it there")
+    try:
+        key = key_of_folder(folder)
+    except KernelArchiveError as exc:
+        return refuse(f"side {args.side} compiled into {folder}, which has no kernel cache key "
+                      f"(--ab-kernel-cache off keeps a root's own cache, for its run only): {exc}")
+    if key.get("side") != args.side:
+        return refuse(f"{folder} holds side {key.get('side')}'s key, not side {args.side}'s")
+    if not cache_files(folder):
+        return refuse(f"side {args.side}'s kernel cache {folder} holds no kernels: nothing written")
+    out = Path(args.output)
+    if out.is_dir():
+        return refuse(f"-o {out} is a folder: name the file to write")
+    try:
+        files, kernels = write_archive(folder, out)
+    except OSError as exc:
+        return refuse(f"cannot write {out}: {exc}")
+    print(f"abbench kernels export: wrote {out}: side {args.side}'s kernel cache {folder} "
+          f"({kernels} kernel(s), {files} file(s); key {key.get('campaign')}, {key.get('device')})")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="abbench", description=__doc__.splitlines()[0] if __doc__ else None)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -374,6 +428,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the folder of a commit's tree that goes on the import path (default the tree itself; "
                         "Triton's own tree: python)")
     b.set_defaults(func=bisect, pytest_args=[])
+
+    k = sub.add_parser("kernels", help="carry a side's persistent kernel cache to another machine")
+    ksub = k.add_subparsers(dest="kernels_command", required=True)
+    e = ksub.add_parser("export", help="write the kernel cache a side of a finished root used, with its key, into "
+                                       "one file; a session's --ab-kernel-import seeds a cache from it")
+    e.add_argument("root", help="the --ab-root a session was given")
+    e.add_argument("--side", required=True, choices=SIDES, help="the side whose kernel cache is written")
+    e.add_argument("-o", "--output", required=True, metavar="FILE", help="the file to write (replaced atomically)")
+    e.add_argument("--campaign", default=None, metavar="NAME",
+                   help="a root of several campaigns: the campaign file (path, name or stem) whose cache is written")
+    e.set_defaults(func=kernels_export)
     return parser
 
 

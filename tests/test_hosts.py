@@ -50,7 +50,8 @@ def _rows(root: Path) -> set[tuple[int, str, str, str, int]]:
 
 
 def test_workers_in_folders_of_their_own_ship_every_cell_to_the_controllers_root(campaign_dir: pytest.Pytester,
-                                                                                 tmp_path: Path) -> None:
+                                                                                 tmp_path: Path,
+                                                                                 kernel_cache_home: Path) -> None:
     # The campaign folder lies outside the controller's rootdir: a worker's node id (camp/c.py, relative
     # to its own folder) names no file there.  That was an INTERNALERROR at collection.
     campaign = tmp_path / "camp"
@@ -82,6 +83,10 @@ def test_workers_in_folders_of_their_own_ship_every_cell_to_the_controllers_root
         # Measured in the worker's own scratch root, outside the controller's root; the full log stayed there.
         assert measured.is_relative_to(scratch) and not measured.is_relative_to(parallel)
         assert origin["worker"] in ("gw0", "gw1") and Path(origin["run_log"]).stat().st_size == origin["run_log_bytes"]
+        # The kernel cache the worker's side compiled into, on its host (abbench kernels export reads it).
+        kernels = Path(origin["kernel_cache"])
+        assert kernels.parent == kernel_cache_home / "pytest-abbench" / "kernels", kernels
+        assert kernels.name.startswith(f"c-{folder.parent.name[-1]}-") and (kernels / "abbench-key.json").is_file()
         assert (folder / RESULTS_FILE).read_bytes() == (measured / RESULTS_FILE).read_bytes()
         tail = (folder / LOG_TAIL_FILE).read_bytes()
         assert tail and (measured / RUN_LOG).read_bytes().endswith(tail)

@@ -1,5 +1,7 @@
 """The persistent per-side kernel cache (``--ab-kernel-cache``): a second run compiles nothing, a changed
 switch or campaign gets a key of its own, ``off`` keeps the root's own cache; compile counts reach the report.
+A side's cache exported as one file (``abbench kernels export``) seeds an empty cache (``--ab-kernel-import``)
+when its key is the side's, and is refused otherwise, as is a torn file or one with a member outside the folder.
 
 Real sessions of a real Triton kernel in the interpreter: round 1 compiles it for cuda:90 (the IR capture),
 through the side's Triton cache, and Triton's compile listener counts what was loaded and what was compiled.
@@ -8,6 +10,7 @@ through the side's Triton cache, and Triton's compile listener counts what was l
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -122,3 +125,143 @@ def test_keys_follow_side_switch_environment_source_and_device(tmp_path: Path) -
     off = KernelCaches("off", RootLayout(tmp_path / "root"), "interpreter", None)
     assert folder(into=off) == tmp_path / "root" / "cache" / "triton_A"
     assert json.loads((base / "abbench-key.json").read_text())["side"] == "A"
+
+
+def export(root: Path, side: str, out: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """``abbench kernels export ROOT --side SIDE -o OUT``: its exit code and what it printed."""
+    from pytest_abbench.cli import main
+
+    code = main(["kernels", "export", str(root), "--side", side, "-o", str(out)])
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
+
+
+def test_an_exported_side_seeds_an_empty_cache_and_a_changed_key_is_refused(
+        campaign_dir: pytest.Pytester, kernel_cache_home: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import tarfile
+
+    monkeypatch.setenv("ABBENCH_PASS_DUMP", "0")
+    campaign_dir.makepyfile(kc=CAMPAIGN)
+    first = kernels(campaign_dir, campaign_dir.path / "root1")
+    assert first["A"]["compiled"] > 0 and first["B"]["compiled"] > 0, first
+
+    # The root names the folder each side's cells compiled into; the file holds that folder and its key.
+    exported = {side: campaign_dir.path / f"kernels-{side}.tar.gz" for side in "AB"}
+    for side, out in exported.items():
+        code, said = export(campaign_dir.path / "root1", side, out, capsys)
+        assert code == 0, said
+        assert f"wrote {out}: side {side}'s kernel cache" in said, said
+    with tarfile.open(exported["A"]) as tar:
+        names = tar.getnames()
+    assert names[0] == "abbench-key.json" and len({n.split("/")[0] for n in names[1:]}) == first["A"]["compiled"]
+    assert not list(campaign_dir.path.glob(".kernels-*"))  # no temporary file left beside it
+
+    # A fresh machine: an empty cache folder seeded with side A's file compiles nothing for A, B as before.
+    empty = campaign_dir.path / "fresh-cache"
+    seeded = kernels(campaign_dir, campaign_dir.path / "root2", "--ab-kernel-cache", str(empty),
+                     "--ab-kernel-import", str(exported["A"]))
+    assert seeded["A"] == {"loaded": first["A"]["compiled"], "compiled": 0}, seeded
+    assert seeded["B"]["compiled"] == first["B"]["compiled"], seeded
+    log = (campaign_dir.path / "root2" / "r1_A" / "add" / "run.log").read_text()
+    assert f"kernel cache: imported {exported['A']} into {empty}" in log, log
+
+    # Side B's file under another switch: refused before any cell starts, naming the field and the side.
+    result = campaign_dir.runpytest_subprocess("kc.py", "--ab-root", str(campaign_dir.path / "root3"), *ARGS,
+                                               "--ab-switch-env", "ABBENCH_TEST_SWITCH=2",
+                                               "--ab-kernel-import", str(exported["B"]))
+    assert result.ret == 1, result.stdout.str()[-3000:]
+    result.stdout.fnmatch_lines([
+        f"*cell add[[]r1-A[]] not started: --ab-kernel-import {exported['B']}: refused, its kernels were compiled "
+        "under another key than side B's of kc.py in this session; "
+        "switch_env.ABBENCH_TEST_SWITCH: file '1', this session '2'; nothing imported*"])
+    assert "KERNEL_IMPORT_REFUSED" in (campaign_dir.path / "root3" / "status.tsv").read_text()
+    assert not (campaign_dir.path / "root3" / "r1_A" / "add" / "run.log").exists()  # no child started
+
+
+def test_export_names_what_it_cannot_write(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A root without the record, and one whose side compiled into the root's own cache (``off``)."""
+    root = tmp_path / "root"
+    cell = root / "r1_A" / "add"
+    cell.mkdir(parents=True)
+    code, said = export(root, "A", tmp_path / "a.tgz", capsys)
+    assert code == 2 and "no cell of side A" in said and "names its kernel cache" in said, said
+    own = root / "cache" / "triton_A"
+    (own / "abc").mkdir(parents=True)
+    (own / "abc" / "k.cubin").write_bytes(b"x")
+    (cell / "origin.json").write_text(json.dumps({"schema": 1, "host": "h", "worker": "main", "cell_dir": str(cell),
+                                                  "kernel_cache": str(own), "campaign": "kc.py"}))
+    code, said = export(root, "A", tmp_path / "a.tgz", capsys)
+    assert code == 2 and f"side A compiled into {own}, which has no kernel cache key" in said, said
+    assert not (tmp_path / "a.tgz").exists()
+
+
+KEY = {"schema": 1, "campaign": "kc", "side": "A", "triton": {"version": "0"}, "switch_env": {}, "env": {},
+       "campaign_source": "0", "device": "interpreter"}
+
+
+def kernel_file(path: Path, members: dict[str, bytes], links: dict[str, str] | None = None) -> Path:
+    """A gzip'd tar holding ``KEY`` and ``members`` (name -> content), and symbolic links (name -> target)."""
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in {"abbench-key.json": json.dumps(KEY).encode(), **members}.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        for name, target in (links or {}).items():
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = tarfile.SYMTYPE, target
+            tar.addfile(info)
+    return path
+
+
+@pytest.mark.parametrize("bad", ["../outside", "/tmp/abs", "link"])
+def test_a_kernel_file_member_outside_the_folder_is_refused(campaign_dir: pytest.Pytester, bad: str) -> None:
+    campaign_dir.makepyfile(kc=CAMPAIGN)
+    members = {"abc/add_kernel.cubin": b"x"}
+    links = {}
+    if bad == "link":
+        links["abc/link"] = "/etc/passwd"
+    else:
+        members[bad] = b"planted"
+    tampered = kernel_file(campaign_dir.path / "tampered.tgz", members, links)
+    result = campaign_dir.runpytest_subprocess("kc.py", *ARGS, "--ab-kernel-import", str(tampered))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()[-3000:]
+    name = "abc/link" if bad == "link" else bad
+    why = {"../outside": "a path that climbs out of the folder", "/tmp/abs": "an absolute path", "link": "a link"}[bad]
+    result.stderr.fnmatch_lines([f"*--ab-kernel-import: {tampered}: member {name!r} is {why}*: refused*"])
+    assert not (campaign_dir.path.parent / "outside").exists()
+
+
+def test_a_truncated_kernel_file_is_refused_naming_it(campaign_dir: pytest.Pytester) -> None:
+    campaign_dir.makepyfile(kc=CAMPAIGN)
+    whole = kernel_file(campaign_dir.path / "whole.tgz", {"abc/add_kernel.cubin": os.urandom(50_000)})
+    # Cut in a member's data, and cut in gzip's trailer only (its CRC and length: every member still reads).
+    for name, size in (("torn.tgz", whole.stat().st_size * 2 // 3), ("no-trailer.tgz", whole.stat().st_size - 6)):
+        torn = campaign_dir.path / name
+        torn.write_bytes(whole.read_bytes()[:size])
+        result = campaign_dir.runpytest_subprocess("kc.py", *ARGS, "--ab-kernel-import", str(torn))
+        assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()[-3000:]
+        result.stderr.fnmatch_lines([f"*--ab-kernel-import: {torn}: *truncated*"])
+    result = campaign_dir.runpytest_subprocess("kc.py", *ARGS, "--ab-kernel-import", str(whole),
+                                               "--ab-kernel-cache", "off")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--ab-kernel-import needs a kernel cache to seed: --ab-kernel-cache is off*"])
+
+
+def test_unpacking_keeps_the_files_a_cache_holds(tmp_path: Path) -> None:
+    """Triton may be reading the folder: a file already there is never replaced, the others arrive whole."""
+    from pytest_abbench.core.kernelarchive import read_archive, unpack
+
+    archive = read_archive(kernel_file(tmp_path / "k.tgz", {"abc/add_kernel.cubin": b"new",
+                                                             "abc/__grp__add_kernel.json": b"{}",
+                                                             "def/add_kernel.cubin": b"other"}))
+    folder = tmp_path / "cache"
+    (folder / "abc").mkdir(parents=True)
+    (folder / "abc" / "add_kernel.cubin").write_bytes(b"old")
+    assert unpack(archive, folder) == 2
+    assert (folder / "abc" / "add_kernel.cubin").read_bytes() == b"old"
+    assert (folder / "def" / "add_kernel.cubin").read_bytes() == b"other"
+    assert sorted(p.name for p in folder.rglob("*") if p.name.startswith(".")) == []  # no temporary file left

@@ -151,6 +151,7 @@ class Origin(TypedDict, total=False):
     ir_fingerprint: str | None
     campaign: str
     campaign_hash: str | None
+    kernel_cache: str  # the Triton cache folder of the cell's side on ``host`` (``abbench kernels export`` reads it)
 
 
 ORIGIN_REQUIRED = ("host", "worker", "cell_dir")

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, TypeVar, get_args, get_type_hints
+from typing import Any, BinaryIO, Callable, Iterator, TypeVar, get_args, get_type_hints
 
 
 def current_umask() -> int:
@@ -24,11 +25,20 @@ def current_umask() -> int:
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Replace ``path`` so that a reader sees the old file or the new one, never half of one.
+    """Replace ``path`` so that a reader sees the old file or the new one, never half of one (``atomic_file``)."""
+    with atomic_file(path) as handle:
+        handle.write(data)
 
-    An existing file keeps its mode; a new one gets the mode a plain ``open``
-    would give it (0644 under umask 022), like the logs beside it: mkstemp's
-    own 0600 would hide it from the other users who read a shared root.
+
+@contextmanager
+def atomic_file(path: Path) -> Iterator[BinaryIO]:
+    """A binary file to write ``path``'s new content into; it replaces ``path`` when the block ends cleanly.
+
+    A reader sees the old file or the new one, never half of one; a block
+    that raises leaves ``path`` as it was.  An existing file keeps its mode;
+    a new one gets the mode a plain ``open`` would give it (0644 under umask
+    022), like the logs beside it: mkstemp's own 0600 would hide it from the
+    other users who read a shared root.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     mode = path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~current_umask()
@@ -36,7 +46,7 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as handle:
             os.fchmod(handle.fileno(), mode)
-            handle.write(data)
+            yield handle
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)

@@ -49,6 +49,16 @@ def kernel_cache_option(text: str) -> str:
     return os.path.abspath(os.path.expanduser(text))
 
 
+def kernel_file_option(text: str) -> Path:
+    """argparse type for --ab-kernel-import: a kernel file ``abbench kernels export`` wrote (read at resolution)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a kernel file, got an empty value")
+    path = Path(os.path.abspath(os.path.expanduser(text)))
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"{text!r}: no such file")
+    return path
+
+
 def default_base(environ: Mapping[str, str] | None = None) -> Path:
     """``$XDG_CACHE_HOME/pytest-abbench/kernels``, ``~/.cache/pytest-abbench/kernels`` without it (XDG rules:
     a relative XDG_CACHE_HOME is ignored)."""

@@ -26,6 +26,7 @@ IR_ONLY = "IR_ONLY"  # --ab-ir-only: compiled for the target, timed nothing
 FAILED_SHAPES = "FAILED_SHAPES"  # the child exited 0 but some shapes failed
 NO_SHAPES = "NO_SHAPES"  # the child exited 0 having measured nothing
 NO_GPU = "NO_GPU"  # the worker has no GPU of its own: the cell never started
+IMPORT_REFUSED = "KERNEL_IMPORT_REFUSED"  # an --ab-kernel-import file is neither side's key: the cell never started
 WORKER_LOST = "WORKER_LOST"  # its xdist worker died before the cell finished: it runs again on --ab-resume
 NO_ROW = "NO_STATUS_ROW"  # a cell folder on disk without a status.tsv row: crashed, or still running
 # --ab-rounds auto: a round its op did not need, skipped.  Decided again on --ab-resume (the same rounds give the same
@@ -67,7 +68,7 @@ class CellOutcome:
     @property
     def measured(self) -> bool:
         """The child ran and wrote files worth comparing (identity, IR)."""
-        return self.status not in (NO_IR_DIFF, NO_GPU, WORKER_LOST, *NOT_NEEDED)
+        return self.status not in (NO_IR_DIFF, NO_GPU, IMPORT_REFUSED, WORKER_LOST, *NOT_NEEDED)
 
     def to_row(self) -> StatusRow:
         return StatusRow(self.key.round, self.key.op, self.key.role, self.switch, self.rc, self.status,

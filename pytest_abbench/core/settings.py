@@ -263,6 +263,7 @@ class Settings:
     history_label: str = ""  # --ab-history-label: a word kept with the run (a bisection's step)
     summary_md: Path | None = None  # --ab-summary-md: where the markdown summary goes (report/markdown.py)
     kernel_cache: str = "auto"  # --ab-kernel-cache: auto (the user's cache folder), off (the root's), or a folder
+    kernel_imports: tuple[Path, ...] = ()  # --ab-kernel-import: kernel files seeding the folders of their keys
     # --ab-perf-report: perf_report scripts are campaigns, side A running the first line_vals entry, B the second
     # (the same one for --ab-provider); None: only campaign files are
     perf_report: tuple[str, str] | None = None

@@ -26,7 +26,7 @@ import pytest
 
 from pytest_abbench.core.exitcodes import TIMEOUT, status_word
 from pytest_abbench.core.layout import SIDES, CellKey, ir_dir, run_log
-from pytest_abbench.core.outcome import NO_GPU, NO_IR_DIFF, CellOutcome
+from pytest_abbench.core.outcome import IMPORT_REFUSED, NO_GPU, NO_IR_DIFF, CellOutcome
 from pytest_abbench.session.campaign_session import SHIPPED_KEY, AbbenchSession, session_of
 from pytest_abbench.session.cells import CALIBER_PROPERTY, GATE_PROPERTY, NOTICE_PROPERTY, PlannedCell
 
@@ -54,11 +54,12 @@ class Cell:
     def folder(self) -> Path:
         return self.session.root.layout.cell(self.key)
 
-    def record(self, outcome: CellOutcome) -> None:
+    def record(self, outcome: CellOutcome, kernel_cache: Path | None = None) -> None:
         """Carry the outcome on the test's reports, and its files to the process that writes the root.
 
         That process (the xdist controller, or this one in a serial session)
-        lands them and appends the status row (``transport.land``).
+        lands them and appends the status row (``transport.land``).  ``kernel_cache``: the Triton cache folder
+        the cell's side used, kept in its ``origin.json``.
         """
         from pytest_abbench.session.transport import pack
 
@@ -66,7 +67,7 @@ class Cell:
         session = self.session
         name = os.path.relpath(self.planned.campaign_path, session.config.rootpath)
         self.node.stash[SHIPPED_KEY] = pack(outcome, session.root.layout, session.worker, Path(name).as_posix(),
-                                            outcome.measured)
+                                            outcome.measured, kernel_cache)
         self.node.user_properties.extend(outcome.report_properties())
         self.node.user_properties.extend((NOTICE_PROPERTY, line) for line in self.session.root.notices)
         self.session.root.notices.clear()
@@ -89,6 +90,11 @@ class Cell:
             self.record(CellOutcome(self.key, self.folder, NO_GPU, self.campaign.switch.describe(),
                                     str(self.planned.campaign_path), rc=0))
             pytest.fail(f"cell {self.key} not started: {session.gpu_problem}", pytrace=False)
+        refused = session.runner().kernel_import_refusal(self.campaign, self.key, session.campaigns)
+        if refused is not None:
+            self.record(CellOutcome(self.key, self.folder, IMPORT_REFUSED, self.campaign.switch.describe(),
+                                    str(self.planned.campaign_path), rc=0))
+            pytest.fail(f"cell {self.key} not started: {refused}", pytrace=False)
         session.root.set_aside(self.key)
         started = time.monotonic()
         try:
@@ -100,7 +106,7 @@ class Cell:
                                     str(self.planned.campaign_path), rc=TIMEOUT,
                                     elapsed_s=time.monotonic() - started))
             raise
-        self.record(cell_run.outcome)
+        self.record(cell_run.outcome, cell_run.kernel_cache)
         self.node.user_properties.extend((NOTICE_PROPERTY, line) for line in cell_run.notices)
         if cell_run.failure is not None:
             pytest.fail(cell_run.failure, pytrace=False)

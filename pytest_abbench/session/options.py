@@ -17,7 +17,7 @@ from typing import Any, Callable
 import pytest
 
 from pytest_abbench.core import cellconfig, envnames
-from pytest_abbench.core.kernelcache import kernel_cache_option
+from pytest_abbench.core.kernelcache import OFF, kernel_cache_option, kernel_file_option
 from pytest_abbench.core.layout import ABBENCH_DIR, HISTORY_FILE, STATUS_FILE
 from pytest_abbench.core.regimes import BOTH, BURST, DEFAULT_REGIME, REGIME_CHOICES, STEADY
 from pytest_abbench.core.settings import (AUTO_FIRST, AUTO_LAST, CUDA_SAMPLES, DEFAULT_CELL_TIMEOUT_S,
@@ -107,6 +107,10 @@ def register(parser: pytest.Parser) -> None:
              "--ab-ir-target first")
     add("--ab-kernel-cache", type=kernel_cache_option, default=None, metavar="auto|off|DIR",
         help=KERNEL_CACHE_HELP)
+    add("--ab-kernel-import", type=kernel_file_option, action="append", default=[], metavar="FILE",
+        help="seed a side's kernel cache from a file `abbench kernels export` wrote (repeatable, one per side): "
+             "unpacked into the folder of the side whose key equals the file's; a file whose key is neither "
+             "side's refuses the campaign's cells, naming each key field that differs")
     add("--ab-control", action="store_true", default=False,
         help="A/A control: a third cell per round and op ([r<k>-A2]) runs side A again; each shape's A/A interval "
              "is printed, and where it excludes zero, directions no larger than that bias are withheld")
@@ -158,6 +162,24 @@ def _from_env_or_ini(config: pytest.Config, cli: Any, env_name: str | None, ini_
         except argparse.ArgumentTypeError as exc:
             raise pytest.UsageError(f"{source}={raw!r}: {exc}") from None
     return default, "default"
+
+
+def kernel_imports(config: pytest.Config, kernel_cache: str, kernel_cache_src: str) -> tuple[Path, ...]:
+    """--ab-kernel-import's files, each read whole before any cell runs (a torn file, a member that would land
+    outside the cache folder); an xdist worker reads them at its first cell, on its own host."""
+    files = tuple(dict.fromkeys(config.option.ab_kernel_import))
+    if files and kernel_cache == OFF:
+        raise pytest.UsageError(f"--ab-kernel-import needs a kernel cache to seed: --ab-kernel-cache is off "
+                                f"({kernel_cache_src})")
+    if files and not hasattr(config, "workerinput"):
+        from pytest_abbench.core.kernelarchive import KernelArchiveError, read_archive
+
+        for path in files:
+            try:
+                read_archive(path)
+            except KernelArchiveError as exc:
+                raise pytest.UsageError(f"--ab-kernel-import: {exc}") from None
+    return files
 
 
 def resolve(config: pytest.Config) -> Settings:
@@ -235,6 +257,7 @@ def resolve(config: pytest.Config) -> Settings:
         auto_min=auto_min,
         rounds_budget_s=opt.ab_rounds_budget,
         kernel_cache=kernel_cache,
+        kernel_imports=kernel_imports(config, kernel_cache, kernel_cache_src),
         perf_report=perf_report,
         summary_md=opt.ab_summary_md,
         pytest_benchmark=bool(opt.ab_pytest_benchmark),

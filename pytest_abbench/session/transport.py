@@ -120,6 +120,7 @@ class ShippedCell:
     log_tail: Blob = field(default_factory=lambda: {"text": ""})
     log_bytes: int = 0
     ir_fingerprint: str | None = None
+    kernel_cache: str | None = None  # the Triton cache folder of the cell's side, on its host
 
     @property
     def ran(self) -> bool:
@@ -132,7 +133,7 @@ class ShippedCell:
                            "pid": self.pid, "root": self.root, "campaign_name": self.campaign_name,
                            "campaign_hash": self.campaign_hash, "files": self.files, "root_files": self.root_files,
                            "log_tail": self.log_tail, "log_bytes": self.log_bytes,
-                           "ir_fingerprint": self.ir_fingerprint})
+                           "ir_fingerprint": self.ir_fingerprint, "kernel_cache": self.kernel_cache})
 
     @classmethod
     def from_json(cls, text: str, where: str = "shipped cell") -> "ShippedCell":
@@ -150,14 +151,18 @@ class ShippedCell:
 
         return cls(CellOutcome.from_fields(d.nested("outcome")), d.text("host"), d.text("worker"), d.whole("pid"),
                    d.text("root"), d.text("campaign_name"), d.text_or_none("campaign_hash"), blobs("files"),
-                   blobs("root_files"), _blob(d, "log_tail"), d.whole("log_bytes"), d.text_or_none("ir_fingerprint"))
+                   blobs("root_files"), _blob(d, "log_tail"), d.whole("log_bytes"), d.text_or_none("ir_fingerprint"),
+                   d.text_or_none("kernel_cache"))
 
     def origin(self) -> Origin:
-        """``origin.json``: where the cell ran and where its full log and TTGIR stay."""
-        return Origin(host=self.host, worker=self.worker, pid=self.pid, cell_dir=str(self.outcome.cell_dir),
-                      run_log=str(run_log(self.outcome.cell_dir)), run_log_bytes=self.log_bytes,
-                      ir_dir=str(ir_dir(self.outcome.cell_dir)), ir_fingerprint=self.ir_fingerprint,
-                      campaign=self.campaign_name, campaign_hash=self.campaign_hash)
+        """``origin.json``: where the cell ran and where its full log, TTGIR and its side's kernel cache stay."""
+        origin = Origin(host=self.host, worker=self.worker, pid=self.pid, cell_dir=str(self.outcome.cell_dir),
+                        run_log=str(run_log(self.outcome.cell_dir)), run_log_bytes=self.log_bytes,
+                        ir_dir=str(ir_dir(self.outcome.cell_dir)), ir_fingerprint=self.ir_fingerprint,
+                        campaign=self.campaign_name, campaign_hash=self.campaign_hash)
+        if self.kernel_cache:
+            origin["kernel_cache"] = self.kernel_cache
+        return origin
 
 
 def _blob(fields: Fields, name: str) -> Blob:
@@ -169,9 +174,9 @@ def _blob(fields: Fields, name: str) -> Blob:
 
 
 def pack(outcome: CellOutcome, layout: RootLayout, worker: str, campaign_name: str = "",
-         records: bool = False) -> ShippedCell:
+         records: bool = False, kernel_cache: Path | None = None) -> ShippedCell:
     """What a cell the process just ran (or skipped) sends; ``records``: it measured, so the records it writes
-    (``record_files``) go along."""
+    (``record_files``) go along; ``kernel_cache``: its side's Triton cache folder."""
     from pytest_abbench.checks.irgate import fingerprint_ttgir
 
     folder = outcome.cell_dir
@@ -184,7 +189,8 @@ def pack(outcome: CellOutcome, layout: RootLayout, worker: str, campaign_name: s
         file_hash(campaign) if campaign is not None and campaign.is_file() else None,
         read_blobs(folder, (folder / name for name in CELL_FILES)),
         read_blobs(layout.root, record_files(layout, outcome.key)) if records else {},
-        to_blob(tail), size, fingerprint_ttgir(ir_dir(folder)) if folder.is_dir() else None)
+        to_blob(tail), size, fingerprint_ttgir(ir_dir(folder)) if folder.is_dir() else None,
+        str(kernel_cache) if kernel_cache is not None else None)
 
 
 def _rewrite_identity(identity: bytes, measured_root: str, root: Path) -> bytes:

@@ -45,6 +45,7 @@ class CellRun:
     outcome: CellOutcome
     failure: str | None
     notices: list[str] = field(default_factory=list)  # lines for the terminal (a refused SERVER_IMPORTS module)
+    kernel_cache: Path | None = None  # the side's Triton cache folder (origin.json keeps it: abbench kernels export)
 
 
 class CellRunner:
@@ -57,7 +58,8 @@ class CellRunner:
         self.gpu = gpu
         self.check = check  # called while a child runs: stops the session when it must not go on
         self.spawn: CellSpawn = ForkSpawn(layout.servers) if settings.spawn == "fork" else ExecSpawn()
-        self.kernel_caches = KernelCaches(settings.kernel_cache, layout, settings.backend, gpu)
+        self.kernel_caches = KernelCaches(settings.kernel_cache, layout, settings.backend, gpu,
+                                          settings.kernel_imports)
         self._sources: dict[Path, str] = {}  # campaign file -> source hash, read once per session
         self.precompiled: set[str] = set()
         self.precompile_seconds: dict[str, float] = {}  # op -> its precompile's seconds, until its cell counts them
@@ -328,14 +330,26 @@ class CellRunner:
         if not result.failed and all(folder.is_dir() for folder in sides):  # one IR folder per side: forked shares
             self.precompile_ir[key.op] = (sides[0], sides[1])
 
-    def write_notices(self, campaign: Campaign, key: CellKey, cell_dir: Path, log_path: Path) -> None:
-        """Say in the cell's log which kernel cache its side uses, and anything that went wrong finding it."""
+    def write_notices(self, campaign: Campaign, key: CellKey, cell_dir: Path, log_path: Path) -> Path:
+        """Say in the cell's log which kernel cache its side uses, and anything that went wrong finding it (or
+        seeding it from a kernel file); returns the folder."""
         folder = self.triton_cache(campaign, key.side, self.env(campaign, key, cell_dir))
         with open(log_path, "a", encoding="utf-8") as log:
             for notice in self.kernel_caches.notices:
                 log.write(f"[abbench] {notice}\n")
             log.write(f"[abbench] side {key.side} kernel cache: {folder}\n")
         self.kernel_caches.notices.clear()
+        return folder
+
+    def kernel_import_refusal(self, campaign: Campaign, key: CellKey, session_campaigns: Iterable[Path]) -> str | None:
+        """With ``--ab-kernel-import``: look up both sides' kernel cache keys of ``key``'s campaign (seeding each
+        side's folder from the file of its key) and say why its cells must not run, if a file is refused."""
+        if not self.kernel_caches.imports:
+            return None
+        for side in SIDES:
+            side_key = CellKey(key.round, key.op, side)
+            self.env(campaign, side_key, self.layout.cell(side_key))
+        return self.kernel_caches.import_refusal(campaign.path, {path.stem for path in session_campaigns})
 
     def run(self, campaign: Campaign, key: CellKey) -> CellRun:
         """Run the cell's child to the end (or its timeout) and read what it left."""
@@ -352,7 +366,7 @@ class CellRunner:
             tunercache.seed_from_record(self.layout.root, key.op, cell_dir / tunercache.CELL_CACHE_DIR,
                                         key.side if side_mode == "replay" else None)
         (cell_dir / TIMING_FILE).unlink(missing_ok=True)  # an earlier attempt's parts are not this one's
-        self.write_notices(campaign, key, cell_dir, log_path)
+        kernel_cache = self.write_notices(campaign, key, cell_dir, log_path)
         child = self.start_cell(campaign, key, cell_dir, log_path)
         ended = time.time()
         # No campaign name: a server may have been started ahead for another campaign's cells, or be shared by
@@ -393,7 +407,7 @@ class CellRunner:
             detail = "\n".join(problems[:20])
             failure = (f"{header} after {child.elapsed_s:.1f}s\n{detail}\n"
                        f"--- tail of {log_path} ---\n{log_tail(log_path)}")
-        return CellRun(outcome, failure, notices)
+        return CellRun(outcome, failure, notices, kernel_cache)
 
 
 def add_parent_timing(cell_dir: Path, precompile_s: float, ended: float, elapsed_s: float,
