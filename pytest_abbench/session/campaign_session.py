@@ -132,6 +132,12 @@ class AbbenchSession:
                 campaign.switch = campaign.switch.with_env_b(self.settings.switch_env)
             if self.settings.switch_env_a is not None:
                 campaign.switch = campaign.switch.with_env_a(self.settings.switch_env_a)
+            if self.settings.reference:
+                from pytest_abbench.campaign.inprocess import not_applicable_notice
+
+                notice = not_applicable_notice(campaign)
+                if notice is not None:
+                    self.collection_notices.append(notice)
             self.campaigns[path] = campaign
         return self.campaigns[path]
 
