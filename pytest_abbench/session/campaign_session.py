@@ -75,6 +75,7 @@ class AbbenchSession:
         self.settings = settings
         self.campaigns: dict[Path, Campaign] = {}
         self.collection_notices: list[str] = []  # found while collecting, shown after it
+        self.notices_shown: set[str] = set()  # those shown (an xdist controller collects nothing, shows none)
         self.plan = CampaignPlan(settings.rounds, settings.control, settings.ir_only, auto_min=settings.auto_min)
         self.outcomes: dict[CellKey, CellOutcome] = {}
         self.gates: dict[str, irgate.GateDecision] = {}

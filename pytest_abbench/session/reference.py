@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
-from pytest_abbench.campaign.inprocess import build_env, why_not_in_one_process
+from pytest_abbench.campaign.inprocess import build_env, not_applicable_notice, why_not_in_one_process
 from pytest_abbench.campaign.model import Campaign, CampaignError, CampaignSkipped
 from pytest_abbench.core import envnames, reference, tunercache
 from pytest_abbench.core.exitcodes import describe, status_word
@@ -69,6 +69,10 @@ def run_references(session: AbbenchSession, judged: Iterable[str]) -> bool:
         wrote = True
         if why is not None:
             reference.append_not_applicable(layout.reference, op, campaign.path.name, why)
+            notice = not_applicable_notice(campaign)
+            if notice is not None and notice not in session.notices_shown:
+                session.notices_shown.add(notice)  # an xdist controller collected nothing: said here, once
+                session.write_line(notice)
             continue
         if not run_one(session, campaign, op):
             break
