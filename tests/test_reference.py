@@ -27,6 +27,7 @@ from pytest_abbench.child.reference import time_pairs
 from pytest_abbench.core import reference
 from pytest_abbench.core.layout import RootLayout
 from pytest_abbench.report import build_report
+from pytest_abbench.report.html import render_html
 from pytest_abbench.report.model import report_from_json
 from pytest_abbench.report.render import render_text
 
@@ -186,6 +187,8 @@ def test_a_reference_outside_the_cells_interval_is_flagged_and_keeps_the_verdict
     text = render_text(report)
     assert "slower [reference_differs]" in text
     assert "outside the cells' interval in 1 (reference_differs; the cells time each side in its own processes" in text
+    page = render_html(report)
+    assert "in-process ref" in page and 'data-low="' in page and ">reference_differs</span>" in page
     again = report_from_json(json.loads(json.dumps(report.to_json())))  # report.json keeps it
     assert again.ops[0].shapes[0].reference_ci_pct == shape.reference_ci_pct
     assert render_text(again) == text
