@@ -134,7 +134,7 @@ def register(parser: pytest.Parser) -> None:
              "then B,A) with the cells' timer, samples and regime, and print that delta beside the cells' (flag "
              "reference_differs where it lies outside their interval; never changes a verdict). Kernel-variant "
              "switches only (perf_report providers, Switch(build_only_env=...)); for others it says why not "
-             "(docs/guide/kernel-variants.md)")
+             "(docs/guide/flaggems.md, 'An in-process reference')")
     add_report_options(add)
     parser.addini("cell_timeout", CELL_TIMEOUT_HELP, default=None)
     parser.addini("ab_rounds", "rounds per op: N or auto[:[MIN-]MAX] (--ab-rounds)", default=None)
