@@ -57,4 +57,5 @@ OPS = [
     }),
 ]
 
-SWITCH = Switch(env_b={IMPL: "triton"})
+# Only build_layer_norm reads IMPL: both sides can be built in one process (--ab-reference).
+SWITCH = Switch(env_b={IMPL: "triton"}, build_only_env=(IMPL,))

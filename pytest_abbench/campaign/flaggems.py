@@ -28,7 +28,8 @@ INSTALL_HINT = "pip install -e '.[flaggems]'"
 # The variable that makes a side of a FlagGems-against-ATen campaign call FlagGems (value GEMS); unset: ATen.
 IMPL_VARIABLE = "ABBENCH_GEMS_IMPL"
 GEMS = "flag_gems"
-AGAINST_ATEN = Switch(env_b={IMPL_VARIABLE: GEMS})
+# Only the builds below read the variable (at build time): both sides can be built in one process (--ab-reference).
+AGAINST_ATEN = Switch(env_b={IMPL_VARIABLE: GEMS}, build_only_env=(IMPL_VARIABLE,))
 
 
 def unavailable_reason() -> str | None:

@@ -152,6 +152,10 @@ class Switch:
     # perf_report script's providers): named in ``describe`` and in the op's fingerprint.
     variant_a: str | None = None
     variant_b: str | None = None
+    # The variables of env_a/env_b that only the campaign's own builds read (not Triton, not the compiler): a side's
+    # build sees its value when it runs, so both sides can be built in one process (``--ab-reference``,
+    # ``campaign/inprocess.py``).  A variable left out may change how Triton compiles: its sides need their own.
+    build_only_env: Sequence[str] = ()
 
     def options(self, side: str) -> dict[str, str]:
         return dict(self.options_a if side == "A" else self.options_b)
@@ -631,6 +635,9 @@ def load_campaign(path: str | Path, rootdir: Path | None = None, module_name: st
     skip_timed = getattr(module, "SKIP_TIMED", None)
     if skip_timed is not None and not isinstance(skip_timed, str):
         raise CampaignError(f"{path}: SKIP_TIMED is {type(skip_timed).__name__}, not a reason (str) or None")
+    if isinstance(switch.build_only_env, str) or not all(isinstance(n, str) and n for n in switch.build_only_env):
+        raise CampaignError(f"{path}: SWITCH.build_only_env is {_short(switch.build_only_env)}, not a tuple of "
+                            "variable names (e.g. build_only_env=(\"IMPL\",))")
     for side in SIDES:
         unknown = set(switch.options(side)) - set(SIDE_OPTIONS)
         if unknown:

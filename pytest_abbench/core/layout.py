@@ -39,6 +39,8 @@ WORKERS_FILE = "workers.json"  # an xdist session's per-worker busy time and GPU
 PRECOMPILE_DIR = "precompile"  # --ab-precompile: each op's compile-only processes (logs, TTGIR)
 SERVERS_DIR = "servers"  # --ab-spawn fork: each fork server's log (its imports' warnings, its death)
 SCRATCH_DIR = "abbench-scratch"  # under --ab-worker-scratch: each xdist worker's own root on its host
+REFERENCE_FILE = "reference.jsonl"  # --ab-reference: each shape's in-process A/B pairs, each process's end
+REFERENCE_DIR = "reference"  # --ab-reference: each op's reference process: what it was told, its log
 
 # Cell folder files.
 RUN_LOG = "run.log"
@@ -130,6 +132,22 @@ class RootLayout:
     @property
     def workers(self) -> Path:
         return self.root / WORKERS_FILE
+
+    @property
+    def reference(self) -> Path:
+        """The in-process reference's rows (``core/reference.py``)."""
+        return self.root / REFERENCE_FILE
+
+    def reference_spec(self, op: str) -> Path:
+        """What the reference process of ``op`` is told (``core/reference.ReferenceSpec``)."""
+        return self.root / REFERENCE_DIR / f"{op}.json"
+
+    def reference_log(self, op: str) -> Path:
+        return self.root / REFERENCE_DIR / f"{op}.log"
+
+    def reference_tuner_cache(self, op: str) -> Path:
+        """The reference process's library tuner cache, seeded from the op's record as a replay cell's is."""
+        return self.root / REFERENCE_DIR / f"{op}_tuner_cache"
 
     def precompile(self, op: str) -> Path:
         return self.root / PRECOMPILE_DIR / op

@@ -37,6 +37,12 @@ def cell_regimes(regime: str) -> tuple[str, ...]:
     return REGIMES if regime == BOTH else (regime,)
 
 
+def window_ms(regime: str, direct_rep_ms: float) -> float:
+    """How long one timed window of ``regime`` lasts: a steady window is ``--ab-direct-rep`` long, a burst window at
+    most ``BURST_WINDOW_MS`` (a longer one reaches the power cap)."""
+    return direct_rep_ms if regime == STEADY else min(BURST_WINDOW_MS, direct_rep_ms)
+
+
 # How a window's condition reads in results.jsonl (``TimedWindow.condition``).
 MET = "met"  # burst: the card left the power cap before the window; steady: settled (clock and power, or at boost)
 NOT_MET = "not_met"  # the bounded wait ended first: the window was timed anyway, and the report flags it

@@ -269,6 +269,9 @@ class Settings:
     perf_report: tuple[str, str] | None = None
     # --ab-pytest-benchmark: test files whose tests request pytest-benchmark's benchmark fixture are campaigns
     pytest_benchmark: bool = False
+    # --ab-reference: after the cells, time each judged op's two sides in one process, interleaved in pairs
+    # (session/reference.py), beside the cells' verdict; it never changes one
+    reference: bool = False
     sources: dict[str, str] = field(default_factory=dict)
 
     def caliber_options(self) -> dict[str, str]:

@@ -20,7 +20,7 @@ from pytest_abbench.core.layout import (CONTROL, IDENTITY_FILE, SIDES, CellKey, 
                                    markers_log, results_file)
 from pytest_abbench.core.markers import count_markers
 from pytest_abbench.core.settings import DEFAULT_MARGIN_PCT, GATE_GEOMEAN, GATE_SHAPES
-from pytest_abbench.report import cost, peak
+from pytest_abbench.report import cost, peak, reference
 from pytest_abbench.report import gpustate
 from pytest_abbench.report.model import SCHEMA_VERSION, OpReport, Report, ShapeReport
 from pytest_abbench.report import flags
@@ -624,6 +624,7 @@ def build_report(root: Path, outcomes: Iterable[CellOutcome] | None = None, plan
                                 regime=regime))
             ops[-1].autotune = autotune_pins_line(RootLayout(root), op)
     compare_regimes(ops, margin)
+    reference.apply(ops, root, problems)  # --ab-reference: beside the verdicts, never changing one
     peak.apply(ops, setup["device"])
     for o in ops:
         o.switch = " | ".join(dict.fromkeys(c.switch for c in by_op[o.op] if c.switch))

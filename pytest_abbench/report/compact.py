@@ -71,6 +71,7 @@ def _rank(s: ShapeReport) -> int | None:
 def shape_line(o: OpReport, s: ShapeReport, report: Report) -> str:
     return (f"   {render.op_title(o, report)}[{s.shape}]: {render.verdict_text(s)}, delta {s.delta_pct:+.1f}% "
             f"[{s.delta_min_pct:+.1f} ~ {s.delta_max_pct:+.1f}], 95% CI {render.interval_text(s.ci_pct)}"
+            + (f", in-process ref {render.reference_text(s)}" if s.reference_delta_pct is not None else "")
             + (f" ({s.note})" if s.note else ""))
 
 

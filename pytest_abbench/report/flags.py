@@ -4,10 +4,12 @@ A flag names a condition the rounds show and the verdict rule cannot see:
 the t-test assumes every round draws from one distribution, and a trend over
 the rounds (``drift``) or processes that land in one of two places
 (``bimodal``) break that.  Every flag a shape can carry, these and the GPU's
-state (``report/gpustate.py`` finds those), has one entry in ``FLAGS``: its
-name as report.json, report.md and the terminal carry it, whether it
-withholds a verdict, and its wording.  A GPU flag keeps the verdict: the
-verdict line says under which condition it holds.
+state (``report/gpustate.py`` finds those) and the in-process reference's
+(``report/reference.py``), has one entry in ``FLAGS``: its name as
+report.json, report.md and the terminal carry it, whether it withholds a
+verdict, and its wording.  A GPU flag keeps the verdict: the verdict line
+says under which condition it holds.  ``reference_differs`` keeps it too: a
+warning beside the verdict.
 
 A finding withholds a shape's plain verdict (faster, slower, same) when it
 could have produced it: a direction not clearly larger than the condition
@@ -35,7 +37,8 @@ class Flag:
     name: str
     withholds: bool
     meaning: str
-    holds_under: str  # "holds under <this>": how the verdict line names the condition (GPU flags)
+    holds_under: str  # "holds under <this>": how the verdict line names the condition (GPU flags); "": not named
+    gpu: bool = False  # found in the GPU state of the timed windows (report/gpustate.py shows it on the GPU line)
 
 
 # The sides' median SM clocks differing by more than this share: a compute-bound delta moves by about the clock gap
@@ -50,6 +53,7 @@ HW_SLOWDOWN = "hw_slowdown"
 CLOCKS_DIFFER = "clocks_differ"
 CLOCKS_NOT_SETTLED = "clocks_not_settled"
 BOOST_NOT_REACHED = "boost_not_reached"
+REFERENCE_DIFFERS = "reference_differs"
 # Every flag, in the order reports list them: the one owner of their names and wording.
 FLAGS: dict[str, Flag] = {flag.name: flag for flag in (
     Flag(DRIFT, True, "a trend over the rounds, in the delta or in one side's medians: the delta depends on when it "
@@ -58,19 +62,23 @@ FLAGS: dict[str, Flag] = {flag.name: flag for flag in (
                         "process landed in", "processes in two groups"),
     Flag(POWER_CAPPED, False, "NVML named the software power cap (sw_power_cap) at a timed window: the card held its "
                               "clocks down to stay under its power limit, and the delta is the one of that regime",
-         "the power cap"),
+         "the power cap", gpu=True),
     Flag(THERMAL, False, "NVML named a thermal slowdown (hw_thermal_slowdown or sw_thermal_slowdown) at a timed "
-                         "window", "a thermal slowdown"),
+                         "window", "a thermal slowdown", gpu=True),
     Flag(HW_SLOWDOWN, False, "NVML named a hardware slowdown (hw_slowdown or hw_power_brake) at a timed window",
-         "a hardware slowdown"),
+         "a hardware slowdown", gpu=True),
     Flag(CLOCKS_DIFFER, False, f"the sides' median SM clocks differ by more than {CLOCKS_DIFFER_PCT:g}%: a "
-                               "compute-bound delta moves by about as much", "side clocks that differ"),
+                               "compute-bound delta moves by about as much", "side clocks that differ", gpu=True),
     Flag(CLOCKS_NOT_SETTLED, False, "a steady window was timed before SM clock and power settled, or its clock left "
                                     "the settled one: the delta mixes the ramp with the steady state",
-         "clocks not settled"),
+         "clocks not settled", gpu=True),
     Flag(BOOST_NOT_REACHED, False, "a burst window began before the card left its power cap or slowdown (the idle "
                                    "wait ran out): the delta is not wholly one of boost clocks",
-         "a card not back at boost"),
+         "a card not back at boost", gpu=True),
+    Flag(REFERENCE_DIFFERS, False, "the in-process reference (--ab-reference: both sides in one process, interleaved "
+                                   "in pairs) lies outside the cells' interval: the cells time separate processes, "
+                                   "the cost a user pays; the reference one process and one thermal state, so the "
+                                   "difference is a bias between processes worth a look (docs/verdicts.md)", ""),
 )}
 WITHHOLDING = tuple(name for name, flag in FLAGS.items() if flag.withholds)
 
@@ -83,7 +91,8 @@ def ordered(names: set[str] | list[str]) -> list[str]:
 def holds_under(names: list[str]) -> str:
     """The verdict line's note for flags that keep the verdict: ``holds under the power cap, side clocks that
     differ``; empty when none is set."""
-    kept = [FLAGS[name].holds_under for name in names if name in FLAGS and not FLAGS[name].withholds]
+    kept = [FLAGS[name].holds_under for name in names
+            if name in FLAGS and not FLAGS[name].withholds and FLAGS[name].holds_under]
     return f"holds under {', '.join(kept)}" if kept else ""
 
 

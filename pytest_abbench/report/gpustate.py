@@ -326,7 +326,7 @@ def op_lines(o: OpReport, header_said: bool = False) -> list[str]:
     parts += [f"{name.replace('_', ' ')} in {_share(a, name)} / {_share(b, name)}" for name in others]
     if o.regime and (a.get("conditions") or b.get("conditions")):
         parts.append(f"{o.regime} condition met in {_conditions(a)} / {_conditions(b)} windows")
-    gpu_flags = [name for name in FLAGS if not FLAGS[name].withholds]
+    gpu_flags = [name for name in FLAGS if FLAGS[name].gpu]
     flagged = Counter(flag for s in o.shapes for flag in s.flags if flag in gpu_flags)
     if flagged:
         parts.append("flagged: " + ", ".join(f"{flag} on {flagged[flag]} of {len(o.shapes)} shapes"

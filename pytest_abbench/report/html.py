@@ -396,34 +396,38 @@ def _verdict_cell(s: ShapeReport) -> Cell:
     condition = holds_under(s.flags)
     if condition:
         markup += f' <span class="muted">({esc(condition)})</span>'
-    if s.note:
-        markup += f' <span class="muted">({esc(s.note)})</span>'
+    for note in (s.note, s.reference_note):
+        if note:
+            markup += f' <span class="muted">({esc(note)})</span>'
     return Cell(markup=markup)
 
 
-def _shape_row(s: ShapeReport, control: bool) -> list[Cell]:
+def _shape_row(s: ShapeReport, control: bool, reference: bool = False) -> list[Cell]:
     noise = "/".join("-" if v is None else f"{v:.1f}%" for v in (s.noise_within_a_pct, s.noise_within_b_pct))
     across = "/".join("-" if v is None else f"{v:.1f}%" for v in (s.noise_across_a_pct, s.noise_across_b_pct))
     row = [Cell(markup=clipped(s.shape), css="shape"), number(s.a_ms, f"{s.a_ms:.4g}"),
            number(s.b_ms, f"{s.b_ms:.4g}"), _pct(s.delta_pct),
            Cell(f"{s.delta_min_pct:+.1f} ~ {s.delta_max_pct:+.1f}%", css="num"), interval_cell(s.ci_pct),
+           *([_pct(s.reference_delta_pct), interval_cell(s.reference_ci_pct)] if reference else []),
            interval_cell(s.ci90_pct), Cell(f"{s.faster_rounds}/{s.rounds}", css="num"), Cell(noise, css="num"),
            Cell(across, css="num"), Cell("yes" if s.sign_flip else "no"), Cell(f"+-{s.margin_pct:g}%", css="num"),
            _verdict_cell(s),
            # The flags that withhold a verdict, then the GPU's, which keep it and name the condition it holds under.
-           Cell(markup=flag_chips([n for n in s.flags if n in FLAGS and FLAGS[n].withholds]), css="flags"),
-           Cell(markup=flag_chips([n for n in s.flags if not (n in FLAGS and FLAGS[n].withholds)]),
-                css="gpu-flags")]
+           Cell(markup=flag_chips([n for n in s.flags if not (n in FLAGS and FLAGS[n].gpu)]), css="flags"),
+           Cell(markup=flag_chips([n for n in s.flags if n in FLAGS and FLAGS[n].gpu]), css="gpu-flags")]
     if control:
         row.append(interval_cell(s.aa_ci_pct))
     return row
 
 
+REFERENCE_HEADERS = (Cell("in-process ref", title="--ab-reference: median over pairs of B/A - 1, both sides in one "
+                                                   "process, interleaved in pairs; never the verdict"),
+                     Cell("ref 95% CI", title="t-interval of the pairs' log ratios"))
 SHAPE_HEADERS = (Cell("shape"), Cell("A ms", title="side A's median over rounds"),
                  Cell("B ms", title="side B's median over rounds"),
                  Cell("delta", title="median over rounds of B/A - 1"), Cell("min ~ max", title="of the rounds' deltas"),
-                 Cell("95% CI", title="t-interval of the rounds' log ratios"),
-                 Cell("90% CI", title="the equivalence test's interval: same when inside +-margin"),
+                 Cell("95% CI", title="t-interval of the rounds' log ratios"))
+SHAPE_HEADERS_AFTER = (Cell("90% CI", title="the equivalence test's interval: same when inside +-margin"),
                  Cell("faster", title="rounds in which B was faster"),
                  Cell("noise A/B", title="within-cell noise: half the IQR over the median, per side"),
                  Cell("rounds A/B", title="spread of each side's medians across rounds"), Cell("flip"),
@@ -459,9 +463,10 @@ def _op_section(o: OpReport, report: Report) -> str:
              f'<span class="sub">{esc(sub)}</span></h2>\n']
     parts.append(notes(render.op_notes(o, render.gpu_state_said_in_header(report))))
     if o.state == "verdict" and o.shapes:
-        headers = [*SHAPE_HEADERS, *([Cell("A/A 95% CI", title="a diagnostic, never the margin")] if o.control
-                                     else [])]
-        parts.append(table(headers, (_shape_row(s, o.control) for s in o.shapes), css="shapes"))
+        reference = render.has_reference(o)
+        headers = [*SHAPE_HEADERS, *(REFERENCE_HEADERS if reference else ()), *SHAPE_HEADERS_AFTER,
+                   *([Cell("A/A 95% CI", title="a diagnostic, never the margin")] if o.control else [])]
+        parts.append(table(headers, (_shape_row(s, o.control, reference) for s in o.shapes), css="shapes"))
         parts.append(_gpu_table(o))
         margin = max(s.margin_pct for s in o.shapes)
         parts.append(interval_plot_svg(shape_points(o), margin_pct=margin, title=f"{o.op}: B/A - 1 per shape"))

@@ -34,6 +34,7 @@ SCHEMA_VERSION = 9  # 3: OpReport.caliber_mismatch; 4: Report.complete and faile
 # 9 also: ShapeReport.energy_withheld and OpReport.energy_withheld, optional with defaults; gpu_state's and
 # ShapeReport.gpu's energy_power_w (the energy counter's power; window_power_w, a median of per-window figures, is
 # gone), optional: a report without it gives NVML's averaged figure, labelled so
+# 9 also: ShapeReport.reference_* and OpReport.reference (--ab-reference, report/reference.py), optional with defaults
 
 
 @dataclass
@@ -78,6 +79,11 @@ class ShapeReport:
     work: dict[str, Any] = field(default_factory=dict)  # per call as the campaign declares it: flops, bytes, dtype
     throughput: dict[str, Any] = field(default_factory=dict)  # side -> achieved TFLOP/s, GB/s and % of peak
     gpu: dict[str, Any] = field(default_factory=dict)  # side -> this shape's median SM clock, power, power-cap share
+    # --ab-reference (report/reference.py): both sides in one process, interleaved in pairs; never the verdict
+    reference_delta_pct: float | None = None  # median over pairs of B/A-1
+    reference_ci_pct: tuple[float, float] | None = None  # t-interval of the pairs' log ratios
+    reference_per_pair_pct: list[float] = field(default_factory=list)
+    reference_note: str = ""  # why this shape has no reference delta where its op has one
 
     def round_log_ratios(self) -> list[float]:
         """Each round's ln(B/A), the unit the statistics judge in (``per_round_pct`` holds B/A-1 in percent)."""
@@ -125,6 +131,7 @@ class OpReport:
     energy_withheld: str = ""  # why the op states no energy per call: every shape's windows too short for the counter
     peak: str = ""  # where the % of peak comes from (report/peak.py), or why there is none
     autotune: str = ""  # which tuner keys were pinned from which side (report/build.py autotune_pins_line)
+    reference: str = ""  # --ab-reference: what its in-process reference gave, or why it has none (report/reference.py)
 
 
 @dataclass
@@ -195,7 +202,8 @@ def report_from_json(data: Any, where: str = REPORT_JSON) -> Report:
     ops = []
     for o in data["ops"]:
         shapes = [ShapeReport(**{**s, "ci_pct": _pair(s["ci_pct"]), "aa_ci_pct": _pair(s["aa_ci_pct"]),
-                                 "ci90_pct": _pair(s["ci90_pct"]), "energy_ci_pct": _pair(s.get("energy_ci_pct"))})
+                                 "ci90_pct": _pair(s["ci90_pct"]), "energy_ci_pct": _pair(s.get("energy_ci_pct")),
+                                 "reference_ci_pct": _pair(s.get("reference_ci_pct"))})
                   for s in o["shapes"]]
         ops.append(OpReport(**{**o, "shapes": shapes, "geomean_ci_pct": _pair(o["geomean_ci_pct"]),
                                "aa_geomean_ci_pct": _pair(o["aa_geomean_ci_pct"]),

@@ -210,13 +210,30 @@ def _shape_labels(o: OpReport) -> tuple[list[str], list[str]]:
     return labels, notes
 
 
+def has_reference(o: OpReport) -> bool:
+    """Some shape of the op has an in-process reference delta, or a note on why it has none."""
+    return any(s.reference_delta_pct is not None or s.reference_note for s in o.shapes)
+
+
+def reference_text(s: ShapeReport) -> str:
+    """The shape's in-process reference: ``+8.2% [+8.1 ~ +9.0%]``; ``-`` without one."""
+    if s.reference_delta_pct is None:
+        return "-"
+    return f"{s.reference_delta_pct:+.1f}% [{interval_text(s.reference_ci_pct)}]"
+
+
+REFERENCE_COLUMN = "in-process ref [95% CI]"
+
+
 def _shape_table(o: OpReport) -> list[str]:
     """One line per shape in declared order; an id too long for the column is shortened there and given whole
-    in a note under the table."""
+    in a note under the table.  With an in-process reference, its delta stands beside the cells' interval."""
     labels, notes = _shape_labels(o)
     width = max([len("shape")] + [len(label) for label in labels])
+    ref = has_reference(o)
     lines = [f"   {'shape':<{width}} {'A ms':>10} {'B ms':>10} {'delta med [min ~ max]':>26} "
-             f"{'95% CI':>18} {'faster':>7} {'noise A/B':>11} {'rounds A/B':>11} {'flip':>4} {'margin':>7}  verdict"
+             f"{'95% CI':>18}" + (f" {REFERENCE_COLUMN:>26}" if ref else "")
+             + f" {'faster':>7} {'noise A/B':>11} {'rounds A/B':>11} {'flip':>4} {'margin':>7}  verdict"
              + (f"  {'A/A 95% CI':>18}" if o.control else "")]
     for s, label in zip(o.shapes, labels):
         rng = f"{s.delta_pct:+.1f}% [{s.delta_min_pct:+.1f} ~ {s.delta_max_pct:+.1f}]"
@@ -225,10 +242,12 @@ def _shape_table(o: OpReport) -> list[str]:
         across = "/".join("-" if v is None else f"{v:.1f}%" for v in (s.noise_across_a_pct, s.noise_across_b_pct))
         faster = f"{s.faster_rounds}/{s.rounds}"  # rounds in which B was faster: "faster in x of N rounds"
         line = (f"   {label:<{width}} {s.a_ms:>10.4g} {s.b_ms:>10.4g} {rng:>26} {interval_text(s.ci_pct):>18} "
-                f"{faster:>7} {noise:>11} {across:>11} {'yes' if s.sign_flip else 'no':>4} "
+                + (f"{reference_text(s):>26} " if ref else "")
+                + f"{faster:>7} {noise:>11} {across:>11} {'yes' if s.sign_flip else 'no':>4} "
                 f"{f'+-{s.margin_pct:g}%':>7}  "
                 f"{verdict_text(s):<22}" + (f"  {interval_text(s.aa_ci_pct):>18}" if o.control else ""))
-        lines.append(line.rstrip() + (f"  ({s.note})" if s.note else ""))
+        notes_of_shape = [n for n in (s.note, s.reference_note) if n]
+        lines.append(line.rstrip() + (f"  ({'; '.join(notes_of_shape)})" if notes_of_shape else ""))
     return lines + notes
 
 
@@ -313,9 +332,11 @@ def op_notes(o: OpReport, header_said: bool = False) -> list[str]:
     if o.autotune:
         lines.append(o.autotune)
     if o.state != "verdict":
-        return lines + [o.reason]
+        return lines + [o.reason] + ([o.reference] if o.reference else [])
     counts = ", ".join(f"{k} {v}" for k, v in sorted(o.verdicts.items()))
     lines.append(f"geomean delta {_fmt(o.geomean_pct)} [{interval_text(o.geomean_ci_pct)}]; verdicts: {counts}")
+    if o.reference:
+        lines.append(o.reference)
     if o.regimes_note:
         lines.append(o.regimes_note)
     lines += [line.removeprefix("   ") for line in gpustate.op_lines(o, header_said)]

@@ -75,6 +75,7 @@ class AbbenchSession:
         self.settings = settings
         self.campaigns: dict[Path, Campaign] = {}
         self.collection_notices: list[str] = []  # found while collecting, shown after it
+        self.notices_shown: set[str] = set()  # those shown (an xdist controller collects nothing, shows none)
         self.plan = CampaignPlan(settings.rounds, settings.control, settings.ir_only, auto_min=settings.auto_min)
         self.outcomes: dict[CellKey, CellOutcome] = {}
         self.gates: dict[str, irgate.GateDecision] = {}
@@ -133,6 +134,12 @@ class AbbenchSession:
                 campaign.switch = campaign.switch.with_env_b(self.settings.switch_env)
             if self.settings.switch_env_a is not None:
                 campaign.switch = campaign.switch.with_env_a(self.settings.switch_env_a)
+            if self.settings.reference:
+                from pytest_abbench.campaign.inprocess import not_applicable_notice
+
+                notice = not_applicable_notice(campaign)
+                if notice is not None:
+                    self.collection_notices.append(notice)
             self.campaigns[path] = campaign
         return self.campaigns[path]
 

@@ -237,6 +237,7 @@ class CollectionHooks:
     def pytest_report_collectionfinish(self, config: pytest.Config, items: list[pytest.Item]) -> list[str]:
         cells = [p for item in items if (p := planned_cell(item)) is not None]
         notices = list(self.session.collection_notices)
+        self.session.notices_shown.update(notices)
         if not cells:
             return notices
         ops = {p.key.op for p in cells}

@@ -138,6 +138,12 @@ def register(parser: pytest.Parser) -> None:
         help="run tests that request pytest-benchmark's benchmark fixture as campaigns: each test an op, each "
              "parametrization a shape, the callable handed to benchmark(...) timed by the cells; both sides run "
              "it, B under --ab-switch-env (docs/guide/existing-benchmarks.md#pytest-benchmark-tests)")
+    add("--ab-reference", action="store_true", default=False,
+        help="after the cells, time each judged op's side A and side B in ONE process, interleaved in pairs (A,B "
+             "then B,A) with the cells' timer, samples and regime, and print that delta beside the cells' (flag "
+             "reference_differs where it lies outside their interval; never changes a verdict). Kernel-variant "
+             "switches only (perf_report providers, Switch(build_only_env=...)); for others it says why not "
+             "(docs/guide/flaggems.md, 'An in-process reference')")
     add_report_options(add)
     parser.addini("cell_timeout", CELL_TIMEOUT_HELP, default=None)
     parser.addini("ab_rounds", "rounds per op: N or auto[:[MIN-]MAX] (--ab-rounds)", default=None)
@@ -209,6 +215,9 @@ def resolve(config: pytest.Config) -> Settings:
             raise pytest.UsageError(f"--ab-summary-md: {problem}")
     if opt.ab_ir_only and opt.ab_ir_target in ("", "none"):
         raise pytest.UsageError("--ab-ir-only needs an --ab-ir-target to compile for (e.g. cuda:90), not 'none'")
+    if opt.ab_ir_only and opt.ab_reference:
+        raise pytest.UsageError("--ab-reference times both sides of each judged op after the cells; --ab-ir-only "
+                                "times nothing: give one of them")
     if opt.ab_ir_only:
         rounds, auto_min, rounds_src = 1, None, "--ab-ir-only compiles round 1 only"
     perf_report = perf_report_providers(opt.ab_perf_report, opt.ab_provider, opt.ab_providers)
@@ -261,6 +270,7 @@ def resolve(config: pytest.Config) -> Settings:
         perf_report=perf_report,
         summary_md=opt.ab_summary_md,
         pytest_benchmark=bool(opt.ab_pytest_benchmark),
+        reference=bool(opt.ab_reference),
         sources={"cell_timeout": timeout_src, "rounds": rounds_src, "kernel_cache": kernel_cache_src},
     )
     from pytest_abbench.spawn.precompile import worker_share

@@ -162,10 +162,21 @@ class ReportHooks:
 
         settings = self.session.settings
         outcomes, plan = self.report_scope()
-        self.final = report.build_report(self.session.root.path, outcomes, plan,
-                                         margin_pct=settings.margin_pct, fail_if_slower_pct=settings.fail_if_slower_pct,
-                                         allow_caliber_mismatch=settings.allow_caliber_mismatch, gate=settings.gate,
-                                         wall_s=time.monotonic() - self.session.started, workers=max(1, len(self.workers_seen)))
+
+        def build() -> Report:
+            return report.build_report(self.session.root.path, outcomes, plan, margin_pct=settings.margin_pct,
+                                       fail_if_slower_pct=settings.fail_if_slower_pct,
+                                       allow_caliber_mismatch=settings.allow_caliber_mismatch, gate=settings.gate,
+                                       wall_s=time.monotonic() - self.session.started,
+                                       workers=max(1, len(self.workers_seen)))
+
+        self.final = build()
+        if settings.reference and not interrupts.received:
+            from pytest_abbench.session.reference import run_references
+
+            # The judged ops' in-process reference; the report is read again to carry it beside the verdicts.
+            if run_references(self.session, (o.op for o in self.final.ops if o.state == "verdict")):
+                self.final = build()
         session.exitstatus = self.final.decide_exit(int(session.exitstatus), settings.allow_caliber_mismatch)
         self.plots = report.write_report(self.session.root.path, self.final)
         # In a GitHub Actions step the summary goes where the reviewer looks without being asked for.

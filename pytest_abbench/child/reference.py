@@ -1,0 +1,200 @@
+"""``python -m pytest_abbench.child.reference SPEC``: both sides of one op in one process, timed in pairs.
+
+The in-process reference of ``--ab-reference``: for each shape it builds side
+A's and side B's case on the same inputs (torch seeded alike before each
+build, each build seeing its side's build-only variables), warms both with the
+cells' own timer (``child/timers.py``), settles them together under the steady
+regime (``child/regime.py``), then times them interleaved in pairs, A then B
+and B then A alternately, one window each.  One record per shape and regime
+goes to reference.jsonl as it finishes (``core/reference.py``).  Autotune
+choices are replayed from the op's records, as the cells' are.  This process
+never imports pytest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import statistics
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+from pytest_abbench.campaign.adapters import load_for_cell
+from pytest_abbench.campaign.model import SIDES, Campaign, Case, Shape
+from pytest_abbench.child.autotune_pin import AutotunePin, AutotuneRecordError, install
+from pytest_abbench.child.gpustate import GpuSampler, open_sampler
+from pytest_abbench.child.regime import Pace, settle, wait_for_boost
+from pytest_abbench.child.timers import CapturePoisoned, Timed, Windows, prepare_with_fallback
+from pytest_abbench.core import regimes
+from pytest_abbench.core.reference import ReferenceSpec, append_shape
+
+EXIT_SETUP_ERROR = 3  # the campaign or the autotune record could not be used
+
+
+def log(line: str) -> None:
+    print(line, flush=True)
+
+
+@contextlib.contextmanager
+def build_env(values: Mapping[str, str | None]) -> Iterator[None]:
+    """The process environment with ``values`` set (None: unset) while the block runs, restored after."""
+    saved = {name: os.environ.get(name) for name in values}
+
+    def apply(settings: Mapping[str, str | None]) -> None:
+        for name, value in settings.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+    apply(values)
+    try:
+        yield
+    finally:
+        apply(saved)
+
+
+def pair_order(index: int) -> tuple[str, str]:
+    """The sides of pair ``index`` in the order timed: A then B, then B then A, alternately (a drift within the
+    process weighs on both sides alike)."""
+    return ("A", "B") if index % 2 == 0 else ("B", "A")
+
+
+class BothSides:
+    """The two sides' timers run alternately, for the steady regime's settling (``regime.settle`` runs only
+    ``run_for``): the card settles under the load the pairs put on it."""
+
+    marker: str | None = None
+    reason: str | None = None
+
+    def __init__(self, timers: Mapping[str, Windows]) -> None:
+        self.timers = timers
+        self.timer = timers["A"].timer
+
+    def run_for(self, seconds: float) -> None:
+        for side in SIDES:
+            self.timers[side].run_for(seconds / len(SIDES))
+
+    def window(self) -> Timed:
+        raise NotImplementedError("the sides are timed one window each, in pairs (time_pairs)")
+
+    def windows(self, count: int, at_edge: Callable[[], None], warm_s: float = 0.0) -> list[Timed]:
+        raise NotImplementedError("the sides are timed one window each, in pairs (time_pairs)")
+
+
+def time_pairs(timers: Mapping[str, Windows], regime: str, sampler: GpuSampler, pairs: int, cpu: bool,
+               pace: Pace | None = None) -> list[tuple[float, float]]:
+    """``pairs`` pairs of one window per side under ``regime``: (A ms, B ms) each, a window's median per call.
+
+    steady: both sides settle together first, then the pairs run back to back.  burst: every window waits for
+    the card to be back at boost and warms for ``BURST_WARM_S``, as a burst cell's windows do.
+    """
+    pace = pace or Pace()
+    max_clock = sampler.max_sm_clock_mhz() if regime == regimes.BURST else None
+    if regime == regimes.STEADY:
+        settle(BothSides(timers), sampler, cpu, pace)
+    out = []
+    for index in range(pairs):
+        ms: dict[str, float] = {}
+        for side in pair_order(index):
+            if regime == regimes.BURST:
+                wait_for_boost(sampler, max_clock, pace)
+                [(samples, _)] = timers[side].windows(1, lambda: None, 0.0 if cpu else regimes.BURST_WARM_S)
+            else:
+                samples, _ = timers[side].window()
+            ms[side] = statistics.median(samples)
+        out.append((ms["A"], ms["B"]))
+    return out
+
+
+def load_sides(spec: ReferenceSpec) -> dict[str, Campaign]:
+    """Each side's campaign, loaded under its build environment: once for a campaign file (its builds read the
+    variables), once per side for an adapted file (each side's build runs its own provider)."""
+    campaign_path = Path(spec.campaign)
+    if spec.adapter is None:
+        campaign = load_for_cell(campaign_path, spec.module, None, "A", log)
+        return {side: campaign for side in SIDES}
+    loaded = {}
+    for side in SIDES:
+        with build_env(spec.build_env.get(side, {})):
+            loaded[side] = load_for_cell(campaign_path, spec.module, spec.adapter, side, log)
+    return loaded
+
+
+def build_case(campaign: Campaign, spec: ReferenceSpec, side: str, shape: Shape, device: str) -> Case:
+    """Side ``side``'s case of ``shape``, built under its build environment from torch's seed ``spec.seed``."""
+    import torch
+
+    torch.manual_seed(spec.seed)
+    with build_env(spec.build_env.get(side, {})):
+        built = campaign.op(spec.op).build(shape, device)
+    return built if isinstance(built, Case) else Case(run=built)
+
+
+def measure_op(spec: ReferenceSpec, campaigns: Mapping[str, Campaign], sampler: GpuSampler,
+               shapes: Sequence[Shape]) -> None:
+    """Every shape of the op under every regime the cells time: one record each, appended as it finishes."""
+    rows = Path(spec.rows)
+    device = "cuda" if spec.backend == "cuda" else "cpu"
+    for shape in shapes:
+        timers_used: dict[str, str] = {}
+        regime = ""
+        try:
+            cases = {side: build_case(campaigns[side], spec, side, shape, device) for side in SIDES}
+            for regime in regimes.cell_regimes(spec.regime):
+                window_ms = regimes.window_ms(regime, spec.direct_rep_ms)
+                timers = {side: prepare_with_fallback(cases[side].run, spec.timer, window_ms, spec.direct_warmup_ms,
+                                                      spec.op, shape.id, log) for side in SIDES}
+                timers_used = {side: timer.timer for side, timer in timers.items()}
+                pairs = time_pairs(timers, regime, sampler, spec.pairs, cpu=device == "cpu")
+                append_shape(rows, spec.op, shape.id, regime, timers_used, pairs)
+                shown = statistics.median(100.0 * (b / a - 1.0) for a, b in pairs) if pairs else float("nan")
+                log(f"[abbench] reference {spec.op} {shape.id} ({regime}): {len(pairs)} pairs, B/A-1 median "
+                    f"{shown:+.2f}%")
+        except CapturePoisoned as exc:
+            append_shape(rows, spec.op, shape.id, regime, timers_used, error=f"capture poisoned: {exc.reason}")
+            log("[abbench] reference: the CUDA context is poisoned: no later number of this process is trusted")
+            return
+        except (Exception, SystemExit) as exc:
+            log(f"[abbench] reference {spec.op} {shape.id}: {type(exc).__name__}: {exc}")
+            traceback.print_exc(file=sys.stdout)
+            append_shape(rows, spec.op, shape.id, regime, timers_used, error=f"{type(exc).__name__}: {exc}")
+
+
+def main(argv: Sequence[str]) -> int:
+    if len(argv) != 1:
+        log("usage: python -m pytest_abbench.child.reference SPEC.json")
+        return 2
+    spec = ReferenceSpec.read(Path(argv[0]))
+    import torch  # noqa: F401  (import cost belongs to start-up)
+
+    campaigns = load_sides(spec)
+    try:
+        pin = AutotunePin("replay", Path(spec.autotune_record) if spec.autotune_record else None, log,
+                          can_benchmark=lambda at: spec.backend == "cuda" or at._do_bench is not None,
+                          side_mode="replay" if spec.autotune_side_record else None,
+                          side_path=Path(spec.autotune_side_record) if spec.autotune_side_record else None,
+                          side="B", cell="reference")
+    except AutotuneRecordError as exc:
+        log(f"[abbench] reference: {exc}")
+        return EXIT_SETUP_ERROR
+    install(pin)
+    shapes = campaigns["A"].op(spec.op).shapes_for(spec.level)
+    sampler = open_sampler(spec.backend)
+    log(f"[abbench] reference {spec.op}: {len(shapes)} shapes, both sides in one process, {spec.pairs} pairs each "
+        f"(timer {spec.timer}, regime {spec.regime}, level {spec.level})")
+    measure_op(spec, campaigns, sampler, shapes)
+    return 0
+
+
+def _run() -> Any:
+    code = main(sys.argv[1:])
+    sys.stdout.flush()
+    # Threads a campaign started may still run, and a CUDA context's teardown can hang: the rows are written.
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    _run()

@@ -1,0 +1,287 @@
+"""``--ab-reference``: each judged op's two sides timed in one process, interleaved in pairs, beside the verdict.
+
+Real pytest sessions on Triton's interpreter with real cells and a real reference process; the rule that flags a
+reference outside the cells' interval is checked on a root written as cells write it, with stand-in reference rows.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable
+
+import pytest
+
+from helpers import simple_campaign, synthetic_root
+from pytest_abbench.campaign.flaggems import AGAINST_ATEN
+from pytest_abbench.campaign.inprocess import build_env, why_not_in_one_process
+from pytest_abbench.campaign.model import Campaign, Switch
+from pytest_abbench.campaign.perf_report import Providers
+from pytest_abbench.child.gpustate import GpuSampler
+from pytest_abbench.child.reference import time_pairs
+from pytest_abbench.core import reference
+from pytest_abbench.core.layout import RootLayout
+from pytest_abbench.report import build_report
+from pytest_abbench.report.html import render_html
+from pytest_abbench.report.model import report_from_json
+from pytest_abbench.report.render import render_text
+
+FAST = ["--ab-ir-target", "none", "-p", "no:cacheprovider"]
+
+# A kernel-variant switch: side B's build runs the kernel four times over (planted extra work), chosen by a
+# variable only the build reads, which the switch declares so.
+VARIANT_CAMPAIGN = textwrap.dedent('''
+    import os
+    import triton
+    import triton.language as tl
+    from pytest_abbench import Case, Op, Switch
+
+
+    @triton.jit
+    def add_one(x_ptr, y_ptr, N: tl.constexpr):
+        offs = tl.arange(0, N)
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs) + 1)
+
+    BUILT = set()  # the variants this process built: a cell builds one, the reference process both
+
+
+    def build(shape, device):
+        import torch
+        variant = os.environ.get("ADD_VARIANT", "fast")
+        BUILT.add(variant)
+        if len(BUILT) > 1 and os.environ.get("CRASH_WITH_BOTH"):
+            import ctypes
+            ctypes.string_at(0)  # planted: a process that builds both sides dies
+        x = torch.rand(shape["n"], device=device)
+        y = torch.empty_like(x)
+        repeats = 4 if variant == "slow" else 1
+
+        def run():
+            for _ in range(repeats):
+                add_one[(1,)](x, y, N=shape["n"])
+            return y
+
+        return Case(run=run, expected=lambda: x + 1)
+
+
+    OPS = [Op("add", build=build, shapes={"smoke": [{"n": 16}, {"n": 32}]})]
+    SWITCH = Switch(env_b={"ADD_VARIANT": "slow"}, build_only_env=("ADD_VARIANT",))
+''')
+
+
+@pytest.fixture
+def session_dir(campaign_dir: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """A pytester folder whose sessions import this checkout's package (pytester puts only its own folder on the
+    path of the pytest it starts)."""
+    root = str(Path(__file__).resolve().parent.parent)
+    monkeypatch.setenv("PYTHONPATH", root)
+    return campaign_dir
+
+
+def report_json(root: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((root / "report.json").read_text())
+    return data
+
+
+XDIST = [pytest.param(["-p", "no:xdist"], id="serial"), pytest.param(["-n", "2"], id="xdist")]
+
+
+@pytest.mark.parametrize("workers", XDIST)
+def test_a_kernel_variant_reference_shows_side_b_slower_and_writes_its_rows(session_dir: pytest.Pytester,
+                                                                           workers: list[str]) -> None:
+    session_dir.makepyfile(variant=VARIANT_CAMPAIGN)
+    result = session_dir.runpytest_subprocess("variant.py", "--ab-reference", "--ab-root", "root", *FAST, *workers)
+    out = result.stdout.str()
+    assert result.ret == 0, out
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines([
+        "abbench: reference add: 2 shapes, side A and side B in one process, 3 pairs each ...",
+        "abbench: reference add: 2 of 2 shapes timed in * s (no verdict changes)",
+        "*reference (one process, A/B interleaved in pairs): 2 of 2 shapes, geomean +*%; *; no verdict changes",
+        "*shape * 95% CI    in-process ref ?95% CI?  faster*",  # beside the cells' interval
+    ])
+    assert "does not apply" not in out
+    root = session_dir.path / "root"
+    found = reference.read_reference(RootLayout(root).reference)["add"]
+    assert found.process is not None and found.process["rc"] == 0
+    assert sorted(shape for shape, _ in found.shapes) == ["n=16", "n=32"]
+    for rows in found.shapes.values():
+        assert rows.error is None and rows.timers == {"A": "wall", "B": "wall"}
+        assert len(rows.pairs) == 3  # the cells' samples per shape in the interpreter
+        # Four launches against one: B slower in most pairs (one wall-clock call can be preempted on a busy machine).
+        assert sum(1 for a, b in rows.pairs if b > a) >= 2, rows.pairs
+    shapes = report_json(root)["ops"][0]["shapes"]
+    for shape in shapes:
+        assert shape["reference_delta_pct"] > 50.0, shape  # B slower: the sign of B/A-1
+        assert len(shape["reference_per_pair_pct"]) == 3
+    log = (root / "reference" / "add.log").read_text()
+    assert "both sides in one process, 3 pairs each" in log
+
+
+@pytest.mark.parametrize("workers", XDIST)
+def test_an_env_switch_says_why_the_reference_does_not_apply(session_dir: pytest.Pytester, workers: list[str]) -> None:
+    session_dir.makepyfile(knob=simple_campaign(ops='"one"', switch='Switch(env_b={"TRITON_X": "1"})'))
+    result = session_dir.runpytest_subprocess("knob.py", "--ab-reference", "--ab-root", "root", *FAST, *workers)
+    assert result.ret == 0, result.stdout.str()
+    why = "side B's TRITON_X=1 is read by Triton when it compiles: the sides need their own processes"
+    result.stdout.fnmatch_lines([f"abbench: --ab-reference does not apply to knob.py: {why}",
+                                 f"*reference (--ab-reference): does not apply: {why}"])
+    assert result.stdout.str().count(f"abbench: --ab-reference does not apply to knob.py: {why}") == 1
+    root = session_dir.path / "root"
+    assert not (root / "reference" / "one.log").exists()  # no reference process ran
+    assert reference.read_reference(RootLayout(root).reference)["one"].not_applicable == why
+    assert why in report_json(root)["ops"][0]["reference"]
+    assert why in (root / "report.md").read_text()
+    assert html.escape(why) in (root / "report.html").read_text()
+
+
+def test_a_crashed_reference_process_is_reported_and_changes_no_verdict(session_dir: pytest.Pytester,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CRASH_WITH_BOTH", "1")
+    session_dir.makepyfile(variant=VARIANT_CAMPAIGN)
+    result = session_dir.runpytest_subprocess("variant.py", "--ab-reference", "--ab-root", "root", *FAST)
+    assert result.ret == 0, result.stdout.str()
+    result.assert_outcomes(passed=4)  # the cells build one side each: none of them crashed
+    result.stdout.fnmatch_lines([
+        "abbench: reference add: 0 of 2 shapes timed in * s; the process ended rc 139 SEGFAULT (SIGSEGV), see "
+        "*reference/add.log (no verdict changes)",
+        "*reference (one process, A/B interleaved in pairs): 0 of 2 shapes; its process ended rc 139 SEGFAULT after "
+        "* s (log reference/add.log): shapes without a row have no reference; no verdict changes",
+    ])
+    root = session_dir.path / "root"
+    with_reference = report_json(root)["ops"][0]
+    (root / "reference.jsonl").unlink()
+    without = build_report(root).ops[0]
+    assert [s["verdict"] for s in with_reference["shapes"]] == [s.verdict for s in without.shapes]
+    assert [s["flags"] for s in with_reference["shapes"]] == [s.flags for s in without.shapes]
+    assert all(s["reference_delta_pct"] is None and s["reference_note"] for s in with_reference["shapes"])
+
+
+# -- the flag: a stand-in reference row against a root written as cells write it --------------------------------
+
+def stand_in_rows(root: Path, shape: str, b_over_a: float, pairs: int = 6) -> None:
+    """Stand-in for what a reference process appends: ``pairs`` pairs of A 1.0 ms and B ``b_over_a`` ms (give or
+    take 0.1%), and its clean end.  No process ran: these rows stand for one."""
+    rows = RootLayout(root).reference
+    pairs_ms = [(1.0, b_over_a * (1.0 + 0.001 * (i % 3 - 1))) for i in range(pairs)]
+    reference.append_shape(rows, "op", shape, "steady", {"A": "cudagraph", "B": "cudagraph"}, pairs_ms)
+    reference.append_process(rows, "op", 0, "ok", 1.0, "reference/op.log")
+
+
+def test_a_reference_outside_the_cells_interval_is_flagged_and_keeps_the_verdict(tmp_path: Path) -> None:
+    cells = {"mm": [0.050, 0.052, 0.049, 0.051, 0.050, 0.048]}  # the cells: B about 5% slower in every round
+    synthetic_root(tmp_path, cells)
+    before = build_report(tmp_path).ops[0].shapes[0]
+    assert before.verdict == "slower" and before.ci_pct is not None
+    stand_in_rows(tmp_path, "mm", 1.20)  # one process says +20%: far above the cells' interval
+    report = build_report(tmp_path)
+    shape, op = report.ops[0].shapes[0], report.ops[0]
+    assert shape.reference_delta_pct == pytest.approx(20.0, abs=0.2)
+    assert shape.verdict == before.verdict  # a warning: the verdict stands
+    assert shape.flags == ["reference_differs"] and op.flags == {"reference_differs": 1}
+    text = render_text(report)
+    assert "slower [reference_differs]" in text
+    assert "outside the cells' interval in 1 (reference_differs; the cells time each side in its own processes" in text
+    page = render_html(report)
+    assert "in-process ref" in page and 'data-low="' in page and ">reference_differs</span>" in page
+    again = report_from_json(json.loads(json.dumps(report.to_json())))  # report.json keeps it
+    assert again.ops[0].shapes[0].reference_ci_pct == shape.reference_ci_pct
+    assert render_text(again) == text
+
+
+def test_a_reference_inside_the_cells_interval_is_not_flagged(tmp_path: Path) -> None:
+    synthetic_root(tmp_path, {"mm": [0.050, 0.052, 0.049, 0.051, 0.050, 0.048]})
+    stand_in_rows(tmp_path, "mm", 1.05)
+    shape = build_report(tmp_path).ops[0].shapes[0]
+    assert shape.reference_delta_pct == pytest.approx(5.0, abs=0.2)
+    assert shape.flags == [] and shape.verdict == "slower"
+
+
+# -- the pairs ----------------------------------------------------------------------------------------------------
+
+class StandInTimer:
+    """A timer that records what it was asked to do and answers ``ms`` per window."""
+
+    marker = None
+    reason = None
+
+    def __init__(self, side: str, ms: float, calls: list[str]) -> None:
+        self.timer, self.side, self.ms, self.calls = "wall", side, ms, calls
+
+    def window(self) -> tuple[list[float], int]:
+        self.calls.append(self.side)
+        return [self.ms], 1
+
+    def windows(self, count: int, at_edge: Callable[[], None], warm_s: float = 0.0) -> list[tuple[list[float], int]]:
+        return [self.window() for _ in range(count)]
+
+    def run_for(self, seconds: float) -> None:
+        self.calls.append(f"warm {self.side}")
+
+
+@pytest.mark.parametrize("regime", ["steady", "burst"])
+def test_pairs_alternate_the_order_and_keep_a_then_b(regime: str) -> None:
+    calls: list[str] = []
+    timers = {"A": StandInTimer("A", 1.0, calls), "B": StandInTimer("B", 3.0, calls)}
+    pairs = time_pairs(timers, regime, GpuSampler(not_recorded="a test"), 4, cpu=True,
+                       pace=_no_wait())
+    assert pairs == [(1.0, 3.0)] * 4  # (A ms, B ms) whatever the order timed
+    timed = [c for c in calls if not c.startswith("warm")]
+    assert timed == ["A", "B", "B", "A", "A", "B", "B", "A"]
+    assert ("warm A" in calls and "warm B" in calls) == (regime == "steady")  # steady settles both sides first
+
+
+def _no_wait() -> Any:
+    from pytest_abbench.child.regime import Pace
+
+    return Pace(sleep=lambda s: None, clock=lambda: 0.0)
+
+
+# -- which switches allow it ------------------------------------------------------------------------------------
+
+def campaign_with(switch: Switch, adapter: str | None = None) -> Campaign:
+    return Campaign(Path("c.py"), ModuleType("c"), [], switch, adapter=adapter)
+
+
+def setup_hook() -> None:
+    """A compiler hook (a stand-in)."""
+
+
+@pytest.mark.parametrize("switch, adapter, why", [
+    (AGAINST_ATEN, None, None),
+    (Providers("torch", "triton").switch(), Providers("torch", "triton").spec(), None),
+    (Switch(env_b={"DISABLE_MMA_V3": "1"}), None, "side B's DISABLE_MMA_V3=1 is read by Triton when it compiles"),
+    (Switch(env_b={"IMPL": "x"}), None, "side B's IMPL=x is not declared read only by the campaign's builds"),
+    (Switch(env_b={"IMPL": "x", "TRITON_F32_DEFAULT": "ieee"}, build_only_env=("IMPL",)), None,
+     "side B's TRITON_F32_DEFAULT=ieee is read by Triton"),
+    (Switch(env_a={"IMPL": "a"}, env_b={"IMPL": "b"}, build_only_env=("IMPL",)), None, None),
+    (Switch(setup_b=setup_hook), None, "side B's setup setup_hook() changes how Triton compiles"),
+    (Switch(python_b="/opt/other/python"), None, "side B runs another Python (/opt/other/python"),
+    (Switch(options_b={"timer": "direct"}), None, "side B is measured with its own options (timer=direct)"),
+    (Switch(), "pytest-benchmark:x", "its cells run each test through pytest"),
+])
+def test_one_function_decides_which_switches_allow_a_reference(switch: Switch, adapter: str | None,
+                                                                why: str | None) -> None:
+    found = why_not_in_one_process(campaign_with(switch, adapter))
+    if why is None:
+        assert found is None
+    else:
+        assert found is not None and found.startswith(why), found
+
+
+def test_each_side_builds_with_its_own_value_and_without_the_other_sides() -> None:
+    switch = Switch(env_a={"ONLY_A": "1", "IMPL": "a"}, env_b={"IMPL": "b"}, build_only_env=("ONLY_A", "IMPL"))
+    assert build_env(switch, "A") == {"IMPL": "a", "ONLY_A": "1"}
+    assert build_env(switch, "B") == {"IMPL": "b", "ONLY_A": None}
+
+
+def test_the_reference_process_does_not_import_pytest() -> None:
+    code = "import sys, pytest_abbench.child.reference; print('pytest' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parent.parent)
+    assert done.stdout.strip() == "False", done.stderr
