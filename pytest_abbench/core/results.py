@@ -135,9 +135,10 @@ class TimedWindow:
 # NVML's energy counter moves in steps the driver updates every few tens of milliseconds: over the ten 4 ms windows
 # of a burst cell it read anything from 0 to several times the true figure on the H200 (per-round B/A changes from
 # -100% to beyond +10,000% for one shape), and ten 50 ms windows gave intervals such as [-87.5 ~ +205.8%].
-# PROVISIONAL: "a few tens of milliseconds" read from those runs, not a measurement of the update period; set it from
-# the update period benchmarks/nvml_energy.py prints on the card.
-ENERGY_COUNTER_UPDATE_S = 0.05
+# Measured on the H200 (benchmarks/nvml_energy.py, docs/evidence/h200-nvml-energy-counter.txt): the counter moved
+# every 100 ms (median; min 86-97 ms, p90 102-103 ms) idle, under a 691 W matmul and under a 299 W elementwise
+# kernel alike, and energy over >= 100 ms windows gave the long-run power within 5%; a 10 ms window read 0 W.
+ENERGY_COUNTER_UPDATE_S = 0.100
 ENERGY_COUNTER_ERROR = 0.05  # the largest share of a stated energy figure the counter's steps may be off by
 # A read returns the counter's last update, so it lags the energy drawn by up to one update period. Back-to-back
 # windows share their edges: over a stretch of them the lags inside cancel, and its energy is off by at most one
