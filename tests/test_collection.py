@@ -142,3 +142,13 @@ def test_a_campaign_whose_import_hangs_is_a_collection_error_naming_where_it_wai
     assert result.ret == pytest.ExitCode.INTERRUPTED, result.stdout.str()
     result.stdout.fnmatch_lines(["*c.py: importing it did not finish in 2 s (--ab-import-timeout); it waits in "
                                  "threading.py:* in wait; c.py:* in wait_for_the_license_server*"])
+
+
+def test_pytest_help_lists_every_abbench_option(pytester: pytest.Pytester) -> None:
+    """argparse formats each help text with %: a bare '%' in one of them crashed `pytest --help`."""
+    result = pytester.runpytest_subprocess("--help", "-p", "no:cacheprovider")
+    assert result.ret == 0, result.stderr.str()[-2000:]
+    out = result.stdout.str()
+    for option in ("--ab-rounds", "--ab-gate-first", "--ab-reference", "--ab-kernel-import", "--ab-precompile"):
+        assert option in out
+    assert "5% level" in out

@@ -47,7 +47,7 @@ def register(parser: pytest.Parser) -> None:
         help=f"rounds per op, 1 to {MAX_ROUNDS} (default: auto on a GPU, {DEFAULT_ROUNDS} in the interpreter); "
              f"auto: after {AUTO_FIRST} rounds (MIN) an op "
              f"adds rounds only while some of its shapes are unsettled (no verdict, an interval wider than the margin), "
-             f"up to {AUTO_LAST} (MAX); each look judges at its share of the 5% level")
+             f"up to {AUTO_LAST} (MAX); each look judges at its share of the 5%% level")
     add("--ab-rounds-budget", type=positive_seconds, default=None, metavar="SECONDS",
         help="with --ab-rounds auto: once the cells of this process (its GPU) have taken SECONDS, no op adds a round "
              "beyond the first look")
