@@ -203,3 +203,8 @@ def test_gate_first_skips_an_unchanged_op_before_round_1_and_leaves_the_others_t
     decision = json.loads((root / "irgate" / "add.json").read_text())
     assert decision["state"] == "no_diff" and "before round 1" in decision["basis"]
     assert not (root / "r1_A" / "add" / "results.jsonl").exists()  # nothing of add was timed
+    # The first skipped cell carries its op's precompile, counted as compile in the time line, not as idle.
+    gated = {(r.round, r.side): r.elapsed_s for r in read_status(root) if r.op == "add"}
+    assert gated[(1, "A")] > 0.5 and gated[(1, "B")] == gated[(2, "A")] == gated[(2, "B")] == 0.0, gated
+    spent = json.loads((root / "report.json").read_text())["time_spent"]
+    assert spent["cells"] == 9 and spent["compile_s"] >= gated[(1, "A")], spent

@@ -20,7 +20,7 @@ from pytest_abbench.core.cellfiles import KernelCounts, add_counts, kernel_count
 from pytest_abbench.core.cellfiles import read_timing as read_timing_file
 from pytest_abbench.core.fileio import CorruptFileError
 from pytest_abbench.core.layout import TIMING_FILE
-from pytest_abbench.core.outcome import IR_ONLY, CellOutcome
+from pytest_abbench.core.outcome import IR_ONLY, NO_IR_DIFF, CellOutcome
 
 # The parts of a cell, in the order they are printed: (report key, cell_timing.json field, words).
 # In the order a cell spends them: inputs is the op's build (its tensors), exit what the parent saw after the
@@ -44,7 +44,9 @@ def cell_parts(timing: Mapping[str, Any], elapsed_s: float, status: str) -> dict
     None where the cell left no timing and is not IR-only: its time is all ``other``, but the caller says so.
     """
     if not timing:
-        if status == IR_ONLY:  # compiles its shapes and times nothing: it writes no timing file
+        # IR-only: compiles its shapes and times nothing, so it writes no timing file.  A round-1 cell skipped by
+        # a gate decided before round 1 (--ab-gate-first) carries its op's precompile, which decided it.
+        if status in (IR_ONLY, NO_IR_DIFF):
             return {**dict.fromkeys((key for key, _, _ in PARTS), 0.0), "compile_s": elapsed_s}
         return None
     parts = {key: float(timing.get(field) or 0.0) for key, field, _ in PARTS if field}
@@ -82,8 +84,9 @@ def time_spent(cells: Iterable[CellOutcome], wall_s: float | None = None, worker
     cells_s, counted, without = 0.0, 0, 0
     kernels: dict[str, KernelCounts] = {}  # by side: loaded from Triton's cache, compiled
     for cell in cells:
-        if cell.resumed or not cell.measured or cell.elapsed_s <= 0:
-            continue  # run by an earlier session, skipped by the IR gate, or never started
+        gated_first = cell.status == NO_IR_DIFF and cell.elapsed_s > 0  # its op's precompile decided the gate
+        if cell.resumed or not (cell.measured or gated_first) or cell.elapsed_s <= 0:
+            continue  # run by an earlier session, skipped by the IR gate after round 1, or never started
         counted += 1
         timing = read_timing(cell.cell_dir)
         for side, counts in cell_kernels(cell, timing).items():

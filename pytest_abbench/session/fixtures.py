@@ -145,14 +145,15 @@ def abbench_ir_gate(abbench_cell: Cell, request: pytest.FixtureRequest) -> Itera
     if finished is not None and finished.status == NO_IR_DIFF:
         cell.record(finished)
         pytest.skip(reason)
+    precompile_s = 0.0  # the op's precompile, when it decided the gate here: this cell's time
     if finished is None and key.round == 1 and session.settings.gate_first and key.op not in session.gates:
-        _decide_before_round_1(cell, request)
+        precompile_s = _decide_before_round_1(cell, request)
     if key.op in session.gated_first:
         reason = reason.replace("round 1 TTGIR", "the precompile's TTGIR (before round 1)")
     gate = session.gate_for(key.op) if key.round > 1 or key.op in session.gated_first else None
     if finished is None and gate is not None and gate.state == "no_diff" and not session.settings.allow_no_ir_diff:
         cell.record(CellOutcome(key, cell.folder, NO_IR_DIFF, cell.campaign.switch.describe(),
-                                str(cell.planned.campaign_path)))
+                                str(cell.planned.campaign_path), elapsed_s=precompile_s))
         pytest.skip(reason)
     yield
     if key.round != 1 or cell.outcome is None or cell.outcome.resumed:
@@ -169,32 +170,35 @@ def abbench_ir_gate(abbench_cell: Cell, request: pytest.FixtureRequest) -> Itera
     request.node.user_properties.append((GATE_PROPERTY, json.dumps(decision.to_json())))
 
 
-def _decide_before_round_1(cell: Cell, request: pytest.FixtureRequest) -> None:
+def _decide_before_round_1(cell: Cell, request: pytest.FixtureRequest) -> float:
     """``--ab-gate-first``: before the op's first round-1 cell, run its precompile and decide the gate from the IR
     it compiled for both sides.  Only "no code changed" is decided here: the precompile compiles every autotune
     candidate, so a difference may lie in candidates no cell runs; round 1 then decides as it always did.  Not
-    when a round-1 cell of the op already finished (a resumed root): round 1 decides."""
+    when a round-1 cell of the op already finished (a resumed root): round 1 decides.  Returns the precompile's
+    seconds where it decided "no code changed" (the cell it skips carries them), else 0: the op's first timed
+    cell carries them."""
     from pytest_abbench.checks import irgate
 
     session, key = cell.session, cell.key
     if any(session.root.finished(CellKey(1, key.op, role)) is not None for role in SIDES):
-        return
+        return 0.0
     runner = session.runner()
     cell.folder.mkdir(parents=True, exist_ok=True)
     runner.precompile(cell.campaign, key, run_log(cell.folder))
     folders = runner.precompile_ir.get(key.op)
     if folders is None:
-        return  # no precompile ran, or a job failed: round 1 decides
+        return 0.0  # no precompile ran, or a job failed: round 1 decides
     switch = cell.campaign.switch
     basis = session.settings.ir_basis(cell.campaign.op(key.op).shapes,
                                       {side: switch.options(side).get("level") for side in SIDES})
     decision = irgate.decide(key.op, folders[0], folders[1], f"{basis}, the precompile's IR before round 1")
     if decision.state != "no_diff":
-        return
+        return 0.0
     irgate.save_decision(session.root.path, decision)
     session.gates[key.op] = decision
     session.gated_first.add(key.op)
     request.node.user_properties.append((GATE_PROPERTY, json.dumps(decision.to_json())))
+    return runner.precompile_seconds.pop(key.op, 0.0)
 
 
 @pytest.fixture
