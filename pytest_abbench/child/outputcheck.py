@@ -74,8 +74,11 @@ class OutputRecord:
 
     def keep(self, shape_id: str, output: Any) -> None:
         """Keep the fingerprint of a shape's output that passed its reference check (a whole file each time:
-        a crash keeps every shape written before it)."""
+        a crash keeps every shape written before it).  Its folder is made by the session before the cell: where it
+        is gone, so is the root, and a cell never makes a root again."""
         self.by_shape[shape_id] = fingerprint(output)
+        if not self.path.parent.is_dir():
+            return
         write_json_atomic(self.path, {SCHEMA_FIELD: SCHEMA, "shapes": self.by_shape})
 
     def matches(self, shape_id: str, output: Any) -> bool | None:

@@ -357,6 +357,7 @@ class CellRunner:
         cell_dir = self.layout.cell(key)
         log_path = run_log(cell_dir)
         cell_dir.mkdir(parents=True, exist_ok=True)
+        self.layout.output_record(key.op, key.side).parent.mkdir(parents=True, exist_ok=True)  # the cell writes no folder
         self.precompile(campaign, key, log_path)
         precompile_s = self.precompile_seconds.pop(key.op, 0.0)
         per_cell_tuner = self.tuner_cache(campaign, key.side) == "per-cell"
