@@ -394,6 +394,33 @@ def test_a_steady_window_that_did_not_settle_flags_its_shape_and_keeps_the_verdi
     assert report.setup["regime"] == regimes.STEADY and "regime steady: timed once the kernel has run" in text
 
 
+def test_the_gpu_line_names_the_temperature_each_side_started_and_ended_its_windows_at(tmp_path: Path) -> None:
+    # Side A's cells start cool and warm through their windows (45 -> 62 C); side B's start warm (60 -> 63 C): a
+    # thermal state the op's line names, from the first window's opening edge and the last window's closing edge.
+    synthetic_root(tmp_path, {"s": [0.10, 0.11, 0.09], "t": [0.10, 0.11, 0.09]})
+    _windows(tmp_path, regimes.STEADY, lambda rnd, side, shape: regimes.MET, lambda side, shape: None)
+    for results in tmp_path.glob("r*_*/*/results.jsonl"):
+        side = results.parts[-3].split("_")[1]
+        start, end = (45.0, 62.0) if side == "A" else (60.0, 63.0)
+        records = []
+        for line in results.read_text().splitlines():
+            record = json.loads(line)
+            edges = [GpuReading(1980.0, 3201.0, 300.0, start + (end - start) * i / 3, None, 0, []) for i in range(4)]
+            record["windows"] = [TimedWindow(regimes.MET, 0.0, 100, 1, GpuState(a, b, WINDOW_S, None, [])).to_json()
+                                 for a, b in zip(edges, edges[1:])]
+            records.append(json.dumps(record))
+        results.write_text("\n".join(records) + "\n")
+    report = build_report(tmp_path)
+    op = report.ops[0]
+    assert (op.gpu_state["A"]["temperature_first_c"], op.gpu_state["A"]["temperature_last_c"]) == (45.0, 62.0)
+    assert (op.gpu_state["B"]["temperature_first_c"], op.gpu_state["B"]["temperature_last_c"]) == (60.0, 63.0)
+    assert op.shapes[0].gpu["B"]["temperature_first_c"] == 60.0  # each shape's own, in report.json
+    line = next(line for line in render_text(report).splitlines() if line.startswith("   GPU:"))
+    assert "; temperature first/last window A 45/62 C, B 60/63 C;" in line
+    # The window's after-edge median alone (the table's temperature column) would have hidden where each side began.
+    assert op.gpu_state["A"]["temperature_c"] == pytest.approx(56.3333, abs=1e-3)
+
+
 def test_with_the_edges_unread_the_report_still_counts_the_conditions_nvml_checked(tmp_path: Path) -> None:
     synthetic_root(tmp_path, {"s": [0.10, 0.11, 0.09]})
     _windows(tmp_path, regimes.STEADY, lambda rnd, side, shape: regimes.NOT_MET if rnd == 2 else regimes.MET,
