@@ -68,9 +68,10 @@ HOLDING_REASONS = ("sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_the
 
 # steady: run the kernel in chunks of STEADY_CHUNK_MS, reading NVML after each, until what the card converges to has
 # settled, after at least STEADY_MIN_S and at most STEADY_MAX_S (child/regime.py ``judge``):
-# - power, from the energy counter: its increase over time across each of two adjacent spans of readings
-#   STEADY_POWER_SPAN_S long, the two within STEADY_COUNTER_POWER_TOL.  NVML's power figure averages over up to a
-#   second and lags a kernel that just started (layer_norm on the H200: 412 W by it, about 640 W by the counter),
+# - power, from the energy counter: its increase over time across each of two adjacent spans at least
+#   STEADY_POWER_SPAN_S long, each from one counter update to another, the two within STEADY_COUNTER_POWER_TOL.
+#   NVML's power figure averages over up to a second and lags a kernel that just started (layer_norm on the H200:
+#   412 W by it, about 640 W by the counter),
 #   so it decides only where the counter gives nothing: the last STEADY_LAST_K readings within STEADY_POWER_TOL,
 #   skipped while they all show the clock at boost (BURST_CLOCK_SHARE of its maximum) with no holding reason.
 # - temperature: its least-squares slope over the last STEADY_TEMP_SPAN_S of readings at most STEADY_TEMP_SLOPE_C_S
@@ -105,9 +106,11 @@ STEADY_CAP_CLOCK_TOL = 0.03
 # this of the settled median: the single readings' +-3% about their middle, with room for the median's own error.
 STEADY_CAP_WINDOW_CLOCK_TOL = 0.05
 # NVML gives whole degrees: over a 1 s span one step of a degree reads as a least-squares slope of up to 1.5 C/s
-# (6p(1-p) C/s for a step at share p of the span), no step as 0.  0.5 C/s lets a span pass whose readings did not
-# step, or stepped only near its ends, and stops a card heating by a degree a second or more: a heavy kernel's
-# first seconds on a cool card.  A slower drift passes; the report's first/last window temperatures show it.
+# (6p(1-p) C/s for a step at share p of the span), no step as 0, two steps at least 1.5 C/s.  0.5 C/s lets a span
+# pass whose readings did not step, or stepped only near its ends, and stops a card heating by two degrees a second
+# or more (every span holds two steps): a heavy kernel's first seconds on a cool card.  At about a degree a second
+# a span passes once its step falls near an end; a slower drift passes; the report's first/last window
+# temperatures show what remained.
 STEADY_TEMP_SPAN_S = 1.0
 STEADY_TEMP_SLOPE_C_S = 0.5
 # Two power spans from the first update a reading can show (the second reading, two chunks in): what the counter
