@@ -186,11 +186,13 @@ def settle_side(rig: Rig, side: str) -> tuple[str, float]:
     """Run ``side`` alone, window after window, until its clock and power settle (``STEADY_MIN_S`` to
     ``STEADY_MAX_S``): a cell's settling.  Its condition and the seconds it took."""
     seen: list[Reading | None] = []
+    times: list[float] = []
     start = rig.clock()
     while rig.clock() - start < regimes.STEADY_MAX_S:
         rig.window(side)
         seen.append(rig.read())
-        if rig.clock() - start >= regimes.STEADY_MIN_S and settled(list(seen), rig.max_clock):
+        times.append(rig.clock())
+        if rig.clock() - start >= regimes.STEADY_MIN_S and settled(list(seen), rig.max_clock, times):
             return regimes.MET, rig.clock() - start
     return regimes.NOT_MET, rig.clock() - start
 

@@ -253,10 +253,11 @@ def test_boost_clocks_on_both_sides_give_the_op_line_and_no_flag(tmp_path: Path)
                                  "energy_power_withheld": f"withheld: 3 s of timed windows in 6 separate stretches "
                                  f"against the energy counter's ~{ENERGY_COUNTER_UPDATE_S * 1e3:.0f} ms updates (a "
                                  f"figure needs {ENERGY_MIN_S:g} s a stretch)",
+                                 "temperature_first_c": 40.0, "temperature_last_c": 50.0,
                                  "reason_share": {"gpu_idle": 1.0}}
     assert [s.flags for s in op.shapes] == [[], []]
-    assert ("   GPU: A 1980 MHz 148 W (NVML avg), B 1980 MHz 150 W (NVML avg); power cap in 0% / 0% of windows\n"
-            in render_text(report))
+    assert ("   GPU: A 1980 MHz 148 W (NVML avg), B 1980 MHz 150 W (NVML avg); power cap in 0% / 0% of windows; "
+            "temperature first/last window A 40/50 C, B 40/50 C\n" in render_text(report))
 
 
 def test_a_power_capped_side_at_lower_clocks_flags_its_shape(tmp_path: Path) -> None:
@@ -281,17 +282,21 @@ def test_a_power_capped_side_at_lower_clocks_flags_its_shape(tmp_path: Path) -> 
     line = next(line for line in render_text(report).splitlines() if line.startswith("   GPU:"))
     # One 0.5 s window per cell: too short for the energy counter's figure, so NVML's averaged one, said so.
     assert line == ("   GPU: A 1744 MHz 555 W (NVML avg), B 1688 MHz 555 W (NVML avg); power cap in 17% / 50% of "
-                    "windows; flagged: power_capped on 1 of 2 shapes, clocks_differ on 1 of 2 shapes")
+                    "windows; temperature first/last window A 40/50 C, B 40/50 C; flagged: power_capped on 1 of 2 "
+                    "shapes, clocks_differ on 1 of 2 shapes")
     write_report(tmp_path, report)
     again = read_report(tmp_path / "report.json")
     assert again.ops[0].gpu_state == op.gpu_state and again.ops[0].shapes[0].flags == mm.flags
     assert render_text(again) == render_text(report)
     # The verdict line keeps the verdict and names the condition it holds under, with the shape's own clocks and
     # power (the op's line mixes in the shape that never reached the cap).
+    ends = {"temperature_first_c": 40.0, "temperature_last_c": 50.0}
     assert mm.gpu == {"A": {"sm_clock_mhz": 1508.0, "power_w": 690.0, "energy_power_w": None,
-                            "power_cap_share": pytest.approx(1 / 3)},
-                      "B": {"sm_clock_mhz": 1395.0, "power_w": 690.0, "energy_power_w": None, "power_cap_share": 1.0}}
-    assert sum_.gpu["A"] == {"sm_clock_mhz": 1980.0, "power_w": 420.0, "energy_power_w": None, "power_cap_share": 0.0}
+                            "power_cap_share": pytest.approx(1 / 3), **ends},
+                      "B": {"sm_clock_mhz": 1395.0, "power_w": 690.0, "energy_power_w": None, "power_cap_share": 1.0,
+                            **ends}}
+    assert sum_.gpu["A"] == {"sm_clock_mhz": 1980.0, "power_w": 420.0, "energy_power_w": None, "power_cap_share": 0.0,
+                             **ends}
     assert again.ops[0].shapes[0].gpu == mm.gpu
     assert ("slower [power_capped, clocks_differ] (holds under the power cap, side clocks that differ: "
             "A 1508 MHz 690 W (NVML avg), B 1395 MHz 690 W (NVML avg))") in render_text(report)

@@ -39,21 +39,36 @@ class FakeClock(Pace):
 
 
 class StandInGpu(GpuSampler):
-    """Stands for NVML on a GPU: each read answers ``script(now)`` (SM clock MHz, power W, reasons, energy mJ)."""
+    """Stands for NVML on a GPU: each read answers ``script(now)`` (SM clock MHz, NVML's averaged power W, reasons,
+    energy counter mJ, and optionally the temperature C, else 50); ``power_limit`` is the enforced limit the
+    settings read (None: NVML gave none)."""
 
-    def __init__(self, clock: FakeClock, script: Any, max_clock: float | None = 1980.0) -> None:
+    def __init__(self, clock: FakeClock, script: Any, max_clock: float | None = 1980.0,
+                 power_limit: float | None = None) -> None:
         super().__init__(device="stand-in GPU", clock=lambda: clock.now)
-        self.fake_clock, self.script, self.max_clock = clock, script, max_clock
+        self.fake_clock, self.script, self.max_clock, self.power_limit = clock, script, max_clock, power_limit
         self.reads: list[float] = []
 
     def max_sm_clock_mhz(self) -> float | None:
         return self.max_clock
 
+    def settings(self) -> dict[str, int | float | str]:
+        return {"power_limit_w": self.power_limit if self.power_limit is not None else "not recorded (stand-in)"}
+
     def read(self) -> GpuReading | None:
         self.reads.append(self.fake_clock.now)
-        sm, power, reasons, energy = self.script(self.fake_clock.now)
+        sm, power, reasons, energy, *temperature = self.script(self.fake_clock.now)
         mask = sum(bit for bit, name in REASONS if name in reasons)
-        return GpuReading(sm, 3201.0, power, 50.0, energy, mask, list(reasons))
+        return GpuReading(sm, 3201.0, power, temperature[0] if temperature else 50.0, energy, mask, list(reasons))
+
+
+def counter(watts: float, update_s: float = 0.0, since: float = 0.0, base_mj: float = 0.0) -> Any:
+    """An energy counter (mJ) at a constant draw from ``since``, updated every ``update_s`` (0: continuously): a read
+    returns the last update, as NVML's does (every 100 ms on the H200)."""
+    def at(t: float) -> float:
+        seen = math.floor(round(t / update_s, 9)) * update_s if update_s else t
+        return base_mj + watts * max(0.0, seen - since) * 1e3
+    return at
 
 
 class StandInKernel:
@@ -112,63 +127,141 @@ def test_steady_runs_the_kernel_until_clock_and_power_settle() -> None:
 
     def ramp(t: float) -> tuple[float, float, list[str], float]:
         # The H200's mm: 1980 MHz from idle, the controller dips, then holds ~1508 MHz at ~690 W from 1.5 s.
-        if t < 1.5:
-            return 1980.0 - 500.0 * t, 300.0 + 260.0 * t, ["sw_power_cap"] if t > 0.5 else [], 1000.0 * t
-        return 1508.0 + (15.0 if int(t * 20) % 2 else 0.0), 690.0, ["sw_power_cap"], 1000.0 * t
+        if t < 1.5:  # the counter: the integral of a draw rising 300 -> 690 W
+            return 1980.0 - 500.0 * t, 300.0 + 260.0 * t, ["sw_power_cap"] if t > 0.5 else [], 1e3 * (300 * t + 130 * t * t)
+        return (1508.0 + (15.0 if int(t * 20) % 2 else 0.0), 690.0, ["sw_power_cap"],
+                1e3 * (300 * 1.5 + 130 * 1.5 ** 2) + counter(690.0, since=1.5)(t))
 
     kernel = StandInKernel(clock, window_s=0.1, calls=500)
     # Enough back-to-back windows for the energy counter's figure to be stated (core/results.py ENERGY_MIN_S).
     count = max(4, math.ceil(ENERGY_MIN_S / 0.1))
-    timing = run_regime(regimes.STEADY, kernel, StandInGpu(clock, ramp), count=count, cpu=False, pace=clock)
+    timing = run_regime(regimes.STEADY, kernel, StandInGpu(clock, ramp, power_limit=700.0), count=count, cpu=False,
+                        pace=clock)
     first = timing.windows[0]
     assert first.condition == regimes.MET and first.detail.startswith("settled at 15")
-    settle_s = (regimes.STEADY_LAST_K - 1) * regimes.STEADY_CHUNK_MS / 1e3 + 1.5
-    assert settle_s <= first.waited_s <= settle_s + 0.1 and kernel.busy_s == pytest.approx(first.waited_s)
+    assert "(at the power cap, the median over its readings)" in first.detail and "690 W (energy counter)" in first.detail
+    # At the cap the clock's medians over two spans must agree: the later one past the dip.
+    span = regimes.STEADY_CAP_CLOCK_SPAN_S
+    assert 1.5 <= first.waited_s <= 1.5 + 2 * span + 0.05 and kernel.busy_s == pytest.approx(first.waited_s)
     assert all(w.condition == regimes.MET and w.waited_s == 0.0 for w in timing.windows[1:])
-    # Energy: the counter (1000 mJ a second here) over each 0.1 s window, over its 500 calls.
-    assert energy_per_call_j(timing.windows) == pytest.approx(0.1 / 500, rel=1e-6)
+    # Energy: the counter (690 W here) over each 0.1 s window, over its 500 calls.
+    assert energy_per_call_j(timing.windows) == pytest.approx(0.1 * 690.0 / 500, rel=1e-6)
     # Ten 4 ms windows (a burst cell) are too short for the counter's steps: no figure rather than a wrong one.
     short = [dataclasses.replace(w, gpu_state=dataclasses.replace(w.gpu_state, window_s=0.004)) for w in timing.windows]
     assert energy_per_call_j(short * 3) is None
 
 
+WANDER = (1410.0, 1500.0, 1455.0, 1425.0, 1485.0, 1440.0, 1470.0, 1500.0, 1410.0, 1455.0, 1485.0)  # MHz, read to read
+
+
+def test_a_power_capped_kernel_whose_clock_wanders_settles_on_its_median_and_its_windows_are_met() -> None:
+    # cuBLAS's mm 4096^3 on the H200 at its 700 W cap: the controller holds the power, the SM clock moves 1410-1500
+    # MHz from one reading to the next, NVML's averaged figure lags below the counter, the temperature holds.
+    # The energy counter updates every 100 ms: a read returns its last update.
+    clock = FakeClock()
+    energy = counter(700.0, update_s=0.1)
+
+    def capped(t: float) -> tuple[float, float, list[str], float, float]:
+        return WANDER[round(t / 0.05) % len(WANDER)], 640.0, ["sw_power_cap"], energy(t), 62.0
+
+    gpu = StandInGpu(clock, capped, power_limit=700.0)
+    timing = run_regime(regimes.STEADY, StandInKernel(clock, window_s=0.05, calls=250), gpu, count=10, cpu=False,
+                        pace=clock)
+    first = timing.windows[0]
+    assert [w.condition for w in timing.windows] == [regimes.MET] * 10, first.detail
+    assert re.fullmatch(r"settled at 14\d\d MHz \(at the power cap, the median over its readings\) after 1\.\d+ s: "
+                        r"700 W \(energy counter\), 62 C", first.detail), first.detail
+    assert first.waited_s <= 2 * regimes.STEADY_CAP_CLOCK_SPAN_S + 0.2
+    # Without the enforced limit, the reason named in every reading says the cap holds.
+    clock = FakeClock()
+    first = run_regime(regimes.STEADY, StandInKernel(clock, window_s=0.05), StandInGpu(clock, capped), count=1,
+                       cpu=False, pace=clock).windows[0]
+    assert first.condition == regimes.MET and "at the power cap" in first.detail
+
+
+def test_a_card_whose_temperature_still_climbs_does_not_settle_until_it_flattens() -> None:
+    # A kernel at boost below the cap, its power flat, on a card heating 3 C/s for 4 s (NVML reads whole degrees).
+    clock = FakeClock()
+
+    def heating(t: float) -> tuple[float, float, list[str], float, float]:
+        return 1980.0, 300.0, [], counter(300.0)(t), float(round(40.0 + 3.0 * min(t, 4.0)))
+
+    first = run_regime(regimes.STEADY, StandInKernel(clock, window_s=0.05), StandInGpu(clock, heating), count=1,
+                       cpu=False, pace=clock).windows[0]
+    assert first.condition == regimes.MET and first.detail.startswith("settled at 1980 MHz (at boost")
+    assert 4.0 < first.waited_s <= 4.0 + regimes.STEADY_TEMP_SPAN_S + 0.05 and first.detail.endswith(", 52 C")
+
+
 def test_steady_does_not_wait_for_nvmls_power_average_while_the_kernel_runs_at_boost_below_the_cap() -> None:
     # topk on the H200: 1980 MHz throughout, no holding reason, while NVML's power figure (an average over up to a
-    # second) climbs for over a second. The card has nothing to settle into: K readings at boost settle it.
-    climbing = (lambda t: (1980.0, 150.0 + 200.0 * min(t, 1.5), [], 1000.0 * t))
+    # second) climbs for over a second and the energy counter already reads the kernel's flat draw.
+    climbing = (lambda t: (1980.0, 150.0 + 200.0 * min(t, 1.5), [], counter(450.0, update_s=0.1)(t)))
     clock = FakeClock()
     timing = run_regime(regimes.STEADY, StandInKernel(clock, window_s=0.1), StandInGpu(clock, climbing), count=2,
                         cpu=False, pace=clock)
     first = timing.windows[0]
-    assert first.condition == regimes.MET and first.waited_s == pytest.approx(regimes.STEADY_MIN_S)
-    assert first.detail == f"settled at 1980 MHz (at boost, no holding reason) after {regimes.STEADY_MIN_S:g} s"
-    # The same climb with a holding reason named, or without a known maximum clock, waits for power as before.
-    for reasons, max_clock in ((["sw_power_cap"], 1980.0), ([], None)):
+    # Two power spans, from update to update of a counter read every chunk: one update past STEADY_MIN_S at most.
+    assert first.condition == regimes.MET and regimes.STEADY_MIN_S <= first.waited_s <= regimes.STEADY_MIN_S + 0.1
+    assert first.detail == (f"settled at 1980 MHz (at boost, no holding reason) after {first.waited_s:g} s: "
+                            f"450 W (energy counter), 50 C")
+    # At boost is no shortcut past the counter: a draw that still climbs (here with the average) is waited for, with a
+    # holding reason named or not, with the maximum clock known or not.
+    for reasons, max_clock in (([], 1980.0), (["sw_power_cap"], 1980.0), ([], None)):
         clock = FakeClock()
-        gpu = StandInGpu(clock, lambda t: (1980.0, 150.0 + 200.0 * min(t, 1.5), reasons, 1000.0 * t), max_clock)
+        gpu = StandInGpu(clock, lambda t: (1980.0, 150.0 + 200.0 * min(t, 1.5), reasons,
+                                           1e3 * (150 * min(t, 1.5) + 100 * min(t, 1.5) ** 2 + 450 * max(0, t - 1.5))),
+                         max_clock)
         first = run_regime(regimes.STEADY, StandInKernel(clock, window_s=0.1), gpu, count=1, cpu=False,
                            pace=clock).windows[0]
-        assert first.condition == regimes.MET and first.waited_s >= 1.5 and "at boost" not in first.detail
-    # A clock below boost (a power-capped mm at 1508 MHz, no reason decoded) is no shortcut either.
+        assert first.condition == regimes.MET and first.waited_s >= 1.5, (reasons, max_clock, first.detail)
+    # Without the counter NVML's average decides, and a clock below boost (a power-capped mm at 1508 MHz, no reason
+    # decoded) is no shortcut past it.
     below = [GpuReading(1508.0, None, 300.0 + 50.0 * i, None, None, 0, []) for i in range(regimes.STEADY_LAST_K)]
     assert settled(below, 1980.0) is False and settled(below[:1] * regimes.STEADY_LAST_K, 1980.0)
     at_boost = [GpuReading(1980.0, None, 300.0 + 50.0 * i, None, None, 0, []) for i in range(regimes.STEADY_LAST_K)]
     assert settled(at_boost, 1980.0) is True and settled(at_boost) is False
 
 
-def test_steady_that_never_settles_ends_at_its_bound_and_a_window_off_the_settled_clock_is_not_met() -> None:
+def test_steady_that_never_settles_ends_at_its_bound_and_says_which_criterion_did_not_settle() -> None:
     clock = FakeClock()
-    wobble = StandInGpu(clock, lambda t: (1400.0 + 100.0 * (int(t * 20) % 2), 690.0, ["sw_power_cap"], 0.0))
-    timing = run_regime(regimes.STEADY, StandInKernel(clock), wobble, count=2, cpu=False, pace=clock)
+    warming = StandInGpu(clock, lambda t: (1980.0, 300.0, [], counter(300.0)(t), float(round(40.0 + 2.0 * t))))
+    timing = run_regime(regimes.STEADY, StandInKernel(clock), warming, count=2, cpu=False, pace=clock)
     assert [w.condition for w in timing.windows] == [regimes.NOT_MET] * 2
-    assert timing.windows[0].waited_s >= regimes.STEADY_MAX_S and "not settled after" in timing.windows[0].detail
-
+    first = timing.windows[0]
+    assert first.waited_s >= regimes.STEADY_MAX_S
+    assert re.fullmatch(r"not settled after 10 s: temperature still rising 2\.\d C/s \(last 1980 MHz, 300 W "
+                        r"\(energy counter\), 60 C\)", first.detail), first.detail
+    # At the cap, a clock that sinks 150 MHz a second moves its span medians by more than their tolerance.
     clock = FakeClock()
-    drop_at = regimes.STEADY_MIN_S + 0.35  # settled at STEADY_MIN_S: the first 0.3 s window ends before the drop
-    drops = StandInGpu(clock, lambda t: (1508.0 if t < drop_at else 1300.0, 690.0, ["sw_power_cap"], 0.0))
-    timing = run_regime(regimes.STEADY, StandInKernel(clock, window_s=0.3), drops, count=2, cpu=False, pace=clock)
-    assert [w.condition for w in timing.windows] == [regimes.MET, regimes.NOT_MET]
-    assert "the window ended at 1300 MHz" in timing.windows[1].detail
+    sinking = StandInGpu(clock, lambda t: (1980.0 - 15.0 * round(t / 0.1), 640.0, ["sw_power_cap"],
+                                           counter(700.0)(t)), power_limit=700.0)
+    detail = run_regime(regimes.STEADY, StandInKernel(clock), sinking, count=1, cpu=False, pace=clock).windows[0].detail
+    assert re.match(r"not settled after 10 s: clock median at the power cap moved (\d+) -> (\d+) MHz \(last \2 MHz, "
+                    r"700 W \(energy counter\), 50 C\)$", detail), detail
+    # Below the cap, a clock that keeps moving, and power by NVML's average where there is no counter.
+    clock = FakeClock()
+    wobble = StandInGpu(clock, lambda t: (1800.0 + 100.0 * (int(t * 20) % 2), 300.0 + 40.0 * (int(t * 20) % 2), [],
+                                          None))
+    detail = run_regime(regimes.STEADY, StandInKernel(clock), wobble, count=1, cpu=False, pace=clock).windows[0].detail
+    assert detail == ("not settled after 10 s: power still moving 300-340 W (NVML average); clock still moving "
+                      "1800-1900 MHz (last 1800 MHz, 50 C)")
+
+
+def test_a_capped_window_is_met_while_the_cap_holds_near_the_settled_median() -> None:
+    clock = FakeClock()
+    span = regimes.STEADY_CAP_CLOCK_SPAN_S
+    energy = counter(700.0)
+    settle_by = 2 * span + 0.15  # settled by then; the first 0.3 s window ends before the drop
+    # Wandering at the cap; then one window ends at 1300 MHz (still capped), then the cap lets go (1980 MHz).
+    script = (lambda t: (WANDER[round(t / 0.05) % len(WANDER)] if t < settle_by + 0.35 else
+                         1300.0 if t < settle_by + 0.65 else 1980.0,
+                         690.0, ["sw_power_cap"] if t < settle_by + 0.65 else [], energy(t)))
+    gpu = StandInGpu(clock, script, power_limit=700.0)
+    timing = run_regime(regimes.STEADY, StandInKernel(clock, window_s=0.3), gpu, count=3, cpu=False, pace=clock)
+    assert timing.windows[0].waited_s <= settle_by
+    assert [w.condition for w in timing.windows] == [regimes.MET, regimes.NOT_MET, regimes.NOT_MET]
+    assert timing.windows[1].detail.endswith("; the window ended at 1300 MHz")
+    assert timing.windows[2].detail.endswith("; the window ended at 1980 MHz, off the power cap")
 
 
 def test_back_to_back_windows_share_their_edges_and_edges_off_records_none_but_still_settles() -> None:
@@ -299,6 +392,33 @@ def test_a_steady_window_that_did_not_settle_flags_its_shape_and_keeps_the_verdi
     assert "energy per call (NVML energy counter over the timed windows / calls): geomean B vs A +20.0%" in text
     assert "B vs A +20.0% [+20.0 ~ +20.0%]" in text
     assert report.setup["regime"] == regimes.STEADY and "regime steady: timed once the kernel has run" in text
+
+
+def test_the_gpu_line_names_the_temperature_each_side_started_and_ended_its_windows_at(tmp_path: Path) -> None:
+    # Side A's cells start cool and warm through their windows (45 -> 62 C); side B's start warm (60 -> 63 C): a
+    # thermal state the op's line names, from the first window's opening edge and the last window's closing edge.
+    synthetic_root(tmp_path, {"s": [0.10, 0.11, 0.09], "t": [0.10, 0.11, 0.09]})
+    _windows(tmp_path, regimes.STEADY, lambda rnd, side, shape: regimes.MET, lambda side, shape: None)
+    for results in tmp_path.glob("r*_*/*/results.jsonl"):
+        side = results.parts[-3].split("_")[1]
+        start, end = (45.0, 62.0) if side == "A" else (60.0, 63.0)
+        records = []
+        for line in results.read_text().splitlines():
+            record = json.loads(line)
+            edges = [GpuReading(1980.0, 3201.0, 300.0, start + (end - start) * i / 3, None, 0, []) for i in range(4)]
+            record["windows"] = [TimedWindow(regimes.MET, 0.0, 100, 1, GpuState(a, b, WINDOW_S, None, [])).to_json()
+                                 for a, b in zip(edges, edges[1:])]
+            records.append(json.dumps(record))
+        results.write_text("\n".join(records) + "\n")
+    report = build_report(tmp_path)
+    op = report.ops[0]
+    assert (op.gpu_state["A"]["temperature_first_c"], op.gpu_state["A"]["temperature_last_c"]) == (45.0, 62.0)
+    assert (op.gpu_state["B"]["temperature_first_c"], op.gpu_state["B"]["temperature_last_c"]) == (60.0, 63.0)
+    assert op.shapes[0].gpu["B"]["temperature_first_c"] == 60.0  # each shape's own, in report.json
+    line = next(line for line in render_text(report).splitlines() if line.startswith("   GPU:"))
+    assert "; temperature first/last window A 45/62 C, B 60/63 C;" in line
+    # The window's after-edge median alone (the table's temperature column) would have hidden where each side began.
+    assert op.gpu_state["A"]["temperature_c"] == pytest.approx(56.3333, abs=1e-3)
 
 
 def test_with_the_edges_unread_the_report_still_counts_the_conditions_nvml_checked(tmp_path: Path) -> None:

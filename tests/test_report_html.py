@@ -111,6 +111,9 @@ def test_the_gpu_state_table_holds_report_json_per_side(tmp_path: Path) -> None:
             "windows", "recorded", "sm_clock_mhz", "mem_clock_mhz", "power_w", "energy_power_w", "temperature_c")]
         assert state["energy_power_w"] is None  # one 0.5 s window per cell: too short for the energy counter
         assert float(cells[8].attrs["data-value"]) == state["reason_share"]["sw_power_cap"]
+        # The thermal state the side's windows started and ended in, before the last column (why not recorded).
+        assert [float(c.attrs["data-value"]) for c in cells[-3:-1]] == [state["temperature_first_c"],
+                                                                         state["temperature_last_c"]]
     assert "GPU: A 1508 MHz 690 W (NVML avg), B 1395 MHz 690 W (NVML avg)" in section.all_text()  # the text's line
 
 

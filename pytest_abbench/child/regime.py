@@ -2,8 +2,9 @@
 the regime's condition held.
 
 burst: before each short window, wait (bounded) until NVML names no power cap or slowdown and the SM clock is back
-near its maximum, so every window starts at boost.  steady: run the kernel untimed until the last readings of SM
-clock and power agree, or show it at boost with no holding reason (bounded), then time the windows back to back.
+near its maximum, so every window starts at boost.  steady: run the kernel untimed until its power (by the energy
+counter), temperature and SM clock settle (at the power cap, the clock's median over spans of readings; bounded),
+then time the windows back to back.
 Without GPU state (the interpreter, no NVML) neither condition can be checked: burst waits a plain gap, steady
 warms up by time, and every window says ``not_checked``.  The sampler and the clock are parameters so a test can
 stand in for a GPU.
@@ -14,7 +15,7 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Sequence
 
 from pytest_abbench.child.gpustate import Edge, GpuSampler
 from pytest_abbench.child.timers import Windows
@@ -78,7 +79,7 @@ def _spread_ok(values: list[float], tolerance: float, floor: float = 0.0) -> boo
     return max(values) - min(values) <= max(floor, tolerance * statistics.median(values))
 
 
-def free_at_boost(readings: list[GpuReading | None], max_clock: float | None) -> bool:
+def free_at_boost(readings: Sequence[GpuReading | None], max_clock: float | None) -> bool:
     """Whether every reading shows the kernel running at boost with no holding reason: a card below its power cap,
     with nothing to settle into although NVML's averaged power figure may still be climbing."""
     # at_boost's test, without its allowances for an unknown maximum, a missing clock or an idle card.
@@ -87,54 +88,206 @@ def free_at_boost(readings: list[GpuReading | None], max_clock: float | None) ->
         for r in readings)
 
 
-def settled(readings: list[GpuReading | None], max_clock: float | None = None) -> bool | None:
-    """Whether the last ``STEADY_LAST_K`` readings agree on SM clock and power (each within its tolerance), or on
-    the clock while the card runs free at boost (``max_clock`` known); None when they carry neither figure."""
+@dataclass
+class Judgement:
+    """What the settling readings show (``judge``): whether they settled (None: NVML gave neither SM clock nor
+    power), whether the kernel runs at the power cap, the clock it settled at, the energy counter's power over the
+    last span, the last temperature, and what did not settle yet, each as the bound's message names it."""
+
+    settled: bool | None
+    at_cap: bool = False
+    clock_mhz: float | None = None
+    counter_power_w: float | None = None
+    temperature_c: float | None = None
+    unsettled: list[str] = field(default_factory=list)
+
+
+def counter_power_spans(readings: Sequence[GpuReading | None], times: Sequence[float]
+                        ) -> tuple[float, float] | None:
+    """The energy counter's power (W) over two adjacent spans, each at least ``STEADY_POWER_SPAN_S`` long, the later
+    one ending at the counter's last update; None where the readings do not cover two spans.
+
+    A read returns the counter's last update, so the spans run from update to update: each reading that shows a
+    new value marks one, and between two such readings the counter's increase is the energy of whole update
+    periods, over a time that the reads' own lag (the same at both ends while the updates keep their pace) leaves
+    nearly whole.  Read to read, a span would gain or lose a whole update against its length.
+    """
+    marks: list[tuple[float, float]] = []  # (time, counter) of each reading that shows an update
+    previous: float | None = None
+    for t, reading in zip(times, readings):
+        energy = None if reading is None else reading.energy_mj
+        if energy is not None and previous is not None and energy < previous:
+            marks = []  # the counter restarted (driver reloaded): count from here
+        if energy is not None and previous is not None and energy != previous:
+            marks.append((t, energy))
+        previous = energy if energy is not None else previous
+    if not marks:
+        return None
+    end = marks[-1]
+    mid = next((m for m in reversed(marks) if m[0] <= end[0] - regimes.STEADY_POWER_SPAN_S + 1e-6), None)
+    start = None if mid is None else next(
+        (m for m in reversed(marks) if m[0] <= mid[0] - regimes.STEADY_POWER_SPAN_S + 1e-6), None)
+    if mid is None or start is None:
+        return None
+    return (mid[1] - start[1]) / 1e3 / (mid[0] - start[0]), (end[1] - mid[1]) / 1e3 / (end[0] - mid[0])
+
+
+def temperature_slope(readings: Sequence[GpuReading | None], times: Sequence[float]) -> float | None:
+    """The least-squares slope (C/s) of the temperatures read over the last ``STEADY_TEMP_SPAN_S`` (what there is
+    of it); None with fewer than three of them."""
+    since = times[-1] - regimes.STEADY_TEMP_SPAN_S - 1e-6
+    points = [(t, r.temperature_c) for t, r in zip(times, readings)
+              if t >= since and r is not None and r.temperature_c is not None]
+    if len(points) < 3 or points[-1][0] <= points[0][0]:
+        return None
+    return statistics.linear_regression([t for t, _ in points], [float(c or 0.0) for _, c in points]).slope
+
+
+def _span_median(clocks: Sequence[tuple[float, float]], after: float, until: float) -> float | None:
+    inside = [mhz for t, mhz in clocks if after + 1e-6 < t <= until + 1e-6]
+    return statistics.median(inside) if inside else None
+
+
+def judge(readings: Sequence[GpuReading | None], max_clock: float | None = None,
+          times: Sequence[float] | None = None, power_limit_w: float | None = None) -> Judgement:
+    """Whether the settling readings (read at ``times``, default one chunk apart) settled: power by the energy
+    counter, temperature by its slope, and the SM clock (at the power cap, its median over spans; below it, the
+    last ``STEADY_LAST_K`` readings) (core/regimes.py, steady)."""
+    times = list(times) if times is not None else [
+        (i + 1) * regimes.STEADY_CHUNK_MS / 1e3 for i in range(len(readings))]
     last = readings[-regimes.STEADY_LAST_K:]
     if len(last) < regimes.STEADY_LAST_K or any(r is None for r in last):
-        return False
-    clocks = [r.sm_clock_mhz for r in last if r is not None]
-    powers = [r.power_w for r in last if r is not None]
-    checks = []
+        return Judgement(False, unsettled=[f"fewer than {regimes.STEADY_LAST_K} readings"])
+    present = [r for r in last if r is not None]
+    clocks = [r.sm_clock_mhz for r in present]
+    averaged = [r.power_w for r in present]
+    spans = counter_power_spans(readings, times)
+    has_counter = any(r.energy_mj is not None for r in present)
+    if all(c is None for c in clocks) and all(p is None for p in averaged) and not has_counter:
+        return Judgement(None)
+    out = Judgement(True, temperature_c=present[-1].temperature_c)
+    # Power: the counter's where it gives one, else NVML's average (which a kernel at boost need not wait for).
+    if spans is not None:
+        before, recent = spans
+        out.counter_power_w = recent
+        if abs(recent - before) > regimes.STEADY_COUNTER_POWER_TOL * max(recent, before):
+            out.unsettled.append(f"power still moving {before:.0f} -> {recent:.0f} W (energy counter)")
+    elif present[-1].energy_mj is not None:
+        out.unsettled.append("the energy counter's updates do not cover two power spans yet")
+    elif all(p is not None for p in averaged) and not free_at_boost(last, max_clock):
+        values = [float(p or 0.0) for p in averaged]
+        if not _spread_ok(values, regimes.STEADY_POWER_TOL):
+            out.unsettled.append(f"power still moving {min(values):.0f}-{max(values):.0f} W (NVML average)")
+    # Temperature.
+    slope = temperature_slope(readings, times)
+    if slope is not None and abs(slope) > regimes.STEADY_TEMP_SLOPE_C_S:
+        out.unsettled.append(f"temperature still {'rising' if slope > 0 else 'falling'} {abs(slope):.1f} C/s")
+    # The clock: the power controller's output at the cap, the card's own below it.
+    capped = sum(1 for r in present if "sw_power_cap" in r.reasons)
+    if power_limit_w is None:
+        out.at_cap = capped == len(present)
+    else:
+        power = out.counter_power_w if out.counter_power_w is not None else (
+            statistics.median(float(p) for p in averaged if p is not None)
+            if any(p is not None for p in averaged) else None)
+        out.at_cap = (2 * capped > len(present) and power is not None
+                      and power >= (1.0 - regimes.STEADY_CAP_POWER_SHARE) * power_limit_w)
     if all(c is not None for c in clocks):
-        checks.append(_spread_ok([float(c or 0) for c in clocks], regimes.STEADY_CLOCK_TOL,
-                                 regimes.STEADY_CLOCK_STEP_MHZ))
-    if all(p is not None for p in powers) and not free_at_boost(last, max_clock):
-        checks.append(_spread_ok([float(p or 0) for p in powers], regimes.STEADY_POWER_TOL))
-    return all(checks) if checks else None
+        values = [float(c or 0.0) for c in clocks]
+        out.clock_mhz = statistics.median(values)
+        if out.at_cap:
+            timed = [(t, float(r.sm_clock_mhz)) for t, r in zip(times, readings)
+                     if r is not None and r.sm_clock_mhz is not None]
+            span = regimes.STEADY_CAP_CLOCK_SPAN_S
+            end = times[-1]
+            early, late = _span_median(timed, end - 2 * span, end - span), _span_median(timed, end - span, end)
+            if times[-1] - times[0] < 2 * span - 1e-6 or early is None or late is None:
+                out.unsettled.append("too few readings at the power cap for two clock spans")
+            else:
+                out.clock_mhz = late
+                if abs(late - early) > regimes.STEADY_CAP_CLOCK_TOL * late:
+                    out.unsettled.append(f"clock median at the power cap moved {early:.0f} -> {late:.0f} MHz")
+        elif not _spread_ok(values, regimes.STEADY_CLOCK_TOL, regimes.STEADY_CLOCK_STEP_MHZ):
+            out.unsettled.append(f"clock still moving {min(values):.0f}-{max(values):.0f} MHz")
+    out.settled = not out.unsettled
+    return out
 
 
-def settle(timer: Windows, sampler: GpuSampler, cpu: bool, pace: Pace) -> tuple[str, float, str, float | None]:
-    """Run the kernel until clocks and power settle: (condition, seconds, what was seen, the settled SM clock)."""
+def settled(readings: list[GpuReading | None], max_clock: float | None = None,
+            times: Sequence[float] | None = None, power_limit_w: float | None = None) -> bool | None:
+    """Whether the readings settled (``judge``); None when they carry neither SM clock nor power."""
+    return judge(readings, max_clock, times, power_limit_w).settled
+
+
+@dataclass
+class Settling:
+    """How a shape's settling ended: its condition, the seconds it ran, what was seen, the clock it settled at and
+    whether that clock is the power controller's (at the cap)."""
+
+    condition: str
+    waited_s: float
+    detail: str
+    clock_mhz: float | None = None
+    at_cap: bool = False
+
+
+def power_limit_w(sampler: GpuSampler) -> float | None:
+    """The enforced power limit the sampler's settings read, in watts; None where NVML gave none."""
+    try:
+        limit = sampler.settings().get("power_limit_w")
+    except Exception:  # a sampler without settings: the cap is judged by its reason alone
+        return None
+    return float(limit) if isinstance(limit, (int, float)) and limit > 0 else None
+
+
+def settle(timer: Windows, sampler: GpuSampler, cpu: bool, pace: Pace) -> Settling:
+    """Run the kernel until its power, temperature and clock settle, at most ``STEADY_MAX_S``."""
     start = pace.clock()
     if sampler.not_recorded is not None:
         warmup = regimes.STEADY_CPU_WARMUP_S if cpu else regimes.STEADY_PLAIN_WARMUP_S
         timer.run_for(warmup)
-        return regimes.NOT_CHECKED, round(pace.clock() - start, 4), f"a warm-up of {warmup:g} s by time", None
-    max_clock = sampler.max_sm_clock_mhz()
+        return Settling(regimes.NOT_CHECKED, round(pace.clock() - start, 4), f"a warm-up of {warmup:g} s by time")
+    max_clock, limit = sampler.max_sm_clock_mhz(), power_limit_w(sampler)
     readings: list[GpuReading | None] = []
+    times: list[float] = []
     while True:
         timer.run_for(regimes.STEADY_CHUNK_MS / 1e3)
         readings.append(sampler.read())
+        times.append(pace.clock())
         elapsed = round(pace.clock() - start, 4)
-        state = settled(readings, max_clock) if elapsed >= regimes.STEADY_MIN_S else False
-        if state is None:
-            return regimes.NOT_CHECKED, elapsed, "NVML gave neither SM clock nor power", None
-        last = [r for r in readings[-regimes.STEADY_LAST_K:] if r is not None and r.sm_clock_mhz is not None]
-        clock = statistics.median(float(r.sm_clock_mhz or 0) for r in last) if last else None
-        shown = "-" if clock is None else f"{clock:.0f}"
-        if state:
-            how = (" (at boost, no holding reason)" if free_at_boost(readings[-regimes.STEADY_LAST_K:], max_clock)
+        if elapsed < regimes.STEADY_MIN_S and elapsed < regimes.STEADY_MAX_S:
+            continue
+        seen = judge(readings, max_clock, times, limit)
+        if seen.settled is None:
+            return Settling(regimes.NOT_CHECKED, elapsed, "NVML gave neither SM clock nor power")
+        shown = "-" if seen.clock_mhz is None else f"{seen.clock_mhz:.0f}"
+        if seen.settled:
+            how = (" (at the power cap, the median over its readings)" if seen.at_cap else
+                   " (at boost, no holding reason)" if free_at_boost(readings[-regimes.STEADY_LAST_K:], max_clock)
                    else "")
-            return regimes.MET, elapsed, f"settled at {shown} MHz{how} after {elapsed:.3g} s", clock
+            return Settling(regimes.MET, elapsed, f"settled at {shown} MHz{how} after {elapsed:.3g} s{_state(seen)}",
+                            seen.clock_mhz, seen.at_cap)
         if elapsed >= regimes.STEADY_MAX_S:
-            return regimes.NOT_MET, elapsed, f"not settled after {elapsed:.3g} s (last {shown} MHz)", clock
+            return Settling(regimes.NOT_MET, elapsed, f"not settled after {elapsed:.3g} s: "
+                            f"{'; '.join(seen.unsettled)} (last {shown} MHz{_state(seen, ', ')})",
+                            seen.clock_mhz, seen.at_cap)
 
 
-def still_settled(clock: float | None, after: GpuReading | None) -> bool:
-    """A steady window's clock stayed within the settling tolerance of the settled clock."""
+def _state(seen: Judgement, lead: str = ": ") -> str:
+    """``: 691 W (energy counter), 62 C``: what the settling saw last, where NVML gave it."""
+    parts = ([] if seen.counter_power_w is None else [f"{seen.counter_power_w:.0f} W (energy counter)"]) + (
+        [] if seen.temperature_c is None else [f"{seen.temperature_c:.0f} C"])
+    return lead + ", ".join(parts) if parts else ""
+
+
+def still_settled(settling: Settling, state: GpuState) -> bool:
+    """A steady window kept the settled state: at the power cap, the cap still named at its close and its clock within
+    ``STEADY_CAP_WINDOW_CLOCK_TOL`` of the settled median; otherwise within the settling tolerance of it."""
+    clock, after = settling.clock_mhz, state.after
     if clock is None or after is None or after.sm_clock_mhz is None:
         return True  # nothing to compare: the settling decides
+    if settling.at_cap and "sw_power_cap" in after.reasons:
+        return abs(after.sm_clock_mhz - clock) <= regimes.STEADY_CAP_WINDOW_CLOCK_TOL * clock
     return abs(after.sm_clock_mhz - clock) <= max(regimes.STEADY_CLOCK_STEP_MHZ, regimes.STEADY_CLOCK_TOL * clock)
 
 
@@ -169,12 +322,16 @@ def run_regime(regime: str, timer: Windows, sampler: GpuSampler, count: int, cpu
             [(samples, calls, state)] = timed(1, 0.0 if cpu else regimes.BURST_WARM_S)
             out.windows.append(TimedWindow(condition, waited, calls, len(samples), state, detail))
         return out
-    condition, waited, detail, clock = settle(timer, sampler, cpu, pace)
+    settling = settle(timer, sampler, cpu, pace)
     for index, (samples, calls, state) in enumerate(timed(count, 0.0)):
-        window = TimedWindow(condition, waited if index == 0 else 0.0, calls, len(samples), state, detail)
-        if condition == regimes.MET and not still_settled(clock, state.after):
+        window = TimedWindow(settling.condition, settling.waited_s if index == 0 else 0.0, calls, len(samples), state,
+                             settling.detail)
+        if settling.condition == regimes.MET and not still_settled(settling, state):
             window.condition = regimes.NOT_MET
             after = state.after
-            window.detail = f"{detail}; the window ended at {after.sm_clock_mhz if after is not None else 0:.0f} MHz"
+            left = "" if not settling.at_cap or after is None or "sw_power_cap" in after.reasons else \
+                ", off the power cap"
+            window.detail = (f"{settling.detail}; the window ended at "
+                             f"{after.sm_clock_mhz if after is not None else 0:.0f} MHz{left}")
         out.windows.append(window)
     return out

@@ -4,9 +4,11 @@ shape, the conditions its windows showed (GPU flags of ``flags.FLAGS``) and its 
 does more work per joule.
 
 Each cell reads NVML before and after each timed window of a shape (``child/gpustate.py``; results.jsonl's
-``windows``, or ``gpu_state`` in records from before windows).  A window's clocks, power and temperature are those read right after it, the way the power-regime
-probe of docs read them; its reasons are those NVML named at either edge.  A flag keeps the shape's numbers and
-verdict: it says under which condition they were measured.
+``windows``, or ``gpu_state`` in records from before windows). A window's clocks, power and temperature are those
+read right after it, the way the power-regime probe of docs read them; its reasons are those NVML named at either
+edge. Each side's thermal state is named by the temperature at its first window's opening edge and its last window's
+closing edge, per cell and shape (medians over them). A flag keeps the shape's numbers and verdict: it says under
+which condition they were measured.
 
 Power is the energy counter's increase over the windows' wall time, the windows taken together: NVML's power
 figure (``power_w``) is an average the driver keeps over up to a second, which lags a kernel that just started
@@ -75,12 +77,29 @@ def _after(state: GpuState, name: str) -> float | None:
     return value
 
 
-def side_summary(windows: Sequence[Window]) -> dict[str, Any]:
+def thermal_ends(groups: Sequence[Sequence[Window]]) -> tuple[float | None, float | None]:
+    """The temperature the timed windows started and ended at, each group one cell's windows of one shape: the
+    medians over the groups of the first window's opening reading and the last window's closing one."""
+    first, last = [], []
+    for group in groups:
+        states = _recorded(group)
+        if not states:
+            continue
+        opening = states[0].before if states[0].before is not None else states[0].after
+        closing = states[-1].after if states[-1].after is not None else states[-1].before
+        first.append(None if opening is None else opening.temperature_c)
+        last.append(None if closing is None else closing.temperature_c)
+    return _median(first), _median(last)
+
+
+def side_summary(windows: Sequence[Window], groups: Sequence[Sequence[Window]] | None = None) -> dict[str, Any]:
     """One side's windows: how many, how many recorded, the medians of the after-window readings (``power_w``:
     NVML's averaged figure), the mean power over the windows from the energy counter (``energy_power_w``; where
-    the windows are too short for the counter, None and ``energy_power_withheld`` says why), the share of windows
-    under each reason, how many windows met their regime's condition (``conditions``), and why any were not
-    recorded (the most frequent reason).
+    the windows are too short for the counter, None and ``energy_power_withheld`` says why), the temperature at
+    the first and the last window of each cell's shape (``temperature_first_c``, ``temperature_last_c``: medians
+    over ``groups``, the windows cell by cell; by default one group), the share of windows under each reason, how
+    many windows met their regime's condition (``conditions``), and why any were not recorded (the most frequent
+    reason).
 
     The counter's power is its increase over all the windows' wall time, not a median of each window's: a window
     shorter than the counter's update reads 0 or a whole step, and the median of such figures can be 0 W."""
@@ -88,6 +107,7 @@ def side_summary(windows: Sequence[Window]) -> dict[str, Any]:
     out: dict[str, Any] = {"windows": len(windows), "recorded": len(recorded)}
     for name in READINGS:
         out[name] = _median([_after(s, name) for s in recorded])
+    out["temperature_first_c"], out["temperature_last_c"] = thermal_ends([windows] if groups is None else groups)
     pooled = pool_energy([(s, 0) for s in recorded])
     out["energy_power_w"] = pooled.power_w() if pooled is not None else None
     if pooled is not None and pooled.withheld():
@@ -169,7 +189,8 @@ def summarise(rep: OpReport, shapes: Mapping[str, ShapeGpu]) -> None:
     ``flags``: they keep its verdict) and its energy per call."""
     judged = [shapes.get(s.shape, ShapeGpu()) for s in rep.shapes]
     for index, side in enumerate(("A", "B")):
-        rep.gpu_state[side] = side_summary([w for shape in judged for pair in shape.windows for w in pair[index]])
+        cells = [pair[index] for shape in judged for pair in shape.windows]
+        rep.gpu_state[side] = side_summary([w for cell in cells for w in cell], cells)
     for shape, gpu in zip(rep.shapes, judged):
         shape.flags = ordered(set(shape.flags) | set(shape_flags(gpu.windows, rep.regime or None)))
         shape.gpu = shape_summary(gpu)
@@ -178,15 +199,19 @@ def summarise(rep: OpReport, shapes: Mapping[str, ShapeGpu]) -> None:
 
 def shape_summary(gpu: ShapeGpu) -> dict[str, Any]:
     """One shape's own GPU state per side (the op's line mixes its shapes: a small shape never reaches the power
-    cap a large one sits at): median SM clock and power after its windows, the share of them under the power cap.
-    Empty where no window of the shape was recorded."""
+    cap a large one sits at): median SM clock and power after its windows, the share of them under the power cap,
+    the temperature at its first and last window (medians over the rounds).  Empty where no window of the shape
+    was recorded."""
     out: dict[str, Any] = {}
     for index, side in enumerate(("A", "B")):
-        summary = side_summary([w for pair in gpu.windows for w in pair[index]])
+        cells = [pair[index] for pair in gpu.windows]
+        summary = side_summary([w for cell in cells for w in cell], cells)
         if summary["recorded"]:
             out[side] = {"sm_clock_mhz": summary["sm_clock_mhz"], "power_w": summary["power_w"],
                          "energy_power_w": summary["energy_power_w"],
-                         "power_cap_share": summary["reason_share"].get("sw_power_cap", 0.0)}
+                         "power_cap_share": summary["reason_share"].get("sw_power_cap", 0.0),
+                         "temperature_first_c": summary["temperature_first_c"],
+                         "temperature_last_c": summary["temperature_last_c"]}
     return out
 
 
@@ -225,6 +250,18 @@ def power_text(summary: dict[str, Any]) -> str:
 def _reading(summary: dict[str, Any]) -> str:
     clock = summary.get("sm_clock_mhz")
     return f"{'-' if clock is None else f'{clock:.0f}'} MHz {power_text(summary)}"
+
+
+def temperature_text(a: dict[str, Any], b: dict[str, Any]) -> str:
+    """``temperature first/last window A 45/62 C, B 44/61 C``: the thermal state each side's windows started and
+    ended in; empty where neither side read one."""
+    def ends(summary: dict[str, Any]) -> str:
+        first, last = summary.get("temperature_first_c"), summary.get("temperature_last_c")
+        return "/".join("-" if value is None else f"{value:.0f}" for value in (first, last))
+
+    if all(s.get(key) is None for s in (a, b) for key in ("temperature_first_c", "temperature_last_c")):
+        return ""
+    return f"temperature first/last window A {ends(a)} C, B {ends(b)} C"
 
 
 def _share(summary: dict[str, Any], name: str) -> str:
@@ -307,7 +344,8 @@ def _conditions(s: dict[str, Any]) -> str:
 
 def op_lines(o: OpReport, header_said: bool = False) -> list[str]:
     """The op's GPU line: ``GPU: A 1980 MHz 640 W, B 1980 MHz 610 W; power cap in 0% / 0% of windows`` (power from
-    the energy counter, or ``412 W (NVML avg)``), then the other reasons seen, the regime's condition, the flagged
+    the energy counter, or ``412 W (NVML avg)``), the temperature each side's windows started and ended at
+    (``temperature first/last window A 45/62 C, B 44/61 C``: medians over its cells), then the other reasons seen, the regime's condition, the flagged
     shapes and any windows not recorded; or ``GPU state: not recorded (<why>)`` (unless ``header_said`` so for the
     whole report); then its energy per call and its perf per watt."""
     a, b = o.gpu_state.get("A"), o.gpu_state.get("B")
@@ -322,6 +360,8 @@ def op_lines(o: OpReport, header_said: bool = False) -> list[str]:
         return [f"   GPU state: not recorded ({'; '.join(why)})" + (f"; {condition}" if condition else "")]
     parts = [f"GPU: A {_reading(a)}, B {_reading(b)}", f"power cap in {_share(a, 'sw_power_cap')} / "
                                                         f"{_share(b, 'sw_power_cap')} of windows"]
+    thermal = temperature_text(a, b)
+    parts += [thermal] if thermal else []
     others = dict.fromkeys(name for s in (a, b) for name in s.get("reason_share", {}) if name not in LINE_SKIPS)
     parts += [f"{name.replace('_', ' ')} in {_share(a, name)} / {_share(b, name)}" for name in others]
     if o.regime and (a.get("conditions") or b.get("conditions")):

@@ -441,7 +441,8 @@ def _gpu_table(o: OpReport) -> str:
         return ""
     reasons = list(dict.fromkeys(name for _, st in sides for name in (st or {}).get("reason_share", {})))
     headers = ["side", "windows", "recorded", "SM MHz", "memory MHz", "NVML avg power W", "energy counter power W",
-               "temperature C", *(f"{name} share" for name in reasons), "not recorded"]
+               "temperature C", *(f"{name} share" for name in reasons), "temperature first window C",
+               "temperature last window C", "not recorded"]
     rows = []
     for side, state in sides:
         st: dict[str, Any] = state or {}
@@ -449,8 +450,10 @@ def _gpu_table(o: OpReport) -> str:
                     for k in (*READINGS[:3], "energy_power_w", READINGS[3])]
         shares = [number(st.get("reason_share", {}).get(name, 0.0) if st.get("recorded") else None,
                          f"{100.0 * st.get('reason_share', {}).get(name, 0.0):.0f}%") for name in reasons]
+        ends = [number(st.get(k), f"{st[k]:.0f}" if st.get(k) is not None else "-")
+                for k in ("temperature_first_c", "temperature_last_c")]
         rows.append([Cell(side), number(st.get("windows"), str(st.get("windows"))),
-                     number(st.get("recorded"), str(st.get("recorded"))), *readings, *shares,
+                     number(st.get("recorded"), str(st.get("recorded"))), *readings, *shares, *ends,
                      Cell(str(st.get("not_recorded") or ""))])
     return table(headers, rows, css="gpu")
 
