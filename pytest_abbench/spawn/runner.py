@@ -288,8 +288,8 @@ class CellRunner:
         says what it did.  Called again for the op: nothing.
         """
         s = self.settings
-        if key.round != 1 or key.op in self.precompiled:
-            return
+        if key.round != 1 or key.op in self.precompiled or not s.precompile or s.ir_only:
+            return  # --ab-precompile off says nothing: no cause to name
         if s.backend == "cuda" and self._target is False:
             self._target = precompile.gpu_target(self.gpu)
         target = s.gate_first_target(self._target if isinstance(self._target, str) else None)
