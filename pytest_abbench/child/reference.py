@@ -25,12 +25,12 @@ from pytest_abbench.campaign.adapters import load_for_cell
 from pytest_abbench.campaign.model import SIDES, Campaign, Case, Shape
 from pytest_abbench.child.autotune_pin import AutotunePin, AutotuneRecordError, install
 from pytest_abbench.child.gpustate import GpuSampler, open_sampler
+from pytest_abbench.child.measure import EXIT_SETUP_ERROR
 from pytest_abbench.child.regime import Pace, settle, wait_for_boost
 from pytest_abbench.child.timers import CapturePoisoned, Timed, Windows, prepare_with_fallback
 from pytest_abbench.core import regimes
 from pytest_abbench.core.reference import ReferenceSpec, append_shape
 
-EXIT_SETUP_ERROR = 3  # the campaign or the autotune record could not be used
 
 
 def log(line: str) -> None:
@@ -38,7 +38,7 @@ def log(line: str) -> None:
 
 
 @contextlib.contextmanager
-def build_env(values: Mapping[str, str | None]) -> Iterator[None]:
+def environment_set(values: Mapping[str, str | None]) -> Iterator[None]:
     """The process environment with ``values`` set (None: unset) while the block runs, restored after."""
     saved = {name: os.environ.get(name) for name in values}
 
@@ -118,7 +118,7 @@ def load_sides(spec: ReferenceSpec) -> dict[str, Campaign]:
         return {side: campaign for side in SIDES}
     loaded = {}
     for side in SIDES:
-        with build_env(spec.build_env.get(side, {})):
+        with environment_set(spec.build_env.get(side, {})):
             loaded[side] = load_for_cell(campaign_path, spec.module, spec.adapter, side, log)
     return loaded
 
@@ -128,7 +128,7 @@ def build_case(campaign: Campaign, spec: ReferenceSpec, side: str, shape: Shape,
     import torch
 
     torch.manual_seed(spec.seed)
-    with build_env(spec.build_env.get(side, {})):
+    with environment_set(spec.build_env.get(side, {})):
         built = campaign.op(spec.op).build(shape, device)
     return built if isinstance(built, Case) else Case(run=built)
 

@@ -112,7 +112,7 @@ def run_one(session: AbbenchSession, campaign: Campaign, op: str) -> bool:
 
 def reference_env(session: AbbenchSession, campaign: Campaign, op: str) -> dict[str, str]:
     """The reference process's environment: a side-A cell's (interpreter flag, GPU, side A's Triton cache), without
-    the switch's variables (each side's build gets its own, ``child/reference.build_env``), with a library tuner
+    the switch's variables (each side's build gets its own, ``child/reference.environment_set``), with a library tuner
     cache seeded from side B's record (it holds side A's keys and those only side B met)."""
     layout = session.root.layout
     env = session.runner().env(campaign, CellKey(1, op, "A"), layout.reference_spec(op).parent)
