@@ -5,6 +5,7 @@ the counter's updates, an older report.json, and the perf-per-watt line."""
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 from typing import Callable
 
@@ -182,3 +183,44 @@ def test_windows_without_an_energy_figure_say_energy_is_not_measured(tmp_path: P
     assert "energy per call (" not in text
     assert _line(text, "   perf per watt").endswith(
         "; energy per call not measured: which side does more work per joule is not stated")
+
+
+def with_spans(root: Path, watts: Callable[[int, str], float], seconds: float = 0.4, edge_error_s: float = 0.004
+               ) -> None:
+    """Give every record of a synthetic root a steady span (core/results.py EnergySpan) at ``watts(round, side)``."""
+    for results in root.glob("r*_*/*/results.jsonl"):
+        rnd, side = int(results.parts[-3].split("_")[0][1:]), results.parts[-3].split("_")[1]
+        records = [json.loads(line) for line in results.read_text().splitlines()]
+        for record in records:
+            record["energy_span"] = {"energy_mj": watts(rnd, side) * seconds * 1e3, "seconds": seconds,
+                                     "edge_error_s": edge_error_s}
+        results.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_steady_spans_give_the_gpu_lines_power_and_energy_per_call_with_a_narrow_interval(tmp_path: Path) -> None:
+    # layer_norm 8192x4096 under steady defaults: ten 31 ms windows a cell (0.31 s, too short for the windows' own
+    # figure), each cell with a 0.4 s span around them: the counter's power is stated, and energy per call is the
+    # span's power times the time per call (A 1 ms, B 1 ms + the delta).
+    synthetic_root(tmp_path, {"ln": [-0.35, -0.352, -0.351]})
+    with_windows(tmp_path, lambda rnd, side, shape: back_to_back(10, 0.031, 640.0, 412.0, reasons=("sw_power_cap",)))
+    with_spans(tmp_path, lambda rnd, side: (640.0 if side == "A" else 600.0) + rnd)
+    report = build_report(tmp_path)
+    text = render_text(report)
+    op = report.ops[0]
+    assert _line(text, "   GPU:").startswith("   GPU: A 1980 MHz 642 W, B 1980 MHz 602 W;"), _line(text, "   GPU:")
+    assert op.energy_basis == "spans" and _line(text, "   energy per call").startswith(
+        "   energy per call (NVML energy counter from its update before the timed windows to its update after them,"
+        " the kernel running throughout, x time per call): geomean B vs A ")
+    shape = op.shapes[0]
+    assert shape.energy_a_j == pytest.approx(642.0e-3) and shape.energy_b_j == pytest.approx(
+        statistics.median((600.0 + r) * (1.0 + d) * 1e-3 for r, d in ((1, -0.35), (2, -0.352), (3, -0.351))))
+    assert shape.energy_ci_pct is not None and shape.energy_ci_pct[1] - shape.energy_ci_pct[0] < 2.0
+    write_report(tmp_path, report)
+    assert render_text(read_report(tmp_path / "report.json")) == text
+    # Spans whose updates were placed no better than a tenth of their length say so rather than give a figure.
+    with_spans(tmp_path, lambda rnd, side: 640.0, seconds=0.1, edge_error_s=0.01)
+    report = build_report(tmp_path)
+    assert report.ops[0].shapes[0].energy_a_j is None
+    assert report.ops[0].energy_withheld == ("withheld: the energy counter's updates were placed within 10 ms over a "
+                                             "0.1 s span (more than 5% of it)")
+    assert _line(render_text(report), "   GPU:").startswith("   GPU: A 1980 MHz 412 W (NVML avg)")

@@ -95,6 +95,6 @@ SPECS = [
            reference=lambda x: torch_layer_norm(x.float()).to(x.dtype), aten=torch_layer_norm,
            atol=2e-2, rtol=2e-2,
            shapes={"smoke": [{"rows": 4, "cols": 128}],
-                   "core": [{"rows": r, "cols": c} for r, c in [(4096, 4096), (16384, 1024)]]}),
+                   "core": [{"rows": r, "cols": c} for r, c in [(4096, 4096), (16384, 1024), (8192, 4096)]]}),
 ]
 

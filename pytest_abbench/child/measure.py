@@ -290,7 +290,8 @@ def record_timing(results: Path, base: ShapeResult, timing: RegimeTiming) -> Non
     conditions = Counter(w.condition for w in timing.windows)
     append_result(results, dataclasses.replace(base, status="ok", timer=timing.timer, samples_ms=timing.samples_ms,
                                                median_ms=median, n=len(samples), marker=timing.marker,
-                                               regime=timing.regime, windows=timing.windows))
+                                               regime=timing.regime, windows=timing.windows,
+                                               energy_span=timing.energy_span))
     shown = "-" if median is None else f"{median:.4f}"
     log(f"[abbench] shape {base.shape}: {shown} ms ({timing.timer}, {timing.regime}, n={len(samples)}; windows "
         + ", ".join(f"{n} {c}" for c, n in conditions.items()) + ")")

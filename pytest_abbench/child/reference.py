@@ -68,6 +68,7 @@ class BothSides:
 
     marker: str | None = None
     reason: str | None = None
+    queues: bool = False  # two streams' replays in turn: the settling runs them, chunk by chunk
 
     def __init__(self, timers: Mapping[str, Windows]) -> None:
         self.timers = timers
@@ -76,6 +77,9 @@ class BothSides:
     def run_for(self, seconds: float) -> None:
         for side in SIDES:
             self.timers[side].run_for(seconds / len(SIDES))
+
+    def keep_busy(self, seconds: float) -> None:
+        self.run_for(seconds)
 
     def window(self) -> Timed:
         raise NotImplementedError("the sides are timed one window each, in pairs (time_pairs)")

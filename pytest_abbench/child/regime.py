@@ -20,7 +20,9 @@ from typing import Callable, Sequence
 from pytest_abbench.child.gpustate import Edge, GpuSampler
 from pytest_abbench.child.timers import Windows
 from pytest_abbench.core import regimes
-from pytest_abbench.core.results import GpuReading, GpuState, TimedWindow
+from pytest_abbench.core.results import EnergySpan, GpuReading, GpuState, TimedWindow
+
+CounterPoint = tuple[float, float]  # (when a read of the energy counter returned, its value in mJ)
 
 
 @dataclass
@@ -32,6 +34,7 @@ class RegimeTiming:
     samples_ms: list[float] = field(default_factory=list)
     windows: list[TimedWindow] = field(default_factory=list)
     marker: str | None = None
+    energy_span: EnergySpan | None = None  # steady with a queueing timer: the counter around the windows
 
 
 @dataclass
@@ -102,34 +105,57 @@ class Judgement:
     unsettled: list[str] = field(default_factory=list)
 
 
-def counter_power_spans(readings: Sequence[GpuReading | None], times: Sequence[float]
-                        ) -> tuple[float, float] | None:
-    """The energy counter's power (W) over two adjacent spans, each at least ``STEADY_POWER_SPAN_S`` long, the later
-    one ending at the counter's last update; None where the readings do not cover two spans.
+@dataclass(frozen=True)
+class CounterUpdate:
+    """A read of the energy counter that showed a new value: when it returned, the value, and how long after the
+    previous read (the update happened in that gap)."""
 
-    A read returns the counter's last update, so the spans run from update to update: each reading that shows a
-    new value marks one, and between two such readings the counter's increase is the energy of whole update
-    periods, over a time that the reads' own lag (the same at both ends while the updates keep their pace) leaves
-    nearly whole.  Read to read, a span would gain or lose a whole update against its length.
+    at: float
+    energy_mj: float
+    gap_s: float
+
+
+def counter_updates(points: Sequence[tuple[float, float | None]]) -> list[CounterUpdate]:
+    """The reads among ``points`` (time, counter or None) that show an update; a counter that went back (the driver
+    reloaded) counts from there."""
+    marks: list[CounterUpdate] = []
+    previous: tuple[float, float] | None = None
+    for t, energy in points:
+        if energy is None:
+            continue
+        if previous is not None and energy < previous[1]:
+            marks = []
+        elif previous is not None and energy != previous[1]:
+            marks.append(CounterUpdate(t, energy, t - previous[0]))
+        previous = (t, energy)
+    return marks
+
+
+def reading_points(readings: Sequence[GpuReading | None], times: Sequence[float]) -> list[tuple[float, float | None]]:
+    """The energy counter as the settling readings saw it: (time, value or None) per reading."""
+    return [(t, None if r is None else r.energy_mj) for t, r in zip(times, readings)]
+
+
+def counter_power_spans(points: Sequence[tuple[float, float | None]]) -> tuple[float, float] | None:
+    """The energy counter's power (W) over two adjacent spans, each at least ``STEADY_POWER_SPAN_S`` long, the later
+    one ending at the counter's last update; None where the points do not cover two spans.
+
+    A read returns the counter's last update, so the spans run from update to update: each read that shows a new
+    value marks one, and between two such reads the counter's increase is the energy of whole update periods, over
+    a time that the reads' own lag leaves nearly whole.  That lag is at most the gap before the read: a few ms
+    where the counter is polled (``ENERGY_POLL_S``), up to a chunk where only the settling readings see it.
     """
-    marks: list[tuple[float, float]] = []  # (time, counter) of each reading that shows an update
-    previous: float | None = None
-    for t, reading in zip(times, readings):
-        energy = None if reading is None else reading.energy_mj
-        if energy is not None and previous is not None and energy < previous:
-            marks = []  # the counter restarted (driver reloaded): count from here
-        if energy is not None and previous is not None and energy != previous:
-            marks.append((t, energy))
-        previous = energy if energy is not None else previous
+    marks = counter_updates(points)
     if not marks:
         return None
     end = marks[-1]
-    mid = next((m for m in reversed(marks) if m[0] <= end[0] - regimes.STEADY_POWER_SPAN_S + 1e-6), None)
+    mid = next((m for m in reversed(marks) if m.at <= end.at - regimes.STEADY_POWER_SPAN_S + 1e-6), None)
     start = None if mid is None else next(
-        (m for m in reversed(marks) if m[0] <= mid[0] - regimes.STEADY_POWER_SPAN_S + 1e-6), None)
+        (m for m in reversed(marks) if m.at <= mid.at - regimes.STEADY_POWER_SPAN_S + 1e-6), None)
     if mid is None or start is None:
         return None
-    return (mid[1] - start[1]) / 1e3 / (mid[0] - start[0]), (end[1] - mid[1]) / 1e3 / (end[0] - mid[0])
+    return ((mid.energy_mj - start.energy_mj) / 1e3 / (mid.at - start.at),
+            (end.energy_mj - mid.energy_mj) / 1e3 / (end.at - mid.at))
 
 
 def temperature_slope(readings: Sequence[GpuReading | None], times: Sequence[float]) -> float | None:
@@ -149,10 +175,12 @@ def _span_median(clocks: Sequence[tuple[float, float]], after: float, until: flo
 
 
 def judge(readings: Sequence[GpuReading | None], max_clock: float | None = None,
-          times: Sequence[float] | None = None, power_limit_w: float | None = None) -> Judgement:
+          times: Sequence[float] | None = None, power_limit_w: float | None = None,
+          counter: Sequence[CounterPoint] | None = None) -> Judgement:
     """Whether the settling readings (read at ``times``, default one chunk apart) settled: power by the energy
-    counter, temperature by its slope, and the SM clock (at the power cap, its median over spans; below it, the
-    last ``STEADY_LAST_K`` readings) (core/regimes.py, steady)."""
+    counter (``counter``: its own reads between the readings, where it was polled; else the readings' values),
+    temperature by its slope, and the SM clock (at the power cap, its median over spans; below it, the last
+    ``STEADY_LAST_K`` readings) (core/regimes.py, steady)."""
     times = list(times) if times is not None else [
         (i + 1) * regimes.STEADY_CHUNK_MS / 1e3 for i in range(len(readings))]
     last = readings[-regimes.STEADY_LAST_K:]
@@ -161,8 +189,8 @@ def judge(readings: Sequence[GpuReading | None], max_clock: float | None = None,
     present = [r for r in last if r is not None]
     clocks = [r.sm_clock_mhz for r in present]
     averaged = [r.power_w for r in present]
-    spans = counter_power_spans(readings, times)
-    has_counter = any(r.energy_mj is not None for r in present)
+    spans = counter_power_spans(counter if counter else reading_points(readings, times))
+    has_counter = any(r.energy_mj is not None for r in present) or bool(counter)
     if all(c is None for c in clocks) and all(p is None for p in averaged) and not has_counter:
         return Judgement(None)
     out = Judgement(True, temperature_c=present[-1].temperature_c)
@@ -172,7 +200,7 @@ def judge(readings: Sequence[GpuReading | None], max_clock: float | None = None,
         out.counter_power_w = recent
         if abs(recent - before) > regimes.STEADY_COUNTER_POWER_TOL * max(recent, before):
             out.unsettled.append(f"power still moving {before:.0f} -> {recent:.0f} W (energy counter)")
-    elif present[-1].energy_mj is not None:
+    elif present[-1].energy_mj is not None or counter:
         out.unsettled.append("the energy counter's updates do not cover two power spans yet")
     elif all(p is not None for p in averaged) and not free_at_boost(last, max_clock):
         values = [float(p or 0.0) for p in averaged]
@@ -229,6 +257,7 @@ class Settling:
     detail: str
     clock_mhz: float | None = None
     at_cap: bool = False
+    counter: list[CounterPoint] = field(default_factory=list)  # the energy counter's polls (a queueing timer)
 
 
 def power_limit_w(sampler: GpuSampler) -> float | None:
@@ -241,7 +270,10 @@ def power_limit_w(sampler: GpuSampler) -> float | None:
 
 
 def settle(timer: Windows, sampler: GpuSampler, cpu: bool, pace: Pace) -> Settling:
-    """Run the kernel until its power, temperature and clock settle, at most ``STEADY_MAX_S``."""
+    """Run the kernel until its power, temperature and clock settle, at most ``STEADY_MAX_S``.
+
+    A timer that queues is kept ``STEADY_AHEAD_S`` ahead while NVML is read (a full reading every chunk, the
+    energy counter alone every ``ENERGY_POLL_S``), so the GPU never idles; another runs a chunk, then is read."""
     start = pace.clock()
     if sampler.not_recorded is not None:
         warmup = regimes.STEADY_CPU_WARMUP_S if cpu else regimes.STEADY_PLAIN_WARMUP_S
@@ -250,27 +282,67 @@ def settle(timer: Windows, sampler: GpuSampler, cpu: bool, pace: Pace) -> Settli
     max_clock, limit = sampler.max_sm_clock_mhz(), power_limit_w(sampler)
     readings: list[GpuReading | None] = []
     times: list[float] = []
+    counter: list[CounterPoint] = []
+    chunk = regimes.STEADY_CHUNK_MS / 1e3
+    next_reading = start + chunk
     while True:
-        timer.run_for(regimes.STEADY_CHUNK_MS / 1e3)
+        if timer.queues:
+            timer.keep_busy(regimes.STEADY_AHEAD_S)
+            energy = sampler.energy_mj()
+            if energy is not None:
+                counter.append((pace.clock(), energy))
+            if pace.clock() < next_reading - 1e-9:
+                pace.sleep(regimes.ENERGY_POLL_S)
+                continue
+            next_reading += chunk
+        else:
+            timer.run_for(chunk)
         readings.append(sampler.read())
         times.append(pace.clock())
         elapsed = round(pace.clock() - start, 4)
         if elapsed < regimes.STEADY_MIN_S and elapsed < regimes.STEADY_MAX_S:
             continue
-        seen = judge(readings, max_clock, times, limit)
+        seen = judge(readings, max_clock, times, limit, counter)
         if seen.settled is None:
-            return Settling(regimes.NOT_CHECKED, elapsed, "NVML gave neither SM clock nor power")
+            return Settling(regimes.NOT_CHECKED, elapsed, "NVML gave neither SM clock nor power", counter=counter)
         shown = "-" if seen.clock_mhz is None else f"{seen.clock_mhz:.0f}"
         if seen.settled:
             how = (" (at the power cap, the median over its readings)" if seen.at_cap else
                    " (at boost, no holding reason)" if free_at_boost(readings[-regimes.STEADY_LAST_K:], max_clock)
                    else "")
             return Settling(regimes.MET, elapsed, f"settled at {shown} MHz{how} after {elapsed:.3g} s{_state(seen)}",
-                            seen.clock_mhz, seen.at_cap)
+                            seen.clock_mhz, seen.at_cap, counter)
         if elapsed >= regimes.STEADY_MAX_S:
             return Settling(regimes.NOT_MET, elapsed, f"not settled after {elapsed:.3g} s: "
                             f"{'; '.join(seen.unsettled)} (last {shown} MHz{_state(seen, ', ')})",
-                            seen.clock_mhz, seen.at_cap)
+                            seen.clock_mhz, seen.at_cap, counter)
+
+
+def energy_span(timer: Windows, sampler: GpuSampler, pace: Pace, before: Sequence[CounterPoint],
+                windows_began: float) -> EnergySpan | None:
+    """The energy counter from its last update before the windows began (``before``: the settling's polls) to its
+    first update after they ended, polled every ``ENERGY_POLL_S`` with the kernel kept running; None where the
+    settling saw no update, or none came within ``ENERGY_SPAN_WAIT_S``.  The GPU ran the kernel throughout, so the
+    span's power is the windows' and its energy per call that power times the time per call."""
+    first = next((m for m in reversed(counter_updates(before)) if m.at <= windows_began), None)
+    if first is None:
+        return None
+    ended = pace.clock()
+    points: list[CounterPoint] = []
+    while pace.clock() - ended <= regimes.ENERGY_SPAN_WAIT_S:
+        timer.keep_busy(regimes.STEADY_AHEAD_S)
+        energy = sampler.energy_mj()
+        if energy is not None:
+            points.append((pace.clock(), energy))
+            updates = counter_updates(points)
+            if updates:
+                last = updates[0]
+                if last.energy_mj < first.energy_mj or last.at <= first.at:
+                    return None  # the counter went back: no figure
+                return EnergySpan(round(last.energy_mj - first.energy_mj, 3), round(last.at - first.at, 6),
+                                  round(first.gap_s + last.gap_s, 6))
+        pace.sleep(regimes.ENERGY_POLL_S)
+    return None
 
 
 def _state(seen: Judgement, lead: str = ": ") -> str:
@@ -323,6 +395,7 @@ def run_regime(regime: str, timer: Windows, sampler: GpuSampler, count: int, cpu
             out.windows.append(TimedWindow(condition, waited, calls, len(samples), state, detail))
         return out
     settling = settle(timer, sampler, cpu, pace)
+    windows_began = pace.clock()
     for index, (samples, calls, state) in enumerate(timed(count, 0.0)):
         window = TimedWindow(settling.condition, settling.waited_s if index == 0 else 0.0, calls, len(samples), state,
                              settling.detail)
@@ -334,4 +407,6 @@ def run_regime(regime: str, timer: Windows, sampler: GpuSampler, count: int, cpu
             window.detail = (f"{settling.detail}; the window ended at "
                              f"{after.sm_clock_mhz if after is not None else 0:.0f} MHz{left}")
         out.windows.append(window)
+    if settling.counter and read_edges:
+        out.energy_span = energy_span(timer, sampler, pace, settling.counter, windows_began)
     return out

@@ -25,18 +25,24 @@ class Windows(Protocol):
 
     ``window()`` times one window; ``windows(n, at_edge, warm_s)`` runs about ``warm_s`` untimed, then ``n``
     windows back to back, calling ``at_edge()`` at each of their ``n + 1`` edges (where the GPU state is read);
-    ``run_for(s)`` keeps the kernel busy for about ``s`` seconds untimed (a steady regime's settling).
+    ``run_for(s)`` keeps the kernel busy for about ``s`` seconds untimed (a steady regime's settling);
+    ``keep_busy(s)`` queues untimed calls until about ``s`` seconds of them wait on the GPU and returns at once where
+    the timer ``queues`` (the graph timer), so NVML can be read while the kernel runs; otherwise it runs them, as
+    ``run_for`` does.
     """
 
     timer: str
     marker: str | None
     reason: str | None
+    queues: bool
 
     def window(self) -> Timed: ...
 
     def windows(self, count: int, at_edge: Callable[[], None], warm_s: float = 0.0) -> list[Timed]: ...
 
     def run_for(self, seconds: float) -> None: ...
+
+    def keep_busy(self, seconds: float) -> None: ...
 
 
 def windows_in_turn(timer: Windows, count: int, at_edge: Callable[[], None], warm_s: float = 0.0) -> list[Timed]:
@@ -81,6 +87,7 @@ class WallWindows:
     timer: str = "wall"
     marker: str | None = None
     reason: str | None = None
+    queues: bool = False
 
     def __init__(self, fn: Callable[[], Any]) -> None:
         self.fn = fn
@@ -96,6 +103,9 @@ class WallWindows:
 
     def run_for(self, seconds: float) -> None:
         _busy(self.fn, seconds)
+
+    def keep_busy(self, seconds: float) -> None:
+        self.run_for(seconds)  # runs them: the wall timer has nothing to queue on
 
 
 # How long the untimed tail after the last timed replay lasts: an NVML edge read took 2.99 ms (median) and at most
@@ -150,11 +160,13 @@ class GraphWindows:
     timer: str = "cudagraph"
     marker: str | None = None
     reason: str | None = None
+    queues: bool = True
 
     def __init__(self, fn: Callable[[], Any], window_ms: float) -> None:
         import torch
 
         self.stream = _cuda().Stream()
+        self.queued: list[Any] = []  # an event after each replay ``keep_busy`` queued that may not have run yet
         with torch.cuda.stream(self.stream):
             fn()
             estimate = _estimate_ms(fn)
@@ -224,6 +236,20 @@ class GraphWindows:
 
         _busy(replay, seconds)
 
+    def keep_busy(self, seconds: float) -> None:
+        """Queue replays until about ``seconds`` of them wait on the stream behind the one running, without waiting:
+        the GPU runs the kernel back to back while the caller reads NVML.  ``windows`` queues behind them on the
+        same stream, so a steady run passes into its windows with no idle gap."""
+        import torch
+
+        self.queued = [event for event in self.queued if not event.query()]
+        with torch.cuda.stream(self.stream):
+            for _ in range(math.ceil(seconds * 1e3 / self.replay_ms) + 1 - len(self.queued)):
+                self.graph.replay()
+                event = _cuda().Event()
+                event.record()
+                self.queued.append(event)
+
 
 class DirectWindows:
     """Event timing of individual launches with L2 flushed between them (triton's do_bench loop); a window is as
@@ -232,6 +258,7 @@ class DirectWindows:
     timer: str = "direct"
     marker: str | None = None
     reason: str | None = None
+    queues: bool = False
 
     def __init__(self, fn: Callable[[], Any], window_ms: float, warmup_ms: float = 0.0) -> None:
         import torch
@@ -274,6 +301,9 @@ class DirectWindows:
             torch.cuda.synchronize()
 
         _busy(launches, seconds)
+
+    def keep_busy(self, seconds: float) -> None:
+        self.run_for(seconds)  # runs them: each launch is flushed and timed in turn, nothing queues ahead
 
 
 def cuda_health_probe() -> None:

@@ -147,19 +147,47 @@ ENERGY_MIN_S = ENERGY_COUNTER_UPDATE_S / ENERGY_COUNTER_ERROR
 
 
 @dataclass(frozen=True)
+class EnergySpan:
+    """The energy counter over a steady shape's back-to-back run around its timed windows (``child/regime.py``
+    ``energy_span``): from the last counter update seen before the first window to the first one seen after the
+    last, each update's time found by reading the counter every few milliseconds while the GPU kept running the
+    kernel.  ``edge_error_s``: how late each end's update may have been seen (the gaps between the reads around
+    it, both ends together), the figure's only timing error (the counter's own lag is the same at both ends)."""
+
+    energy_mj: float
+    seconds: float
+    edge_error_s: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"energy_mj": self.energy_mj, "seconds": self.seconds, "edge_error_s": self.edge_error_s}
+
+    @classmethod
+    def from_json(cls, data: Fields) -> "EnergySpan":
+        return cls(data.number("energy_mj"), data.number("seconds"), data.number("edge_error_s"))
+
+
+@dataclass(frozen=True)
 class PooledEnergy:
     """The energy counter over some timed windows taken together: its increase, their wall time (None where a
-    window's length was not recorded), their calls and how many separate stretches of back-to-back windows."""
+    window's length was not recorded), their calls and how many separate stretches of back-to-back windows.
+    From an ``EnergySpan`` (``edge_error_s`` set): the span's increase and length, and the calls that fit in it
+    at the shape's time per call (the GPU ran the kernel back to back throughout)."""
 
     energy_mj: float
     window_s: float | None
-    calls: int
+    calls: float
     stretches: int
+    edge_error_s: float | None = None
 
     def withheld(self) -> str:
         """Why the counter's figure is too coarse to state for these windows; "" where it is not."""
         if self.window_s is None:
             return "withheld: the timed windows' lengths were not recorded"
+        if self.edge_error_s is not None:
+            if self.edge_error_s <= ENERGY_COUNTER_ERROR * self.window_s:
+                return ""
+            return (f"withheld: the energy counter's updates were placed within {self.edge_error_s * 1e3:.0f} ms "
+                    f"over a {self.window_s:.2g} s span (more than {ENERGY_COUNTER_ERROR:.0%} of it)")
         if self.window_s >= ENERGY_MIN_S * self.stretches:
             return ""
         return withheld_why(self.window_s, self.stretches)
@@ -209,6 +237,21 @@ def cell_energy(windows: list[TimedWindow]) -> PooledEnergy | None:
     return pool_energy([(w.gpu_state, w.calls) for w in windows if w.calls > 0])
 
 
+def span_energy(span: EnergySpan, per_call_ms: float | None) -> PooledEnergy | None:
+    """A steady span's energy as ``PooledEnergy``: its calls are the span's length over the time per call, since the
+    kernel ran back to back throughout; None without a time per call."""
+    if not per_call_ms or per_call_ms <= 0 or span.seconds <= 0:
+        return None
+    return PooledEnergy(span.energy_mj, span.seconds, span.seconds / (per_call_ms / 1e3), 1, span.edge_error_s)
+
+
+def shape_energy(rec: "ShapeResult") -> PooledEnergy | None:
+    """The energy figure of one record: its steady span's where it has one, else its windows' taken together."""
+    if rec.energy_span is not None:
+        return span_energy(rec.energy_span, rec.median_ms)
+    return cell_energy(rec.windows)
+
+
 def energy_per_call_j(windows: list[TimedWindow]) -> float | None:
     """Joules per call over the windows whose energy counter was read: the counter's total delta over their calls;
     None where no window has an energy figure, or where it is withheld (``PooledEnergy.withheld``)."""
@@ -235,6 +278,7 @@ class ShapeResult:
     regime: str | None = None  # core/regimes.py: the regime its windows ran under; None: written before regimes
     windows: list[TimedWindow] = field(default_factory=list)  # each timed window (records with a regime)
     work: dict[str, Any] = field(default_factory=dict)  # per call, as the campaign declares it: flops, bytes, dtype
+    energy_span: EnergySpan | None = None  # steady, a queueing timer and the energy counter: around the windows
 
     def window_states(self) -> list[GpuState | None]:
         """The GPU state of each timed window; an older record's one state (None: it recorded none)."""
@@ -258,6 +302,8 @@ class ShapeResult:
             out["windows"] = [w.to_json() for w in self.windows]
         if self.work:
             out["work"] = self.work
+        if self.energy_span is not None:
+            out["energy_span"] = self.energy_span.to_json()
         return out
 
     @classmethod
@@ -269,7 +315,8 @@ class ShapeResult:
                    data.text_or_none("error"),
                    data.or_none("gpu_state", lambda name: GpuState.from_json(data.nested(name))),
                    data.text_or_none("regime"), [TimedWindow.from_json(w) for w in data.objects("windows", [])],
-                   data.mapping("work", {}))
+                   data.mapping("work", {}),
+                   data.or_none("energy_span", lambda name: EnergySpan.from_json(data.nested(name))))
 
 
 def append_result(path: Path, result: ShapeResult) -> None:

@@ -32,7 +32,7 @@ from pytest_abbench.report.stats import (ALPHA, aa_bias, bh_adjust, bh_adjust_be
 from pytest_abbench.core.outcome import IR_ONLY, NO_IR_DIFF, NO_ROW, OK, OVER_BUDGET, SETTLED, CellOutcome
 from pytest_abbench.core.plan import CampaignPlan, read_plan
 from pytest_abbench.core.regimes import BOTH, BURST, REGIMES, STEADY
-from pytest_abbench.core.results import cell_energy
+from pytest_abbench.core.results import shape_energy
 from pytest_abbench.core.results import read_results as shape_results
 from pytest_abbench.core.status import read_status
 from pytest_abbench.core.wording import count
@@ -78,7 +78,7 @@ def read_results(folder: Path, regime: str = "") -> dict[str, dict[str, Any]]:
         out[rec.shape] = {"median_ms": rec.median_ms, "timer": rec.timer, "cv": robust_cv(rec.samples_ms),
                           "samples": len(rec.samples_ms)}
         out[rec.shape]["windows"] = gpustate.record_windows(rec)  # NVML around its timed windows
-        out[rec.shape]["energy"] = cell_energy(rec.windows)  # the cell's windows taken together
+        out[rec.shape]["energy"] = shape_energy(rec)  # its steady span, else the cell's windows taken together
         out[rec.shape]["work"] = rec.work
     return out
 

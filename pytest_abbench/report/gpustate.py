@@ -44,6 +44,7 @@ NOT_IN_RESULTS = "results.jsonl has no gpu_state (written before pytest-abbench 
 LINE_SKIPS = ("gpu_idle", "sw_power_cap")
 NOT_MET_FLAG = {STEADY: CLOCKS_NOT_SETTLED, BURST: BOOST_NOT_REACHED}  # a window whose condition was not met
 
+SPANS = "spans"  # OpReport.energy_basis: a steady span's figures (core/results.py EnergySpan)
 Window = tuple[Optional[str], Optional[GpuState]]  # a timed window: its regime condition (None: before regimes), state
 
 
@@ -92,7 +93,18 @@ def thermal_ends(groups: Sequence[Sequence[Window]]) -> tuple[float | None, floa
     return _median(first), _median(last)
 
 
-def side_summary(windows: Sequence[Window], groups: Sequence[Sequence[Window]] | None = None) -> dict[str, Any]:
+def spans_pooled(cells: Sequence[Optional[PooledEnergy]]) -> PooledEnergy | None:
+    """The steady spans among the cells' energy figures (``core/results.py`` ``span_energy``) taken together: their
+    increase over their time, their edge errors added; None where no cell has a span."""
+    spans = [c for c in cells if c is not None and c.edge_error_s is not None]
+    if not spans:
+        return None
+    return PooledEnergy(math.fsum(c.energy_mj for c in spans), math.fsum(c.window_s or 0.0 for c in spans),
+                        math.fsum(c.calls for c in spans), len(spans), math.fsum(c.edge_error_s or 0.0 for c in spans))
+
+
+def side_summary(windows: Sequence[Window], groups: Sequence[Sequence[Window]] | None = None,
+                 energy: Sequence[Optional[PooledEnergy]] = ()) -> dict[str, Any]:
     """One side's windows: how many, how many recorded, the medians of the after-window readings (``power_w``:
     NVML's averaged figure), the mean power over the windows from the energy counter (``energy_power_w``; where
     the windows are too short for the counter, None and ``energy_power_withheld`` says why), the temperature at
@@ -102,13 +114,15 @@ def side_summary(windows: Sequence[Window], groups: Sequence[Sequence[Window]] |
     reason).
 
     The counter's power is its increase over all the windows' wall time, not a median of each window's: a window
-    shorter than the counter's update reads 0 or a whole step, and the median of such figures can be 0 W."""
+    shorter than the counter's update reads 0 or a whole step, and the median of such figures can be 0 W.  Where
+    cells have steady spans (``energy``: each cell's figure), their power is the spans' instead: the same windows,
+    with the counter's updates placed to a few ms."""
     recorded = _recorded(windows)
     out: dict[str, Any] = {"windows": len(windows), "recorded": len(recorded)}
     for name in READINGS:
         out[name] = _median([_after(s, name) for s in recorded])
     out["temperature_first_c"], out["temperature_last_c"] = thermal_ends([windows] if groups is None else groups)
-    pooled = pool_energy([(s, 0) for s in recorded])
+    pooled = spans_pooled(energy) or pool_energy([(s, 0) for s in recorded])
     out["energy_power_w"] = pooled.power_w() if pooled is not None else None
     if pooled is not None and pooled.withheld():
         out["energy_power_withheld"] = pooled.withheld()
@@ -146,6 +160,10 @@ def cells_withheld(cells: Sequence[PooledEnergy]) -> str:
     withheld = [c for c in cells if c.withheld()]
     if not withheld:
         return ""
+    spans = sorted((c for c in withheld if c.edge_error_s is not None),
+                   key=lambda c: (c.edge_error_s or 0.0) / (c.window_s or 1.0))
+    if spans:  # the median span's reason
+        return spans[len(spans) // 2].withheld()
     if any(c.window_s is None for c in withheld):
         return withheld[0].withheld()
     return withheld_why(statistics.median(c.window_s or 0.0 for c in withheld),
@@ -162,6 +180,8 @@ def _energy(rep: OpReport, per_shape: Sequence[ShapeGpu]) -> None:
     for shape, gpu in zip(rep.shapes, per_shape):
         cells = [c for pair in gpu.energy for c in pair if c is not None]
         every_cell += cells
+        if any(c.edge_error_s is not None for c in cells):
+            rep.energy_basis = SPANS
         figures = [(a.per_call_j() if a else None, b.per_call_j() if b else None) for a, b in gpu.energy]
         pairs = [(a, b) for a, b in figures if a and b]
         if not pairs:
@@ -190,7 +210,8 @@ def summarise(rep: OpReport, shapes: Mapping[str, ShapeGpu]) -> None:
     judged = [shapes.get(s.shape, ShapeGpu()) for s in rep.shapes]
     for index, side in enumerate(("A", "B")):
         cells = [pair[index] for shape in judged for pair in shape.windows]
-        rep.gpu_state[side] = side_summary([w for cell in cells for w in cell], cells)
+        rep.gpu_state[side] = side_summary([w for cell in cells for w in cell], cells,
+                                           [pair[index] for shape in judged for pair in shape.energy])
     for shape, gpu in zip(rep.shapes, judged):
         shape.flags = ordered(set(shape.flags) | set(shape_flags(gpu.windows, rep.regime or None)))
         shape.gpu = shape_summary(gpu)
@@ -205,7 +226,7 @@ def shape_summary(gpu: ShapeGpu) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for index, side in enumerate(("A", "B")):
         cells = [pair[index] for pair in gpu.windows]
-        summary = side_summary([w for cell in cells for w in cell], cells)
+        summary = side_summary([w for cell in cells for w in cell], cells, [pair[index] for pair in gpu.energy])
         if summary["recorded"]:
             out[side] = {"sm_clock_mhz": summary["sm_clock_mhz"], "power_w": summary["power_w"],
                          "energy_power_w": summary["energy_power_w"],
@@ -285,7 +306,9 @@ def energy_lines(o: OpReport) -> list[str]:
     measured = [s for s in o.shapes if s.energy_a_j is not None]
     if not measured and not o.energy_withheld:
         return []
-    head = "   energy per call (NVML energy counter over the timed windows / calls): "
+    head = ("   energy per call (NVML energy counter from its update before the timed windows to its update after "
+            "them, the kernel running throughout, x time per call): " if o.energy_basis == SPANS else
+            "   energy per call (NVML energy counter over the timed windows / calls): ")
     if o.energy_geomean_pct is not None:
         head += f"geomean B vs A {o.energy_geomean_pct:+.1f}% [{_interval(o.energy_geomean_ci_pct)}]"
     elif measured:

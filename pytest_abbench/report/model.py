@@ -35,6 +35,7 @@ SCHEMA_VERSION = 9  # 3: OpReport.caliber_mismatch; 4: Report.complete and faile
 # ShapeReport.gpu's energy_power_w (the energy counter's power; window_power_w, a median of per-window figures, is
 # gone), optional: a report without it gives NVML's averaged figure, labelled so
 # 9 also: ShapeReport.reference_* and OpReport.reference (--ab-reference, report/reference.py), optional with defaults
+# 9 also: OpReport.energy_basis (what its energy per call was read over), optional with a default
 
 
 @dataclass
@@ -129,6 +130,7 @@ class OpReport:
     energy_geomean_pct: float | None = None  # geomean over shapes of B's energy per call against A's
     energy_geomean_ci_pct: tuple[float, float] | None = None
     energy_withheld: str = ""  # why the op states no energy per call: every shape's windows too short for the counter
+    energy_basis: str = ""  # "spans": steady spans around the windows (core/results.py EnergySpan); "": the windows
     peak: str = ""  # where the % of peak comes from (report/peak.py), or why there is none
     autotune: str = ""  # which tuner keys were pinned from which side (report/build.py autotune_pins_line)
     reference: str = ""  # --ab-reference: what its in-process reference gave, or why it has none (report/reference.py)

@@ -1,0 +1,51 @@
+"""Per op, shape and side of a root: how many steady windows met their condition, each cell's first window's
+detail (how its settling ended), and its energy span (power, length, edge error) where it has one.
+
+    python benchmarks/steady_windows.py ROOT
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from pytest_abbench.core import regimes
+from pytest_abbench.core.results import read_results
+
+
+def main() -> int:
+    if len(sys.argv) != 2:
+        print(__doc__)
+        return 2
+    root = Path(sys.argv[1])
+    met: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0])
+    lines = []
+    for results in sorted(root.glob("r*_*/*/results.jsonl")):
+        cell, op = results.parts[-3], results.parts[-2]
+        side = cell.split("_", 1)[1]
+        for rec in read_results(results):
+            if not rec.ok or rec.regime != regimes.STEADY or not rec.windows:
+                continue
+            count = met[(op, rec.shape, side)]
+            count[0] += sum(w.condition == regimes.MET for w in rec.windows)
+            count[1] += len(rec.windows)
+            span = rec.energy_span
+            spans = "no span" if span is None else (
+                f"span {span.energy_mj / 1e3 / span.seconds:.0f} W over {span.seconds:.3f} s, edges "
+                f"{span.edge_error_s * 1e3:.1f} ms")
+            lines.append(f"{cell} {op} {rec.shape}: {sum(w.condition == regimes.MET for w in rec.windows)}/"
+                         f"{len(rec.windows)} met | {rec.windows[0].detail} | {spans}")
+    print("\n".join(lines))
+    print("--- windows met per op, shape and side")
+    total = [0, 0]
+    for (op, shape, side), (ok, all_) in sorted(met.items()):
+        total[0] += ok
+        total[1] += all_
+        print(f"{op} {shape} {side}: {ok}/{all_}")
+    print(f"all: {total[0]}/{total[1]} windows met")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
