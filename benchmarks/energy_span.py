@@ -25,7 +25,7 @@ import time
 from typing import Any, Callable
 
 from pytest_abbench.child.gpustate import open_sampler
-from pytest_abbench.child.regime import Pace, counter_updates, run_regime
+from pytest_abbench.child.regime import CounterPoint, Pace, counter_updates, poll_counter, run_regime
 from pytest_abbench.child.timers import GraphWindows
 from pytest_abbench.core import regimes
 from pytest_abbench.core.results import pool_energy
@@ -47,14 +47,11 @@ def kernels(names: list[str]) -> dict[str, Callable[[], Any]]:
 
 def long_run_power(timer: GraphWindows, sampler: Any, seconds: float) -> float | None:
     """The counter's power over about ``seconds`` of the kernel kept queued: first update to last."""
-    points: list[tuple[float, float]] = []
+    points: list[CounterPoint] = []
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         timer.keep_busy(regimes.STEADY_AHEAD_S)
-        value = sampler.energy_mj()
-        if value is not None:
-            points.append((time.monotonic(), value))
-        time.sleep(regimes.ENERGY_POLL_S)
+        poll_counter(sampler, Pace(), points)
     updates = counter_updates(points)
     if len(updates) < 2:
         return None

@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
@@ -18,12 +19,13 @@ from typing import Any, Callable
 import pytest
 
 from helpers import simple_campaign, synthetic_root
+from test_energy_report import back_to_back, with_windows
 from pytest_abbench.campaign.flaggems import AGAINST_ATEN
 from pytest_abbench.campaign.inprocess import build_env, why_not_in_one_process
 from pytest_abbench.campaign.model import Campaign, Switch
 from pytest_abbench.campaign.perf_report import Providers
 from pytest_abbench.child.gpustate import GpuSampler
-from pytest_abbench.child.reference import time_pairs
+from pytest_abbench.child.reference import ClockWatch, time_pairs
 from pytest_abbench.core import reference
 from pytest_abbench.core.layout import RootLayout
 from pytest_abbench.report import build_report
@@ -194,6 +196,50 @@ def test_a_reference_outside_the_cells_interval_is_flagged_and_keeps_the_verdict
     again = report_from_json(json.loads(json.dumps(report.to_json())))  # report.json keeps it
     assert again.ops[0].shapes[0].reference_ci_pct == shape.reference_ci_pct
     assert render_text(again) == text
+
+
+def test_a_differing_reference_names_each_sides_clock_in_the_pairs_and_in_the_cells(tmp_path: Path) -> None:
+    # mm 4096^3 at the H200's power cap: alone, A settled at 1530 MHz and B at 1605 MHz; interleaved, both ran near
+    # one controller state.  The line says so where the reference differs.
+    synthetic_root(tmp_path, {"mm": [0.050, 0.052, 0.049, 0.051, 0.050, 0.048]})
+    with_windows(tmp_path, lambda rnd, side, shape: back_to_back(10, 0.03, 690.0, 690.0,
+                                                                 sm=1530.0 if side == "A" else 1605.0))
+    rows = RootLayout(tmp_path).reference
+    reference.append_shape(rows, "op", "mm", "steady", {"A": "cudagraph", "B": "cudagraph"},
+                           [(1.0, 1.20), (1.0, 1.201), (1.0, 1.199)], clocks_mhz={"A": 1566.0, "B": 1572.0})
+    reference.append_process(rows, "op", 0, "ok", 1.0, "reference/op.log")
+    report = build_report(tmp_path)
+    assert report.ops[0].shapes[0].reference_clocks_mhz == {"A": 1566.0, "B": 1572.0}
+    assert report.ops[0].reference.endswith("; mm: SM clock in the pairs A 1566 / B 1572 MHz, in the cells A 1530 / "
+                                            "B 1605 MHz; no verdict changes"), report.ops[0].reference
+    again = report_from_json(json.loads(json.dumps(report.to_json())))
+    assert render_text(again) == render_text(report)
+    # A reference inside the interval needs no explanation, and a row without clocks gives none.
+    rows.unlink()
+    stand_in_rows(tmp_path, "mm", 1.20)
+    assert "SM clock in the pairs" not in build_report(tmp_path).ops[0].reference
+
+
+def test_the_clock_watch_gives_each_side_the_clock_its_windows_ran_at() -> None:
+    # A real thread reads a stand-in for NVML's SM clock (1500 MHz while side A's window runs, 1600 MHz during
+    # B's, nothing between) while real 20 ms windows run in pairs.
+    running: list[str] = []
+
+    class Sleeping(StandInTimer):
+        def window(self) -> tuple[list[float], int]:
+            running.append(self.side)
+            time.sleep(0.02)
+            running.remove(self.side)
+            return super().window()
+
+    calls: list[str] = []
+    timers = {"A": Sleeping("A", 1.0, calls), "B": Sleeping("B", 2.0, calls)}
+    windows: list[tuple[str, float, float]] = []
+    with ClockWatch(lambda: {"A": 1500.0, "B": 1600.0}.get(running[0]) if running else None, 0.002) as watch:
+        pairs = time_pairs(timers, "steady", GpuSampler(not_recorded="a test"), 6, cpu=True, windows=windows)
+    assert pairs == [(1.0, 2.0)] * 6 and [w[0] for w in windows] == ["A", "B", "B", "A"] * 3
+    assert watch.side_medians(windows) == {"A": 1500.0, "B": 1600.0}
+    assert not watch.thread.is_alive()
 
 
 def test_a_reference_inside_the_cells_interval_is_not_flagged(tmp_path: Path) -> None:

@@ -140,7 +140,7 @@ def test_a_counter_polled_every_few_ms_gives_span_power_within_a_percent_read_ch
     energy = jittered_counter(700.0)
 
     def worst(step_s: float) -> float:
-        points = [(i * step_s, energy(i * step_s)) for i in range(1, int(3.0 / step_s))]
+        points = [(i * step_s, i * step_s, energy(i * step_s)) for i in range(1, int(3.0 / step_s))]
         errors = []
         for end in range(len(points) // 2, len(points)):
             spans = counter_power_spans(points[:end])

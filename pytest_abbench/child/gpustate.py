@@ -148,6 +148,15 @@ class GpuSampler:
         except Exception:  # NotSupported, or a stand-in without it: the settling reads decide without it
             return None
 
+    def sm_clock_mhz(self) -> float | None:
+        """The SM clock alone (one NVML call); None where NVML does not give it."""
+        if self.not_recorded is not None:
+            return None
+        try:
+            return float(self.nvml.nvmlDeviceGetClockInfo(self.handle, self.nvml.NVML_CLOCK_SM))
+        except Exception:  # NotSupported, or a stand-in without it
+            return None
+
     def start(self) -> Edge:
         """Read one edge of a window (``Windows.windows`` calls it at each edge; ``between`` pairs two)."""
         return Edge(self.read(), self.clock())

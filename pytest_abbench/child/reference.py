@@ -17,6 +17,8 @@ import contextlib
 import os
 import statistics
 import sys
+import threading
+import time
 import traceback
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -88,9 +90,50 @@ class BothSides:
         raise NotImplementedError("the sides are timed one window each, in pairs (time_pairs)")
 
 
+class ClockWatch:
+    """The SM clock read on a thread of its own every ``period_s`` while the pairs run (each NVML call releases the
+    GIL), so the windows are not held up by it; ``side_medians`` gives each side's median over the readings taken
+    inside its windows.  At the power cap the pairs share one controller state, the cells each side its own: the
+    clocks say how far apart those are."""
+
+    def __init__(self, read: Callable[[], float | None], period_s: float = 0.01,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.read, self.period_s, self.clock = read, period_s, clock
+        self.readings: list[tuple[float, float]] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="abbench-clock-watch", daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            mhz = self.read()
+            if mhz is not None:
+                self.readings.append((self.clock(), mhz))
+            self.stop.wait(self.period_s)
+
+    def __enter__(self) -> "ClockWatch":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+    def side_medians(self, windows: Sequence[tuple[str, float, float]]) -> dict[str, float]:
+        """Each side's median clock over the readings inside its windows ``(side, began, ended)``."""
+        out = {}
+        for side in SIDES:
+            inside = [mhz for t, mhz in self.readings
+                      if any(s == side and began <= t <= ended for s, began, ended in windows)]
+            if inside:
+                out[side] = statistics.median(inside)
+        return out
+
+
 def time_pairs(timers: Mapping[str, Windows], regime: str, sampler: GpuSampler, pairs: int, cpu: bool,
-               pace: Pace | None = None) -> list[tuple[float, float]]:
-    """``pairs`` pairs of one window per side under ``regime``: (A ms, B ms) each, a window's median per call.
+               pace: Pace | None = None, windows: list[tuple[str, float, float]] | None = None
+               ) -> list[tuple[float, float]]:
+    """``pairs`` pairs of one window per side under ``regime``: (A ms, B ms) each, a window's median per call;
+    ``windows`` (where given) gets each window's side and when it began and ended.
 
     steady: both sides settle together first, then the pairs run back to back.  burst: every window waits for
     the card to be back at boost and warms for ``BURST_WARM_S``, as a burst cell's windows do.
@@ -105,9 +148,13 @@ def time_pairs(timers: Mapping[str, Windows], regime: str, sampler: GpuSampler, 
         for side in pair_order(index):
             if regime == regimes.BURST:
                 wait_for_boost(sampler, max_clock, pace)
+            began = pace.clock()
+            if regime == regimes.BURST:
                 [(samples, _)] = timers[side].windows(1, lambda: None, 0.0 if cpu else regimes.BURST_WARM_S)
             else:
                 samples, _ = timers[side].window()
+            if windows is not None:
+                windows.append((side, began, pace.clock()))
             ms[side] = statistics.median(samples)
         out.append((ms["A"], ms["B"]))
     return out
@@ -152,8 +199,11 @@ def measure_op(spec: ReferenceSpec, campaigns: Mapping[str, Campaign], sampler: 
                 timers = {side: prepare_with_fallback(cases[side].run, spec.timer, window_ms, spec.direct_warmup_ms,
                                                       spec.op, shape.id, log) for side in SIDES}
                 timers_used = {side: timer.timer for side, timer in timers.items()}
-                pairs = time_pairs(timers, regime, sampler, spec.pairs, cpu=device == "cpu")
-                append_shape(rows, spec.op, shape.id, regime, timers_used, pairs)
+                timed: list[tuple[str, float, float]] = []
+                with ClockWatch(sampler.sm_clock_mhz) as watch:
+                    pairs = time_pairs(timers, regime, sampler, spec.pairs, cpu=device == "cpu", windows=timed)
+                append_shape(rows, spec.op, shape.id, regime, timers_used, pairs,
+                             clocks_mhz=watch.side_medians(timed))
                 shown = statistics.median(100.0 * (b / a - 1.0) for a, b in pairs) if pairs else float("nan")
                 log(f"[abbench] reference {spec.op} {shape.id} ({regime}): {len(pairs)} pairs, B/A-1 median "
                     f"{shown:+.2f}%")

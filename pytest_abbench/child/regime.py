@@ -22,7 +22,9 @@ from pytest_abbench.child.timers import Windows
 from pytest_abbench.core import regimes
 from pytest_abbench.core.results import EnergySpan, GpuReading, GpuState, TimedWindow
 
-CounterPoint = tuple[float, float]  # (when a read of the energy counter returned, its value in mJ)
+# A read of the energy counter: when the read began, when it returned (on the H200 one read took 3.4 ms, as long as
+# a full reading of every field), and the value in mJ.
+CounterPoint = tuple[float, float, float]
 
 
 @dataclass
@@ -107,43 +109,45 @@ class Judgement:
 
 @dataclass(frozen=True)
 class CounterUpdate:
-    """A read of the energy counter that showed a new value: when it returned, the value, and how long after the
-    previous read (the update happened in that gap)."""
+    """An update of the energy counter, found by a read that showed a new value: the update fell between the start
+    of the read before it and the end of this one, so ``at`` is that interval's middle and ``error_s`` half its
+    length; ``energy_mj`` the new value."""
 
     at: float
     energy_mj: float
-    gap_s: float
+    error_s: float
 
 
-def counter_updates(points: Sequence[tuple[float, float | None]]) -> list[CounterUpdate]:
-    """The reads among ``points`` (time, counter or None) that show an update; a counter that went back (the driver
-    reloaded) counts from there."""
+def counter_updates(points: Sequence[tuple[float, float, float | None]]) -> list[CounterUpdate]:
+    """The updates the reads ``points`` (began, returned, counter or None) show; a counter that went back (the
+    driver reloaded) counts from there."""
     marks: list[CounterUpdate] = []
-    previous: tuple[float, float] | None = None
-    for t, energy in points:
+    previous: tuple[float, float] | None = None  # (when the last read with a value began, that value)
+    for began, returned, energy in points:
         if energy is None:
             continue
         if previous is not None and energy < previous[1]:
             marks = []
         elif previous is not None and energy != previous[1]:
-            marks.append(CounterUpdate(t, energy, t - previous[0]))
-        previous = (t, energy)
+            marks.append(CounterUpdate((previous[0] + returned) / 2, energy, (returned - previous[0]) / 2))
+        previous = (began, energy)
     return marks
 
 
-def reading_points(readings: Sequence[GpuReading | None], times: Sequence[float]) -> list[tuple[float, float | None]]:
-    """The energy counter as the settling readings saw it: (time, value or None) per reading."""
-    return [(t, None if r is None else r.energy_mj) for t, r in zip(times, readings)]
+def reading_points(readings: Sequence[GpuReading | None], times: Sequence[float]
+                   ) -> list[tuple[float, float, float | None]]:
+    """The energy counter as the settling readings saw it, each read placed at the time it returned."""
+    return [(t, t, None if r is None else r.energy_mj) for t, r in zip(times, readings)]
 
 
-def counter_power_spans(points: Sequence[tuple[float, float | None]]) -> tuple[float, float] | None:
+def counter_power_spans(points: Sequence[tuple[float, float, float | None]]) -> tuple[float, float] | None:
     """The energy counter's power (W) over two adjacent spans, each at least ``STEADY_POWER_SPAN_S`` long, the later
     one ending at the counter's last update; None where the points do not cover two spans.
 
     A read returns the counter's last update, so the spans run from update to update: each read that shows a new
-    value marks one, and between two such reads the counter's increase is the energy of whole update periods, over
-    a time that the reads' own lag leaves nearly whole.  That lag is at most the gap before the read: a few ms
-    where the counter is polled (``ENERGY_POLL_S``), up to a chunk where only the settling readings see it.
+    value marks one, and between two such reads the counter's increase is the energy of whole update periods.
+    Each update is placed within half the time from the read before to the read that showed it: a few ms where
+    the counter is polled back to back (``ENERGY_POLL_S``), up to half a chunk where only the readings see it.
     """
     marks = counter_updates(points)
     if not marks:
@@ -288,11 +292,8 @@ def settle(timer: Windows, sampler: GpuSampler, cpu: bool, pace: Pace) -> Settli
     while True:
         if timer.queues:
             timer.keep_busy(regimes.STEADY_AHEAD_S)
-            energy = sampler.energy_mj()
-            if energy is not None:
-                counter.append((pace.clock(), energy))
+            poll_counter(sampler, pace, counter)
             if pace.clock() < next_reading - 1e-9:
-                pace.sleep(regimes.ENERGY_POLL_S)
                 continue
             next_reading += chunk
         else:
@@ -318,30 +319,39 @@ def settle(timer: Windows, sampler: GpuSampler, cpu: bool, pace: Pace) -> Settli
                             seen.clock_mhz, seen.at_cap, counter)
 
 
+def poll_counter(sampler: GpuSampler, pace: Pace, points: list[CounterPoint]) -> None:
+    """One read of the energy counter into ``points``, then a sleep for what is left of ``ENERGY_POLL_S`` (none
+    where the read took that long: on the H200 it took 3.4 ms)."""
+    began = pace.clock()
+    energy = sampler.energy_mj()
+    returned = pace.clock()
+    if energy is not None:
+        points.append((began, returned, energy))
+    if returned - began < regimes.ENERGY_POLL_S:
+        pace.sleep(regimes.ENERGY_POLL_S - (returned - began))
+
+
 def energy_span(timer: Windows, sampler: GpuSampler, pace: Pace, before: Sequence[CounterPoint],
                 windows_began: float) -> EnergySpan | None:
     """The energy counter from its last update before the windows began (``before``: the settling's polls) to its
-    first update after they ended, polled every ``ENERGY_POLL_S`` with the kernel kept running; None where the
-    settling saw no update, or none came within ``ENERGY_SPAN_WAIT_S``.  The GPU ran the kernel throughout, so the
-    span's power is the windows' and its energy per call that power times the time per call."""
+    first update after they ended and at least ``ENERGY_SPAN_MIN_S`` after that one, polled back to back with the
+    kernel kept running; None where the settling saw no update, or none came within ``ENERGY_SPAN_WAIT_S`` of when
+    one was due.  The GPU ran the kernel throughout, so the span's power is the windows' and its energy per call
+    that power times the time per call."""
     first = next((m for m in reversed(counter_updates(before)) if m.at <= windows_began), None)
     if first is None:
         return None
-    ended = pace.clock()
+    due = max(pace.clock(), first.at + regimes.ENERGY_SPAN_MIN_S)
     points: list[CounterPoint] = []
-    while pace.clock() - ended <= regimes.ENERGY_SPAN_WAIT_S:
+    while pace.clock() <= due + regimes.ENERGY_SPAN_WAIT_S:
         timer.keep_busy(regimes.STEADY_AHEAD_S)
-        energy = sampler.energy_mj()
-        if energy is not None:
-            points.append((pace.clock(), energy))
-            updates = counter_updates(points)
-            if updates:
-                last = updates[0]
-                if last.energy_mj < first.energy_mj or last.at <= first.at:
-                    return None  # the counter went back: no figure
-                return EnergySpan(round(last.energy_mj - first.energy_mj, 3), round(last.at - first.at, 6),
-                                  round(first.gap_s + last.gap_s, 6))
-        pace.sleep(regimes.ENERGY_POLL_S)
+        poll_counter(sampler, pace, points)
+        last = next((m for m in counter_updates(points) if m.at - m.error_s >= due), None)
+        if last is not None:
+            if last.energy_mj < first.energy_mj:
+                return None  # the counter went back: no figure
+            return EnergySpan(round(last.energy_mj - first.energy_mj, 3), round(last.at - first.at, 6),
+                              round(first.error_s + last.error_s, 6))
     return None
 
 

@@ -60,14 +60,18 @@ class ReferenceSpec:
 
 
 def append_shape(rows: Path, op: str, shape: str, regime: str, timers: Mapping[str, str],
-                 pairs: list[tuple[float, float]] | None = None, error: str | None = None) -> None:
-    """One shape's pairs under one regime, ``(A ms, B ms)`` each in the order timed; or why it has none."""
+                 pairs: list[tuple[float, float]] | None = None, error: str | None = None,
+                 clocks_mhz: Mapping[str, float] | None = None) -> None:
+    """One shape's pairs under one regime, ``(A ms, B ms)`` each in the order timed (and each side's median SM
+    clock while its windows ran, where NVML gave one); or why it has none."""
     record: dict[str, Any] = {SCHEMA_FIELD: REFERENCE_SCHEMA, "kind": SHAPE, "op": op, "shape": shape,
                               "regime": regime, "status": ERROR if error else OK, "timers": dict(timers)}
     if error:
         record["error"] = error[:500]
     else:
         record["pairs"] = [[a, b] for a, b in pairs or []]
+    if clocks_mhz:
+        record["clocks_mhz"] = dict(clocks_mhz)
     append_jsonl(rows, record)
 
 
@@ -109,6 +113,7 @@ class ShapeReference:
     timers: dict[str, str]
     pairs: list[tuple[float, float]] = field(default_factory=list)  # (A ms, B ms), in the order timed
     error: str | None = None
+    clocks_mhz: dict[str, float] = field(default_factory=dict)  # side -> median SM clock while its windows ran
 
     @property
     def log_ratios(self) -> list[float]:
@@ -138,7 +143,7 @@ def read_reference(rows: Path) -> dict[str, OpReference]:
         kind = data.text("kind")
         if kind == SHAPE:
             shape = ShapeReference(data.text("shape"), data.text("regime", ""), data.text_map("timers", {}),
-                                   _pairs(data), data.text_or_none("error"))
+                                   _pairs(data), data.text_or_none("error"), _clocks(data))
             op.shapes[(shape.shape, shape.regime)] = shape
         elif kind == PROCESS:
             op.process = {"rc": data.whole("rc"), "status": data.text("status"),
@@ -161,3 +166,11 @@ def _pairs(data: Fields) -> list[tuple[float, float]]:
     if not isinstance(value, list) or not all(_is_pair(p) for p in value):
         raise data.error("pairs", "a list of [A ms, B ms] pairs", value)
     return [(float(a), float(b)) for a, b in value]
+
+
+def _clocks(data: Fields) -> dict[str, float]:
+    value = data.data.get("clocks_mhz", {})
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, (int, float))
+                                              and not isinstance(v, bool) for k, v in value.items()):
+        raise data.error("clocks_mhz", "a map of side to MHz", value)
+    return {k: float(v) for k, v in value.items()}

@@ -120,13 +120,16 @@ STEADY_MAX_S = 10.0
 # A timer that queues (the graph timer) keeps STEADY_AHEAD_S of replays waiting on the GPU while the steady run reads
 # NVML, so the kernel runs back to back as in its windows: reading after each synchronous 50 ms chunk left the GPU
 # idle for each read (about 3 ms, 6% of the settling), a lighter load than the windows put on the card.  Meanwhile
-# the energy counter alone is read every ENERGY_POLL_S, and each of its updates is placed within a few ms, not
-# within a chunk: a span's end read up to a chunk late made a 0.25 s span's power uncertain by a fifth (a mm at
-# its 700 W cap read "power still moving 663 -> 778 W").  After the last window the counter is polled until its
-# next update, at most ENERGY_SPAN_WAIT_S (three update periods): the span from the last update before the windows
-# to that one is the power and energy of the windows (child/regime.py ``energy_span``).
+# the energy counter alone is read back to back (at most every ENERGY_POLL_S; one read took 3.4 ms on the H200),
+# and each of its updates is placed within a few ms, not within a chunk: a span's end read up to a chunk late made a
+# 0.25 s span's power uncertain by a fifth (a mm at its 700 W cap read "power still moving 663 -> 778 W").  After
+# the last window the counter is polled until an update past the windows and at least ENERGY_SPAN_MIN_S after the
+# last update before them (waiting at most ENERGY_SPAN_WAIT_S, three update periods, past that): the span between
+# the two is the power and energy of the windows (child/regime.py ``energy_span``).  Half a second keeps the
+# updates' placement (about 4 ms at each end on the H200) within 2% of the span.
 STEADY_AHEAD_S = 0.03
 ENERGY_POLL_S = 0.002
+ENERGY_SPAN_MIN_S = 0.5
 ENERGY_SPAN_WAIT_S = 0.35
 STEADY_PLAIN_WARMUP_S = 2.0  # no GPU state to check: the kernel runs this long before the windows (GPU)
 STEADY_CPU_WARMUP_S = 0.2  # the interpreter: a warm-up by time (wall-clock numbers only describe this machine)

@@ -77,8 +77,10 @@ FLAGS: dict[str, Flag] = {flag.name: flag for flag in (
          "a card not back at boost", gpu=True),
     Flag(REFERENCE_DIFFERS, False, "the in-process reference (--ab-reference: both sides in one process, interleaved "
                                    "in pairs) lies outside the cells' interval: the cells time separate processes, "
-                                   "the cost a user pays; the reference one process and one thermal state, so the "
-                                   "difference is a bias between processes worth a look (docs/verdicts.md)", ""),
+                                   "each side at the clock its own load settles to, the cost a user pays; the "
+                                   "reference one process and one thermal state, at a power cap one clock for both "
+                                   "(the op's reference line gives both clocks): worth a look (docs/verdicts.md)",
+         ""),
 )}
 WITHHOLDING = tuple(name for name, flag in FLAGS.items() if flag.withholds)
 

@@ -35,7 +35,8 @@ SCHEMA_VERSION = 9  # 3: OpReport.caliber_mismatch; 4: Report.complete and faile
 # ShapeReport.gpu's energy_power_w (the energy counter's power; window_power_w, a median of per-window figures, is
 # gone), optional: a report without it gives NVML's averaged figure, labelled so
 # 9 also: ShapeReport.reference_* and OpReport.reference (--ab-reference, report/reference.py), optional with defaults
-# 9 also: OpReport.energy_basis (what its energy per call was read over), optional with a default
+# 9 also: OpReport.energy_basis (what its energy per call was read over) and ShapeReport.reference_clocks_mhz,
+# optional with defaults
 
 
 @dataclass
@@ -85,6 +86,7 @@ class ShapeReport:
     reference_ci_pct: tuple[float, float] | None = None  # t-interval of the pairs' log ratios
     reference_per_pair_pct: list[float] = field(default_factory=list)
     reference_note: str = ""  # why this shape has no reference delta where its op has one
+    reference_clocks_mhz: dict[str, float] = field(default_factory=dict)  # side -> SM clock in the reference's pairs
 
     def round_log_ratios(self) -> list[float]:
         """Each round's ln(B/A), the unit the statistics judge in (``per_round_pct`` holds B/A-1 in percent)."""

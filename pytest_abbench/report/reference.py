@@ -25,8 +25,10 @@ from pytest_abbench.report import flags
 from pytest_abbench.report.model import OpReport, ShapeReport
 from pytest_abbench.report.stats import interval, pct
 
-WHICH_TO_BELIEVE = ("the cells time each side in its own processes, the cost a user pays; the reference one process "
-                    "and one thermal state: a difference is a bias between processes worth a look")
+WHICH_TO_BELIEVE = ("the cells time each side in its own processes, each at the clock its own load settles to, the "
+                    "cost a user of either side pays; the reference one process and one thermal state, where at a "
+                    "power cap both sides share one clock: a difference is worth a look, and the clocks that follow "
+                    "say whether the cap explains it")
 
 
 def apply(ops: list[OpReport], root: Path, problems: list[str]) -> None:
@@ -67,12 +69,25 @@ def apply_shape(s: ShapeReport, rows: ShapeReference | None) -> bool:
         s.reference_note = "reference has no pair"
         return False
     s.reference_per_pair_pct = [pct(x) for x in ratios]
+    s.reference_clocks_mhz = dict(rows.clocks_mhz)
     s.reference_delta_pct = pct(statistics.median(ratios))
     ci = interval(ratios)
     s.reference_ci_pct = (pct(ci[0]), pct(ci[1])) if ci else None
     if s.ci_pct is not None and not s.ci_pct[0] <= s.reference_delta_pct <= s.ci_pct[1]:
         s.flags = flags.ordered({*s.flags, flags.REFERENCE_DIFFERS})
     return True
+
+
+def clocks_note(s: ShapeReport) -> str:
+    """``M=4096: SM clock in the pairs A 1560 / B 1575 MHz, in the cells A 1530 / B 1605 MHz``: where the reference
+    and the cells ran each side at another clock (a power cap's controller follows the load around it: in pairs
+    the sides share one state, in the cells each has its own); empty where a side lacks a clock."""
+    cells = {side: (s.gpu.get(side) or {}).get("sm_clock_mhz") for side in ("A", "B")}
+    pairs = s.reference_clocks_mhz
+    if any(cells[side] is None or side not in pairs for side in ("A", "B")):
+        return ""
+    return (f"{s.shape}: SM clock in the pairs A {pairs['A']:.0f} / B {pairs['B']:.0f} MHz, in the cells "
+            f"A {cells['A']:.0f} / B {cells['B']:.0f} MHz")
 
 
 def apply_op(o: OpReport, found: OpReference) -> None:
@@ -92,6 +107,8 @@ def apply_op(o: OpReport, found: OpReference) -> None:
         parts[0] += f", geomean {pct(geomean):+.1f}%"
         parts.append(f"outside the cells' interval in {differs} ({flags.REFERENCE_DIFFERS}; {WHICH_TO_BELIEVE})"
                      if differs else "inside the cells' interval in every one")
+        parts += [clocks for s in o.shapes if flags.REFERENCE_DIFFERS in s.flags for clocks in [clocks_note(s)]
+                  if clocks]
     process = found.process
     if process is None:
         parts.append("its process left no end record (the session was stopped while it ran)")
