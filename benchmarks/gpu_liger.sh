@@ -10,8 +10,9 @@ python3 -c "import importlib.metadata as m, torch, triton; print('liger-kernel',
 'torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())" | tee "$OUT/lk_env.txt"
 start=$(date +%s)
 # 7 ops x 2 rounds x 2 sides; the timeout keeps one call under the GPU machine's 10-minute limit.
+read -ra extra <<<"${EXTRA:-}"  # more pytest arguments, split on spaces (EXTRA=--ab-reference)
 timeout "${LIMIT:-540}" python3 -m pytest -p pytest_abbench.plugin campaigns/liger.py --ab-rounds "${ROUNDS:-2}" \
-  --ab-root /tmp/liger/run --cell-timeout 300 -p no:cacheprovider -rs -v >"$OUT/lk_run.txt" 2>&1
+  --ab-root /tmp/liger/run --cell-timeout 300 -p no:cacheprovider -rs -v "${extra[@]}" >"$OUT/lk_run.txt" 2>&1
 echo "timed run: rc $? in $(( $(date +%s) - start )) s" | tee -a "$OUT/lk_env.txt"
 python3 benchmarks/cell_timing.py /tmp/liger/run > "$OUT/lk_cell_timing.txt" 2>&1
 cp /tmp/liger/run/status.tsv "$OUT/lk_status.tsv"

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The FlagGems-against-ATen campaign (campaigns/flaggems_aten.py, every op, ROUNDS rounds, defaults otherwise) timed
+# cold twice in one call: first by the package in BASE (an older tree: `git archive REV pytest_abbench campaigns
+# benchmarks | tar -x -C BASE`), then by this tree, each with a kernel cache and a Triton cache of its own (both
+# start empty).  Needs flag-gems and sqlalchemy importable (wheels in .whl/).  Prints each session's wall time,
+# its time: line and its verdicts; under $OUT: flaggems_vs.txt.
+#   BASE=base-tree ROUNDS=2 bash benchmarks/gpu_flaggems_vs.sh
+set -uo pipefail
+source "$(dirname "$0")/gpu_env.sh"
+BASE=${BASE:?name the older tree}
+ROUNDS=${ROUNDS:-2}
+LIMIT=${LIMIT:-280}
+S=/tmp/flaggems-vs; rm -rf "$S"; mkdir -p "$S"
+log=$OUT/flaggems_vs.txt
+here=$PWD
+for which in base head; do
+  tree=$here; [ "$which" = base ] && tree=$here/$BASE
+  start=$(date +%s.%N)
+  (cd "$tree" && ABBENCH_KERNEL_CACHE=$S/$which-kernels TRITON_CACHE_DIR=$S/$which-triton PYTHONPATH=$tree:${PYTHONPATH#$here:} \
+    timeout "$LIMIT" python3 -m pytest -p pytest_abbench.plugin campaigns/flaggems_aten.py --ab-rounds "$ROUNDS" \
+    --ab-root "$S/$which" --cell-timeout 300 -p no:cacheprovider -rs > "$S/$which.log" 2>&1)
+  rc=$?
+  echo "=== $which ($tree): rc $rc wall $(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }') s" | tee -a "$log"
+  grep -h "^== \|geomean delta\|^time:\|abbench: exit\|passed\|failed" "$S/$which.log" | tee -a "$log"
+done
