@@ -1,0 +1,102 @@
+"""What holds a steady settling back: each judgement of ``child/regime.py`` ``settle`` over time, per kernel.
+
+Per kernel (torch's layer_norm 16384x1024 and 8192x4096, a bf16 mm 4096^3), ``--repeats`` times with a second's
+idle between: the product's steady settling with the graph timer, and at each judgement (every 50 ms once
+``STEADY_MIN_S`` has passed) the elapsed time, whether the power cap was judged held, the clock, the counter's
+power, the temperature and what had not settled yet.  Consecutive judgements with the same reasons are folded
+into one line.  Then per kernel the settling times and how often each reason held a judgement back.
+
+    PYTHONPATH=. python benchmarks/settle_trace.py              # about 60 s on the H200
+
+Needs torch with CUDA and nvidia-ml-py.  Reads NVML only: no clock, power limit or other setting is changed.
+Exit 2 with one line where there is no GPU or no NVML.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from collections import Counter
+from typing import Any, Callable
+
+from pytest_abbench.child import regime
+from pytest_abbench.child.gpustate import open_sampler
+from pytest_abbench.child.timers import GraphWindows
+from pytest_abbench.core import regimes
+
+
+def kernels() -> dict[str, Callable[[], Any]]:
+    import torch
+
+    out: dict[str, Callable[[], Any]] = {}
+    def layer_norm(rows: int, cols: int) -> Callable[[], Any]:
+        x = torch.randn(rows, cols, device="cuda", dtype=torch.bfloat16)
+        return lambda: torch.nn.functional.layer_norm(x, (cols,))
+
+    for rows, cols in ((16384, 1024), (8192, 4096)):
+        out[f"layer_norm {rows}x{cols}"] = layer_norm(rows, cols)
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    out["mm 4096^3"] = lambda: a @ b
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    try:
+        import torch
+    except ImportError as exc:
+        print(f"settle_trace: torch is not installed ({exc})")
+        return 2
+    if not torch.cuda.is_available():
+        print("settle_trace: no CUDA device")
+        return 2
+    sampler = open_sampler("cuda")
+    if sampler.not_recorded is not None:
+        print(f"settle_trace: {sampler.describe()}")
+        return 2
+    judged: list[tuple[float, regime.Judgement]] = []
+    original = regime.judge
+    began = [0.0]
+
+    def traced(*a: Any, **k: Any) -> regime.Judgement:
+        seen = original(*a, **k)
+        judged.append((time.monotonic() - began[0], seen))
+        return seen
+
+    regime.judge = traced
+    print(f"# {torch.cuda.get_device_name()}, power limit {sampler.settings().get('power_limit_w')} W")
+    for name, fn in kernels().items():
+        timer = GraphWindows(fn, 31.0)
+        held: Counter[str] = Counter()
+        took = []
+        for repeat in range(1, args.repeats + 1):
+            judged.clear()
+            began[0] = time.monotonic()
+            settling = regime.settle(timer, sampler, cpu=False, pace=regime.Pace())
+            torch.cuda.synchronize()
+            took.append(settling.waited_s)
+            print(f"== {name} #{repeat}: {settling.condition} after {settling.waited_s:.2f} s: {settling.detail}")
+            last = None
+            for elapsed, seen in judged:
+                kinds = [re.sub(r"[-\d.>]+", "", u).strip() for u in seen.unsettled]
+                held.update(kinds)
+                key = (tuple(kinds), seen.at_cap)
+                if key != last:
+                    power = "-" if seen.counter_power_w is None else f"{seen.counter_power_w:.0f}"
+                    print(f"   {elapsed:6.2f} s  cap {'yes' if seen.at_cap else 'no ':3}  {seen.clock_mhz or 0:5.0f} MHz "
+                          f"{power:>4} W  {seen.temperature_c or 0:3.0f} C  {'; '.join(seen.unsettled) or 'settled'}")
+                last = key
+            time.sleep(1.0)
+        print(f"-- {name}: settled in {', '.join(f'{t:.2f}' for t in took)} s; judgements held back by: "
+              + (", ".join(f"{k} {n}" for k, n in held.most_common()) or "nothing"))
+    print(f"(a judgement every {regimes.STEADY_CHUNK_MS} ms from {regimes.STEADY_MIN_S:.2f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
