@@ -19,12 +19,12 @@ Exit 2 with one line where there is no GPU or no NVML.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from typing import Any, Callable
 
-from pytest_abbench.child.gpustate import open_sampler
+from gpu_sampler import cuda_sampler
+from pytest_abbench.child.gpustate import GpuSampler
 from pytest_abbench.child.regime import CounterPoint, Pace, counter_updates, poll_counter, run_regime
 from pytest_abbench.child.timers import GraphWindows
 from pytest_abbench.core import regimes
@@ -45,7 +45,7 @@ def kernels(names: list[str]) -> dict[str, Callable[[], Any]]:
     return out
 
 
-def long_run_power(timer: GraphWindows, sampler: Any, seconds: float) -> float | None:
+def long_run_power(timer: GraphWindows, sampler: GpuSampler, seconds: float) -> float | None:
     """The counter's power over about ``seconds`` of the kernel kept queued: first update to last."""
     points: list[CounterPoint] = []
     end = time.monotonic() + seconds
@@ -72,18 +72,11 @@ def main() -> int:
     parser.add_argument("--long-s", type=float, default=4.0)
     parser.add_argument("--kernels", default="mm,layer_norm")
     args = parser.parse_args()
-    try:
-        import torch
-    except ImportError as exc:
-        print(f"energy_span: torch is not installed ({exc})")
+    sampler = cuda_sampler("energy_span")
+    if isinstance(sampler, str) or sampler.energy_mj() is None:
+        print(sampler if isinstance(sampler, str) else f"energy_span: NVML gives no energy counter on {sampler.device}")
         return 2
-    if not torch.cuda.is_available():
-        print("energy_span: no CUDA device")
-        return 2
-    sampler = open_sampler("cuda")
-    if sampler.not_recorded is not None or sampler.energy_mj() is None:
-        print(f"energy_span: NVML gives no energy counter: {sampler.describe()}")
-        return 2
+    import torch
     print(f"# {torch.cuda.get_device_name()}, {sampler.describe()}, power limit "
           f"{sampler.settings().get('power_limit_w')} W; polls every {regimes.ENERGY_POLL_S * 1e3:g} ms")
     worst = 0.0

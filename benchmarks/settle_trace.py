@@ -21,8 +21,8 @@ import time
 from collections import Counter
 from typing import Any, Callable
 
+from gpu_sampler import cuda_sampler
 from pytest_abbench.child import regime
-from pytest_abbench.child.gpustate import open_sampler
 from pytest_abbench.child.timers import GraphWindows
 from pytest_abbench.core import regimes
 
@@ -47,18 +47,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    try:
-        import torch
-    except ImportError as exc:
-        print(f"settle_trace: torch is not installed ({exc})")
+    sampler = cuda_sampler("settle_trace")
+    if isinstance(sampler, str):
+        print(sampler)
         return 2
-    if not torch.cuda.is_available():
-        print("settle_trace: no CUDA device")
-        return 2
-    sampler = open_sampler("cuda")
-    if sampler.not_recorded is not None:
-        print(f"settle_trace: {sampler.describe()}")
-        return 2
+    import torch
     judged: list[tuple[float, regime.Judgement]] = []
     original = regime.judge
     began = [0.0]
