@@ -28,6 +28,7 @@ from pytest_abbench.child.gpustate import GpuSampler
 from pytest_abbench.child.regime import CounterPoint, Pace, counter_updates, poll_counter, run_regime
 from pytest_abbench.child.timers import GraphWindows
 from pytest_abbench.core import regimes
+from pytest_abbench.core.cellconfig import DEFAULT_DIRECT_REP_MS
 from pytest_abbench.core.results import pool_energy
 
 
@@ -68,7 +69,8 @@ def cost_ms(call: Callable[[], Any], times: int = 200) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=4)
-    parser.add_argument("--window-ms", type=float, default=31.0, help="each timed window (steady's default 30 ms)")
+    parser.add_argument("--window-ms", type=float, default=DEFAULT_DIRECT_REP_MS,
+                        help="each timed window (--ab-direct-rep's default, as a steady cell asks for)")
     parser.add_argument("--long-s", type=float, default=4.0)
     parser.add_argument("--kernels", default="mm,layer_norm")
     args = parser.parse_args()

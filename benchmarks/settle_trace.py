@@ -25,6 +25,7 @@ from gpu_sampler import cuda_sampler
 from pytest_abbench.child import regime
 from pytest_abbench.child.timers import GraphWindows
 from pytest_abbench.core import regimes
+from pytest_abbench.core.cellconfig import DEFAULT_DIRECT_REP_MS
 
 
 def kernels() -> dict[str, Callable[[], Any]]:
@@ -64,7 +65,7 @@ def main() -> int:
     regime.judge = traced
     print(f"# {torch.cuda.get_device_name()}, power limit {sampler.settings().get('power_limit_w')} W")
     for name, fn in kernels().items():
-        timer = GraphWindows(fn, 31.0)
+        timer = GraphWindows(fn, DEFAULT_DIRECT_REP_MS)  # a steady cell's window, as --ab-direct-rep defaults
         held: Counter[str] = Counter()
         took = []
         for repeat in range(1, args.repeats + 1):

@@ -185,21 +185,23 @@ def test_windows_without_an_energy_figure_say_energy_is_not_measured(tmp_path: P
         "; energy per call not measured: which side does more work per joule is not stated")
 
 
-def with_spans(root: Path, watts: Callable[[int, str], float], seconds: float = 0.4, edge_error_s: float = 0.004
-               ) -> None:
+def with_spans(root: Path, watts: Callable[[int, str], float], seconds: float = 0.6, edge_error_s: float = 0.007,
+               shapes: tuple[str, ...] | None = None) -> None:
     """Give every record of a synthetic root a steady span (core/results.py EnergySpan) at ``watts(round, side)``."""
     for results in root.glob("r*_*/*/results.jsonl"):
         rnd, side = int(results.parts[-3].split("_")[0][1:]), results.parts[-3].split("_")[1]
         records = [json.loads(line) for line in results.read_text().splitlines()]
         for record in records:
-            record["energy_span"] = {"energy_mj": watts(rnd, side) * seconds * 1e3, "seconds": seconds,
-                                     "edge_error_s": edge_error_s}
+            record.pop("energy_span", None)
+            if shapes is None or record["shape"] in shapes:
+                record["energy_span"] = {"energy_mj": watts(rnd, side) * seconds * 1e3, "seconds": seconds,
+                                         "edge_error_s": edge_error_s}
         results.write_text("".join(json.dumps(r) + "\n" for r in records))
 
 
 def test_steady_spans_give_the_gpu_lines_power_and_energy_per_call_with_a_narrow_interval(tmp_path: Path) -> None:
     # layer_norm 8192x4096 under steady defaults: ten 31 ms windows a cell (0.31 s, too short for the windows' own
-    # figure), each cell with a 0.4 s span around them: the counter's power is stated, and energy per call is the
+    # figure), each cell with a 0.6 s span around them: the counter's power is stated, and energy per call is the
     # span's power times the time per call (A 1 ms, B 1 ms + the delta).
     synthetic_root(tmp_path, {"ln": [-0.35, -0.352, -0.351]})
     with_windows(tmp_path, lambda rnd, side, shape: back_to_back(10, 0.031, 640.0, 412.0, reasons=("sw_power_cap",)))
@@ -224,3 +226,18 @@ def test_steady_spans_give_the_gpu_lines_power_and_energy_per_call_with_a_narrow
     assert report.ops[0].energy_withheld == ("withheld: the energy counter's updates were placed within 10 ms over a "
                                              "0.1 s span (more than 5% of it)")
     assert _line(render_text(report), "   GPU:").startswith("   GPU: A 1980 MHz 412 W (NVML avg)")
+
+
+def test_shapes_read_by_span_and_by_windows_say_so_and_the_power_is_never_half_of_each(tmp_path: Path) -> None:
+    # One shape fell back to the direct timer (its windows give the figure), the other had spans: the line names
+    # both readings, and the GPU line's power comes from the windows throughout rather than from spans alone.
+    synthetic_root(tmp_path, {"big": [0.02, 0.021, 0.019], "small": [0.01, 0.012, 0.011]})
+    with_windows(tmp_path, lambda rnd, side, shape: back_to_back(10, 2 * ENERGY_MIN_S / 10, 500.0, 412.0))
+    with_spans(tmp_path, lambda rnd, side: 640.0, shapes=("big",))
+    report = build_report(tmp_path)
+    op = report.ops[0]
+    assert op.energy_basis == "mixed" and _line(render_text(report), "   energy per call").startswith(
+        "   energy per call (NVML energy counter: from its update before the timed windows to its update after them "
+        "x time per call where the graph timer ran, over the timed windows / calls where not): ")
+    assert op.gpu_state["A"]["energy_power_w"] == pytest.approx(500.0)  # the windows', not 640 W from one shape
+    assert op.shapes[0].gpu["A"]["energy_power_w"] == pytest.approx(640.0)  # the spanned shape's own line

@@ -214,7 +214,7 @@ def test_a_differing_reference_names_each_sides_clock_in_the_pairs_and_in_the_ce
                                             "B 1605 MHz; no verdict changes"), report.ops[0].reference
     again = report_from_json(json.loads(json.dumps(report.to_json())))
     assert render_text(again) == render_text(report)
-    # A reference inside the interval needs no explanation, and a row without clocks gives none.
+    # A differing row without clocks (a reference from before they were read, or NVML without them) gives none.
     rows.unlink()
     stand_in_rows(tmp_path, "mm", 1.20)
     assert "SM clock in the pairs" not in build_report(tmp_path).ops[0].reference

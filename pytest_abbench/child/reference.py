@@ -83,6 +83,9 @@ class BothSides:
     def keep_busy(self, seconds: float) -> None:
         self.run_for(seconds)
 
+    def drain(self) -> None:
+        pass  # run_for waited for its calls
+
     def window(self) -> Timed:
         raise NotImplementedError("the sides are timed one window each, in pairs (time_pairs)")
 
@@ -116,7 +119,7 @@ class ClockWatch:
 
     def __exit__(self, *exc: object) -> None:
         self.stop.set()
-        self.thread.join()
+        self.thread.join(timeout=5.0)  # a hung NVML call keeps its (daemon) thread, not the reference process
 
     def side_medians(self, windows: Sequence[tuple[str, float, float]]) -> dict[str, float]:
         """Each side's median clock over the readings inside its windows ``(side, began, ended)``."""
@@ -133,7 +136,7 @@ def time_pairs(timers: Mapping[str, Windows], regime: str, sampler: GpuSampler, 
                pace: Pace | None = None, windows: list[tuple[str, float, float]] | None = None
                ) -> list[tuple[float, float]]:
     """``pairs`` pairs of one window per side under ``regime``: (A ms, B ms) each, a window's median per call;
-    ``windows`` (where given) gets each window's side and when it began and ended.
+    ``windows`` (where given) gets each steady window's side and when it began and ended.
 
     steady: both sides settle together first, then the pairs run back to back.  burst: every window waits for
     the card to be back at boost and warms for ``BURST_WARM_S``, as a burst cell's windows do.
@@ -148,13 +151,13 @@ def time_pairs(timers: Mapping[str, Windows], regime: str, sampler: GpuSampler, 
         for side in pair_order(index):
             if regime == regimes.BURST:
                 wait_for_boost(sampler, max_clock, pace)
-            began = pace.clock()
             if regime == regimes.BURST:
                 [(samples, _)] = timers[side].windows(1, lambda: None, 0.0 if cpu else regimes.BURST_WARM_S)
             else:
+                began = pace.clock()
                 samples, _ = timers[side].window()
-            if windows is not None:
-                windows.append((side, began, pace.clock()))
+                if windows is not None:  # a burst window's call also runs its warm-up and tail: not attributed
+                    windows.append((side, began, pace.clock()))
             ms[side] = statistics.median(samples)
         out.append((ms["A"], ms["B"]))
     return out

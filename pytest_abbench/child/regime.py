@@ -338,10 +338,12 @@ def energy_span(timer: Windows, sampler: GpuSampler, pace: Pace, before: Sequenc
     kernel kept running; None where the settling saw no update, or none came within ``ENERGY_SPAN_WAIT_S`` of when
     one was due.  The GPU ran the kernel throughout, so the span's power is the windows' and its energy per call
     that power times the time per call."""
+    windows_ended = pace.clock()
+    timer.keep_busy(regimes.STEADY_AHEAD_S)
     first = next((m for m in reversed(counter_updates(before)) if m.at <= windows_began), None)
     if first is None:
         return None
-    due = max(pace.clock(), first.at + regimes.ENERGY_SPAN_MIN_S)
+    due = max(windows_ended, first.at + regimes.ENERGY_SPAN_MIN_S)
     points: list[CounterPoint] = []
     while pace.clock() <= due + regimes.ENERGY_SPAN_WAIT_S:
         timer.keep_busy(regimes.STEADY_AHEAD_S)
@@ -406,7 +408,11 @@ def run_regime(regime: str, timer: Windows, sampler: GpuSampler, count: int, cpu
         return out
     settling = settle(timer, sampler, cpu, pace)
     windows_began = pace.clock()
-    for index, (samples, calls, state) in enumerate(timed(count, 0.0)):
+    spans = bool(settling.counter) and read_edges
+    done = timed(count, 0.0)
+    if spans:
+        timer.keep_busy(regimes.STEADY_AHEAD_S)  # the windows ended on a synchronize: the span's kernel runs on
+    for index, (samples, calls, state) in enumerate(done):
         window = TimedWindow(settling.condition, settling.waited_s if index == 0 else 0.0, calls, len(samples), state,
                              settling.detail)
         if settling.condition == regimes.MET and not still_settled(settling, state):
@@ -417,6 +423,9 @@ def run_regime(regime: str, timer: Windows, sampler: GpuSampler, count: int, cpu
             window.detail = (f"{settling.detail}; the window ended at "
                              f"{after.sm_clock_mhz if after is not None else 0:.0f} MHz{left}")
         out.windows.append(window)
-    if settling.counter and read_edges:
-        out.energy_span = energy_span(timer, sampler, pace, settling.counter, windows_began)
+    if spans:
+        try:
+            out.energy_span = energy_span(timer, sampler, pace, settling.counter, windows_began)
+        finally:
+            timer.drain()  # the next shape's inputs may take the memory the queued replays still read
     return out

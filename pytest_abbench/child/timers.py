@@ -28,7 +28,7 @@ class Windows(Protocol):
     ``run_for(s)`` keeps the kernel busy for about ``s`` seconds untimed (a steady regime's settling);
     ``keep_busy(s)`` queues untimed calls until about ``s`` seconds of them wait on the GPU and returns at once where
     the timer ``queues`` (the graph timer), so NVML can be read while the kernel runs; otherwise it runs them, as
-    ``run_for`` does.
+    ``run_for`` does; ``drain()`` waits until what ``keep_busy`` queued has run (nothing to wait for otherwise).
     """
 
     timer: str
@@ -43,6 +43,8 @@ class Windows(Protocol):
     def run_for(self, seconds: float) -> None: ...
 
     def keep_busy(self, seconds: float) -> None: ...
+
+    def drain(self) -> None: ...
 
 
 def windows_in_turn(timer: Windows, count: int, at_edge: Callable[[], None], warm_s: float = 0.0) -> list[Timed]:
@@ -106,6 +108,9 @@ class WallWindows:
 
     def keep_busy(self, seconds: float) -> None:
         self.run_for(seconds)  # runs them: the wall timer has nothing to queue on
+
+    def drain(self) -> None:
+        pass  # keep_busy ran its calls to the end
 
 
 # How long the untimed tail after the last timed replay lasts: an NVML edge read took 2.99 ms (median) and at most
@@ -250,6 +255,11 @@ class GraphWindows:
                 event.record()
                 self.queued.append(event)
 
+    def drain(self) -> None:
+        """Wait for the replays ``keep_busy`` queued: the next shape's inputs may take their memory."""
+        self.stream.synchronize()
+        self.queued = []
+
 
 class DirectWindows:
     """Event timing of individual launches with L2 flushed between them (triton's do_bench loop); a window is as
@@ -304,6 +314,9 @@ class DirectWindows:
 
     def keep_busy(self, seconds: float) -> None:
         self.run_for(seconds)  # runs them: each launch is flushed and timed in turn, nothing queues ahead
+
+    def drain(self) -> None:
+        pass  # keep_busy ran its calls to the end
 
 
 def cuda_health_probe() -> None:

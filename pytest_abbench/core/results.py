@@ -150,9 +150,10 @@ ENERGY_MIN_S = ENERGY_COUNTER_UPDATE_S / ENERGY_COUNTER_ERROR
 class EnergySpan:
     """The energy counter over a steady shape's back-to-back run around its timed windows (``child/regime.py``
     ``energy_span``): from the last counter update seen before the first window to the first one seen after the
-    last, each update's time found by reading the counter every few milliseconds while the GPU kept running the
-    kernel.  ``edge_error_s``: how late each end's update may have been seen (the gaps between the reads around
-    it, both ends together), the figure's only timing error (the counter's own lag is the same at both ends)."""
+    last, each update's time found by reading the counter back to back while the GPU kept running the kernel.
+    ``edge_error_s``: how far either way each end's update may lie from where it was placed (half the time from
+    the read before it to the read that showed it), both ends added: the figure's only timing error (the counter's
+    own lag is the same at both ends)."""
 
     energy_mj: float
     seconds: float

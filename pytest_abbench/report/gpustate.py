@@ -45,6 +45,7 @@ LINE_SKIPS = ("gpu_idle", "sw_power_cap")
 NOT_MET_FLAG = {STEADY: CLOCKS_NOT_SETTLED, BURST: BOOST_NOT_REACHED}  # a window whose condition was not met
 
 SPANS = "spans"  # OpReport.energy_basis: a steady span's figures (core/results.py EnergySpan)
+MIXED = "mixed"  # some shapes' figures from spans, others from their windows (the direct timer's fallback)
 Window = tuple[Optional[str], Optional[GpuState]]  # a timed window: its regime condition (None: before regimes), state
 
 
@@ -94,10 +95,11 @@ def thermal_ends(groups: Sequence[Sequence[Window]]) -> tuple[float | None, floa
 
 
 def spans_pooled(cells: Sequence[Optional[PooledEnergy]]) -> PooledEnergy | None:
-    """The steady spans among the cells' energy figures (``core/results.py`` ``span_energy``) taken together: their
-    increase over their time, their edge errors added; None where no cell has a span."""
-    spans = [c for c in cells if c is not None and c.edge_error_s is not None]
-    if not spans:
+    """The cells' energy figures taken together where every one is a steady span (``core/results.py``
+    ``span_energy``): their increase over their time, their edge errors added; None where any figure is not a
+    span (a shape the direct timer fell back on), so the power is never half spans and half windows."""
+    spans = [c for c in cells if c is not None]
+    if not spans or any(c.edge_error_s is None for c in spans):
         return None
     return PooledEnergy(math.fsum(c.energy_mj for c in spans), math.fsum(c.window_s or 0.0 for c in spans),
                         math.fsum(c.calls for c in spans), len(spans), math.fsum(c.edge_error_s or 0.0 for c in spans))
@@ -155,8 +157,8 @@ def shape_flags(rounds: Sequence[tuple[Sequence[Window], Sequence[Window]]], reg
 
 
 def cells_withheld(cells: Sequence[PooledEnergy]) -> str:
-    """Why the energy of these cells is not stated (the median cell's timed seconds and stretches); "" where no
-    cell's figure is withheld."""
+    """Why the energy of these cells is not stated: the median span's reason where spans were withheld, else the
+    median cell's timed seconds and stretches; "" where no cell's figure is withheld."""
     withheld = [c for c in cells if c.withheld()]
     if not withheld:
         return ""
@@ -173,15 +175,14 @@ def cells_withheld(cells: Sequence[PooledEnergy]) -> str:
 def _energy(rep: OpReport, per_shape: Sequence[ShapeGpu]) -> None:
     """Each shape's joules per call per side (median over rounds) and B's change against A with the time delta's
     statistics (median of the per-round changes, t-interval of their logs); the op's geomean of the changes.  A
-    round's figure is its cell's windows taken together; a shape none of whose rounds has a figure on both sides
-    because the windows were too short for the counter gets the reason instead (``energy_withheld``)."""
+    round's figure is its cell's steady span, or its windows taken together; a shape none of whose rounds has a
+    figure on both sides gets the reason instead (``energy_withheld``); ``energy_basis`` says which reading the
+    figures are."""
     geo: list[list[float]] = []
     every_cell: list[PooledEnergy] = []
     for shape, gpu in zip(rep.shapes, per_shape):
         cells = [c for pair in gpu.energy for c in pair if c is not None]
         every_cell += cells
-        if any(c.edge_error_s is not None for c in cells):
-            rep.energy_basis = SPANS
         figures = [(a.per_call_j() if a else None, b.per_call_j() if b else None) for a, b in gpu.energy]
         pairs = [(a, b) for a, b in figures if a and b]
         if not pairs:
@@ -195,6 +196,9 @@ def _energy(rep: OpReport, per_shape: Sequence[ShapeGpu]) -> None:
         shape.energy_ci_pct = (pct(ci[0]), pct(ci[1])) if ci else None
         if len(pairs) == len(gpu.energy) == rep.rounds_expected:
             geo.append(logs)
+    # The line names its reading: spans where every figure is one, the windows where none is, both otherwise.
+    kinds = {c.edge_error_s is not None for c in every_cell}
+    rep.energy_basis = "" if kinds <= {False} else SPANS if kinds == {True} else MIXED
     if geo and len(geo) == len(rep.shapes):
         rounds = [statistics.fmean(values) for values in zip(*geo)]
         rep.energy_geomean_pct = pct(statistics.fmean(rounds))
@@ -306,9 +310,11 @@ def energy_lines(o: OpReport) -> list[str]:
     measured = [s for s in o.shapes if s.energy_a_j is not None]
     if not measured and not o.energy_withheld:
         return []
-    head = ("   energy per call (NVML energy counter from its update before the timed windows to its update after "
-            "them, the kernel running throughout, x time per call): " if o.energy_basis == SPANS else
-            "   energy per call (NVML energy counter over the timed windows / calls): ")
+    head = {SPANS: "   energy per call (NVML energy counter from its update before the timed windows to its update "
+                   "after them, the kernel running throughout, x time per call): ",
+            MIXED: "   energy per call (NVML energy counter: from its update before the timed windows to its update "
+                   "after them x time per call where the graph timer ran, over the timed windows / calls where "
+                   "not): "}.get(o.energy_basis, "   energy per call (NVML energy counter over the timed windows / calls): ")
     if o.energy_geomean_pct is not None:
         head += f"geomean B vs A {o.energy_geomean_pct:+.1f}% [{_interval(o.energy_geomean_ci_pct)}]"
     elif measured:

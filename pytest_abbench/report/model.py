@@ -132,7 +132,8 @@ class OpReport:
     energy_geomean_pct: float | None = None  # geomean over shapes of B's energy per call against A's
     energy_geomean_ci_pct: tuple[float, float] | None = None
     energy_withheld: str = ""  # why the op states no energy per call: every shape's windows too short for the counter
-    energy_basis: str = ""  # "spans": steady spans around the windows (core/results.py EnergySpan); "": the windows
+    energy_basis: str = ""  # "spans": steady spans around the windows (core/results.py EnergySpan); "": the
+    # windows; "mixed": some of each (report/gpustate.py)
     peak: str = ""  # where the % of peak comes from (report/peak.py), or why there is none
     autotune: str = ""  # which tuner keys were pinned from which side (report/build.py autotune_pins_line)
     reference: str = ""  # --ab-reference: what its in-process reference gave, or why it has none (report/reference.py)
