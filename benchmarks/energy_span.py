@@ -51,8 +51,7 @@ def long_run_power(timer: GraphWindows, sampler: GpuSampler, seconds: float) -> 
     points: list[CounterPoint] = []
     end = time.monotonic() + seconds
     while time.monotonic() < end:
-        timer.keep_busy(regimes.STEADY_AHEAD_S)
-        poll_counter(sampler, Pace(), points)
+        poll_counter(timer, sampler, Pace(), points)
     updates = counter_updates(points)
     if len(updates) < 2:
         return None

@@ -27,15 +27,16 @@ def main() -> int:
         for rec in read_results(results):
             if not rec.ok or rec.regime != regimes.STEADY or not rec.windows:
                 continue
+            met_here = sum(w.condition == regimes.MET for w in rec.windows)
             count = met[(op, rec.shape, side)]
-            count[0] += sum(w.condition == regimes.MET for w in rec.windows)
+            count[0] += met_here
             count[1] += len(rec.windows)
             span = rec.energy_span
             spans = "no span" if span is None else (
                 f"span {span.energy_mj / 1e3 / span.seconds:.0f} W over {span.seconds:.3f} s, edges "
                 f"{span.edge_error_s * 1e3:.1f} ms")
-            lines.append(f"{cell} {op} {rec.shape}: {sum(w.condition == regimes.MET for w in rec.windows)}/"
-                         f"{len(rec.windows)} met | {rec.windows[0].detail} | {spans}")
+            lines.append(f"{cell} {op} {rec.shape}: {met_here}/{len(rec.windows)} met | {rec.windows[0].detail} | "
+                         f"{spans}")
     print("\n".join(lines))
     print("--- windows met per op, shape and side")
     total = [0, 0]

@@ -113,19 +113,32 @@ class GpuSampler:
             or nvml.nvmlDeviceGetCurrentClocksThrottleReasons  # the name an older pynvml has
         return int(read(self.handle))
 
-    def read(self) -> GpuReading | None:
-        """Every value NVML gives now; None when it gave none at all (each value's error is in ``errors``)."""
-        if self.not_recorded is not None:
-            return None
+    def _calls(self) -> dict[str, Callable[[], float]]:
+        """How each value of a reading is asked of NVML, by its ``GpuReading`` field."""
         nvml, handle = self.nvml, self.handle
-        reading = GpuReading()
-        calls: dict[str, Callable[[], float]] = {
+        return {
             "sm_clock_mhz": lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM),
             "mem_clock_mhz": lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_MEM),
             "power_w": lambda: nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0,  # milliwatts
             "temperature_c": lambda: nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU),
             "energy_mj": lambda: nvml.nvmlDeviceGetTotalEnergyConsumption(handle),
         }
+
+    def _one(self, name: str) -> float | None:
+        """One value of a reading alone (one NVML call); None where NVML does not give it."""
+        if self.not_recorded is not None:
+            return None
+        try:
+            return float(self._calls()[name]())
+        except Exception:  # NotSupported, or a stand-in without it
+            return None
+
+    def read(self) -> GpuReading | None:
+        """Every value NVML gives now; None when it gave none at all (each value's error is in ``errors``)."""
+        if self.not_recorded is not None:
+            return None
+        reading = GpuReading()
+        calls = self._calls()
         for name, call in calls.items():
             try:
                 setattr(reading, name, float(call()))
@@ -139,23 +152,12 @@ class GpuSampler:
         return None if len(reading.errors) == len(calls) + 1 else reading
 
     def energy_mj(self) -> float | None:
-        """The energy counter alone (one NVML call, far cheaper than ``read``): what a steady run polls every few
-        milliseconds to place the counter's updates; None where NVML does not give it."""
-        if self.not_recorded is not None:
-            return None
-        try:
-            return float(self.nvml.nvmlDeviceGetTotalEnergyConsumption(self.handle))
-        except Exception:  # NotSupported, or a stand-in without it: the settling reads decide without it
-            return None
+        """The energy counter alone: what a steady run polls back to back to place the counter's updates."""
+        return self._one("energy_mj")
 
     def sm_clock_mhz(self) -> float | None:
-        """The SM clock alone (one NVML call); None where NVML does not give it."""
-        if self.not_recorded is not None:
-            return None
-        try:
-            return float(self.nvml.nvmlDeviceGetClockInfo(self.handle, self.nvml.NVML_CLOCK_SM))
-        except Exception:  # NotSupported, or a stand-in without it
-            return None
+        """The SM clock alone: what the in-process reference's clock watch reads."""
+        return self._one("sm_clock_mhz")
 
     def start(self) -> Edge:
         """Read one edge of a window (``Windows.windows`` calls it at each edge; ``between`` pairs two)."""

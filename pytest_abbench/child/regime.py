@@ -291,8 +291,7 @@ def settle(timer: Windows, sampler: GpuSampler, cpu: bool, pace: Pace) -> Settli
     next_reading = start + chunk
     while True:
         if timer.queues:
-            timer.keep_busy(regimes.STEADY_AHEAD_S)
-            poll_counter(sampler, pace, counter)
+            poll_counter(timer, sampler, pace, counter)
             if pace.clock() < next_reading - 1e-9:
                 continue
             next_reading += chunk
@@ -319,9 +318,10 @@ def settle(timer: Windows, sampler: GpuSampler, cpu: bool, pace: Pace) -> Settli
                             seen.clock_mhz, seen.at_cap, counter)
 
 
-def poll_counter(sampler: GpuSampler, pace: Pace, points: list[CounterPoint]) -> None:
-    """One read of the energy counter into ``points``, then a sleep for what is left of ``ENERGY_POLL_S`` (none
-    where the read took that long: on the H200 it took 3.4 ms)."""
+def poll_counter(timer: Windows, sampler: GpuSampler, pace: Pace, points: list[CounterPoint]) -> None:
+    """Keep ``STEADY_AHEAD_S`` of the kernel queued, then one read of the energy counter into ``points`` and a sleep
+    for what is left of ``ENERGY_POLL_S`` (none where the read took that long: on the H200 it took 3.4 ms)."""
+    timer.keep_busy(regimes.STEADY_AHEAD_S)
     began = pace.clock()
     energy = sampler.energy_mj()
     returned = pace.clock()
@@ -339,15 +339,14 @@ def energy_span(timer: Windows, sampler: GpuSampler, pace: Pace, before: Sequenc
     one was due.  The GPU ran the kernel throughout, so the span's power is the windows' and its energy per call
     that power times the time per call."""
     windows_ended = pace.clock()
-    timer.keep_busy(regimes.STEADY_AHEAD_S)
+    timer.keep_busy(regimes.STEADY_AHEAD_S)  # the windows ended on a synchronize: the kernel runs on from here
     first = next((m for m in reversed(counter_updates(before)) if m.at <= windows_began), None)
     if first is None:
         return None
     due = max(windows_ended, first.at + regimes.ENERGY_SPAN_MIN_S)
     points: list[CounterPoint] = []
     while pace.clock() <= due + regimes.ENERGY_SPAN_WAIT_S:
-        timer.keep_busy(regimes.STEADY_AHEAD_S)
-        poll_counter(sampler, pace, points)
+        poll_counter(timer, sampler, pace, points)
         last = next((m for m in counter_updates(points) if m.at - m.error_s >= due), None)
         if last is not None:
             if last.energy_mj < first.energy_mj:
@@ -409,10 +408,7 @@ def run_regime(regime: str, timer: Windows, sampler: GpuSampler, count: int, cpu
     settling = settle(timer, sampler, cpu, pace)
     windows_began = pace.clock()
     spans = bool(settling.counter) and read_edges
-    done = timed(count, 0.0)
-    if spans:
-        timer.keep_busy(regimes.STEADY_AHEAD_S)  # the windows ended on a synchronize: the span's kernel runs on
-    for index, (samples, calls, state) in enumerate(done):
+    for index, (samples, calls, state) in enumerate(timed(count, 0.0)):
         window = TimedWindow(settling.condition, settling.waited_s if index == 0 else 0.0, calls, len(samples), state,
                              settling.detail)
         if settling.condition == regimes.MET and not still_settled(settling, state):

@@ -143,7 +143,8 @@ def read_reference(rows: Path) -> dict[str, OpReference]:
         kind = data.text("kind")
         if kind == SHAPE:
             shape = ShapeReference(data.text("shape"), data.text("regime", ""), data.text_map("timers", {}),
-                                   _pairs(data), data.text_or_none("error"), _clocks(data))
+                                   _pairs(data), data.text_or_none("error"),
+                                   data.number_map("clocks_mhz", {}))
             op.shapes[(shape.shape, shape.regime)] = shape
         elif kind == PROCESS:
             op.process = {"rc": data.whole("rc"), "status": data.text("status"),
@@ -166,11 +167,3 @@ def _pairs(data: Fields) -> list[tuple[float, float]]:
     if not isinstance(value, list) or not all(_is_pair(p) for p in value):
         raise data.error("pairs", "a list of [A ms, B ms] pairs", value)
     return [(float(a), float(b)) for a, b in value]
-
-
-def _clocks(data: Fields) -> dict[str, float]:
-    value = data.data.get("clocks_mhz", {})
-    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, (int, float))
-                                              and not isinstance(v, bool) for k, v in value.items()):
-        raise data.error("clocks_mhz", "a map of side to MHz", value)
-    return {k: float(v) for k, v in value.items()}
