@@ -125,6 +125,66 @@ def test_a_failing_share_is_named_and_the_rest_still_runs(tmp_path: Path) -> Non
     assert "the cells compile those kernels themselves" in result.line("op")
 
 
+def test_a_pool_of_several_ops_fills_the_cores_by_processes_and_says_what_its_timeout_never_started(
+        tmp_path: Path) -> None:
+    """run_groups: a job of a forked side weighs its shares; the pool starts the next op's job only where its
+    processes fit, and a group the timeout left unstarted says so (its own round 1 precompiles it)."""
+    def stamp(name: str, seconds: float) -> list[str]:
+        stamp_file = str(tmp_path / f"{name}.started")
+        code = f"import time; open({stamp_file!r}, 'w').write(repr(time.time())); time.sleep({seconds})"
+        return [sys.executable, "-c", code]
+
+    wide = precompile.Job("A", stamp("wide", 1.0), dict(os.environ), tmp_path / "wide" / "compile.log", processes=2)
+    narrow = precompile.Job("A", stamp("narrow", 0.0), dict(os.environ), tmp_path / "narrow" / "compile.log")
+    other = precompile.Job("B", stamp("other", 0.0), dict(os.environ), tmp_path / "other" / "compile.log")
+    results = precompile.run_groups({"first": [wide], "next": [narrow, other]}, parallel=2, timeout_s=60)
+    assert all(r.failed == [] and r.never_started == 0 for r in results.values()), results
+    started = {name: float((tmp_path / f"{name}.started").read_text()) for name in ("wide", "narrow", "other")}
+    assert started["narrow"] - started["wide"] >= 0.9  # two processes' worth: nothing else fit beside it
+    assert abs(started["other"] - started["narrow"]) < 0.9  # the next op's two narrow jobs run side by side
+    assert results["next"].seconds >= results["first"].seconds
+
+    slow = precompile.Job("A", [sys.executable, "-c", "import time; time.sleep(60)"], dict(os.environ),
+                          tmp_path / "slow" / "compile.log", processes=2)
+    late = precompile.Job("B", stamp("late", 0.0), dict(os.environ), tmp_path / "late" / "compile.log")
+    results = precompile.run_groups({"first": [slow], "later": [late]}, parallel=2, timeout_s=2)
+    assert results["first"].failed == ["A timed out after 2s"] and results["first"].never_started == 0
+    assert results["later"].never_started == 1 and results["later"].failed == ["B not started (timeout)"]
+    assert not (tmp_path / "late.started").exists()
+
+
+def test_one_fork_server_runs_a_pools_jobs_side_by_side_and_each_gets_its_own_end(tmp_path: Path) -> None:
+    """A pool forks several ops' jobs from one side's server.  The server used to fork one process at a time and
+    answer in order: the second job read the first one's status as its own (KeyError 'status'), and every later
+    cell of the session was lost.  Now both run at once; the one that ends second, failing, gets its own code."""
+    from pytest_abbench.spawn.forkserver import ForkServers
+
+    (tmp_path / "stampmod.py").write_text(
+        "import time\n\ndef main(argv):\n    open(argv[0], 'w').write(repr(time.time()))\n"
+        "    time.sleep(float(argv[1]))\n    open(argv[0] + '.end', 'w').write(repr(time.time()))\n"
+        "    return int(argv[2])\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(Path(__file__).resolve().parents[1]),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    servers = ForkServers(tmp_path / "servers")
+    try:
+        server = servers.server(sys.executable, env, "side-A")
+        slow = precompile.Job("A", ["stampmod", str(tmp_path / "slow.t"), "1.5", "3"], env,
+                              tmp_path / "slow" / "compile.log", server)
+        quick = precompile.Job("A", ["stampmod", str(tmp_path / "quick.t"), "0.2", "0"], env,
+                               tmp_path / "quick" / "compile.log", server)
+        results = precompile.run_groups({"op1": [slow], "op2": [quick]}, parallel=4, timeout_s=60)
+        # The server still forks a cell afterwards, and waits on it as before.
+        after = server.spawn(["stampmod", str(tmp_path / "after.t"), "0", "0"], env, tmp_path / "after.log")
+        assert after.wait(timeout=30) == 0
+    finally:
+        servers.close()
+    assert results["op2"].failed == [], results
+    assert len(results["op1"].failed) == 1 and results["op1"].failed[0].startswith("A rc 3 (log "), results
+    stamp = {name: float((tmp_path / f"{name}.t").read_text()) for name in ("slow", "quick")}
+    assert stamp["quick"] < float((tmp_path / "slow.t.end").read_text())  # beside the slow one, not after it
+    assert float((tmp_path / "quick.t.end").read_text()) < float((tmp_path / "slow.t.end").read_text())
+
+
 def test_shard_values_are_checked() -> None:
     config = CellConfig(campaign=Path("c.py"), op="o", round_no=1, side="A", role="A", out=Path("x"),
                         backend="cuda", timer="cudagraph", level="core", shard="1/3")

@@ -12,7 +12,10 @@ Protocol, one JSON object per line: requests on stdin
 (``{"argv": [module, *flags], "env": {...}, "log": path}``: argv is what follows ``python -m``); on the reply pipe
 ``{"ready": ...}`` once, then per request ``{"pid": N}`` at the fork and
 ``{"pid": N, "status": S}`` (``os.waitpid``'s status) when the cell ends.
-The server exits at once at end of input, and with its parent (parent-death signal).
+A request may come while earlier cells run (a precompile pool forks several
+ops' compile jobs at once): each is forked at once, and the status lines come
+in the order the cells end, each naming its pid.
+The server exits once input has ended and its cells have, and with its parent (parent-death signal).
 
 Why the campaign is not imported here: ``FLAGGEMS_CACHE_DIR`` differs per cell
 and FlagGems reads it once and keeps it, so a campaign module imported before
@@ -33,6 +36,7 @@ import ctypes
 import importlib
 import json
 import os
+import select
 import signal
 import sys
 import time
@@ -56,8 +60,13 @@ def _send(reply: IO[str], message: dict[str, Any]) -> None:
     reply.flush()
 
 
-def _run_cell(request: dict[str, Any], server_pid: int, reply_fd: int) -> int:  # pragma: no cover - forked
+def _run_cell(request: dict[str, Any], server_pid: int, reply_fd: int,
+              wakeup: tuple[int, int]) -> int:  # pragma: no cover - forked
     """In the forked process: become the cell's session leader with its log and environment, run the cell."""
+    signal.set_wakeup_fd(-1)  # the server's way of hearing its children end, not the cell's
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for fd in wakeup:
+        os.close(fd)
     os.setsid()
     # The cell's supervisor turns SIGTERM into a kill of all it started (child/__main__.py guard_group).
     _parent_death_signal(signal.SIGTERM)
@@ -91,16 +100,46 @@ def _run_cell(request: dict[str, Any], server_pid: int, reply_fd: int) -> int:  
 
 
 def serve(requests: IO[str], reply: IO[str]) -> int:
-    """Fork one cell per request line, one at a time, until end of input."""
+    """Fork one cell per request line, at once, even while others run; report each cell's end; return once input
+    has ended and every cell has."""
     me = os.getpid()
-    for line in requests:
-        if not line.strip():
-            continue
-        request = json.loads(line)
-        pid = fork_and_run(lambda: _run_cell(request, me, reply.fileno()))
-        _send(reply, {"pid": pid})
-        _, status = os.waitpid(pid, 0)
-        _send(reply, {"pid": pid, "status": status})
+    # A child's end wakes the select below through this pipe (SIGCHLD's wakeup fd): no polling, no latency.
+    wakeup = os.pipe()
+    for fd in wakeup:
+        os.set_blocking(fd, False)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    signal.set_wakeup_fd(wakeup[1])
+    source = requests.fileno()
+    pending = b""
+    running: set[int] = set()
+    open_input = True
+    while open_input or running:
+        ready, _, _ = select.select([source, wakeup[0]] if open_input else [wakeup[0]], [], [])
+        if wakeup[0] in ready:
+            try:
+                while os.read(wakeup[0], 4096):
+                    pass
+            except BlockingIOError:
+                pass
+        for pid in sorted(running):
+            ended, status = os.waitpid(pid, os.WNOHANG)
+            if ended:
+                running.discard(pid)
+                _send(reply, {"pid": pid, "status": status})
+        if source in ready:
+            chunk = os.read(source, 65536)
+            open_input = bool(chunk)
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            if not open_input:  # a last request without its newline
+                lines, pending = [*lines, pending], b""
+            for line in lines:
+                if not line.strip():
+                    continue
+                request = json.loads(line)
+                pid = fork_and_run(lambda: _run_cell(request, me, reply.fileno(), wakeup))
+                running.add(pid)
+                _send(reply, {"pid": pid})
     return 0
 
 

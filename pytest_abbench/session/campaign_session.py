@@ -193,7 +193,8 @@ class AbbenchSession:
         if self._runner is None:
             from pytest_abbench.spawn.runner import CellRunner
 
-            self._runner = CellRunner(self.settings, self.root.layout, self.gpu, self.controller_check)
+            self._runner = CellRunner(self.settings, self.root.layout, self.gpu, self.controller_check,
+                                      lambda key: self.root.finished(key) is not None)
             self._runner.plan_servers([(self.campaign(Path(path)), CellKey(1, op, side))
                                        for op, path in self.plan.ops.items() for side in SIDES])
             self._runner.plan_cells((self.campaign(path), key) for nodeid, (path, key) in self.cells_planned.items()

@@ -127,6 +127,7 @@ class ForkServer:
             )
         assert self.proc.stdout is not None and self.proc.stdin is not None
         self.replies = _Lines(self.proc.stdout.fileno())
+        self.ended: dict[int, int] = {}  # pid -> waitpid status, read while waiting for another cell's reply
         self.ready = False
         self.import_s = 0.0
 
@@ -174,11 +175,22 @@ class ForkServer:
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError) as exc:
             raise ForkServerError(f"the fork server (pid {self.proc.pid}) is gone: {exc}") from None
-        line = self.replies.readline(_START_TIMEOUT_S)
-        if not line:
-            raise ForkServerError(f"the fork server (pid {self.proc.pid}) did not fork the cell "
-                                  f"({'no answer' if line is None else 'it exited'}); its log: {self.log_path}")
-        return ForkedCell(self, int(self._parse(line)["pid"]))
+        deadline = time.monotonic() + _START_TIMEOUT_S
+        while True:  # the status of a cell that ended meanwhile may come first (a precompile pool's)
+            line = self.replies.readline(max(0.0, deadline - time.monotonic()))
+            if not line:
+                raise ForkServerError(f"the fork server (pid {self.proc.pid}) did not fork the cell "
+                                      f"({'no answer' if line is None else 'it exited'}); its log: {self.log_path}")
+            message = self._parse(line)
+            if not self.keep_status(message):
+                return ForkedCell(self, int(message["pid"]))
+
+    def keep_status(self, message: dict[str, Any]) -> bool:
+        """Keep a cell's end (``{"pid", "status"}``) for its ``ForkedCell.wait``; False for any other message."""
+        if "status" not in message:
+            return False
+        self.ended[int(message["pid"])] = int(message["status"])
+        return True
 
     def end_input(self) -> None:
         """Tell the server to exit (end of input); killed at once if it never got ready."""
@@ -216,18 +228,25 @@ class ForkedCell:
         self.lost: str | None = None  # why the cell ended without the server reporting its status
 
     def wait(self, timeout: float | None = None) -> int:
+        """The cell's exit code, reading the server's replies until its own end comes (others' are kept for
+        them); ``subprocess.TimeoutExpired`` when it has not ended within ``timeout``."""
         if self.returncode is not None:
             return self.returncode
-        line = self.server.replies.readline(timeout)
-        if line is None:
-            raise subprocess.TimeoutExpired([SERVER_MODULE, str(self.pid)], timeout or 0.0)
-        if not line:
-            # The server died; the cell got its parent-death SIGTERM and took its processes down.
-            self.returncode = -signal.SIGKILL
-            self.lost = (f"the fork server (pid {self.server.proc.pid}) died while this cell (pid {self.pid}) ran; "
-                         f"its log: {self.server.log_path}")
-            return self.returncode
-        status = int(self.server._parse(line)["status"])
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.pid not in self.server.ended:
+            line = self.server.replies.readline(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if line is None:
+                raise subprocess.TimeoutExpired([SERVER_MODULE, str(self.pid)], timeout or 0.0)
+            if not line:
+                # The server died; the cell got its parent-death SIGTERM and took its processes down.
+                self.returncode = -signal.SIGKILL
+                self.lost = (f"the fork server (pid {self.server.proc.pid}) died while this cell (pid {self.pid}) "
+                             f"ran; its log: {self.server.log_path}")
+                return self.returncode
+            message = self.server._parse(line)
+            if not self.server.keep_status(message):
+                raise ForkServerError(f"the fork server sent {message!r} while cell {self.pid} ran, not a cell's end")
+        status = self.server.ended.pop(self.pid)
         self.returncode = os.waitstatus_to_exitcode(status)  # -N for death by signal N, as Popen says
         return self.returncode
 

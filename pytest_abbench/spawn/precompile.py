@@ -10,6 +10,12 @@ keys the timed cells look up.  Autotuned kernels compile every candidate
 config (``autotune_mode=compile-all``); nothing is chosen or recorded.  The
 timed cells then load kernels from the cache.  A failed precompile costs
 nothing but time: the cell compiles what is missing itself.
+
+An op's own jobs seldom fill the host: two sides times a share per shape
+(four processes for two shapes on sixteen cores), each share compiling its
+kernels one after another.  So the runner pools them with the jobs of the
+ops it will start round 1 of later (``run_groups``): one wait compiles them
+all, and nothing compiles while a cell is timed.
 """
 
 from __future__ import annotations
@@ -76,6 +82,7 @@ class Job:
     env: dict[str, str]
     log: Path
     server: ForkServer | None = None
+    processes: int = 1  # compile processes it runs at once (a forked side forks its shares): its part of the cores
 
     def start(self) -> StartedCell:
         self.log.parent.mkdir(parents=True, exist_ok=True)
@@ -93,6 +100,7 @@ class PrecompileResult:
     failed: list[str]  # "B-2of6 rc 1 (log ...)"
     job_seconds: dict[str, float] = field(default_factory=dict)  # each finished share's own wall time
     kernels: dict[str, KernelCounts] = field(default_factory=dict)  # by side: loaded from the cache, compiled
+    never_started: int = 0  # jobs the pool's timeout left unstarted: nothing of theirs was compiled
 
     def line(self, op: str) -> str:
         text = f"[abbench] precompiled {op} for both sides: {self.jobs} compile-only processes in {self.seconds:.1f}s"
@@ -112,58 +120,91 @@ class PrecompileResult:
 
 def run_jobs(jobs: Sequence[Job], parallel: int, timeout_s: float,
              check: Callable[[], None] | None = None) -> PrecompileResult:
-    """Run ``jobs``, at most ``parallel`` at a time, each in its own session; kill what is left at the end."""
+    """Run ``jobs``, their processes at most ``parallel`` at a time, each in its own session; kill what is left at
+    the end."""
+    return run_groups({"": jobs}, parallel, timeout_s, check)[""]
+
+
+def run_groups(groups: Mapping[str, Sequence[Job]], parallel: int, timeout_s: float,
+               check: Callable[[], None] | None = None) -> dict[str, PrecompileResult]:
+    """Run the jobs of every group (an op's) as one pool, the first group's first, their processes at most
+    ``parallel`` at a time (a job with more runs alone); each group's result, its seconds from the pool's start to
+    its last job's end.  At ``timeout_s`` what runs is killed and what waits is never started."""
     started = time.monotonic()
     deadline = started + timeout_s
-    pending = list(jobs)
-    running: dict[str, tuple[StartedCell, Job, float]] = {}
-    failed: list[str] = []
-    took: dict[str, float] = {}
+    order = [(name, job) for name, group in groups.items() for job in group]
+    pending = list(range(len(order)))
+    running: dict[int, tuple[StartedCell, float]] = {}
+    failed: dict[int, str] = {}
+    took: dict[int, float] = {}
+    ended: dict[int, float] = {}
+
+    def busy() -> int:
+        return sum(order[i][1].processes for i in running)
+
     try:
         while pending or running:
-            while pending and len(running) < parallel:
-                job = pending.pop(0)
-                running[job.name] = (job.start(), job, time.monotonic())
-            for name, (proc, job, began) in list(running.items()):
+            # In order: a job waits until its processes fit beside those running (one that needs more runs alone).
+            while pending and (not running or busy() + order[pending[0]][1].processes <= parallel):
+                index = pending.pop(0)
+                running[index] = (order[index][1].start(), time.monotonic())
+            for index, (proc, began) in list(running.items()):
                 try:
                     proc.wait(timeout=0)
                 except subprocess.TimeoutExpired:
                     continue
-                del running[name]
-                took[name] = time.monotonic() - began
+                del running[index]
+                ended[index] = time.monotonic()
+                took[index] = ended[index] - began
                 kill_group(proc.pid)
                 if proc.returncode != 0:
-                    failed.append(f"{name} rc {proc.returncode} (log {job.log})")
+                    failed[index] = f"{order[index][1].name} rc {proc.returncode} (log {order[index][1].log})"
             if time.monotonic() > deadline:
-                failed += [f"{name} timed out after {timeout_s:g}s" for name in running]
-                failed += [f"{job.name} not started (timeout)" for job in pending]
+                failed.update({i: f"{order[i][1].name} timed out after {timeout_s:g}s" for i in running})
+                failed.update({i: f"{order[i][1].name} not started (timeout)" for i in pending})
                 pending.clear()
                 break
             if check is not None:
                 check()
             time.sleep(0.05)
     finally:
-        for proc, job, _ in running.values():
+        for index, (proc, _) in running.items():
             kill_group(proc.pid, signal.SIGKILL)
+            ended[index] = time.monotonic()
             try:  # bounded: a fork server that never reports the killed job must not hang the session
                 proc.wait(timeout=_KILLED_WAIT_S)
             except subprocess.TimeoutExpired:
-                failed.append(f"{job.name}: no exit status {_KILLED_WAIT_S:g}s after it was killed")
-    for job in jobs:  # a forked side's shares timed themselves (child/measure.py run_shares)
+                failed[index] = f"{order[index][1].name}: no exit status {_KILLED_WAIT_S:g}s after it was killed"
+    results: dict[str, PrecompileResult] = {}
+    for name, group in groups.items():
+        indices = [i for i, (owner, _) in enumerate(order) if owner == name]
+        last = max((ended[i] for i in indices if i in ended), default=started)
+        results[name] = _group_result(group, [took.get(i) for i in indices], [failed[i] for i in indices if i in failed],
+                                      last - started, sum(i not in ended for i in indices))
+    return results
+
+
+def _group_result(jobs: Sequence[Job], took: Sequence[float | None], failed: list[str], seconds: float,
+                  never_started: int) -> PrecompileResult:
+    """One group's result: each finished share's time (a forked side's from its shares file) and kernel counts."""
+    job_seconds: dict[str, float] = {}
+    for job, seconds_taken in zip(jobs, took):
+        if seconds_taken is None:
+            continue
         shares = job.log.parent / SHARES_FILE
-        if job.server is not None and job.name in took and shares.exists():
+        if job.server is not None and shares.exists():  # a forked side's shares timed themselves (run_shares)
             try:
-                seconds = read_shares(shares)["seconds"]
+                job_seconds.update({f"{job.name}-{k}": v for k, v in read_shares(shares)["seconds"].items()})
+                continue
             except CorruptFileError:
-                continue  # the side keeps its one figure; the compile log says what went wrong
-            del took[job.name]
-            took.update({f"{job.name}-{k}": v for k, v in seconds.items()})
+                pass  # the side keeps its one figure; the compile log says what went wrong
+        job_seconds[job.name] = seconds_taken
     kernels: dict[str, KernelCounts] = {}
     for job in jobs:  # a job's name starts with its side ("B-2of6", "B")
         counts = kernel_counts_in(job.log.parent)
         if counts is not None:
             kernels[job.name[0]] = add_counts(kernels.get(job.name[0]), counts)
-    return PrecompileResult(time.monotonic() - started, len(jobs), failed, took, kernels)
+    return PrecompileResult(seconds, len(jobs), failed, job_seconds, kernels, never_started)
 
 
 def shares(shape_count: int, parallel: int) -> int:

@@ -11,10 +11,12 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from pytest_abbench.spawn import precompile
+from pytest_abbench.spawn.precompile import Job as CompileJob
 
 from pytest_abbench.core import tunercache
 from pytest_abbench.campaign.model import Campaign, source_hash
@@ -26,7 +28,7 @@ from pytest_abbench.core.exitcodes import describe, status_word
 from pytest_abbench.spawn.forkserver import ServerKey, server_key
 from pytest_abbench.spawn.strategy import CellSpawn, ExecSpawn, ForkSpawn
 from pytest_abbench.core.fileio import CorruptFileError
-from pytest_abbench.core.cellfiles import KernelCounts, read_timing, write_timing
+from pytest_abbench.core.cellfiles import KernelCounts, add_counts, read_timing, write_timing
 from pytest_abbench.core.results import read_results
 from pytest_abbench.checks.irgate import ttgir_files
 from pytest_abbench.core.layout import (SIDES, TIMING_FILE, CellKey, RootLayout, ir_dir, markers_log, results_file,
@@ -52,7 +54,8 @@ class CellRunner:
     """Starts cell children for one session: settings, root layout and this worker's GPU are fixed."""
 
     def __init__(self, settings: Settings, layout: RootLayout, gpu: str | None,
-                 check: Callable[[], None] | None = None) -> None:
+                 check: Callable[[], None] | None = None,
+                 finished_before: Callable[[CellKey], bool] = lambda key: False) -> None:
         self.settings = settings
         self.layout = layout
         self.gpu = gpu
@@ -65,6 +68,9 @@ class CellRunner:
         self.precompile_seconds: dict[str, float] = {}  # op -> its precompile's seconds, until its cell counts them
         self.precompile_ir: dict[str, tuple[Path, Path]] = {}  # op -> each side's IR from a precompile that all ran
         self.precompiled_kernels: dict[str, dict[str, KernelCounts]] = {}  # op -> its precompile's counts by side
+        self.precompiled_ahead: dict[str, str] = {}  # op compiled in an earlier op's pool -> its first cell's log line
+        self.round_one: dict[Path, dict[CellKey, None]] = {}  # campaign file -> its round-1 cells planned, in order
+        self.finished_before = finished_before  # a cell a resumed root finished: its op needs no precompile
         self.planned_servers: list[tuple[Campaign, CellKey]] = []
         # Cells of this process still to end, by (campaign file, side): a serial session's selected cells, or an
         # xdist worker's ops handed over so far (it learns them one op at a time).  A server no cell left needs
@@ -120,6 +126,8 @@ class CellRunner:
         for campaign, key in cells:
             self._campaigns[campaign.path] = campaign
             self.cells_left[(campaign.path, key.side)] += 1
+            if key.round == 1:
+                self.round_one.setdefault(campaign.path, {})[key] = None
 
     def cell_ended(self, campaign: Campaign, key: CellKey) -> None:
         """``key`` ended: end the fork server of its side once no cell left needs it.
@@ -128,6 +136,7 @@ class CellRunner:
         it ends with the last cell of either.  A server that is still needed
         after all (a cell run again) is started again.
         """
+        self.round_one.get(campaign.path, {}).pop(key, None)  # an op whose round 1 ended is not compiled ahead
         where = (campaign.path, key.side)
         if self.cells_left[where] <= 0:
             return
@@ -281,54 +290,96 @@ class CellRunner:
 
     def precompile(self, campaign: Campaign, key: CellKey, log_path: Path) -> None:
         """Before an op's first round-1 cell on a GPU (or, with ``--ab-gate-first`` without one, for the IR
-        target): compile its kernels for both sides in parallel.
+        target): compile its kernels for both sides in parallel, pooled with the ops of its campaign whose round 1
+        this process starts later (``ops_ahead``), so the host's cores are used and one wait compiles them all.
 
         Its seconds, waits for the sides' servers included, go to the op's first cell (``precompile_seconds``);
-        each side's IR, where every job ran, to ``precompile_ir`` (the gate-first decision); the cell's log
-        says what it did.  Called again for the op: nothing.
+        each side's IR, where every job of that op ran, to ``precompile_ir`` (the gate-first decision); the cell's
+        log says what it did, and an op compiled ahead says so in its own first cell's log.  Called again for the
+        op: nothing more.
         """
         s = self.settings
-        if key.round != 1 or key.op in self.precompiled or not s.precompile or s.ir_only:
+        if key.round != 1 or not s.precompile or s.ir_only:
             return  # --ab-precompile off says nothing: no cause to name
+        if key.op in self.precompiled:
+            note = self.precompiled_ahead.pop(key.op, None)
+            if note is not None:
+                with open(log_path, "a", encoding="utf-8") as log:
+                    log.write(note + "\n")
+            return
         if s.backend == "cuda" and self._target is False:
             self._target = precompile.gpu_target(self.gpu)
         target = s.gate_first_target(self._target if isinstance(self._target, str) else None)
         if s.backend != "cuda" and target is None:
             return
-        self.precompiled.add(key.op)
-        started = time.monotonic()
-        with open(log_path, "a", encoding="utf-8") as log:
-            if target is None:
+        if target is None:
+            self.precompiled.add(key.op)
+            with open(log_path, "a", encoding="utf-8") as log:
                 log.write("[abbench] precompile skipped: nvidia-smi did not give the GPU's compute capability\n")
-                return
-            parallel = precompile.worker_share()
-            for side in SIDES:  # both sides' servers (if any) import at once; the jobs below wait for each
-                self._start_server(campaign, CellKey(1, key.op, side), self.layout.precompile(key.op) / side)
-            jobs = []
-            for side in SIDES:
-                side_key = CellKey(1, key.op, side)
-                config = self.config(campaign, side_key, self.layout.precompile(key.op))
-                n = precompile.shares(len(campaign.op(key.op).shapes_for(config.level)), parallel)
-                compile_all = replace(config, ir_only=True, ir_target=target, ir_level=None,
-                                      autotune_mode="compile-all", autotune_side_mode=None)
-                if s.backend != "cuda":  # the cells run in the interpreter; this compiles without it, for the gate
-                    out = self.layout.precompile(key.op) / side
-                    env = precompile.env_for(self.env(campaign, side_key, out))
-                    env.pop(envnames.TRITON_INTERPRET, None)
-                    argv = [self.python(campaign, side_key), "-m", *replace(compile_all, out=out, shares=n).module_argv()]
-                    jobs.append(precompile.Job(side, argv, env, out / "compile.log"))
+            return
+        ops = [key.op, *self.ops_ahead(campaign, key.op)]
+        self.precompiled.update(ops)
+        started = time.monotonic()
+        parallel = precompile.worker_share()
+        for side in SIDES:  # both sides' servers (if any) import at once; the jobs below wait for each
+            self._start_server(campaign, CellKey(1, key.op, side), self.layout.precompile(key.op) / side)
+        groups = {op: self._precompile_jobs(campaign, op, target, parallel) for op in ops}
+        self._start_planned_servers()
+        results = precompile.run_groups(groups, parallel, s.budget.precompile_s, self.check)
+        seconds = time.monotonic() - started
+        with open(log_path, "a", encoding="utf-8") as log:
+            log.write(results[key.op].line(key.op) + "\n")
+            if len(ops) > 1:
+                log.write(f"[abbench] pooled with the precompile of {len(ops) - 1} op(s) whose round 1 comes later "
+                          f"({', '.join(ops[1:])}): {seconds:.1f}s for all, counted in this cell\n")
+        kernels: dict[str, KernelCounts] = {}
+        for op in ops:
+            result = results[op]
+            for side, counts in result.kernels.items():
+                kernels[side] = add_counts(kernels.get(side), counts)
+            if op != key.op:
+                if result.never_started:  # the pool's timeout came first: its own round 1 precompiles it
+                    self.precompiled.discard(op)
                     continue
-                jobs += self.spawn.precompile_jobs(side, compile_all, self.python(campaign, side_key),
-                                                   lambda out: self.env(campaign, side_key, out),
-                                                   self.layout.precompile(key.op), n, campaign.server_imports)
-            self._start_planned_servers()
-            result = precompile.run_jobs(jobs, parallel, s.budget.precompile_s, self.check)
-            log.write(result.line(key.op) + "\n")
-        self.precompiled_kernels[key.op] = result.kernels
-        self.precompile_seconds[key.op] = time.monotonic() - started
-        sides = tuple(ir_dir(self.layout.precompile(key.op) / side) for side in SIDES)
-        if not result.failed and all(folder.is_dir() for folder in sides):  # one IR folder per side: forked shares
-            self.precompile_ir[key.op] = (sides[0], sides[1])
+                self.precompiled_ahead[op] = (f"{result.line(op)} (ahead, in the precompile of {key.op}: its "
+                                              f"{seconds:.1f}s are counted in {key.op}'s first cell)")
+            sides = tuple(ir_dir(self.layout.precompile(op) / side) for side in SIDES)
+            if not result.failed and all(folder.is_dir() for folder in sides):  # one IR folder per side: forked shares
+                self.precompile_ir[op] = (sides[0], sides[1])
+        self.precompiled_kernels[key.op] = kernels
+        self.precompile_seconds[key.op] = seconds
+
+    def ops_ahead(self, campaign: Campaign, op: str) -> list[str]:
+        """The ops of ``campaign`` after ``op`` whose round 1 this process will start, none precompiled yet, in the
+        order they come: a round-1 cell planned here that has not ended and did not finish before (a resumed
+        root's)."""
+        ahead = []
+        for key in self.round_one.get(campaign.path, {}):
+            if key.op == op or key.op in self.precompiled or key.op in ahead or self.finished_before(key):
+                continue
+            ahead.append(key.op)
+        return ahead
+
+    def _precompile_jobs(self, campaign: Campaign, op: str, target: str, parallel: int) -> list[CompileJob]:
+        """Both sides' compile-only jobs of ``op`` for ``target``: every shape, every autotune candidate."""
+        jobs: list[CompileJob] = []
+        for side in SIDES:
+            side_key = CellKey(1, op, side)
+            config = self.config(campaign, side_key, self.layout.precompile(op))
+            n = precompile.shares(len(campaign.op(op).shapes_for(config.level)), parallel)
+            compile_all = replace(config, ir_only=True, ir_target=target, ir_level=None,
+                                  autotune_mode="compile-all", autotune_side_mode=None)
+            if self.settings.backend != "cuda":  # the cells run in the interpreter; this compiles without it, for the gate
+                out = self.layout.precompile(op) / side
+                env = precompile.env_for(self.env(campaign, side_key, out))
+                env.pop(envnames.TRITON_INTERPRET, None)
+                argv = [self.python(campaign, side_key), "-m", *replace(compile_all, out=out, shares=n).module_argv()]
+                jobs.append(precompile.Job(side, argv, env, out / "compile.log", processes=n))
+                continue
+            jobs += self.spawn.precompile_jobs(side, compile_all, self.python(campaign, side_key),
+                                               partial(self.env, campaign, side_key),
+                                               self.layout.precompile(op), n, campaign.server_imports)
+        return jobs
 
     def write_notices(self, campaign: Campaign, key: CellKey, cell_dir: Path, log_path: Path) -> Path:
         """Say in the cell's log which kernel cache its side uses, and anything that went wrong finding it (or

@@ -138,7 +138,7 @@ class ForkSpawn:
         env = precompile.env_for(env_for(out))
         server = self.servers.server(python, env, f"side-{side}", imports)
         return [precompile.Job(side, replace(compile_all, out=out, shares=shares).module_argv(), env,
-                               out / "compile.log", server)]
+                               out / "compile.log", server, processes=shares)]
 
     def retire(self, python: str, env: dict[str, str], label: str, imports: Imports) -> None:
         self.servers.retire(python, env, label, imports)
