@@ -215,3 +215,21 @@ def test_gate_first_skips_an_unchanged_op_before_round_1_and_leaves_the_others_t
     assert timing["precompile_s"] > 0.5, timing
     spent = json.loads((root / "report.json").read_text())["time_spent"]
     assert spent["cells"] == 8 and spent["compile_s"] >= timing["precompile_s"], spent
+
+
+def test_a_cell_the_gate_first_skipped_keeps_its_precompiles_seconds_and_kernel_counts(
+        pytester: pytest.Pytester, tmp_path: Path) -> None:
+    """The first cell of an op skipped before round 1 carries the precompile that decided it: its seconds and the
+    kernels it compiled reach the time line (they were left out, so a cold run read "0 compiled")."""
+    pytester.makeini("[pytest]\n")
+    pytester.makepyfile(ircamp=IR_CAMPAIGN)
+    root = tmp_path / "root"
+    result = pytester.runpytest_subprocess("ircamp.py", "-k", "add", "--ab-rounds", "1", "--ab-root", str(root),
+                                           "--ab-gate-first", "on", *FAST)
+    result.assert_outcomes(skipped=2)
+    timing = json.loads((root / "r1_A" / "add" / "cell_timing.json").read_text())
+    assert timing["precompile_s"] > 0.5 and set(timing["precompile_kernels"]) == {"A", "B"}, timing
+    spent = json.loads((root / "report.json").read_text())["time_spent"]
+    assert spent["cells"] == 1 and spent["cells_without_timing"] == 0, spent
+    assert spent["kernels"] == {side: {"loaded": 0, "compiled": 1} for side in ("A", "B")}, spent
+    assert spent["compile_s"] == pytest.approx(timing["precompile_s"], abs=0.01), spent

@@ -198,7 +198,7 @@ def _decide_before_round_1(cell: Cell, request: pytest.FixtureRequest) -> float:
     session.gates[key.op] = decision
     session.gated_first.add(key.op)
     request.node.user_properties.append((GATE_PROPERTY, json.dumps(decision.to_json())))
-    return runner.precompile_seconds.pop(key.op, 0.0)
+    return runner.carry_precompile(key.op, cell.folder)
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ from pytest_abbench.core.exitcodes import describe, status_word
 from pytest_abbench.spawn.forkserver import ServerKey, server_key
 from pytest_abbench.spawn.strategy import CellSpawn, ExecSpawn, ForkSpawn
 from pytest_abbench.core.fileio import CorruptFileError
-from pytest_abbench.core.cellfiles import KernelCounts, add_counts, read_timing, write_timing
+from pytest_abbench.core.cellfiles import CellTiming, KernelCounts, add_counts, read_timing, write_timing
 from pytest_abbench.core.results import read_results
 from pytest_abbench.checks.irgate import ttgir_files
 from pytest_abbench.core.layout import (SIDES, TIMING_FILE, CellKey, RootLayout, ir_dir, markers_log, results_file,
@@ -348,6 +348,18 @@ class CellRunner:
                 self.precompile_ir[op] = (sides[0], sides[1])
         self.precompiled_kernels[key.op] = kernels
         self.precompile_seconds[key.op] = seconds
+
+    def carry_precompile(self, op: str, cell_dir: Path) -> float:
+        """For a cell that runs no child (skipped by the gate the precompile decided): write the op's precompile
+        seconds and kernel counts as the cell's timing, so the time line counts both; returns the seconds."""
+        seconds = self.precompile_seconds.pop(op, 0.0)
+        kernels = self.precompiled_kernels.pop(op, {})
+        if seconds:
+            timing: CellTiming = {"precompile_s": seconds,
+                                  "precompile_kernels": {side: {"loaded": n["loaded"], "compiled": n["compiled"]}
+                                                         for side, n in kernels.items()}}
+            write_timing(cell_dir / TIMING_FILE, timing)
+        return seconds
 
     def ops_ahead(self, campaign: Campaign, op: str) -> list[str]:
         """The ops of ``campaign`` after ``op`` whose round 1 this process will start, none precompiled yet, in the
