@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -125,31 +126,36 @@ def test_a_failing_share_is_named_and_the_rest_still_runs(tmp_path: Path) -> Non
     assert "the cells compile those kernels themselves" in result.line("op")
 
 
-def test_a_pool_of_several_ops_fills_the_cores_by_processes_and_says_what_its_timeout_never_started(
+def test_a_pool_of_several_ops_fills_the_cores_by_processes_and_says_what_its_timeout_cut_short(
         tmp_path: Path) -> None:
     """run_groups: a job of a forked side weighs its shares; the pool starts the next op's job only where its
-    processes fit, and a group the timeout left unstarted says so (its own round 1 precompiles it)."""
+    processes fit, a job that cannot start fails alone, and a group the timeout cut short says so (its own round 1
+    precompiles it again)."""
     def stamp(name: str, seconds: float) -> list[str]:
         stamp_file = str(tmp_path / f"{name}.started")
         code = f"import time; open({stamp_file!r}, 'w').write(repr(time.time())); time.sleep({seconds})"
         return [sys.executable, "-c", code]
 
-    wide = precompile.Job("A", stamp("wide", 1.0), dict(os.environ), tmp_path / "wide" / "compile.log", processes=2)
+    wide = precompile.Job("A", stamp("wide", 2.0), dict(os.environ), tmp_path / "wide" / "compile.log", processes=2)
     narrow = precompile.Job("A", stamp("narrow", 0.0), dict(os.environ), tmp_path / "narrow" / "compile.log")
     other = precompile.Job("B", stamp("other", 0.0), dict(os.environ), tmp_path / "other" / "compile.log")
-    results = precompile.run_groups({"first": [wide], "next": [narrow, other]}, parallel=2, timeout_s=60)
-    assert all(r.failed == [] and r.never_started == 0 for r in results.values()), results
+    unstartable = precompile.Job("B", [str(tmp_path / "no-such-program")], dict(os.environ),
+                                 tmp_path / "gone" / "compile.log")
+    results = precompile.run_groups({"first": [wide], "next": [narrow, other], "last": [unstartable]}, parallel=2,
+                                    timeout_s=60)
+    assert all(r.failed == [] and r.cut_by_timeout == 0 for name, r in results.items() if name != "last"), results
+    assert results["last"].failed[0].startswith("B not started: ") and results["last"].cut_by_timeout == 0
     started = {name: float((tmp_path / f"{name}.started").read_text()) for name in ("wide", "narrow", "other")}
-    assert started["narrow"] - started["wide"] >= 0.9  # two processes' worth: nothing else fit beside it
-    assert abs(started["other"] - started["narrow"]) < 0.9  # the next op's two narrow jobs run side by side
+    assert started["narrow"] - started["wide"] >= 1.9  # two processes' worth: nothing else fit beside it
+    assert abs(started["other"] - started["narrow"]) < 1.5  # the next op's two narrow jobs run side by side
     assert results["next"].seconds >= results["first"].seconds
 
     slow = precompile.Job("A", [sys.executable, "-c", "import time; time.sleep(60)"], dict(os.environ),
                           tmp_path / "slow" / "compile.log", processes=2)
     late = precompile.Job("B", stamp("late", 0.0), dict(os.environ), tmp_path / "late" / "compile.log")
     results = precompile.run_groups({"first": [slow], "later": [late]}, parallel=2, timeout_s=2)
-    assert results["first"].failed == ["A timed out after 2s"] and results["first"].never_started == 0
-    assert results["later"].never_started == 1 and results["later"].failed == ["B not started (timeout)"]
+    assert results["first"].failed == ["A timed out after 2s"] and results["first"].cut_by_timeout == 1
+    assert results["later"].cut_by_timeout == 1 and results["later"].failed == ["B not started (timeout)"]
     assert not (tmp_path / "late.started").exists()
 
 
@@ -176,6 +182,12 @@ def test_one_fork_server_runs_a_pools_jobs_side_by_side_and_each_gets_its_own_en
         # The server still forks a cell afterwards, and waits on it as before.
         after = server.spawn(["stampmod", str(tmp_path / "after.t"), "0", "0"], env, tmp_path / "after.log")
         assert after.wait(timeout=30) == 0
+        # A cell's end that comes before the next spawn's pid is kept for that cell's own wait.
+        early = server.spawn(["stampmod", str(tmp_path / "early.t"), "0", "0"], env, tmp_path / "early.log")
+        time.sleep(1.0)  # it ends, and the server says so, before the next request
+        late = server.spawn(["stampmod", str(tmp_path / "late.t"), "0", "4"], env, tmp_path / "late.log")
+        assert early.pid in server.ended
+        assert late.wait(timeout=30) == 4 and early.wait(timeout=0) == 0 and server.ended == {}
     finally:
         servers.close()
     assert results["op2"].failed == [], results
@@ -203,3 +215,28 @@ def test_a_bad_compile_job_count_is_named(monkeypatch: pytest.MonkeyPatch) -> No
         monkeypatch.setenv(precompile.COMPILE_JOBS_ENV, bad)
         with pytest.raises(ValueError, match=f"ABBENCH_COMPILE_JOBS={bad!r}: not a whole number >= 1"):
             precompile.worker_share()
+
+
+def test_the_ops_pooled_ahead_are_this_process_round_1_ops_not_finished_before(tmp_path: Path) -> None:
+    """``CellRunner.ops_ahead``: the campaign's later ops whose round-1 cells this process will start, in order;
+    not one a resumed root finished, not one whose round 1 ended, not one precompiled already."""
+    from test_ir_triage import settings
+
+    from pytest_abbench.campaign.model import load_campaign
+    from pytest_abbench.core.layout import CellKey, RootLayout
+    from pytest_abbench.spawn.runner import CellRunner
+
+    path = tmp_path / "camp.py"
+    path.write_text("from pytest_abbench import Case, Op, Switch\n"
+                    "OPS = [Op(n, build=lambda shape, device: Case(run=lambda: None), shapes={'smoke': [{'n': 1}]})"
+                    " for n in ('a', 'b', 'c', 'd', 'e')]\nSWITCH = Switch(env_b={'ABBENCH_TEST_SWITCH': '1'})\n")
+    campaign = load_campaign(path)
+    runner = CellRunner(settings(), RootLayout(tmp_path / "root"), None,
+                        finished_before=lambda key: key.op == "b")  # a resumed root finished b's round 1
+    runner.plan_cells((campaign, CellKey(n, op, side)) for op in "abcde" for n in (1, 2) for side in "AB")
+    runner.precompiled.add("e")
+    assert runner.ops_ahead(campaign, "a") == ["c", "d"]
+    for side in "AB":
+        runner.cell_ended(campaign, CellKey(1, "c", side))
+    assert runner.ops_ahead(campaign, "a") == ["d"]
+    runner.close()

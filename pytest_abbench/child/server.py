@@ -108,6 +108,7 @@ def serve(requests: IO[str], reply: IO[str]) -> int:
     for fd in wakeup:
         os.set_blocking(fd, False)
     signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    signal.siginterrupt(signal.SIGCHLD, False)  # a thread an import started keeps its blocking calls uninterrupted
     signal.set_wakeup_fd(wakeup[1])
     source = requests.fileno()
     pending = b""

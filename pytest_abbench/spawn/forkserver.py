@@ -36,7 +36,8 @@ SERVER_MODULE = "pytest_abbench.child.server"
 PER_CELL_ENV = (envnames.ABBENCH_SPAWN_TIME, envnames.FLAGGEMS_CACHE_DIR, envnames.PYTEST_CURRENT_TEST,
                 envnames.ABBENCH_PASS_DUMP, envnames.TRITON_CACHE_DIR)
 _START_TIMEOUT_S = 300.0  # importing torch cold on a loaded machine
-_EXIT_WAIT_S = 5.0  # a server leaves at once at end of input (os._exit, no interpreter shutdown): milliseconds
+_EXIT_WAIT_S = 5.0  # a server leaves once input has ended and its cells have (os._exit, no interpreter shutdown):
+# milliseconds when it is retired, since its last cell ended first
 _PR_SET_PDEATHSIG = 1
 
 
@@ -64,8 +65,8 @@ ServerKey = tuple[str, str, tuple[tuple[str, str], ...], tuple[str, ...]]
 def server_key(python: str, env: Mapping[str, str], name: str, imports: Sequence[str] = ()) -> ServerKey:
     """Cells with equal keys may share a server: the same side (``name``), interpreter, environment but for
     PER_CELL_ENV, and SERVER_IMPORTS (a campaign's modules are not loaded into another campaign's cells).  The two
-    sides never share one, even with equal environments (a switch made by a setup hook): a server forks one cell
-    at a time, and round 1 compiles both sides at once."""
+    sides never share one, even with equal environments (a switch made by a setup hook): each side's cells get
+    their own side's imports and setup, whatever the other side's did."""
     return name, python, tuple(sorted((k, v) for k, v in env.items() if k not in PER_CELL_ENV)), tuple(imports)
 
 
@@ -183,7 +184,9 @@ class ForkServer:
                                       f"({'no answer' if line is None else 'it exited'}); its log: {self.log_path}")
             message = self._parse(line)
             if not self.keep_status(message):
-                return ForkedCell(self, int(message["pid"]))
+                pid = int(message["pid"])
+                self.ended.pop(pid, None)  # a reused pid's end from long ago, never waited for, is not this cell's
+                return ForkedCell(self, pid)
 
     def keep_status(self, message: dict[str, Any]) -> bool:
         """Keep a cell's end (``{"pid", "status"}``) for its ``ForkedCell.wait``; False for any other message."""
@@ -332,8 +335,9 @@ class ForkServers:
 
     def retire(self, python: str, env: Mapping[str, str], name: str, imports: Sequence[str] = ()) -> bool:
         """End the server for ``python``, ``env`` and side ``name`` (its last cell has ended) and wait for it to be
-        gone; False if there is none.  A server leaves at once at end of input (it has nothing to write), so the
-        wait is milliseconds and no retired server is alive when the next cell starts.  A cell that needs it
+        gone; False if there is none.  A server leaves at end of input once its cells have ended, and a retired
+        server's last cell has, so the wait is milliseconds and no retired server is alive when the next cell
+        starts.  A cell that needs it
         after all starts a new one."""
         server = self.servers.pop(server_key(python, env, name, self.kept_imports(python, env, name, imports)), None)
         if server is None:

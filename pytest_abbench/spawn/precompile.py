@@ -32,7 +32,7 @@ from pytest_abbench.spawn.cellrun import StartedCell, kill_group
 from pytest_abbench.core import envnames
 from pytest_abbench.core.cellfiles import KernelCounts, add_counts, kernel_counts_in, read_shares
 from pytest_abbench.core.fileio import CorruptFileError
-from pytest_abbench.spawn.forkserver import ForkServer
+from pytest_abbench.spawn.forkserver import ForkServer, ForkServerError
 from pytest_abbench.core.layout import SHARES_FILE
 
 # The pass dump of IR triage (MLIR_ENABLE_DUMP) would change nothing in the cache key but cost time.
@@ -100,7 +100,7 @@ class PrecompileResult:
     failed: list[str]  # "B-2of6 rc 1 (log ...)"
     job_seconds: dict[str, float] = field(default_factory=dict)  # each finished share's own wall time
     kernels: dict[str, KernelCounts] = field(default_factory=dict)  # by side: loaded from the cache, compiled
-    never_started: int = 0  # jobs the pool's timeout left unstarted: nothing of theirs was compiled
+    cut_by_timeout: int = 0  # jobs the pool's timeout killed or never started: not all of theirs was compiled
 
     def line(self, op: str) -> str:
         text = f"[abbench] precompiled {op} for both sides: {self.jobs} compile-only processes in {self.seconds:.1f}s"
@@ -138,6 +138,7 @@ def run_groups(groups: Mapping[str, Sequence[Job]], parallel: int, timeout_s: fl
     failed: dict[int, str] = {}
     took: dict[int, float] = {}
     ended: dict[int, float] = {}
+    cut: set[int] = set()  # jobs the timeout killed or never started
 
     def busy() -> int:
         return sum(order[i][1].processes for i in running)
@@ -147,7 +148,11 @@ def run_groups(groups: Mapping[str, Sequence[Job]], parallel: int, timeout_s: fl
             # In order: a job waits until its processes fit beside those running (one that needs more runs alone).
             while pending and (not running or busy() + order[pending[0]][1].processes <= parallel):
                 index = pending.pop(0)
-                running[index] = (order[index][1].start(), time.monotonic())
+                try:
+                    running[index] = (order[index][1].start(), time.monotonic())
+                except (ForkServerError, OSError) as exc:  # a dead server: this job fails, the pool goes on
+                    failed[index] = f"{order[index][1].name} not started: {exc}"
+                    ended[index] = time.monotonic()
             for index, (proc, began) in list(running.items()):
                 try:
                     proc.wait(timeout=0)
@@ -162,6 +167,7 @@ def run_groups(groups: Mapping[str, Sequence[Job]], parallel: int, timeout_s: fl
             if time.monotonic() > deadline:
                 failed.update({i: f"{order[i][1].name} timed out after {timeout_s:g}s" for i in running})
                 failed.update({i: f"{order[i][1].name} not started (timeout)" for i in pending})
+                cut.update(running, pending)
                 pending.clear()
                 break
             if check is not None:
@@ -180,12 +186,12 @@ def run_groups(groups: Mapping[str, Sequence[Job]], parallel: int, timeout_s: fl
         indices = [i for i, (owner, _) in enumerate(order) if owner == name]
         last = max((ended[i] for i in indices if i in ended), default=started)
         results[name] = _group_result(group, [took.get(i) for i in indices], [failed[i] for i in indices if i in failed],
-                                      last - started, sum(i not in ended for i in indices))
+                                      last - started, sum(i in cut for i in indices))
     return results
 
 
 def _group_result(jobs: Sequence[Job], took: Sequence[float | None], failed: list[str], seconds: float,
-                  never_started: int) -> PrecompileResult:
+                  cut_by_timeout: int) -> PrecompileResult:
     """One group's result: each finished share's time (a forked side's from its shares file) and kernel counts."""
     job_seconds: dict[str, float] = {}
     for job, seconds_taken in zip(jobs, took):
@@ -204,7 +210,7 @@ def _group_result(jobs: Sequence[Job], took: Sequence[float | None], failed: lis
         counts = kernel_counts_in(job.log.parent)
         if counts is not None:
             kernels[job.name[0]] = add_counts(kernels.get(job.name[0]), counts)
-    return PrecompileResult(seconds, len(jobs), failed, job_seconds, kernels, never_started)
+    return PrecompileResult(seconds, len(jobs), failed, job_seconds, kernels, cut_by_timeout)
 
 
 def shares(shape_count: int, parallel: int) -> int:

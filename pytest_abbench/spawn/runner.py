@@ -25,14 +25,15 @@ from pytest_abbench.core import envnames
 from pytest_abbench.core.cellconfig import CellConfig, autotune_mode_for, side_record_mode_for
 from pytest_abbench.spawn.cellrun import ChildResult, log_tail
 from pytest_abbench.core.exitcodes import describe, status_word
-from pytest_abbench.spawn.forkserver import ServerKey, server_key
+from pytest_abbench.spawn.forkserver import ForkServerError, ServerKey, server_key
 from pytest_abbench.spawn.strategy import CellSpawn, ExecSpawn, ForkSpawn
 from pytest_abbench.core.fileio import CorruptFileError
-from pytest_abbench.core.cellfiles import CellTiming, KernelCounts, add_counts, read_timing, write_timing
+from pytest_abbench.core.cellfiles import (KERNEL_COUNTS_FILE, CellTiming, KernelCounts, add_counts, read_timing,
+                                           write_timing)
 from pytest_abbench.core.results import read_results
 from pytest_abbench.checks.irgate import ttgir_files
-from pytest_abbench.core.layout import (SIDES, TIMING_FILE, CellKey, RootLayout, ir_dir, markers_log, results_file,
-                                        run_log)
+from pytest_abbench.core.layout import (SHARES_FILE, SIDES, TIMING_FILE, CellKey, RootLayout, ir_dir, markers_log,
+                                        results_file, run_log)
 from pytest_abbench.core.markers import count_markers, count_undecodable
 from pytest_abbench.core.settings import Settings
 from pytest_abbench.core.outcome import FAILED_SHAPES, IR_ONLY, NO_SHAPES, OK, CellOutcome
@@ -317,16 +318,24 @@ class CellRunner:
             with open(log_path, "a", encoding="utf-8") as log:
                 log.write("[abbench] precompile skipped: nvidia-smi did not give the GPU's compute capability\n")
             return
-        ops = [key.op, *self.ops_ahead(campaign, key.op)]
-        self.precompiled.update(ops)
+        self.precompiled.add(key.op)
         started = time.monotonic()
         parallel = precompile.worker_share()
         for side in SIDES:  # both sides' servers (if any) import at once; the jobs below wait for each
             self._start_server(campaign, CellKey(1, key.op, side), self.layout.precompile(key.op) / side)
-        groups = {op: self._precompile_jobs(campaign, op, target, parallel) for op in ops}
+        groups = {key.op: self._precompile_jobs(campaign, key.op, target, parallel)}
+        for op in self.ops_ahead(campaign, key.op):
+            try:
+                groups[op] = self._precompile_jobs(campaign, op, target, parallel)
+            except (ForkServerError, OSError):
+                break  # the side's server is gone: the op's own round 1 precompiles it, and says why
+        for job in (job for jobs in groups.values() for job in jobs):  # an earlier session's counts are not these
+            for name in (KERNEL_COUNTS_FILE, SHARES_FILE):
+                (job.log.parent / name).unlink(missing_ok=True)
         self._start_planned_servers()
         results = precompile.run_groups(groups, parallel, s.budget.precompile_s, self.check)
         seconds = time.monotonic() - started
+        ops = list(groups)
         with open(log_path, "a", encoding="utf-8") as log:
             log.write(results[key.op].line(key.op) + "\n")
             if len(ops) > 1:
@@ -335,14 +344,14 @@ class CellRunner:
         kernels: dict[str, KernelCounts] = {}
         for op in ops:
             result = results[op]
-            for side, counts in result.kernels.items():
-                kernels[side] = add_counts(kernels.get(side), counts)
             if op != key.op:
-                if result.never_started:  # the pool's timeout came first: its own round 1 precompiles it
-                    self.precompiled.discard(op)
+                if result.cut_by_timeout:  # the pool's deadline came first: its own round 1 precompiles it again
                     continue
+                self.precompiled.add(op)
                 self.precompiled_ahead[op] = (f"{result.line(op)} (ahead, in the precompile of {key.op}: its "
                                               f"{seconds:.1f}s are counted in {key.op}'s first cell)")
+            for side, counts in result.kernels.items():
+                kernels[side] = add_counts(kernels.get(side), counts)
             sides = tuple(ir_dir(self.layout.precompile(op) / side) for side in SIDES)
             if not result.failed and all(folder.is_dir() for folder in sides):  # one IR folder per side: forked shares
                 self.precompile_ir[op] = (sides[0], sides[1])
