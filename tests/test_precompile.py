@@ -2,7 +2,7 @@
 
 Without a GPU the timed cells cannot run, so the test drives what the runner
 starts before an op's round 1: compile-only cell children for cuda:90 with
-``--autotune-mode compile-all --shard I/N`` (``precompile.run_jobs``), and
+``--autotune-mode compile-all --shard I/N`` (``precompile.run_groups``), and
 checks the Triton cache they leave.  Whether a GPU cell then loads from that
 cache is measured on the H200 (docs/explanation/benchmarks.md).
 """
@@ -70,8 +70,9 @@ def test_shares_compile_every_candidate_of_their_own_shapes_into_the_side_cache(
     cache = tmp_path / "triton_A"
     # Shapes 0 and 2 (n=256, n=4096) in share 0 of 2, shape 1 (n=1000) in share 1: the key is n, so
     # 3 keys x 2 configs; n=256 and n=4096 specialise alike (both divisible by 16), n=1000 does not.
-    result = precompile.run_jobs([job(tmp_path, campaign, "0/2", cache), job(tmp_path, campaign, "1/2", cache)],
-                                 parallel=2, timeout_s=600)
+    result = precompile.run_groups({"scale": [job(tmp_path, campaign, "0/2", cache),
+                                              job(tmp_path, campaign, "1/2", cache)]},
+                                   parallel=2, timeout_s=600)["scale"]
     assert result.failed == [], result.failed
     assert result.jobs == 2
     compiled = cubins(cache)
@@ -102,7 +103,7 @@ def test_forked_from_a_side_server_the_shares_pay_no_imports(tmp_path: Path) -> 
         config = CellConfig.from_argv(exec_job.argv[3:])
         forked = precompile.Job("A", replace(config, out=out, shard=None, shares=2).module_argv(), env,
                                 out / "compile.log", servers.server(sys.executable, env, "side-A"))
-        result = precompile.run_jobs([forked], parallel=1, timeout_s=600)
+        result = precompile.run_groups({"scale": [forked]}, parallel=1, timeout_s=600)["scale"]
     finally:
         servers.close()
     assert result.failed == [], (out / "compile.log").read_text()
@@ -118,7 +119,7 @@ def test_a_failing_share_is_named_and_the_rest_still_runs(tmp_path: Path) -> Non
                           dict(os.environ), tmp_path / "good" / "compile.log")
     slow = precompile.Job("A-1of1", [sys.executable, "-c", "import time; time.sleep(60)"], dict(os.environ),
                           tmp_path / "slow" / "compile.log")
-    result = precompile.run_jobs([bad, good, slow], parallel=3, timeout_s=5)
+    result = precompile.run_groups({"op": [bad, good, slow]}, parallel=3, timeout_s=5)["op"]
     assert (tmp_path / "ran").exists()
     assert any(f.startswith("B-1of2 rc 3 (log ") for f in result.failed), result.failed
     assert "A-1of1 timed out after 5s" in result.failed

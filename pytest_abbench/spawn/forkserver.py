@@ -337,8 +337,7 @@ class ForkServers:
         """End the server for ``python``, ``env`` and side ``name`` (its last cell has ended) and wait for it to be
         gone; False if there is none.  A server leaves at end of input once its cells have ended, and a retired
         server's last cell has, so the wait is milliseconds and no retired server is alive when the next cell
-        starts.  A cell that needs it
-        after all starts a new one."""
+        starts.  A cell that needs it after all starts a new one."""
         server = self.servers.pop(server_key(python, env, name, self.kept_imports(python, env, name, imports)), None)
         if server is None:
             return False

@@ -118,13 +118,6 @@ class PrecompileResult:
         return text
 
 
-def run_jobs(jobs: Sequence[Job], parallel: int, timeout_s: float,
-             check: Callable[[], None] | None = None) -> PrecompileResult:
-    """Run ``jobs``, their processes at most ``parallel`` at a time, each in its own session; kill what is left at
-    the end."""
-    return run_groups({"": jobs}, parallel, timeout_s, check)[""]
-
-
 def run_groups(groups: Mapping[str, Sequence[Job]], parallel: int, timeout_s: float,
                check: Callable[[], None] | None = None) -> dict[str, PrecompileResult]:
     """Run the jobs of every group (an op's) as one pool, the first group's first, their processes at most

@@ -313,12 +313,11 @@ class CellRunner:
         target = s.gate_first_target(self._target if isinstance(self._target, str) else None)
         if s.backend != "cuda" and target is None:
             return
+        self.precompiled.add(key.op)
         if target is None:
-            self.precompiled.add(key.op)
             with open(log_path, "a", encoding="utf-8") as log:
                 log.write("[abbench] precompile skipped: nvidia-smi did not give the GPU's compute capability\n")
             return
-        self.precompiled.add(key.op)
         started = time.monotonic()
         parallel = precompile.worker_share()
         for side in SIDES:  # both sides' servers (if any) import at once; the jobs below wait for each
