@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from pytest_abbench.child import standin_draws
 from pytest_abbench.child.autotune_pin import benchmarking
 from pytest_abbench.checks.irgate import PASSES_SUFFIX, stage_fingerprint, stage_order, strip_locations
 from pytest_abbench.core import envnames
@@ -384,7 +385,8 @@ def enter_compile_only(target_text: str) -> None:
     """Make every kernel launch of this process compile for ``target_text`` and launch nothing.
 
     Outputs of an op run this way are garbage; only the captured IR counts.
-    Triton's per-pass IR dump is switched on (``MLIR_ENABLE_DUMP=1``; the
+    Its large random inputs are stand-ins tiled from a small draw
+    (``standin_draws``), unless ``ABBENCH_EXACT_DRAWS=1``.  Triton's per-pass IR dump is switched on (``MLIR_ENABLE_DUMP=1``; the
     file: ``install_capture``), unless the environment asks for a dump of its
     own (``MLIR_ENABLE_DUMP``, ``MLIR_DUMP_PATH``) or sets ``ABBENCH_PASS_DUMP=0``.
     """
@@ -398,6 +400,8 @@ def enter_compile_only(target_text: str) -> None:
         _no_dump_in_llir()
     driver.set_active(_TargetOnlyDriver(parse_target(target_text)))
     _cpu_tensors_select_no_gpu()
+    if os.environ.get(envnames.ABBENCH_EXACT_DRAWS) != "1":
+        standin_draws.install()
     original_run = jit.JITFunction.run
 
     def compile_only_run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:

@@ -29,6 +29,7 @@ from pytest_abbench.child.forking import fork_and_run
 from pytest_abbench.child.gpustate import GpuSampler, open_sampler
 from pytest_abbench.child.identity import build_identity, write_identity, write_side_record_hash
 from pytest_abbench.child.preload import import_in_cell
+from pytest_abbench.child import standin_draws
 from pytest_abbench.child.ircapture import enter_compile_only, fingerprints_stages, install_capture, merge_ir
 from pytest_abbench.child.layout_shift import hold_pads, pad_sizes
 from pytest_abbench.child.compilecount import CompileCounter
@@ -360,8 +361,10 @@ def run_ir_only(config: CellConfig, load: CampaignLoad = load_cell_campaign) -> 
             log(f"[abbench] {who}shape {shape.id}: {type(exc).__name__}: {exc}"[:500])
             raise
     counter.write(out)
+    stood_in = standin_draws.COUNT.summary()
     log(f"[abbench] {who}IR for {config.ir_target}: {len(written)} kernel variants -> {out / IR_DIR} "
-        f"({counter.loaded} loaded from Triton's cache, {counter.compiled} compiled)")
+        f"({counter.loaded} loaded from Triton's cache, {counter.compiled} compiled)"
+        + (f"; inputs: {stood_in} (ABBENCH_EXACT_DRAWS=1 draws them all)" if stood_in else ""))
     return 0
 
 

@@ -23,6 +23,9 @@ ABBENCH_SPAWN_TIME = "ABBENCH_SPAWN_TIME"
 ABBENCH_IR_CAPTURE = "ABBENCH_IR_CAPTURE"
 # Set to "0" by spawn/precompile.py; child/ircapture.py reads it: no per-pass dump in a precompile process.
 ABBENCH_PASS_DUMP = "ABBENCH_PASS_DUMP"
+# Set by the user; child/ircapture.py reads it: "1" keeps torch's own large draws in a compile-only process
+# (child/standin_draws.py tiles them from a small draw otherwise).
+ABBENCH_EXACT_DRAWS = "ABBENCH_EXACT_DRAWS"
 # Set by spawn/runner.py; child/measure.py and FlagGems' LibTuner read it: the cell's library tuner cache.
 FLAGGEMS_CACHE_DIR = "FLAGGEMS_CACHE_DIR"
 # Set by the user (XDG); core/kernelcache.py reads it: the persistent kernel cache's default folder is under it.
