@@ -60,3 +60,25 @@ def test_the_recording_cell_writes_an_empty_supplement_and_a_bad_one_is_named(tm
     (tmp_path / "side-B" / "op.json").write_text('{"schema": 1, "entries": [{"kernel": "k", "key": "40"}]}')
     with pytest.raises(AutotuneRecordError, match=r"side-B/op.json.*field 'entries\[0\].key': expected a list of text"):
         _pin(tmp_path, AutotuneRecord(), None)
+
+
+def test_a_carried_config_the_kernel_still_has_is_taken_untuned_and_one_it_lost_is_tuned(tmp_path: Path) -> None:
+    kernel = _kernel()
+    key = (40, "torch.float32")
+    ident = (kernel_name(kernel), ("40", "torch.float32"))
+    lines: list[str] = []
+    for seed, wanted, carried in ((BLOCK_16, {"BLOCK": 16}, 1), (BLOCK_99, None, 0)):
+        write_record(tmp_path / "earlier.json", AutotuneRecord({ident: seed}, recorded_by="r1-A"))
+        pin = AutotunePin("record", tmp_path / "op.json", lines.append, lambda _: True, cell="r1-A",
+                          seed_path=tmp_path / "earlier.json")
+        chosen = pin.choose(kernel, key, kernel.configs)  # type: ignore[attr-defined]
+        assert (chosen.kwargs if chosen is not None else None) == wanted  # None: the autotuner tunes it
+        pin.note(kernel, key, kernel.configs[1])  # type: ignore[attr-defined]  # tuning (or the carry) chose
+        pin.save()
+        assert read_record(tmp_path / "op.json").carried == carried
+    assert "carried from" in lines[1] and "not in the kernel's config list any more: tuned here" in lines[3]
+    pin = AutotunePin("record", tmp_path / "op.json", lines.append, lambda _: True, seed_path=tmp_path / "none.json")
+    assert "nothing to carry" in lines[-1] and pin.seed == {}
+    (tmp_path / "bad.json").write_text('{"schema": 1, "entries": [], "carried": 3}')
+    with pytest.raises(AutotuneRecordError, match=r"bad.json.*carried"):
+        AutotunePin("record", tmp_path / "op.json", lines.append, lambda _: True, seed_path=tmp_path / "bad.json")

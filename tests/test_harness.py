@@ -287,3 +287,28 @@ def test_every_campaign_smoke_level_is_correct_in_the_interpreter(campaign: str,
         assert proc.returncode == 0, proc.stdout + proc.stderr
         records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
         assert records and all(r["status"] == "ok" for r in records), records
+
+
+def test_round_1_side_a_carries_an_earlier_roots_configs_instead_of_tuning(pytester: pytest.Pytester,
+                                                                          tmp_path: Path) -> None:
+    earlier, root = tmp_path / "earlier", tmp_path / "root"
+    _run_cells(pytester, earlier, "--ab-rounds", "1").assert_outcomes(passed=2)
+    record_path = earlier / "autotune" / "addone.json"
+    record = json.loads(record_path.read_text())
+    assert record["entries"][0]["config"]["kwargs"] == {"BLOCK": 16}  # what tuning chose there
+    record["entries"][0]["config"]["kwargs"] = {"BLOCK": 32}  # the other candidate: carrying it is visible
+    record_path.write_text(json.dumps(record))
+    result = _run_cells(pytester, root, "--ab-rounds", "2", "--ab-autotune-from", str(earlier))
+    result.assert_outcomes(passed=4)
+    carried = json.loads((root / "autotune" / "addone.json").read_text())
+    assert [e["config"]["kwargs"] for e in carried["entries"]] == [{"BLOCK": 32}]
+    assert (carried["carried"], carried["carried_from"]) == (1, str(record_path))
+    logs = {cell: (root / cell / "addone" / "run.log").read_text() for cell in ("r1_A", "r1_B", "r2_A", "r2_B")}
+    assert "BENCH_CALL" not in "".join(logs.values()), "nothing tuned: round 1 side A carried, the rest replayed"
+    assert "carried from" in logs["r1_A"] and "{'BLOCK': 32}" in logs["r1_A"]
+    assert json.loads((root / "r1_A" / "addone" / "cell_timing.json").read_text())["autotune_bench_calls"] == 0
+    assert f"autotune: 1 key pinned from A (1 carried from {record_path}, not tuned)" in \
+        (root / "report.md").read_text()
+    missing = _run_cells(pytester, tmp_path / "third", "--ab-autotune-from", str(tmp_path / "nowhere"))
+    assert missing.ret == pytest.ExitCode.USAGE_ERROR
+    assert f"--ab-autotune-from: '{tmp_path / 'nowhere'}' does not exist" in missing.stderr.str()

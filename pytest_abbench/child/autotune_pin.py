@@ -1,7 +1,9 @@
 """Pin ``@triton.autotune`` choices across cells: record once, replay everywhere else.
 
 Round 1 side A records the config each autotuned kernel chose per autotune
-key; every other cell replays that file, so the autotuner benchmarks nothing
+key (with ``--ab-autotune-from``, taking a key's config from an earlier
+root's record instead of tuning it, where that config is still one of the
+kernel's); every other cell replays that file, so the autotuner benchmarks nothing
 and both sides time the same configs.  A key that record lacks is one side A
 never met (a kernel only side B calls): round 1 side B tunes it once and
 records it in side B's supplement, which side B's later cells replay.
@@ -78,7 +80,8 @@ class AutotunePin:
 
     def __init__(self, mode: str, record_path: Path | None, log: Callable[[str], None],
                  can_benchmark: Callable[[Any], bool], side_mode: str | None = None,
-                 side_path: Path | None = None, side: str | None = None, cell: str = "") -> None:
+                 side_path: Path | None = None, side: str | None = None, cell: str = "",
+                 seed_path: Path | None = None) -> None:
         if mode not in AUTOTUNE_MODES:
             raise ValueError(f"autotune_mode {mode!r} is not one of {', '.join(AUTOTUNE_MODES)}")
         if side_mode is not None and (side_mode not in SIDE_RECORD_MODES or mode != "replay" or side_path is None):
@@ -97,8 +100,18 @@ class AutotunePin:
         self.fallback_keys: set[Ident] = set()
         self.bench_calls = 0
         self.bench_s = 0.0  # wall time inside the autotuner's benchmarking (candidate compiles included)
+        # An earlier root's record of the op (--ab-autotune-from): a recording cell takes its configs untuned.
+        self.seed_path = seed_path if mode == "record" else None
+        self.seed: dict[Ident, dict[str, Any]] = {}
+        self.carried: set[Ident] = set()
         if mode == "replay":
             self.recorded = self._load(record_path)
+        if self.seed_path is not None:
+            self.seed = self._load(self.seed_path)
+            self.log(f"[abbench] autotune: {len(self.seed)} keys in {self.seed_path} to carry (--ab-autotune-from)"
+                     if self.seed_path.exists() else
+                     f"[abbench] autotune: nothing to carry: {self.seed_path} does not exist (--ab-autotune-from); "
+                     "this cell tunes")
         if side_mode == "replay":
             self.side_recorded = self._load(side_path)
             self._refuse_conflicts()
@@ -132,6 +145,10 @@ class AutotunePin:
             bench_by_compiling(autotuner)  # the autotuner "benchmarks" every candidate: one compile each
             return None
         ident = _ident(autotuner, key)
+        if self.mode == "record" and ident in self.seed:
+            carried = self._carry(autotuner, ident)
+            if carried is not None:
+                return carried
         if self.mode == "replay":
             wanted, source = self._where(ident)
             if wanted is not None:
@@ -157,6 +174,19 @@ class AutotunePin:
             return pruned[0]
         return None
 
+    def _carry(self, autotuner: Any, ident: Ident) -> Any | None:
+        """The seed's config for ``ident`` when it is still one of the kernel's, else None (then it is tuned)."""
+        wanted = self.seed[ident]
+        for config in autotuner.configs:
+            if config_to_dict(config) == wanted:
+                self.carried.add(ident)
+                self.log(f"[abbench] autotune: kernel={ident[0]} key={list(ident[1])} carried from "
+                         f"{self.seed_path}, not tuned: {wanted}")
+                return config
+        self.log(f"[abbench] autotune: kernel={ident[0]} key={list(ident[1])}: {self.seed_path} pins {wanted}, "
+                 "not in the kernel's config list any more: tuned here")
+        return None
+
     def note(self, autotuner: Any, key: TuningKey, config: Any) -> None:
         ident = _ident(autotuner, key)
         if self.mode == "record":
@@ -168,7 +198,10 @@ class AutotunePin:
         """Write what this cell recorded: the op's record, or its side's supplement (even empty: later cells then
         replay "no key of its own" rather than find no record)."""
         if self.mode == "record" and self.record_path is not None:
-            write_record(self.record_path, AutotuneRecord(self.recorded, recorded_by=self.cell))
+            carried = len(self.carried & self.recorded.keys())
+            write_record(self.record_path, AutotuneRecord(
+                self.recorded, recorded_by=self.cell, carried_from=str(self.seed_path) if carried else "",
+                carried=carried))
         if self.side_mode == "record" and self.side_path is not None:
             write_record(self.side_path, AutotuneRecord(self.side_recorded, self.side, self.cell))
 

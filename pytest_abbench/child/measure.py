@@ -122,7 +122,8 @@ def measure(config: CellConfig, load: CampaignLoad = load_cell_campaign) -> int:
         pin = AutotunePin(config.autotune_mode, config.autotune_file, log,
                           can_benchmark=lambda at: config.backend == "cuda" or at._do_bench is not None,
                           side_mode=config.autotune_side_mode, side_path=config.autotune_side_file,
-                          side=config.side, cell=f"r{config.round_no}-{config.role}")
+                          side=config.side, cell=f"r{config.round_no}-{config.role}",
+                          seed_path=config.autotune_seed_file)
     except AutotuneRecordError as exc:
         log(f"[abbench] {exc}")
         return EXIT_SETUP_ERROR

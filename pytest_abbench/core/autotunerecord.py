@@ -27,6 +27,8 @@ class AutotuneRecord:
     entries: dict[Ident, dict[str, Any]] = field(default_factory=dict)
     side: str | None = None
     recorded_by: str = ""  # the cell that wrote it, ``r1-B``; "" in records of earlier releases
+    carried_from: str = ""  # the earlier root's record round 1 side A took configs from (--ab-autotune-from)
+    carried: int = 0  # how many of the entries it took from there instead of tuning
 
     def to_json(self) -> dict[str, Any]:
         entries = [{"kernel": k, "key": list(key), "config": cfg} for (k, key), cfg in sorted(self.entries.items())]
@@ -35,6 +37,9 @@ class AutotuneRecord:
             data["side"] = self.side
         if self.recorded_by:
             data["recorded_by"] = self.recorded_by
+        if self.carried_from:
+            data["carried_from"] = self.carried_from
+            data["carried"] = self.carried
         return data
 
 
@@ -54,7 +59,10 @@ def read_record(path: Path) -> AutotuneRecord:
             raise entry.error("config", "an object (the chosen triton.Config)", config)
         entries[(kernel, tuple(key))] = config
     side = fields.text_or_none("side")
-    return AutotuneRecord(entries, side, fields.text("recorded_by", ""))
+    carried = fields.data.get("carried", 0)
+    if type(carried) is not int or not 0 <= carried <= len(entries):
+        raise fields.error("carried", f"a whole number from 0 to the {len(entries)} entries", carried)
+    return AutotuneRecord(entries, side, fields.text("recorded_by", ""), fields.text("carried_from", ""), carried)
 
 
 def write_record(path: Path, record: AutotuneRecord) -> None:

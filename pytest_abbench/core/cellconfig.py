@@ -104,6 +104,9 @@ class CellConfig:
                                metadata=_flag("--direct-warmup", int, help="do_bench warmup in ms"))
     autotune_mode: str = field(default="off", metadata=_flag("--autotune-mode", choices=AUTOTUNE_MODES))
     autotune_file: Path | None = field(default=None, metadata=_flag("--autotune-file", Path))
+    autotune_seed_file: Path | None = field(default=None, metadata=_flag(
+        "--autotune-seed-file", Path, help="an earlier root's record of the op (--ab-autotune-from): a recording "
+                                           "cell takes a key's config from it, untuned, where the kernel still has it"))
     autotune_side_mode: str | None = field(default=None, metadata=_flag(
         "--autotune-side-mode", choices=SIDE_RECORD_MODES,
         help="record or replay the side's supplement record: the keys the op's record lacks"))

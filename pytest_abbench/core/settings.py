@@ -253,6 +253,7 @@ class Settings:
     gate_first: bool = False
     worker_scratch: Path | None = None
     costs_from: Path | None = None  # --ab-costs-from: an earlier root whose cell times order the ops
+    autotune_from: Path | None = None  # --ab-autotune-from: an earlier root whose records round 1 side A carries
     import_timeout_s: float = DEFAULT_IMPORT_TIMEOUT_S  # --ab-import-timeout: a campaign import at collection that takes longer fails
     auto_min: int | None = None  # --ab-rounds auto: the first look (CampaignPlan.auto_min); None: fixed rounds
     rounds_budget_s: float | None = None  # --ab-rounds-budget: device seconds after which no op adds a round

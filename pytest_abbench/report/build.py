@@ -417,7 +417,9 @@ def autotune_pins_line(layout: RootLayout, op: str) -> str:
     parts = []
     main = autotunerecord.entry_count(layout.autotune_record(op))
     if main:
-        parts.append(f"{count(main, 'key')} pinned from A")
+        carried = autotunerecord.read_record(layout.autotune_record(op))
+        parts.append(f"{count(main, 'key')} pinned from A" + (
+            f" ({carried.carried} carried from {carried.carried_from}, not tuned)" if carried.carried else ""))
     for side in SIDES:
         path = layout.autotune_side_record(op, side)
         if not path.exists():

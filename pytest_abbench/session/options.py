@@ -73,6 +73,10 @@ def register(parser: pytest.Parser) -> None:
     add("--ab-costs-from", type=existing_root, default=None, metavar="ROOT",
         help="with -n: order the ops (most expensive first) by their cell times in ROOT, an earlier root of the "
              "campaign: round 1 as it took there, later rounds as there or none where its IR gate skipped them")
+    add("--ab-autotune-from", type=existing_root, default=None, metavar="ROOT",
+        help="round 1 side A takes each autotune key's config from the op's record in ROOT, an earlier root, "
+             "instead of tuning it (a key ROOT lacks, or a config the kernel no longer has, is tuned); every "
+             "later cell replays as always (a re-run on a warm cache then benchmarks none of the keys carried)")
     add("--ab-switch-env-a", type=env_assignment, action="append", default=[], metavar="KEY=VALUE",
         help="side A's environment replacing the campaign's env_a (repeatable); with --ab-switch-env, each side "
              "its own, e.g. PYTHONPATH=<checkout> per side: two source trees as the switch")
@@ -207,6 +211,10 @@ def resolve(config: pytest.Config) -> Settings:
         raise pytest.UsageError(f"--ab-resume: {str(opt.ab_resume)!r} is not a campaign root (no {STATUS_FILE} in it)")
     if opt.ab_costs_from and not hasattr(config, "workerinput"):
         check_costs_root(opt.ab_costs_from)
+    if opt.ab_autotune_from and not hasattr(config, "workerinput") and \
+            not (opt.ab_autotune_from / STATUS_FILE).is_file():
+        what = "does not exist" if not opt.ab_autotune_from.exists() else f"is not a campaign root (no {STATUS_FILE} in it)"
+        raise pytest.UsageError(f"--ab-autotune-from: {str(opt.ab_autotune_from)!r} {what}")
     if opt.ab_resume and opt.ab_root and Path(opt.ab_root).resolve() != opt.ab_resume:
         raise pytest.UsageError(f"--ab-root {opt.ab_root} and --ab-resume {opt.ab_resume} name different roots")
     if opt.ab_summary_md is not None and not hasattr(config, "workerinput"):
@@ -244,6 +252,7 @@ def resolve(config: pytest.Config) -> Settings:
         gpus=opt.ab_gpus,
         resume=opt.ab_resume,
         costs_from=opt.ab_costs_from,
+        autotune_from=opt.ab_autotune_from,
         switch_env_a=dict(opt.ab_switch_env_a) if opt.ab_switch_env_a else None,
         history=resolve_history(config),
         history_label=opt.ab_history_label,
