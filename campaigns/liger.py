@@ -36,6 +36,10 @@ BF16_TOL = {"atol": 2e-2, "rtol": 2e-2}
 # Imported once by each side's fork server, not in every cell: liger_kernel.ops imports every op module, and on
 # the H200 that took 6.6-10.3 s of each cell's first build (benchmarks/input_cost.py; the draws took milliseconds).
 SERVER_IMPORTS = ("liger_kernel.ops",) if SKIP is None else ()
+# liger_kernel.utils tries `import peft` at import, and peft imports transformers and scikit-learn: 12-16 s of every
+# interpreter on the H200 host where they are installed (benchmarks/server_import_probe.py), each side's fork
+# server included.  Only liger's Hugging Face model patching reads it; these ops never do.
+UNUSED_IMPORTS = ("peft",)
 
 
 def _bf16(seed: int, device: str, *size: int, scale: float = 1.0, shift: float = 0.0) -> Any:

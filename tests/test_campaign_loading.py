@@ -53,6 +53,28 @@ def test_server_imports_name_the_bad_value(tmp_path: Path, value: str, message: 
     assert str(raised.value).startswith(f"{path}: {message}"), raised.value
 
 
+@pytest.mark.parametrize("value, message", [
+    ('"peft"', "UNUSED_IMPORTS is str, not a tuple of module names (e.g. UNUSED_IMPORTS = (\"peft\",))"),
+    ('("peft", "-x")', "UNUSED_IMPORTS[1] is '-x', not a module name"),
+    ('("peft", "peft")', "UNUSED_IMPORTS names 'peft' twice"),
+])
+def test_unused_imports_name_the_bad_value(tmp_path: Path, value: str, message: str) -> None:
+    path = tmp_path / "c.py"
+    path.write_text(f"{CAMPAIGN}UNUSED_IMPORTS = {value}\n")
+    with pytest.raises(CampaignError) as raised:
+        load_campaign(path)
+    assert str(raised.value).startswith(f"{path}: {message}"), raised.value
+
+
+def test_unused_imports_go_first_marked_and_a_module_in_both_lists_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "c.py"
+    path.write_text(f"{CAMPAIGN}SERVER_IMPORTS = ('liger_kernel.ops',)\nUNUSED_IMPORTS = ['peft']\n")
+    assert load_campaign(path).server_imports == ("!peft", "liger_kernel.ops")
+    path.write_text(f"{CAMPAIGN}SERVER_IMPORTS = ('peft',)\nUNUSED_IMPORTS = ['peft']\n")
+    with pytest.raises(CampaignError, match="'peft' is in both SERVER_IMPORTS and UNUSED_IMPORTS"):
+        load_campaign(path)
+
+
 def test_server_imports_are_read_in_order(tmp_path: Path) -> None:
     path = tmp_path / "c.py"
     path.write_text(f"{CAMPAIGN}SERVER_IMPORTS = ['networkx', 'flag_gems.ops']\n")

@@ -396,6 +396,56 @@ def test_server_imports_are_paid_once_per_server_and_unsafe_ones_are_left_to_the
         "side-A-1.log", "side-A-3.log", "side-B-2.log", "side-B-4.log"]
 
 
+# UNUSED_IMPORTS: probes tries an optional dependency at import, as liger_kernel.utils tries peft; slowdep stands
+# for that dependency (peft pulls in transformers: 12-16 s per interpreter on the H200 host) and leaves a file when
+# it is imported.
+UNUSED_IMPORT_MODULES = {
+    "slowdep": "import os\nopen(os.path.join(os.environ['MARKER_DIR'], f'slowdep-{os.getpid()}'), 'w').close()\n",
+    "probes": "try:\n    import slowdep\n    FOUND = True\nexcept ImportError:\n    FOUND = False\n",
+}
+UNUSED_IMPORTS_CAMPAIGN = textwrap.dedent('''
+    import json, os
+    import torch
+    from pytest_abbench.campaign.model import Case, Op, Switch
+
+    SERVER_IMPORTS = ("probes",)
+    UNUSED_IMPORTS = ("slowdep",)
+
+    def build(shape, device):
+        import probes
+        with open(os.environ["SEEN_FILE"], "a") as handle:
+            handle.write(json.dumps({"found": probes.FOUND}) + "\\n")
+        x = torch.ones(4)
+        return Case(run=lambda: x * 2, expected=lambda: torch.full((4,), 2.0))
+
+    OPS = [Op("op", build=build, shapes={"smoke": [{"n": 4}]})]
+    SWITCH = Switch(env_b={"ABBENCH_TEST_SWITCH": "1"})
+''')
+
+
+@pytest.mark.parametrize("spawn", ["fork", "exec"])
+def test_an_unused_import_is_missing_in_every_cell_forked_or_not(
+        campaign_dir: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spawn: str) -> None:
+    campaign_dir.makepyfile(c=UNUSED_IMPORTS_CAMPAIGN, **UNUSED_IMPORT_MODULES)
+    monkeypatch.setenv("SEEN_FILE", str(tmp_path / "seen"))
+    monkeypatch.setenv("MARKER_DIR", str(tmp_path))
+    root = tmp_path / "root"
+    result = campaign_dir.runpytest_subprocess("c.py", "--ab-rounds", "1", "--ab-spawn", spawn,
+                                               "--ab-root", str(root), *FAST)
+    result.assert_outcomes(passed=2)
+    assert [json.loads(line) for line in (tmp_path / "seen").read_text().splitlines()] == [{"found": False}] * 2
+    assert not list(tmp_path.glob("slowdep-*")), "slowdep was imported somewhere"
+    for side in "AB":
+        identity = json.loads((root / f"r1_{side}" / "op" / IDENTITY_FILE).read_text())
+        assert identity["server_imports"].split()[0] == "!slowdep==missing", identity
+    # The same campaign without UNUSED_IMPORTS: probes finds slowdep (the test can tell).
+    campaign_dir.makepyfile(c=UNUSED_IMPORTS_CAMPAIGN.replace('UNUSED_IMPORTS = ("slowdep",)', ""))
+    (tmp_path / "seen").unlink()
+    campaign_dir.runpytest_subprocess("c.py", "--ab-rounds", "1", "--ab-spawn", spawn, "--ab-root",
+                                      str(tmp_path / "root2"), *FAST).assert_outcomes(passed=2)
+    assert [json.loads(line) for line in (tmp_path / "seen").read_text().splitlines()] == [{"found": True}] * 2
+
+
 def test_a_server_two_campaigns_share_after_a_refusal_is_kept_for_the_second(
         campaign_dir: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """c1 names inits_cuda, which each side's server refuses; c2 names nothing.  After the refusal both campaigns'

@@ -201,7 +201,8 @@ class Campaign:
     switch: Switch
     skip_timed: str | None = None  # SKIP_TIMED: why its ops cannot be timed here; compiling them still works
     import_threads: list[str] = field(default_factory=list)  # threads its import started, made daemons
-    # SERVER_IMPORTS: modules each side's fork server imports before it forks a cell (child/preload.py)
+    # SERVER_IMPORTS: modules each side's fork server imports before it forks a cell (child/preload.py), after
+    # UNUSED_IMPORTS as "!name": modules every process of the campaign finds missing
     server_imports: tuple[str, ...] = ()
     # How a file that is not a campaign became one (campaign/adapters.py), as the cells are told it; None: it is one.
     adapter: str | None = None
@@ -643,25 +644,31 @@ def load_campaign(path: str | Path, rootdir: Path | None = None, module_name: st
         if unknown:
             raise CampaignError(f"{path}: SWITCH.options_{side.lower()}: unknown option(s) {sorted(unknown)} "
                                 f"(use {', '.join(SIDE_OPTIONS)})")
+    imports = module_names(getattr(module, "SERVER_IMPORTS", ()), path, "SERVER_IMPORTS", "flag_gems")
+    unused = module_names(getattr(module, "UNUSED_IMPORTS", ()), path, "UNUSED_IMPORTS", "peft")
+    both = sorted(set(imports) & set(unused))
+    if both:
+        raise CampaignError(f"{path}: {both[0]!r} is in both SERVER_IMPORTS and UNUSED_IMPORTS")
     return Campaign(path, module, list(ops), switch, skip_timed or None, daemons,
-                    server_imports(getattr(module, "SERVER_IMPORTS", ()), path))
+                    tuple(KEPT_OUT + name for name in unused) + imports)
 
 
+KEPT_OUT = "!"  # "!name" in Campaign.server_imports: a module every process of the campaign finds missing
 _MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
-def server_imports(value: object, path: Path) -> tuple[str, ...]:
-    """A campaign's ``SERVER_IMPORTS``: a tuple or list of module names, each once."""
+def module_names(value: object, path: Path, attribute: str, example: str) -> tuple[str, ...]:
+    """A campaign's ``SERVER_IMPORTS`` or ``UNUSED_IMPORTS``: a tuple or list of module names, each once."""
     if not isinstance(value, (tuple, list)):
-        raise CampaignError(f"{path}: SERVER_IMPORTS is {type(value).__name__}, not a tuple of module names "
-                            "(e.g. SERVER_IMPORTS = (\"flag_gems\",))")
+        raise CampaignError(f"{path}: {attribute} is {type(value).__name__}, not a tuple of module names "
+                            f"(e.g. {attribute} = (\"{example}\",))")
     names: list[str] = []
     for i, name in enumerate(value):
         if not isinstance(name, str) or not _MODULE_NAME.match(name):
-            raise CampaignError(f"{path}: SERVER_IMPORTS[{i}] is {_short(name)!s}, not a module name "
-                                "(dotted Python identifiers, e.g. \"flag_gems\")")
+            raise CampaignError(f"{path}: {attribute}[{i}] is {_short(name)!s}, not a module name "
+                                f"(dotted Python identifiers, e.g. \"{example}\")")
         if name in names:
-            raise CampaignError(f"{path}: SERVER_IMPORTS names {name!r} twice")
+            raise CampaignError(f"{path}: {attribute} names {name!r} twice")
         names.append(name)
     return tuple(names)
 

@@ -28,7 +28,7 @@ from pytest_abbench.child.autotune_pin import AutotunePin, AutotuneRecordError, 
 from pytest_abbench.child.forking import fork_and_run
 from pytest_abbench.child.gpustate import GpuSampler, open_sampler
 from pytest_abbench.child.identity import build_identity, write_identity, write_side_record_hash
-from pytest_abbench.child.preload import import_in_cell
+from pytest_abbench.child.preload import import_in_cell, kept_out_only
 from pytest_abbench.child import standin_draws
 from pytest_abbench.child.ircapture import enter_compile_only, fingerprints_stages, install_capture, merge_ir
 from pytest_abbench.child.layout_shift import hold_pads, pad_sizes
@@ -335,6 +335,7 @@ def run_ir_only(config: CellConfig, load: CampaignLoad = load_cell_campaign) -> 
         _count_markers_into(out)
     enter_compile_only(config.ir_target)
     campaign = load(config, log, True)
+    kept_out_only(campaign.server_imports)  # forked from a server they are out already; exec'd, from here on
     op = campaign.op(config.op)
     hook = campaign.switch.setup(config.side)
     if hook is not None:

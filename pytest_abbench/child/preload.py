@@ -8,6 +8,11 @@ differs per cell (it would keep the server's, for every cell).  A cell
 did not, so a cell forked from a server, a cell of a refused module and an
 exec'd cell all start measuring with the same modules loaded; its identity
 names the version of each (``versions``).
+
+A campaign's ``UNUSED_IMPORTS`` travel in the same list as ``!name``
+(``KEPT_OUT``): the server, and a cell that was not forked from one, set
+``sys.modules[name] = None`` before any other of the list is imported, so a
+library's ``try: import name`` finds it missing (``keep_out``).
 """
 
 from __future__ import annotations
@@ -19,6 +24,25 @@ import os
 import sys
 from dataclasses import dataclass
 from typing import Iterator, Sequence
+
+from pytest_abbench.campaign.model import KEPT_OUT
+
+def keep_out(entry: str) -> str | None:
+    """For a ``!name`` entry: make ``import name`` fail in this process (None), or say why it cannot (imported
+    already).  Not called for other entries."""
+    name = entry[len(KEPT_OUT):]
+    if sys.modules.get(name, None) is not None:
+        return f"{name} was imported before it could be kept out"
+    sys.modules[name] = None  # type: ignore[assignment]  # import raises ModuleNotFoundError (an ImportError)
+    return None
+
+
+def kept_out_only(modules: Sequence[str]) -> None:
+    """Keep out the ``!name`` entries of ``modules`` and import nothing (a compile-only process)."""
+    for entry in modules:
+        if entry.startswith(KEPT_OUT):
+            keep_out(entry)
+
 
 # The modules this process's fork server imported before it forked this cell (empty: not forked from a server,
 # or the server imported none).  Set in the server; a forked cell inherits it.
@@ -77,6 +101,12 @@ def import_in_server(modules: Sequence[str], per_cell: Sequence[str]) -> Iterato
     imported already, so the server has to end (``per_cell``: the variables whose value differs per cell)."""
     os.environ.setdefault(NVML_CHECK_ENV, "1")
     for module in modules:
+        if module.startswith(KEPT_OUT):
+            why = keep_out(module)
+            if why is None:
+                IMPORTED_BY_SERVER.append(module)
+            yield module, why
+            continue
         _WatchedEnviron.looked_up = set()
         # A lookup of a variable the server does not have goes through __getitem__ (os.getenv, environ.get,
         # "in"); copying the environment reads only the variables it has, and the per-cell ones are not there.
@@ -117,7 +147,10 @@ def import_in_cell(modules: Sequence[str]) -> CellImports:
     """Import each module this cell's server did not (an ImportError is the cell's, as in the campaign's own
     import); their versions as loaded here."""
     for module in modules:
-        importlib.import_module(module)
+        if module.startswith(KEPT_OUT):
+            keep_out(module)  # imported already: its version says so below
+        else:
+            importlib.import_module(module)
     return CellImports(" ".join(f"{module}=={version_of(module)}" for module in modules),
                        " ".join(m for m in modules if m in IMPORTED_BY_SERVER))
 
@@ -130,7 +163,10 @@ def _distributions() -> dict[str, list[str]]:
 
 
 def version_of(module: str) -> str:
-    """The loaded module's version: its top package's ``__version__``, else its distribution's; "unknown"."""
+    """The loaded module's version: its top package's ``__version__``, else its distribution's; "unknown";
+    "missing" for a kept-out one that stayed out."""
+    if module.startswith(KEPT_OUT):
+        return "missing" if sys.modules.get(module[len(KEPT_OUT):], 0) is None else "imported"
     top = module.split(".", 1)[0]
     version = getattr(sys.modules.get(top), "__version__", None)
     if isinstance(version, str):
