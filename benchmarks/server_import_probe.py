@@ -2,6 +2,10 @@
 imports: torch, Triton, the cell modules, then the campaign's SERVER_IMPORTS under the NVML-based CUDA check).
 
     python3 benchmarks/server_import_probe.py liger_kernel.ops [--importtime-top N]
+    python3 benchmarks/server_import_probe.py '!peft' liger_kernel.ops    # peft kept out (UNUSED_IMPORTS)
+
+Then the two things a server does once it imported them: the scan of installed distributions for the modules'
+versions (``preload.version_of``), and one fork probe.
 
 Prints each step's seconds; with ``--importtime-top N``, runs the same imports again under ``python -X importtime``
 and prints the N modules with the largest cumulative import time.
@@ -33,8 +37,20 @@ def steps(modules: list[str]) -> None:
     import pytest_abbench.child.measure  # noqa: F401
     mark("import pytest_abbench.child.measure")
     for module in modules:
+        if module.startswith("!"):
+            sys.modules[module[1:]] = None  # type: ignore[assignment]
+            continue
         __import__(module)
         mark(f"import {module}")
+    import importlib.metadata
+
+    importlib.metadata.packages_distributions()
+    mark("scan of installed distributions")
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    mark("one fork probe")
 
 
 def main() -> int:
@@ -50,7 +66,8 @@ def main() -> int:
         print(f"--- run {run} (a fresh interpreter)", flush=True)
         subprocess.run([sys.executable, __file__, "--one", *args.modules], check=False)
     if args.importtime_top:
-        code = "import torch, triton, pytest_abbench.child.measure\n" + "".join(f"import {m}\n" for m in args.modules)
+        code = "import sys, torch, triton, pytest_abbench.child.measure\n" + "".join(
+            f"sys.modules[{m[1:]!r}] = None\n" if m.startswith("!") else f"import {m}\n" for m in args.modules)
         done = subprocess.run([sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True,
                               env={**os.environ, "PYTORCH_NVML_BASED_CUDA_CHECK": "1"})
         rows = []

@@ -334,10 +334,14 @@ class CellRunner:
             for name in (KERNEL_COUNTS_FILE, SHARES_FILE):
                 (job.log.parent / name).unlink(missing_ok=True)
         self._start_planned_servers()
+        ready = time.monotonic() - started  # building a forked job waited for its side's server to import
         results = precompile.run_groups(groups, parallel, s.budget.precompile_s, self.check)
         seconds = time.monotonic() - started
         ops = list(groups)
         with open(log_path, "a", encoding="utf-8") as log:
+            log.write(f"[abbench] precompile: {seconds:.1f}s, of which {ready:.1f}s before its jobs could start (a "
+                      f"side's fork server imports torch, Triton and the campaign's SERVER_IMPORTS first) and "
+                      f"{seconds - ready:.1f}s compiling\n")
             log.write(results[key.op].line(key.op) + "\n")
             if len(ops) > 1:
                 log.write(f"[abbench] pooled with the precompile of {len(ops) - 1} op(s) whose round 1 comes later "
