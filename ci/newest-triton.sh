@@ -12,6 +12,7 @@ TESTS=(
   tests/test_ir_triage.py     # compile at the GPU's level, MLIR_ENABLE_DUMP per-pass lists
   tests/test_irgate.py        # the compile-only driver for cuda:90, stage fingerprints
   tests/test_harness.py       # Autotuner.run pin (record/replay), identities, every campaign in the interpreter
+  tests/test_autotune_pin.py  # Autotuner._bench and nargs: a kernel's candidates compiled in several processes
   tests/test_two_tritons.py   # skips on any Triton but 3.6.0, saying so
   tests/test_perf_report.py   # triton.testing's do_bench signatures, Mark and Benchmark, the active driver
 )

@@ -82,3 +82,60 @@ def test_a_carried_config_the_kernel_still_has_is_taken_untuned_and_one_it_lost_
     (tmp_path / "bad.json").write_text('{"schema": 1, "entries": [], "carried": 3}')
     with pytest.raises(AutotuneRecordError, match=r"bad.json.*carried"):
         AutotunePin("record", tmp_path / "op.json", lines.append, lambda _: True, seed_path=tmp_path / "bad.json")
+
+
+# An autotuned kernel of four candidates, compiled for cuda:90 by the real compile-only child (no GPU needed).
+TUNED_CAMPAIGN = '''
+import triton
+import triton.language as tl
+from pytest_abbench import Case, Op, Switch
+
+@triton.autotune(configs=[triton.Config({"BLOCK": b}) for b in (16, 32, 64, 128)], key=["n"])
+@triton.jit
+def add_one(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1, mask=offs < n)
+
+def build(shape, device):
+    import torch
+    x = torch.arange(shape["n"], dtype=torch.float32, device=device)
+    y = torch.empty_like(x)
+    return Case(run=lambda: add_one[lambda m: (triton.cdiv(shape["n"], m["BLOCK"]),)](x, y, shape["n"]))
+
+OPS = [Op("addone", build=build, shapes={"smoke": [{"n": 40}]})]
+SWITCH = Switch(env_b={"DISABLE_MMA_V3": "1"})
+'''
+
+
+def _compile_all(folder: Path, candidate_procs: int) -> tuple[str, set[str], dict[str, int]]:
+    """The compile-only child in compile-all mode: its output, its TTGIR variants, its kernel counts."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from pytest_abbench.core.cellconfig import CHILD_MODULE, CellConfig
+
+    folder.mkdir(parents=True)
+    (folder / "tuned.py").write_text(TUNED_CAMPAIGN)
+    config = CellConfig(campaign=folder / "tuned.py", op="addone", round_no=1, side="A", role="A",
+                        out=folder / "cell", backend="interpreter", timer="wall", level="smoke", ir_target="cuda:90",
+                        ir_only=True, autotune_mode="compile-all", candidate_procs=candidate_procs)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(TRITON_CACHE_DIR=str(folder / "triton-cache"), ABBENCH_PASS_DUMP="0")
+    done = subprocess.run([sys.executable, "-m", CHILD_MODULE, *config.to_argv()], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    counts = json.loads((folder / "cell" / "kernel_counts.json").read_text())
+    return done.stdout + done.stderr, {p.name for p in (folder / "cell" / "ir").rglob("*.ttgir")}, counts
+
+
+def test_compile_all_shares_a_kernels_candidates_between_processes_and_counts_them_as_compiled(
+        tmp_path: Path) -> None:
+    shared_log, shared_ir, shared_counts = _compile_all(tmp_path / "shared", candidate_procs=3)
+    alone_log, alone_ir, alone_counts = _compile_all(tmp_path / "alone", candidate_procs=1)
+    assert "add_one: 4 candidates compiled in 3 processes side by side" in shared_log, shared_log
+    assert "side by side" not in alone_log
+    assert len(shared_ir) == 4 and shared_ir == alone_ir  # every candidate, the same variants either way
+    assert {k: shared_counts[k] for k in ("loaded", "compiled")} == {"loaded": 0, "compiled": 4} == \
+        {k: alone_counts[k] for k in ("loaded", "compiled")}

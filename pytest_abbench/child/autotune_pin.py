@@ -13,7 +13,10 @@ cell child only.
 
 from __future__ import annotations
 
+import os
+import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any, Callable
 
@@ -98,6 +101,7 @@ class AutotunePin:
         self.recorded: dict[Ident, dict[str, Any]] = {}
         self.side_recorded: dict[Ident, dict[str, Any]] = {}  # the supplement: read (replay) or written (record)
         self.fallback_keys: set[Ident] = set()
+        self.candidate_procs = 1  # compile-all: processes that compile a kernel's candidates side by side
         self.bench_calls = 0
         self.bench_s = 0.0  # wall time inside the autotuner's benchmarking (candidate compiles included)
         # An earlier root's record of the op (--ab-autotune-from): a recording cell takes its configs untuned.
@@ -224,6 +228,77 @@ def bench_by_compiling(autotuner: Any) -> None:
     autotuner.__dict__["do_bench"] = _compile_once  # Triton caches do_bench on the instance
 
 
+def compile_candidates_aside(autotuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any], configs: list[Any],
+                             processes: int) -> tuple[int, str]:
+    """Compile ``configs`` of ``autotuner`` in ``processes`` processes: this one and forks of it, each a slice, into
+    Triton's cache, so the autotuner's own pass over them afterwards loads them (compile-only processes).
+
+    Returns how many kernels the forks compiled (this process then counts them as loaded) and a line for the log.
+    A fork that fails costs nothing but time: the autotuner's pass compiles whatever it left.
+    """
+    slices = [configs[i::processes] for i in range(processes)]
+    readers: list[tuple[int, int]] = []
+    sys.stdout.flush()
+    sys.stderr.flush()
+    for part in slices[1:]:
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the fork: compile its slice, say how many it compiled, leave
+            code = 1
+            try:
+                os.close(read_end)
+                from triton import knobs
+                listener = knobs.compilation.listener
+                before = getattr(listener, "compiled", 0)
+                _compile_slice(autotuner, args, kwargs, part)
+                os.write(write_end, str(getattr(listener, "compiled", 0) - before).encode())
+                code = 0
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)  # not the parent's exit handlers: they are the parent's to run
+        os.close(write_end)
+        readers.append((pid, read_end))
+    started = time.perf_counter()
+    _compile_slice(autotuner, args, kwargs, slices[0])
+    compiled, failed = 0, 0
+    for pid, read_end in readers:
+        with os.fdopen(read_end, "rb") as pipe:
+            said = pipe.read().decode()
+        _, status = os.waitpid(pid, 0)
+        if status == 0 and said.isdigit():
+            compiled += int(said)
+        else:
+            failed += 1
+    line = (f"[abbench] autotune: kernel={kernel_name(autotuner)}: {len(configs)} candidates compiled in "
+            f"{processes} processes side by side in {time.perf_counter() - started:.1f}s"
+            + (f" ({failed} fork(s) failed: this process compiles what they left)" if failed else ""))
+    return compiled, line
+
+
+def _compile_slice(autotuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any], configs: list[Any]) -> None:
+    """Each config of ``configs`` compiled once, as the autotuner's benchmark would (compile-only: nothing runs)."""
+    bench_by_compiling(autotuner)
+    autotuner.nargs = dict(zip(autotuner.arg_names, args))
+    try:
+        for config in configs:
+            autotuner._bench(*args, config=config, **kwargs)
+    finally:
+        autotuner.nargs = None
+
+
+def _count_as_compiled(moved: int) -> None:
+    """Kernels a fork compiled that this process then loaded from the cache: this process's counter (the
+    compilation listener, ``child/compilecount.py``) counts them as compiled, not loaded."""
+    from triton import knobs
+
+    listener = getattr(getattr(knobs, "compilation", None), "listener", None)
+    if moved and listener is not None and hasattr(listener, "moved_to_compiled"):
+        listener.moved_to_compiled(moved)
+
+
 def benchmarking() -> bool:
     return _BENCHMARKING[0] > 0
 
@@ -255,11 +330,18 @@ def install(pin: AutotunePin) -> None:
             key = tuning_key(self, args, kwargs)
             if key not in self.cache:
                 self.nargs = dict(zip(self.arg_names, args))
-                chosen = pin.choose(self, key, self.prune_configs(kwargs))
+                pruned = self.prune_configs(kwargs)
+                chosen = pin.choose(self, key, pruned)
                 self.nargs = None
+                moved = 0
+                if pin.mode == "compile-all" and pin.candidate_procs > 1 and len(pruned) > 1:
+                    moved, line = compile_candidates_aside(self, args, kwargs, pruned,
+                                                           min(pin.candidate_procs, len(pruned)))
+                    pin.log(line)
                 if chosen is not None:
                     self.cache[key] = chosen
                 result = original_run(self, *args, **kwargs)
+                _count_as_compiled(moved)  # after the autotuner's pass loaded them from the cache
                 pin.note(self, key, self.cache[key])
                 return result
         # Every later call costs the same in record and replay cells: a direct timer

@@ -45,6 +45,11 @@ class CompileCounter:
         self.available = True
         return self
 
+    def moved_to_compiled(self, n: int) -> None:
+        """``n`` kernels a fork of this process compiled, which this process then loaded from the cache."""
+        self.compiled += n
+        self.loaded = max(0, self.loaded - n)
+
     def counts(self) -> KernelCounts:
         return KernelCounts(loaded=self.loaded, compiled=self.compiled)
 

@@ -347,6 +347,7 @@ def run_ir_only(config: CellConfig, load: CampaignLoad = load_cell_campaign) -> 
     side_mode = "replay" if mode == "replay" and side_file is not None and side_file.exists() else None
     pin = AutotunePin(mode, record, log, can_benchmark=lambda _: False, side_mode=side_mode, side_path=side_file,
                       side=config.side)
+    pin.candidate_procs = config.candidate_procs if mode == "compile-all" else 1
     install(pin)
     counter = CompileCounter().install()
     written = install_capture(out / IR_DIR, fingerprints_stages(config.round_no))

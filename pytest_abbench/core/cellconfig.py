@@ -134,6 +134,9 @@ class CellConfig:
         "--shard", help="I/N: only the shapes whose index is I modulo N (a parallel precompile's share)"))
     shares: int = field(default=1, metadata=_flag(
         "--shares", int, help="--ir-only: fork this many processes, each compiling share I/N of the shapes"))
+    candidate_procs: int = field(default=1, metadata=_flag(
+        "--candidate-procs", int, help="--autotune-mode compile-all: compile an autotuned kernel's candidates in "
+                                       "this many processes side by side (this one and forks of it)"))
     spawn: str = field(default="exec", metadata=_flag(
         "--spawn", choices=SPAWN_METHODS, help="how the plugin started this process (identity axis spawn)"))
     regime: str = field(default=DEFAULT_REGIME, metadata=_flag(
