@@ -76,7 +76,7 @@ def test_a_carried_config_the_kernel_still_has_is_taken_untuned_and_one_it_lost_
         pin.note(kernel, key, kernel.configs[1])  # type: ignore[attr-defined]  # tuning (or the carry) chose
         pin.save()
         assert read_record(tmp_path / "op.json").carried == carried
-    assert "carried from" in lines[1] and "not in the kernel's config list any more: tuned here" in lines[3]
+    assert "carried from" in lines[1] and "not among the kernel's configs (after pruning) here: tuned here" in lines[3]
     pin = AutotunePin("record", tmp_path / "op.json", lines.append, lambda _: True, seed_path=tmp_path / "none.json")
     assert "nothing to carry" in lines[-1] and pin.seed == {}
     (tmp_path / "bad.json").write_text('{"schema": 1, "entries": [], "carried": 3}')

@@ -309,6 +309,11 @@ def test_round_1_side_a_carries_an_earlier_roots_configs_instead_of_tuning(pytes
     assert json.loads((root / "r1_A" / "addone" / "cell_timing.json").read_text())["autotune_bench_calls"] == 0
     assert f"autotune: 1 key pinned from A (1 carried from {record_path}, not tuned)" in \
         (root / "report.md").read_text()
+    record["carried"] = 7  # more keys carried than the record has: refused before any cell, naming the file
+    record_path.write_text(json.dumps(record))
+    corrupt = _run_cells(pytester, tmp_path / "fourth", "--ab-autotune-from", str(earlier))
+    assert corrupt.ret == pytest.ExitCode.USAGE_ERROR
+    assert f"--ab-autotune-from: {record_path}" in corrupt.stderr.str() and "carried" in corrupt.stderr.str()
     missing = _run_cells(pytester, tmp_path / "third", "--ab-autotune-from", str(tmp_path / "nowhere"))
     assert missing.ret == pytest.ExitCode.USAGE_ERROR
     assert f"--ab-autotune-from: '{tmp_path / 'nowhere'}' does not exist" in missing.stderr.str()

@@ -646,9 +646,10 @@ def load_campaign(path: str | Path, rootdir: Path | None = None, module_name: st
                                 f"(use {', '.join(SIDE_OPTIONS)})")
     imports = module_names(getattr(module, "SERVER_IMPORTS", ()), path, "SERVER_IMPORTS", "flag_gems")
     unused = module_names(getattr(module, "UNUSED_IMPORTS", ()), path, "UNUSED_IMPORTS", "peft")
-    both = sorted(set(imports) & set(unused))
-    if both:
-        raise CampaignError(f"{path}: {both[0]!r} is in both SERVER_IMPORTS and UNUSED_IMPORTS")
+    for name in unused:  # a module kept out takes its submodules with it, and a package its kept-out parent
+        clash = next((m for m in imports if m == name or m.startswith(name + ".") or name.startswith(m + ".")), None)
+        if clash is not None:
+            raise CampaignError(f"{path}: UNUSED_IMPORTS keeps {name!r} out, and SERVER_IMPORTS imports {clash!r}")
     return Campaign(path, module, list(ops), switch, skip_timed or None, daemons,
                     tuple(KEPT_OUT + name for name in unused) + imports)
 

@@ -150,7 +150,7 @@ class AutotunePin:
             return None
         ident = _ident(autotuner, key)
         if self.mode == "record" and ident in self.seed:
-            carried = self._carry(autotuner, ident)
+            carried = self._carry(autotuner, ident, pruned)
             if carried is not None:
                 return carried
         if self.mode == "replay":
@@ -178,17 +178,18 @@ class AutotunePin:
             return pruned[0]
         return None
 
-    def _carry(self, autotuner: Any, ident: Ident) -> Any | None:
-        """The seed's config for ``ident`` when it is still one of the kernel's, else None (then it is tuned)."""
+    def _carry(self, autotuner: Any, ident: Ident, pruned: list[Any]) -> Any | None:
+        """The seed's config for ``ident`` when it is still one the kernel would try here (its configs after this
+        device's pruning), else None: then it is tuned."""
         wanted = self.seed[ident]
-        for config in autotuner.configs:
+        for config in pruned:
             if config_to_dict(config) == wanted:
                 self.carried.add(ident)
                 self.log(f"[abbench] autotune: kernel={ident[0]} key={list(ident[1])} carried from "
                          f"{self.seed_path}, not tuned: {wanted}")
                 return config
         self.log(f"[abbench] autotune: kernel={ident[0]} key={list(ident[1])}: {self.seed_path} pins {wanted}, "
-                 "not in the kernel's config list any more: tuned here")
+                 "not among the kernel's configs (after pruning) here: tuned here")
         return None
 
     def note(self, autotuner: Any, key: TuningKey, config: Any) -> None:
@@ -262,16 +263,18 @@ def compile_candidates_aside(autotuner: Any, args: tuple[Any, ...], kwargs: dict
         os.close(write_end)
         readers.append((pid, read_end))
     started = time.perf_counter()
-    _compile_slice(autotuner, args, kwargs, slices[0])
     compiled, failed = 0, 0
-    for pid, read_end in readers:
-        with os.fdopen(read_end, "rb") as pipe:
-            said = pipe.read().decode()
-        _, status = os.waitpid(pid, 0)
-        if status == 0 and said.isdigit():
-            compiled += int(said)
-        else:
-            failed += 1
+    try:
+        _compile_slice(autotuner, args, kwargs, slices[0])
+    finally:  # the forks are waited for whatever happened here
+        for pid, read_end in readers:
+            with os.fdopen(read_end, "rb") as pipe:
+                said = pipe.read().decode()
+            _, status = os.waitpid(pid, 0)
+            if status == 0 and said.isdigit():
+                compiled += int(said)
+            else:
+                failed += 1
     line = (f"[abbench] autotune: kernel={kernel_name(autotuner)}: {len(configs)} candidates compiled in "
             f"{processes} processes side by side in {time.perf_counter() - started:.1f}s"
             + (f" ({failed} fork(s) failed: this process compiles what they left)" if failed else ""))

@@ -28,6 +28,7 @@ from pytest_abbench.campaign.model import SIDES, Campaign, Case, Shape
 from pytest_abbench.child.autotune_pin import AutotunePin, AutotuneRecordError, install
 from pytest_abbench.child.gpustate import GpuSampler, open_sampler
 from pytest_abbench.child.measure import EXIT_SETUP_ERROR
+from pytest_abbench.child.preload import kept_out_only
 from pytest_abbench.child.regime import Pace, settle, wait_for_boost
 from pytest_abbench.child.timers import CapturePoisoned, Timed, Windows, prepare_with_fallback
 from pytest_abbench.core import regimes
@@ -228,6 +229,7 @@ def main(argv: Sequence[str]) -> int:
     import torch  # noqa: F401  (import cost belongs to start-up)
 
     campaigns = load_sides(spec)
+    kept_out_only(campaigns["A"].server_imports)  # as in the cells: before any build imports the op's library
     try:
         pin = AutotunePin("replay", Path(spec.autotune_record) if spec.autotune_record else None, log,
                           can_benchmark=lambda at: spec.backend == "cuda" or at._do_bench is not None,

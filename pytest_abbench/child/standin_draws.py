@@ -18,6 +18,7 @@ Cells that time anything never install this.
 from __future__ import annotations
 
 import contextlib
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
@@ -74,6 +75,7 @@ def _tiled(block: Any, size: Sequence[int]) -> Any:
 def _stand_in(draw: Callable[..., Any], ints_are_size: bool) -> Callable[..., Any]:
     """``draw`` (a torch factory), made to tile a large CPU draw from one ``BLOCK``-value draw of its own."""
 
+    @functools.wraps(draw)
     def stood_in(*args: Any, **kwargs: Any) -> Any:
         if _PASSED_TO_TORCH & kwargs.keys():
             return draw(*args, **kwargs)
@@ -95,7 +97,6 @@ def _stand_in(draw: Callable[..., Any], ints_are_size: bool) -> Callable[..., An
         COUNT.values += numel
         return out.requires_grad_(bool(kwargs.get("requires_grad", False)))
 
-    stood_in.__wrapped__ = draw  # type: ignore[attr-defined]
     return stood_in
 
 

@@ -415,11 +415,13 @@ def autotune_pins_line(layout: RootLayout, op: str) -> str:
     """Which autotune keys the op's cells pinned from which side, e.g. ``autotune: 3 keys pinned from A, 1 key only
     side B has, pinned from r1-B``; "" when no key was pinned."""
     parts = []
-    main = autotunerecord.entry_count(layout.autotune_record(op))
-    if main:
-        carried = autotunerecord.read_record(layout.autotune_record(op))
-        parts.append(f"{count(main, 'key')} pinned from A" + (
-            f" ({carried.carried} carried from {carried.carried_from}, not tuned)" if carried.carried else ""))
+    try:
+        main: autotunerecord.AutotuneRecord | None = autotunerecord.read_record(layout.autotune_record(op))
+    except (OSError, ValueError):  # missing (no cell recorded) or unreadable: the caliber check names the file
+        main = None
+    if main is not None and main.entries:
+        parts.append(f"{count(len(main.entries), 'key')} pinned from A" + (
+            f" ({main.carried} carried from {main.carried_from}, not tuned)" if main.carried else ""))
     for side in SIDES:
         path = layout.autotune_side_record(op, side)
         if not path.exists():

@@ -18,7 +18,9 @@ import pytest
 
 from pytest_abbench.core import cellconfig, envnames
 from pytest_abbench.core.kernelcache import OFF, kernel_cache_option, kernel_file_option
-from pytest_abbench.core.layout import ABBENCH_DIR, HISTORY_FILE, STATUS_FILE
+from pytest_abbench.core.autotunerecord import read_record
+from pytest_abbench.core.fileio import CorruptFileError
+from pytest_abbench.core.layout import ABBENCH_DIR, AUTOTUNE_DIR, HISTORY_FILE, STATUS_FILE
 from pytest_abbench.core.regimes import BOTH, BURST, DEFAULT_REGIME, REGIME_CHOICES, STEADY
 from pytest_abbench.core.settings import (AUTO_FIRST, AUTO_LAST, CUDA_SAMPLES, DEFAULT_CELL_TIMEOUT_S,
                                           DEFAULT_IMPORT_TIMEOUT_S, DEFAULT_ROUNDS, HISTORY_OFF, MAX_ROUNDS, Settings,
@@ -215,6 +217,8 @@ def resolve(config: pytest.Config) -> Settings:
             not (opt.ab_autotune_from / STATUS_FILE).is_file():
         what = "does not exist" if not opt.ab_autotune_from.exists() else f"is not a campaign root (no {STATUS_FILE} in it)"
         raise pytest.UsageError(f"--ab-autotune-from: {str(opt.ab_autotune_from)!r} {what}")
+    if opt.ab_autotune_from and not hasattr(config, "workerinput"):
+        check_autotune_records(opt.ab_autotune_from)
     if opt.ab_resume and opt.ab_root and Path(opt.ab_root).resolve() != opt.ab_resume:
         raise pytest.UsageError(f"--ab-root {opt.ab_root} and --ab-resume {opt.ab_resume} name different roots")
     if opt.ab_summary_md is not None and not hasattr(config, "workerinput"):
@@ -316,6 +320,16 @@ def resolve_history(config: pytest.Config) -> Path | None:
     value, _ = _from_env_or_ini(config, config.option.ab_history, envnames.ABBENCH_HISTORY, "ab_history",
                                 history_file, None)
     return history_path(value, config.rootpath)
+
+
+def check_autotune_records(root: Path) -> None:
+    """Every op record in ``root`` reads (round 1 side A would stop at a bad one, after its precompile): a usage
+    error naming the file and the field."""
+    for record in sorted((root / AUTOTUNE_DIR).glob("*.json")):
+        try:
+            read_record(record)
+        except (CorruptFileError, ValueError, OSError) as exc:
+            raise pytest.UsageError(f"--ab-autotune-from: {exc}") from None
 
 
 def check_costs_root(path: Path) -> None:

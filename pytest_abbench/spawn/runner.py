@@ -51,6 +51,9 @@ class CellRun:
     kernel_cache: Path | None = None  # the side's Triton cache folder (origin.json keeps it: abbench kernels export)
 
 
+MAX_CANDIDATE_PROCS = 4  # forks of a precompile share that compile one kernel's autotune candidates
+
+
 class CellRunner:
     """Starts cell children for one session: settings, root layout and this worker's GPU are fixed."""
 
@@ -339,9 +342,10 @@ class CellRunner:
         seconds = time.monotonic() - started
         ops = list(groups)
         with open(log_path, "a", encoding="utf-8") as log:
-            log.write(f"[abbench] precompile: {seconds:.1f}s, of which {ready:.1f}s before its jobs could start (a "
-                      f"side's fork server imports torch, Triton and the campaign's SERVER_IMPORTS first) and "
-                      f"{seconds - ready:.1f}s compiling\n")
+            forked = any(job.server is not None for jobs in groups.values() for job in jobs)
+            log.write(f"[abbench] precompile: {seconds:.1f}s, of which {ready:.1f}s before its jobs could start"
+                      + (" (a side's fork server imports torch, Triton and the campaign's SERVER_IMPORTS first)"
+                         if forked else "") + f" and {seconds - ready:.1f}s compiling\n")
             log.write(results[key.op].line(key.op) + "\n")
             if len(ops) > 1:
                 log.write(f"[abbench] pooled with the precompile of {len(ops) - 1} op(s) whose round 1 comes later "
@@ -395,9 +399,12 @@ class CellRunner:
             n = precompile.shares(len(campaign.op(op).shapes_for(config.level)), parallel)
             # What the shares leave of this op's part of the cores compiles a kernel's autotune candidates side by
             # side: on the H200 host one share compiled its shape's 32 candidates one after another in 26.6 s.
+            # The pool does not count these forks (most ops have no autotuned kernel, and it cannot know which
+            # before compiling), so at most MAX_CANDIDATE_PROCS: where several ops' shares meet autotuned kernels
+            # at once, up to that many times the cores compile, each fork sharing its parent's memory until it writes.
             compile_all = replace(config, ir_only=True, ir_target=target, ir_level=None,
                                   autotune_mode="compile-all", autotune_side_mode=None,
-                                  candidate_procs=max(1, parallel // (len(SIDES) * n)))
+                                  candidate_procs=max(1, min(MAX_CANDIDATE_PROCS, parallel // (len(SIDES) * n))))
             if self.settings.backend != "cuda":  # the cells run in the interpreter; this compiles without it, for the gate
                 out = self.layout.precompile(op) / side
                 env = precompile.env_for(self.env(campaign, side_key, out))
