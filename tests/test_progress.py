@@ -193,3 +193,16 @@ def test_the_time_line_says_what_a_warm_rerun_would_spare() -> None:
     assert "; a warm re-run compiles none of these 84: about 14.5 s less compile" in line, line
     spent["kernels"] = {"A": {"loaded": 98, "compiled": 0}, "B": {"loaded": 67, "compiled": 0}}
     assert "warm re-run" not in cost.describe(spent)  # a warm run: nothing left to spare
+
+
+def test_the_precompiles_wait_for_its_jobs_to_start_is_start_up_and_the_rest_compile() -> None:
+    """The sides' fork servers import before the precompile's jobs can start: every session pays that once,
+    compiling or not, so the time line counts it as start-up (runner.precompile's split)."""
+    timing = {"startup_s": 0.2, "first_call_s": 0.5, "timing_s": 5.0, "precompile_s": 16.3,
+              "precompile_wait_s": 11.6}
+    parts = cost.cell_parts(timing, elapsed_s=22.0, status="ok")
+    assert parts is not None
+    assert parts["startup_s"] == pytest.approx(11.8) and parts["compile_s"] == pytest.approx(0.5 + 4.7)
+    assert sum(parts.values()) == pytest.approx(22.0)
+    older = cost.cell_parts({k: v for k, v in timing.items() if k != "precompile_wait_s"}, 22.0, "ok")
+    assert older is not None and older["compile_s"] == pytest.approx(16.8)  # a root written before the split

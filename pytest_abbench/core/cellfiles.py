@@ -46,6 +46,7 @@ class CellTiming(TypedDict, total=False):
     total_s: float  # the child's own time, to its last stamp
     spawned_at: float  # the parent's spawn stamp (time.time())
     precompile_s: float  # added by the parent: the op's parallel compile before round 1
+    precompile_wait_s: float  # added by the parent: the part of precompile_s before its jobs could start
     kernels_loaded: int  # kernels this cell's processes (its IR capture included) loaded from Triton's cache
     kernels_compiled: int  # and those they compiled
     precompile_kernels: dict[str, dict[str, int]]  # added by the parent: the precompile's counts, by side

@@ -53,8 +53,13 @@ def cell_parts(timing: Mapping[str, Any], elapsed_s: float, status: str) -> dict
     # first_call_s is the first call of every shape: compilation, plus the autotuner's benchmarking.
     # precompile_s: the parallel compile before the op's round 1 (runner.precompile), in this cell's time;
     # ir_capture_s: an interpreter cell compiling its kernels again for the IR target (capture_ir_on_cpu).
+    # Of precompile_s, precompile_wait_s went before any of its jobs could start: the sides' fork servers
+    # importing torch, Triton and SERVER_IMPORTS, which every session pays once, compiling or not: start-up.
+    precompile_s = float(timing.get("precompile_s") or 0.0)
+    waited = min(precompile_s, float(timing.get("precompile_wait_s") or 0.0))
+    parts["startup_s"] += waited
     parts["compile_s"] = max(0.0, float(timing.get("first_call_s") or 0.0) - parts["autotune_s"]) \
-        + float(timing.get("precompile_s") or 0.0) + float(timing.get("ir_capture_s") or 0.0)
+        + precompile_s - waited + float(timing.get("ir_capture_s") or 0.0)
     # The child's clock starts when the parent stamps the spawn, a moment before the parent's own clock, and
     # exit_s ends a moment after it: what the parts hold beyond the cell's time comes off the exit.
     excess = sum(parts.values()) - elapsed_s

@@ -70,6 +70,7 @@ class CellRunner:
         self._sources: dict[Path, str] = {}  # campaign file -> source hash, read once per session
         self.precompiled: set[str] = set()
         self.precompile_seconds: dict[str, float] = {}  # op -> its precompile's seconds, until its cell counts them
+        self.precompile_wait: dict[str, float] = {}  # op -> the part of those seconds before its jobs could start
         self.precompile_ir: dict[str, tuple[Path, Path]] = {}  # op -> each side's IR from a precompile that all ran
         self.precompiled_kernels: dict[str, dict[str, KernelCounts]] = {}  # op -> its precompile's counts by side
         self.precompiled_ahead: dict[str, str] = {}  # op compiled in an earlier op's pool -> its first cell's log line
@@ -366,14 +367,16 @@ class CellRunner:
                 self.precompile_ir[op] = (sides[0], sides[1])
         self.precompiled_kernels[key.op] = kernels
         self.precompile_seconds[key.op] = seconds
+        self.precompile_wait[key.op] = ready
 
     def carry_precompile(self, op: str, cell_dir: Path) -> float:
         """For a cell that runs no child (skipped by the gate the precompile decided): write the op's precompile
         seconds and kernel counts as the cell's timing, so the time line counts both; returns the seconds."""
         seconds = self.precompile_seconds.pop(op, 0.0)
         kernels = self.precompiled_kernels.pop(op, {})
+        waited = self.precompile_wait.pop(op, 0.0)
         if seconds:
-            timing: CellTiming = {"precompile_s": seconds,
+            timing: CellTiming = {"precompile_s": seconds, "precompile_wait_s": waited,
                                   "precompile_kernels": {side: {"loaded": n["loaded"], "compiled": n["compiled"]}
                                                          for side, n in kernels.items()}}
             write_timing(cell_dir / TIMING_FILE, timing)
@@ -463,7 +466,8 @@ class CellRunner:
         if precompile_s:
             child = ChildResult(child.rc, child.elapsed_s + precompile_s)
         add_parent_timing(cell_dir, precompile_s, ended, child.elapsed_s,
-                          self.precompiled_kernels.pop(key.op, {}) if precompile_s else {})
+                          self.precompiled_kernels.pop(key.op, {}) if precompile_s else {},
+                          self.precompile_wait.pop(key.op, 0.0))
         if per_cell_tuner and records_tuning:
             tunercache.keep_record(cell_dir / tunercache.CELL_CACHE_DIR, self.layout.root, key.op)
         if per_cell_tuner and side_mode == "record":
@@ -499,14 +503,16 @@ class CellRunner:
 
 
 def add_parent_timing(cell_dir: Path, precompile_s: float, ended: float, elapsed_s: float,
-                      precompile_kernels: Mapping[str, KernelCounts] | None = None) -> None:
+                      precompile_kernels: Mapping[str, KernelCounts] | None = None,
+                      precompile_wait_s: float = 0.0) -> None:
     """Add the parts only the parent sees to the cell's cell_timing.json, if the child wrote one.
 
     ``precompile_s``: the parallel compile before the op's round 1 (0 for other cells).  ``exit_s``: from the
     child's last stamp to the parent seeing it end (``ended``, the parent's ``time.time()``): the process's exit
     and CUDA teardown, the cell supervisor's reaping and the wait's latency; never more than the cell's
     ``elapsed_s`` (the wall clock, unlike the parent's monotonic one, can step).  ``precompile_kernels``: the
-    precompile's kernels loaded from the cache and compiled, by side.
+    precompile's kernels loaded from the cache and compiled, by side; ``precompile_wait_s``: the part of
+    ``precompile_s`` before its jobs could start (the fork servers' imports: start-up in the time line).
     """
     path = cell_dir / TIMING_FILE
     try:
@@ -516,6 +522,7 @@ def add_parent_timing(cell_dir: Path, precompile_s: float, ended: float, elapsed
     added: dict[str, Any] = {}
     if precompile_s:
         added["precompile_s"] = precompile_s
+        added["precompile_wait_s"] = round(min(precompile_wait_s, precompile_s), 3)
     if precompile_kernels:
         added["precompile_kernels"] = {side: dict(counts) for side, counts in precompile_kernels.items()}
     try:
