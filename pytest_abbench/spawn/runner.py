@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable
 
 from pytest_abbench.spawn import precompile
 from pytest_abbench.spawn.precompile import Job as CompileJob
@@ -54,6 +54,25 @@ class CellRun:
 MAX_CANDIDATE_PROCS = 4  # forks of a precompile share that compile one kernel's autotune candidates
 
 
+@dataclass
+class PrecompileSpent:
+    """What an op's precompile cost, until its first cell counts it: its seconds, the part of them before its jobs
+    could start (the sides' fork servers importing), and its kernels loaded and compiled, by side."""
+
+    seconds: float
+    wait_s: float
+    kernels: dict[str, KernelCounts]
+
+    def timing(self) -> CellTiming:
+        """These, as the first cell's cell_timing.json keeps them."""
+        timing: CellTiming = {"precompile_s": self.seconds,
+                              "precompile_wait_s": round(min(self.wait_s, self.seconds), 3)}
+        if self.kernels:
+            timing["precompile_kernels"] = {side: {"loaded": n["loaded"], "compiled": n["compiled"]}
+                                            for side, n in self.kernels.items()}
+        return timing
+
+
 class CellRunner:
     """Starts cell children for one session: settings, root layout and this worker's GPU are fixed."""
 
@@ -69,10 +88,8 @@ class CellRunner:
                                           settings.kernel_imports)
         self._sources: dict[Path, str] = {}  # campaign file -> source hash, read once per session
         self.precompiled: set[str] = set()
-        self.precompile_seconds: dict[str, float] = {}  # op -> its precompile's seconds, until its cell counts them
-        self.precompile_wait: dict[str, float] = {}  # op -> the part of those seconds before its jobs could start
+        self.precompile_spent: dict[str, PrecompileSpent] = {}  # op -> its precompile's cost, until its cell counts it
         self.precompile_ir: dict[str, tuple[Path, Path]] = {}  # op -> each side's IR from a precompile that all ran
-        self.precompiled_kernels: dict[str, dict[str, KernelCounts]] = {}  # op -> its precompile's counts by side
         self.precompiled_ahead: dict[str, str] = {}  # op compiled in an earlier op's pool -> its first cell's log line
         self.round_one: dict[Path, dict[CellKey, None]] = {}  # campaign file -> its round-1 cells planned, in order
         self.finished_before = finished_before  # a cell a resumed root finished: its op needs no precompile
@@ -300,7 +317,7 @@ class CellRunner:
         target): compile its kernels for both sides in parallel, pooled with the ops of its campaign whose round 1
         this process starts later (``ops_ahead``), so the host's cores are used and one wait compiles them all.
 
-        Its seconds, waits for the sides' servers included, go to the op's first cell (``precompile_seconds``);
+        Its seconds, waits for the sides' servers included, go to the op's first cell (``precompile_spent``);
         each side's IR, where every job of that op ran, to ``precompile_ir`` (the gate-first decision); the cell's
         log says what it did, and an op compiled ahead says so in its own first cell's log.  Called again for the
         op: nothing more.
@@ -365,22 +382,16 @@ class CellRunner:
             sides = tuple(ir_dir(self.layout.precompile(op) / side) for side in SIDES)
             if not result.failed and all(folder.is_dir() for folder in sides):  # one IR folder per side: forked shares
                 self.precompile_ir[op] = (sides[0], sides[1])
-        self.precompiled_kernels[key.op] = kernels
-        self.precompile_seconds[key.op] = seconds
-        self.precompile_wait[key.op] = ready
+        self.precompile_spent[key.op] = PrecompileSpent(seconds, ready, kernels)
 
     def carry_precompile(self, op: str, cell_dir: Path) -> float:
         """For a cell that runs no child (skipped by the gate the precompile decided): write the op's precompile
         seconds and kernel counts as the cell's timing, so the time line counts both; returns the seconds."""
-        seconds = self.precompile_seconds.pop(op, 0.0)
-        kernels = self.precompiled_kernels.pop(op, {})
-        waited = self.precompile_wait.pop(op, 0.0)
-        if seconds:
-            timing: CellTiming = {"precompile_s": seconds, "precompile_wait_s": waited,
-                                  "precompile_kernels": {side: {"loaded": n["loaded"], "compiled": n["compiled"]}
-                                                         for side, n in kernels.items()}}
-            write_timing(cell_dir / TIMING_FILE, timing)
-        return seconds
+        spent = self.precompile_spent.pop(op, None)
+        if spent is None or not spent.seconds:
+            return 0.0
+        write_timing(cell_dir / TIMING_FILE, spent.timing())
+        return spent.seconds
 
     def ops_ahead(self, campaign: Campaign, op: str) -> list[str]:
         """The ops of ``campaign`` after ``op`` whose round 1 this process will start, none precompiled yet, in the
@@ -449,7 +460,8 @@ class CellRunner:
         cell_dir.mkdir(parents=True, exist_ok=True)
         self.layout.output_record(key.op, key.side).parent.mkdir(parents=True, exist_ok=True)  # the cell writes no folder
         self.precompile(campaign, key, log_path)
-        precompile_s = self.precompile_seconds.pop(key.op, 0.0)
+        spent = self.precompile_spent.pop(key.op, None)
+        precompile_s = spent.seconds if spent is not None else 0.0
         per_cell_tuner = self.tuner_cache(campaign, key.side) == "per-cell"
         records_tuning = autotune_mode_for(key.round, key.role) == "record"
         side_mode = side_record_mode_for(key.round, key.role)
@@ -465,9 +477,7 @@ class CellRunner:
         notices = [f"abbench: {line}" for line in self.spawn.said()]
         if precompile_s:
             child = ChildResult(child.rc, child.elapsed_s + precompile_s)
-        add_parent_timing(cell_dir, precompile_s, ended, child.elapsed_s,
-                          self.precompiled_kernels.pop(key.op, {}) if precompile_s else {},
-                          self.precompile_wait.pop(key.op, 0.0))
+        add_parent_timing(cell_dir, spent if precompile_s else None, ended, child.elapsed_s)
         if per_cell_tuner and records_tuning:
             tunercache.keep_record(cell_dir / tunercache.CELL_CACHE_DIR, self.layout.root, key.op)
         if per_cell_tuner and side_mode == "record":
@@ -502,29 +512,20 @@ class CellRunner:
         return CellRun(outcome, failure, notices, kernel_cache)
 
 
-def add_parent_timing(cell_dir: Path, precompile_s: float, ended: float, elapsed_s: float,
-                      precompile_kernels: Mapping[str, KernelCounts] | None = None,
-                      precompile_wait_s: float = 0.0) -> None:
+def add_parent_timing(cell_dir: Path, precompile: PrecompileSpent | None, ended: float, elapsed_s: float) -> None:
     """Add the parts only the parent sees to the cell's cell_timing.json, if the child wrote one.
 
-    ``precompile_s``: the parallel compile before the op's round 1 (0 for other cells).  ``exit_s``: from the
+    ``precompile``: the parallel compile before the op's round 1 (None for other cells).  ``exit_s``: from the
     child's last stamp to the parent seeing it end (``ended``, the parent's ``time.time()``): the process's exit
     and CUDA teardown, the cell supervisor's reaping and the wait's latency; never more than the cell's
-    ``elapsed_s`` (the wall clock, unlike the parent's monotonic one, can step).  ``precompile_kernels``: the
-    precompile's kernels loaded from the cache and compiled, by side; ``precompile_wait_s``: the part of
-    ``precompile_s`` before its jobs could start (the fork servers' imports: start-up in the time line).
+    ``elapsed_s`` (the wall clock, unlike the parent's monotonic one, can step).
     """
     path = cell_dir / TIMING_FILE
     try:
         timing = read_timing(path)
     except (CorruptFileError, OSError):  # missing, torn, or not a timing file this version reads
         return
-    added: dict[str, Any] = {}
-    if precompile_s:
-        added["precompile_s"] = precompile_s
-        added["precompile_wait_s"] = round(min(precompile_wait_s, precompile_s), 3)
-    if precompile_kernels:
-        added["precompile_kernels"] = {side: dict(counts) for side, counts in precompile_kernels.items()}
+    added: dict[str, Any] = dict(precompile.timing()) if precompile is not None else {}
     try:
         exit_s = ended - float(timing["spawned_at"]) - float(timing["total_s"])
     except (KeyError, TypeError, ValueError):
