@@ -213,10 +213,6 @@ def resolve(config: pytest.Config) -> Settings:
         raise pytest.UsageError(f"--ab-resume: {str(opt.ab_resume)!r} is not a campaign root (no {STATUS_FILE} in it)")
     if opt.ab_costs_from and not hasattr(config, "workerinput"):
         check_costs_root(opt.ab_costs_from)
-    if opt.ab_autotune_from and not hasattr(config, "workerinput") and \
-            not (opt.ab_autotune_from / STATUS_FILE).is_file():
-        what = "does not exist" if not opt.ab_autotune_from.exists() else f"is not a campaign root (no {STATUS_FILE} in it)"
-        raise pytest.UsageError(f"--ab-autotune-from: {str(opt.ab_autotune_from)!r} {what}")
     if opt.ab_autotune_from and not hasattr(config, "workerinput"):
         check_autotune_records(opt.ab_autotune_from)
     if opt.ab_resume and opt.ab_root and Path(opt.ab_root).resolve() != opt.ab_resume:
@@ -322,9 +318,17 @@ def resolve_history(config: pytest.Config) -> Path | None:
     return history_path(value, config.rootpath)
 
 
+def _require_root(path: Path, option: str) -> None:
+    """``path`` is a campaign root (it has a status.tsv): else a usage error naming the option and the path."""
+    if not (path / STATUS_FILE).is_file():
+        what = "does not exist" if not path.exists() else f"is not a campaign root (no {STATUS_FILE} in it)"
+        raise pytest.UsageError(f"{option}: {str(path)!r} {what}")
+
+
 def check_autotune_records(root: Path) -> None:
-    """Every op record in ``root`` reads (round 1 side A would stop at a bad one, after its precompile): a usage
-    error naming the file and the field."""
+    """--ab-autotune-from names a root whose every op record reads (round 1 side A would stop at a bad one, after
+    its precompile): a usage error naming the path, or the file and the field."""
+    _require_root(root, "--ab-autotune-from")
     for record in sorted((root / AUTOTUNE_DIR).glob("*.json")):
         try:
             read_record(record)
@@ -334,9 +338,7 @@ def check_autotune_records(root: Path) -> None:
 
 def check_costs_root(path: Path) -> None:
     """--ab-costs-from names a root whose status.tsv reads: a usage error naming the path, or the file and line."""
-    if not (path / STATUS_FILE).is_file():
-        what = "does not exist" if not path.exists() else f"is not a campaign root (no {STATUS_FILE} in it)"
-        raise pytest.UsageError(f"--ab-costs-from: {str(path)!r} {what}")
+    _require_root(path, "--ab-costs-from")
     try:
         read_status(path)
     except StatusFormatError as exc:
