@@ -39,28 +39,20 @@ def test_a_cell_loads_under_the_name_the_session_gave(tmp_path: Path) -> None:
     assert load_campaign(path, module_name="abbench_campaign__given").module.__name__ == "abbench_campaign__given"
 
 
-@pytest.mark.parametrize("value, message", [
-    ('"flag_gems"', "SERVER_IMPORTS is str, not a tuple of module names"),
-    ('("flag_gems", 3)', "SERVER_IMPORTS[1] is 3, not a module name"),
-    ('("flag gems",)', "SERVER_IMPORTS[0] is 'flag gems', not a module name"),
-    ('("a.b", "a.b")', "SERVER_IMPORTS names 'a.b' twice"),
+@pytest.mark.parametrize("attribute, value, message", [
+    ("SERVER_IMPORTS", '"flag_gems"', "SERVER_IMPORTS is str, not a tuple of module names"),
+    ("SERVER_IMPORTS", '("flag_gems", 3)', "SERVER_IMPORTS[1] is 3, not a module name"),
+    ("SERVER_IMPORTS", '("flag gems",)', "SERVER_IMPORTS[0] is 'flag gems', not a module name"),
+    ("SERVER_IMPORTS", '("a.b", "a.b")', "SERVER_IMPORTS names 'a.b' twice"),
+    ("UNUSED_IMPORTS", '"peft"',
+     "UNUSED_IMPORTS is str, not a tuple of module names (e.g. UNUSED_IMPORTS = (\"peft\",))"),
+    ("UNUSED_IMPORTS", '("peft", "-x")', "UNUSED_IMPORTS[1] is '-x', not a module name"),
+    ("UNUSED_IMPORTS", '("peft", "peft")', "UNUSED_IMPORTS names 'peft' twice"),
 ])
-def test_server_imports_name_the_bad_value(tmp_path: Path, value: str, message: str) -> None:
+def test_server_and_unused_imports_name_the_bad_value(tmp_path: Path, attribute: str, value: str,
+                                                       message: str) -> None:
     path = tmp_path / "c.py"
-    path.write_text(f"{CAMPAIGN}SERVER_IMPORTS = {value}\n")
-    with pytest.raises(CampaignError) as raised:
-        load_campaign(path)
-    assert str(raised.value).startswith(f"{path}: {message}"), raised.value
-
-
-@pytest.mark.parametrize("value, message", [
-    ('"peft"', "UNUSED_IMPORTS is str, not a tuple of module names (e.g. UNUSED_IMPORTS = (\"peft\",))"),
-    ('("peft", "-x")', "UNUSED_IMPORTS[1] is '-x', not a module name"),
-    ('("peft", "peft")', "UNUSED_IMPORTS names 'peft' twice"),
-])
-def test_unused_imports_name_the_bad_value(tmp_path: Path, value: str, message: str) -> None:
-    path = tmp_path / "c.py"
-    path.write_text(f"{CAMPAIGN}UNUSED_IMPORTS = {value}\n")
+    path.write_text(f"{CAMPAIGN}{attribute} = {value}\n")
     with pytest.raises(CampaignError) as raised:
         load_campaign(path)
     assert str(raised.value).startswith(f"{path}: {message}"), raised.value
