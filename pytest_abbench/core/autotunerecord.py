@@ -69,9 +69,9 @@ def write_record(path: Path, record: AutotuneRecord) -> None:
     write_json_atomic(path, record.to_json())
 
 
-def entry_count(path: Path) -> int | None:
-    """How many keys a record pins; None when it is missing or cannot be read."""
+def read_record_or_none(path: Path) -> AutotuneRecord | None:
+    """The record at ``path``; None when it is missing or cannot be read (the caliber check names the file)."""
     try:
-        return len(read_record(path).entries)
+        return read_record(path)
     except (OSError, FormatError, ValueError):
         return None

@@ -415,10 +415,7 @@ def autotune_pins_line(layout: RootLayout, op: str) -> str:
     """Which autotune keys the op's cells pinned from which side, e.g. ``autotune: 3 keys pinned from A, 1 key only
     side B has, pinned from r1-B``; "" when no key was pinned."""
     parts = []
-    try:
-        main: autotunerecord.AutotuneRecord | None = autotunerecord.read_record(layout.autotune_record(op))
-    except (OSError, ValueError):  # missing (no cell recorded) or unreadable: the caliber check names the file
-        main = None
+    main = autotunerecord.read_record_or_none(layout.autotune_record(op))
     if main is not None and main.entries:
         parts.append(f"{count(len(main.entries), 'key')} pinned from A" + (
             f" ({main.carried} carried from {main.carried_from}, not tuned)" if main.carried else ""))
