@@ -20,6 +20,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
+from pytest_abbench.child.compilecount import CompileCounter
 from pytest_abbench.core.autotunerecord import AutotuneRecord, Ident, read_record, write_record
 from pytest_abbench.core.cellconfig import AUTOTUNE_MODES, SIDE_RECORD_MODES
 from pytest_abbench.core.fileio import CorruptFileError
@@ -248,11 +249,10 @@ def compile_candidates_aside(autotuner: Any, args: tuple[Any, ...], kwargs: dict
             code = 1
             try:
                 os.close(read_end)
-                from triton import knobs
-                listener = knobs.compilation.listener
-                before = getattr(listener, "compiled", 0)
+                counter = CompileCounter.active()
+                before = counter.compiled if counter is not None else 0
                 _compile_slice(autotuner, args, kwargs, part)
-                os.write(write_end, str(getattr(listener, "compiled", 0) - before).encode())
+                os.write(write_end, str(counter.compiled - before if counter is not None else 0).encode())
                 code = 0
             except BaseException:
                 traceback.print_exc()
@@ -290,16 +290,6 @@ def _compile_slice(autotuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
             autotuner._bench(*args, config=config, **kwargs)
     finally:
         autotuner.nargs = None
-
-
-def _count_as_compiled(moved: int) -> None:
-    """Kernels a fork compiled that this process then loaded from the cache: this process's counter (the
-    compilation listener, ``child/compilecount.py``) counts them as compiled, not loaded."""
-    from triton import knobs
-
-    listener = getattr(getattr(knobs, "compilation", None), "listener", None)
-    if moved and listener is not None and hasattr(listener, "moved_to_compiled"):
-        listener.moved_to_compiled(moved)
 
 
 def benchmarking() -> bool:
@@ -344,7 +334,9 @@ def install(pin: AutotunePin) -> None:
                 if chosen is not None:
                     self.cache[key] = chosen
                 result = original_run(self, *args, **kwargs)
-                _count_as_compiled(moved)  # after the autotuner's pass loaded them from the cache
+                counter = CompileCounter.active()
+                if moved and counter is not None:  # after the autotuner's pass loaded them from the cache
+                    counter.moved_to_compiled(moved)
                 pin.note(self, key, self.cache[key])
                 return result
         # Every later call costs the same in record and replay cells: a direct timer

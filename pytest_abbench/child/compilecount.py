@@ -50,6 +50,16 @@ class CompileCounter:
         self.compiled += n
         self.loaded = max(0, self.loaded - n)
 
+    @staticmethod
+    def active() -> "CompileCounter | None":
+        """The counter this process installed as Triton's compilation listener, if any."""
+        try:
+            from triton import knobs
+        except ImportError:
+            return None
+        listener = getattr(getattr(knobs, "compilation", None), "listener", None)
+        return listener if isinstance(listener, CompileCounter) else None
+
     def counts(self) -> KernelCounts:
         return KernelCounts(loaded=self.loaded, compiled=self.compiled)
 
