@@ -311,16 +311,43 @@ def test_a_power_capped_kernel_whose_clock_wanders_settles_on_its_median_and_its
 
 
 def test_a_card_whose_temperature_still_climbs_does_not_settle_until_it_flattens() -> None:
-    # A kernel at boost below the cap, its power flat, on a card heating 3 C/s for 4 s (NVML reads whole degrees).
+    # A kernel at boost, its power flat, on a card heating 3 C/s for 4 s (NVML reads whole degrees): with no known
+    # limit, and 680 W against a 700 W limit (within the cap's 5%: the controller is about to hold the clock).
+    for watts, limit in ((300.0, None), (680.0, 700.0)):
+        clock = FakeClock()
+
+        def heating(t: float) -> tuple[float, float, list[str], float, float]:
+            return 1980.0, watts, [], counter(watts)(t), float(round(40.0 + 3.0 * min(t, 4.0)))
+
+        gpu = StandInGpu(clock, heating, power_limit=limit)
+        first = run_regime(regimes.STEADY, StandInKernel(clock, window_s=0.05), gpu, count=1, cpu=False,
+                           pace=clock).windows[0]
+        assert first.condition == regimes.MET and first.detail.startswith("settled at 1980 MHz (at boost")
+        assert 4.0 < first.waited_s <= 4.0 + regimes.STEADY_TEMP_SPAN_S + 0.05 and first.detail.endswith(", 52 C")
+
+
+def test_below_the_cap_at_boost_the_heating_die_is_reported_not_waited_for() -> None:
+    # The same heating card at 300 W of a 700 W limit: the clock is pinned at boost, so the kernel's time cannot
+    # follow the temperature; the shortest settling (two counter spans) decides and the detail says what was let
+    # pass.  A holding reason, or no counter, keeps the wait.
+    def script(reasons: list[str], with_counter: bool) -> Any:
+        return lambda t: (1980.0, 300.0, reasons, counter(300.0)(t) if with_counter else None,
+                          float(round(40.0 + 3.0 * min(t, 4.0))))
+
     clock = FakeClock()
-
-    def heating(t: float) -> tuple[float, float, list[str], float, float]:
-        return 1980.0, 300.0, [], counter(300.0)(t), float(round(40.0 + 3.0 * min(t, 4.0)))
-
-    first = run_regime(regimes.STEADY, StandInKernel(clock, window_s=0.05), StandInGpu(clock, heating), count=1,
-                       cpu=False, pace=clock).windows[0]
-    assert first.condition == regimes.MET and first.detail.startswith("settled at 1980 MHz (at boost")
-    assert 4.0 < first.waited_s <= 4.0 + regimes.STEADY_TEMP_SPAN_S + 0.05 and first.detail.endswith(", 52 C")
+    first = run_regime(regimes.STEADY, StandInKernel(clock, window_s=0.05),
+                       StandInGpu(clock, script([], True), power_limit=700.0), count=1, cpu=False,
+                       pace=clock).windows[0]
+    assert first.condition == regimes.MET and first.waited_s <= regimes.STEADY_MIN_S + 0.1, first.detail
+    assert re.fullmatch(r"settled at 1980 MHz \(at boost, no holding reason\) after 0\.\d+ s: 300 W \(energy "
+                        r"counter\), 4\d C, temperature still rising \d\.\d C/s, not waited for below the power cap",
+                        first.detail), first.detail
+    for reasons, with_counter in ((["sw_thermal_slowdown"], True), ([], False)):
+        clock = FakeClock()
+        first = run_regime(regimes.STEADY, StandInKernel(clock, window_s=0.05),
+                           StandInGpu(clock, script(reasons, with_counter), power_limit=700.0), count=1, cpu=False,
+                           pace=clock).windows[0]
+        assert first.waited_s > 4.0, (reasons, with_counter, first.detail)
 
 
 def test_steady_does_not_wait_for_nvmls_power_average_while_the_kernel_runs_at_boost_below_the_cap() -> None:

@@ -93,6 +93,17 @@ def free_at_boost(readings: Sequence[GpuReading | None], max_clock: float | None
         for r in readings)
 
 
+def clock_free_of_heat(readings: Sequence[GpuReading | None], max_clock: float | None,
+                       counter_power_w: float | None, power_limit_w: float | None) -> bool:
+    """Whether a card's heating cannot reach the timing: every reading at boost with no holding reason
+    (``free_at_boost``) and the energy counter's power more than ``STEADY_CAP_POWER_SHARE`` below the enforced
+    limit.  Then the clock is pinned at boost, and the temperature reaches it only through a thermal slowdown, which
+    NVML names and the windows' closing clock would show; at or near the cap the controller trades clock for the
+    leakage a warmer die draws, so there the temperature is waited for.  Unknown limit or no counter: not free."""
+    return (counter_power_w is not None and power_limit_w is not None and free_at_boost(readings, max_clock)
+            and counter_power_w < (1.0 - regimes.STEADY_CAP_POWER_SHARE) * power_limit_w)
+
+
 @dataclass
 class Judgement:
     """What the settling readings show (``judge``): whether they settled (None: NVML gave neither SM clock nor
@@ -105,6 +116,7 @@ class Judgement:
     counter_power_w: float | None = None
     temperature_c: float | None = None
     unsettled: list[str] = field(default_factory=list)
+    heat_note: str | None = None  # a temperature still moving that ``clock_free_of_heat`` let pass
 
 
 @dataclass(frozen=True)
@@ -210,10 +222,14 @@ def judge(readings: Sequence[GpuReading | None], max_clock: float | None = None,
         values = [float(p or 0.0) for p in averaged]
         if not _spread_ok(values, regimes.STEADY_POWER_TOL):
             out.unsettled.append(f"power still moving {min(values):.0f}-{max(values):.0f} W (NVML average)")
-    # Temperature.
+    # Temperature: waited for where the power controller holds the clock or is about to (``clock_free_of_heat``).
     slope = temperature_slope(readings, times)
     if slope is not None and abs(slope) > regimes.STEADY_TEMP_SLOPE_C_S:
-        out.unsettled.append(f"temperature still {'rising' if slope > 0 else 'falling'} {abs(slope):.1f} C/s")
+        moving = f"temperature still {'rising' if slope > 0 else 'falling'} {abs(slope):.1f} C/s"
+        if clock_free_of_heat(last, max_clock, out.counter_power_w, power_limit_w):
+            out.heat_note = f"{moving}, not waited for below the power cap"
+        else:
+            out.unsettled.append(moving)
     # The clock: the power controller's output at the cap, the card's own below it.
     capped = sum(1 for r in present if "sw_power_cap" in r.reasons)
     if power_limit_w is None:
@@ -359,7 +375,8 @@ def energy_span(timer: Windows, sampler: GpuSampler, pace: Pace, before: Sequenc
 def _state(seen: Judgement, lead: str = ": ") -> str:
     """``: 691 W (energy counter), 62 C``: what the settling saw last, where NVML gave it."""
     parts = ([] if seen.counter_power_w is None else [f"{seen.counter_power_w:.0f} W (energy counter)"]) + (
-        [] if seen.temperature_c is None else [f"{seen.temperature_c:.0f} C"])
+        [] if seen.temperature_c is None else [f"{seen.temperature_c:.0f} C"]) + (
+        [] if seen.heat_note is None else [seen.heat_note])
     return lead + ", ".join(parts) if parts else ""
 
 
