@@ -236,7 +236,7 @@ def test_the_clock_watch_gives_each_side_the_clock_its_windows_ran_at() -> None:
     timers = {"A": Sleeping("A", 1.0, calls), "B": Sleeping("B", 2.0, calls)}
     windows: list[tuple[str, float, float]] = []
     with ClockWatch(lambda: {"A": 1500.0, "B": 1600.0}.get(running[0]) if running else None, 0.002) as watch:
-        pairs = time_pairs(timers, "steady", GpuSampler(not_recorded="a test"), 6, cpu=True, windows=windows)
+        pairs = time_pairs(timers, "steady", GpuSampler(not_recorded="a test"), 6, cpu=True, windows=windows).pairs
     assert pairs == [(1.0, 2.0)] * 6 and [w[0] for w in windows] == ["A", "B", "B", "A"] * 3
     assert watch.side_medians(windows) == {"A": 1500.0, "B": 1600.0}
     assert not watch.thread.is_alive()
@@ -276,12 +276,114 @@ class StandInTimer:
 def test_pairs_alternate_the_order_and_keep_a_then_b(regime: str) -> None:
     calls: list[str] = []
     timers = {"A": StandInTimer("A", 1.0, calls), "B": StandInTimer("B", 3.0, calls)}
-    pairs = time_pairs(timers, regime, GpuSampler(not_recorded="a test"), 4, cpu=True,
-                       pace=_no_wait())
-    assert pairs == [(1.0, 3.0)] * 4  # (A ms, B ms) whatever the order timed
+    timed_pairs = time_pairs(timers, regime, GpuSampler(not_recorded="a test"), 4, cpu=True, pace=_no_wait())
+    assert timed_pairs.pairs == [(1.0, 3.0)] * 4 and not timed_pairs.alone  # (A ms, B ms) whatever the order timed
     timed = [c for c in calls if not c.startswith("warm")]
     assert timed == ["A", "B", "B", "A", "A", "B", "B", "A"]
     assert ("warm A" in calls and "warm B" in calls) == (regime == "steady")  # steady settles both sides first
+
+
+class CappedCard:
+    """Stands for an H200 at its 700 W cap running two kernels of the same work, A's drawing more power per call:
+    the controller holds A alone at 1400 MHz, B alone at 1600, and a mix of both (their last half second of running
+    not all one side's) at 1500.  A window's time is its work over the clock it runs at; NVML's readings name the
+    cap and the clock of the moment, and the energy counter gains 700 W.  No GPU: the clocks are the test's."""
+
+    ALONE = {"A": 1400.0, "B": 1600.0}
+    MIXED = 1500.0
+
+    def __init__(self) -> None:
+        from test_regimes import FakeClock, StandInGpu
+
+        self.clock = FakeClock()
+        self.ran: list[tuple[float, float, str]] = []  # (from, to, side)
+        self.gpu = StandInGpu(self.clock, lambda t: (self.mhz(), 690.0, ["sw_power_cap"], 700.0 * t * 1e3),
+                              power_limit=700.0)
+
+    def mhz(self) -> float:
+        now = self.clock.now
+        recent = {side for start, end, side in self.ran if end > now - 0.5}
+        return self.ALONE[recent.pop()] if len(recent) == 1 else self.MIXED
+
+    def run(self, side: str, seconds: float) -> None:
+        self.ran.append((self.clock.now, self.clock.now + seconds, side))
+        self.clock.advance(seconds)
+
+    def timer(self, side: str) -> Any:
+        card = self
+
+        class Kernel:
+            """One side's prepared timer on the card: 30 ms windows of work 1.5 G cycles' worth per call."""
+
+            timer, marker, reason, queues = "cudagraph", None, None, False
+
+            def window(self) -> tuple[list[float], int]:
+                ms = 1500.0 / card.mhz()  # the clock the window starts at holds through its 30 ms
+                card.run(side, 0.03)
+                return [ms], 1
+
+            def run_for(self, seconds: float) -> None:
+                card.run(side, seconds)
+
+            def keep_busy(self, seconds: float) -> None:
+                self.run_for(seconds)
+
+            def drain(self) -> None:
+                pass
+
+        return Kernel()
+
+
+def test_at_the_power_cap_each_window_follows_its_own_sides_settling_and_gives_the_cells_delta(
+        tmp_path: Path) -> None:
+    card = CappedCard()
+    timers = {side: card.timer(side) for side in ("A", "B")}
+    timed = time_pairs(timers, "steady", card.gpu, 4, cpu=False, pace=card.clock)
+    # Alone each side runs at its own cap clock, as its cells do: B/A = 1400/1600, where pairs at the mixed clock
+    # would read 0%.
+    assert timed.alone and timed.alone_met == 8
+    assert timed.pairs == [(pytest.approx(1500.0 / 1400.0), pytest.approx(1500.0 / 1600.0))] * 4
+    # Each window came after a settling of its own side alone (at least two 0.5 s clock spans of it).
+    windows = [(start, side) for start, end, side in card.ran if end - start == pytest.approx(0.03)]
+    for start, side in windows:
+        before = [r for r in card.ran if start - 1.0 <= r[0] < start]
+        assert before and all(s == side for _, _, s in before), (start, side)
+    # The record and the report say how the pairs were settled.
+    synthetic_root(tmp_path, {"mm": [0.050, 0.0440, 0.0435, 0.0438, 0.0437, 0.0436]})
+    rows = RootLayout(tmp_path).reference
+    reference.append_shape(rows, "op", "mm", "steady", {"A": "cudagraph", "B": "cudagraph"}, timed.pairs,
+                           settled_alone=(timed.alone_met, 2 * len(timed.pairs)))
+    reference.append_process(rows, "op", 0, "ok", 1.0, "reference/op.log")
+    assert reference.read_reference(rows)["op"].shapes[("mm", "steady")].settled_alone == (8, 8)
+    report = build_report(tmp_path)
+    assert report.ops[0].shapes[0].reference_settled_alone == [8, 8]
+    assert ("at the power cap each window after its own side's settling, as in a cell, in 1 shape (8 of 8 "
+            "settlings met)") in report.ops[0].reference
+    again = report_from_json(json.loads(json.dumps(report.to_json())))
+    assert again.ops[0].shapes[0].reference_settled_alone == [8, 8]
+
+
+def test_below_the_power_cap_the_pairs_run_back_to_back_after_one_settling_of_both() -> None:
+    from test_regimes import FakeClock, StandInGpu, StandInKernel
+
+    clock = FakeClock()
+    gpu = StandInGpu(clock, lambda t: (1980.0, 300.0, [], 300.0 * t * 1e3), power_limit=700.0)
+    calls: list[str] = []
+
+    class Logged(StandInKernel):
+        def window(self) -> tuple[list[float], int]:
+            calls.append(f"{self.ms:g}")
+            return super().window()
+
+        def run_for(self, seconds: float) -> None:
+            calls.append("run")
+            super().run_for(seconds)
+
+    timed = time_pairs({"A": Logged(clock, ms=1.0), "B": Logged(clock, ms=2.0)}, "steady", gpu, 3, cpu=False,
+                       pace=clock)
+    assert not timed.alone and timed.pairs == [(1.0, 2.0)] * 3
+    first_window = calls.index("1")
+    assert first_window > 0 and calls[first_window:] == ["1", "2", "2", "1", "1", "2"]  # no settling between pairs
 
 
 def _no_wait() -> Any:

@@ -5,7 +5,8 @@ A's and side B's case on the same inputs (torch seeded alike before each
 build, each build seeing its side's build-only variables), warms both with the
 cells' own timer (``child/timers.py``), settles them together under the steady
 regime (``child/regime.py``), then times them interleaved in pairs, A then B
-and B then A alternately, one window each.  One record per shape and regime
+and B then A alternately, one window each (at the power cap, each window after
+its own side's settling: ``time_pairs``).  One record per shape and regime
 goes to reference.jsonl as it finishes (``core/reference.py``).  Autotune
 choices are replayed from the op's records, as the cells' are.  This process
 never imports pytest.
@@ -20,6 +21,7 @@ import sys
 import threading
 import time
 import traceback
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
@@ -133,34 +135,48 @@ class ClockWatch:
         return out
 
 
+@dataclass
+class TimedPairs:
+    """A shape's pairs under one regime, ``(A ms, B ms)`` each, and how the steady regime settled them:
+    ``alone`` where the two sides, settled together, ran at the power cap, so each window was preceded by its own
+    side's settling (``alone_met`` of those met their condition)."""
+
+    pairs: list[tuple[float, float]] = field(default_factory=list)
+    alone: bool = False
+    alone_met: int = 0
+
+
 def time_pairs(timers: Mapping[str, Windows], regime: str, sampler: GpuSampler, pairs: int, cpu: bool,
-               pace: Pace | None = None, windows: list[tuple[str, float, float]] | None = None
-               ) -> list[tuple[float, float]]:
+               pace: Pace | None = None, windows: list[tuple[str, float, float]] | None = None) -> TimedPairs:
     """``pairs`` pairs of one window per side under ``regime``: (A ms, B ms) each, a window's median per call;
     ``windows`` (where given) gets each steady window's side and when it began and ended.
 
-    steady: both sides settle together first, then the pairs run back to back.  burst: every window waits for
-    the card to be back at boost and warms for ``BURST_WARM_S``, as a burst cell's windows do.
+    steady: both sides settle together first, then the pairs run back to back.  Where that settling ends at the
+    power cap, each window is preceded by its own side's settling instead: at the cap the controller holds the
+    clock its load allows, and in pairs of short windows it holds one clock for the mix, which is not the clock
+    either side's cells (or its user) run at; alone, each side's windows see its own.  burst: every window waits
+    for the card to be back at boost and warms for ``BURST_WARM_S``, as a burst cell's windows do.
     """
     pace = pace or Pace()
     max_clock = sampler.max_sm_clock_mhz() if regime == regimes.BURST else None
+    out = TimedPairs()
     if regime == regimes.STEADY:
-        settle(BothSides(timers), sampler, cpu, pace)
-    out = []
+        out.alone = settle(BothSides(timers), sampler, cpu, pace).at_cap
     for index in range(pairs):
         ms: dict[str, float] = {}
         for side in pair_order(index):
             if regime == regimes.BURST:
                 wait_for_boost(sampler, max_clock, pace)
-            if regime == regimes.BURST:
                 [(samples, _)] = timers[side].windows(1, lambda: None, 0.0 if cpu else regimes.BURST_WARM_S)
             else:
+                if out.alone:
+                    out.alone_met += settle(timers[side], sampler, cpu, pace).condition == regimes.MET
                 began = pace.clock()
                 samples, _ = timers[side].window()
                 if windows is not None:  # a burst window's call also runs its warm-up and tail: not attributed
                     windows.append((side, began, pace.clock()))
             ms[side] = statistics.median(samples)
-        out.append((ms["A"], ms["B"]))
+        out.pairs.append((ms["A"], ms["B"]))
     return out
 
 
@@ -205,11 +221,15 @@ def measure_op(spec: ReferenceSpec, campaigns: Mapping[str, Campaign], sampler: 
                 timers_used = {side: timer.timer for side, timer in timers.items()}
                 timed: list[tuple[str, float, float]] = []
                 with ClockWatch(sampler.sm_clock_mhz) as watch:
-                    pairs = time_pairs(timers, regime, sampler, spec.pairs, cpu=device == "cpu", windows=timed)
+                    timed_pairs = time_pairs(timers, regime, sampler, spec.pairs, cpu=device == "cpu", windows=timed)
+                pairs = timed_pairs.pairs
+                alone = (timed_pairs.alone_met, 2 * len(pairs)) if timed_pairs.alone else None
                 append_shape(rows, spec.op, shape.id, regime, timers_used, pairs,
-                             clocks_mhz=watch.side_medians(timed))
+                             clocks_mhz=watch.side_medians(timed), settled_alone=alone)
                 shown = statistics.median(100.0 * (b / a - 1.0) for a, b in pairs) if pairs else float("nan")
-                log(f"[abbench] reference {spec.op} {shape.id} ({regime}): {len(pairs)} pairs, B/A-1 median "
+                how = "" if alone is None else (f", at the power cap each window after its own side's settling "
+                                                f"({alone[0]} of {alone[1]} met)")
+                log(f"[abbench] reference {spec.op} {shape.id} ({regime}): {len(pairs)} pairs{how}, B/A-1 median "
                     f"{shown:+.2f}%")
         except CapturePoisoned as exc:
             append_shape(rows, spec.op, shape.id, regime, timers_used, error=f"capture poisoned: {exc.reason}")

@@ -61,9 +61,11 @@ class ReferenceSpec:
 
 def append_shape(rows: Path, op: str, shape: str, regime: str, timers: Mapping[str, str],
                  pairs: list[tuple[float, float]] | None = None, error: str | None = None,
-                 clocks_mhz: Mapping[str, float] | None = None) -> None:
+                 clocks_mhz: Mapping[str, float] | None = None, settled_alone: tuple[int, int] | None = None
+                 ) -> None:
     """One shape's pairs under one regime, ``(A ms, B ms)`` each in the order timed (and each side's median SM
-    clock while its windows ran, where NVML gave one); or why it has none."""
+    clock while its windows ran, where NVML gave one; ``settled_alone``: at the power cap, each window followed its
+    own side's settling, (met, windows)); or why it has none."""
     record: dict[str, Any] = {SCHEMA_FIELD: REFERENCE_SCHEMA, "kind": SHAPE, "op": op, "shape": shape,
                               "regime": regime, "status": ERROR if error else OK, "timers": dict(timers)}
     if error:
@@ -72,6 +74,8 @@ def append_shape(rows: Path, op: str, shape: str, regime: str, timers: Mapping[s
         record["pairs"] = [[a, b] for a, b in pairs or []]
     if clocks_mhz:
         record["clocks_mhz"] = dict(clocks_mhz)
+    if settled_alone is not None:
+        record["settled_alone"] = {"met": settled_alone[0], "windows": settled_alone[1]}
     append_jsonl(rows, record)
 
 
@@ -114,6 +118,7 @@ class ShapeReference:
     pairs: list[tuple[float, float]] = field(default_factory=list)  # (A ms, B ms), in the order timed
     error: str | None = None
     clocks_mhz: dict[str, float] = field(default_factory=dict)  # side -> median SM clock while its windows ran
+    settled_alone: tuple[int, int] | None = None  # at the power cap: (windows whose own settling met, windows)
 
     @property
     def log_ratios(self) -> list[float]:
@@ -144,7 +149,7 @@ def read_reference(rows: Path) -> dict[str, OpReference]:
         if kind == SHAPE:
             shape = ShapeReference(data.text("shape"), data.text("regime", ""), data.text_map("timers", {}),
                                    _pairs(data), data.text_or_none("error"),
-                                   data.number_map("clocks_mhz", {}))
+                                   data.number_map("clocks_mhz", {}), data.or_none("settled_alone", lambda name: _alone(data, name)))
             op.shapes[(shape.shape, shape.regime)] = shape
         elif kind == PROCESS:
             op.process = {"rc": data.whole("rc"), "status": data.text("status"),
@@ -155,6 +160,12 @@ def read_reference(rows: Path) -> dict[str, OpReference]:
             raise CorruptFileError(f"{rows}:{number}: field 'kind': expected {SHAPE}, {PROCESS} or "
                                    f"{NOT_APPLICABLE}, got {kind!r}")
     return found
+
+
+def _alone(data: Fields, name: str) -> tuple[int, int]:
+    """``settled_alone``'s (met, windows)."""
+    alone = data.nested(name)
+    return alone.whole("met"), alone.whole("windows")
 
 
 def _is_pair(value: Any) -> bool:

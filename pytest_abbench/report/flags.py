@@ -78,8 +78,9 @@ FLAGS: dict[str, Flag] = {flag.name: flag for flag in (
     Flag(REFERENCE_DIFFERS, False, "the in-process reference (--ab-reference: both sides in one process, interleaved "
                                    "in pairs) lies outside the cells' interval: the cells time separate processes, "
                                    "each side at the clock its own load settles to, the cost a user pays; the "
-                                   "reference one process and one thermal state, at a power cap one clock for both "
-                                   "(the op's reference line gives both clocks): worth a look (docs/verdicts.md)",
+                                   "reference one process, its pairs side by side (at a power cap each window after "
+                                   "its own side's settling; the op's reference line gives both clocks): worth a "
+                                   "look (docs/verdicts.md)",
          ""),
 )}
 WITHHOLDING = tuple(name for name, flag in FLAGS.items() if flag.withholds)

@@ -37,6 +37,7 @@ SCHEMA_VERSION = 9  # 3: OpReport.caliber_mismatch; 4: Report.complete and faile
 # 9 also: ShapeReport.reference_* and OpReport.reference (--ab-reference, report/reference.py), optional with defaults
 # 9 also: OpReport.energy_basis (what its energy per call was read over) and ShapeReport.reference_clocks_mhz,
 # optional with defaults
+# 9 also: ShapeReport.reference_settled_alone, optional with a default
 
 
 @dataclass
@@ -87,6 +88,8 @@ class ShapeReport:
     reference_per_pair_pct: list[float] = field(default_factory=list)
     reference_note: str = ""  # why this shape has no reference delta where its op has one
     reference_clocks_mhz: dict[str, float] = field(default_factory=dict)  # side -> SM clock in the reference's pairs
+    # at the power cap each pair's window followed its own side's settling: [settlings met, windows]
+    reference_settled_alone: list[int] | None = None
 
     def round_log_ratios(self) -> list[float]:
         """Each round's ln(B/A), the unit the statistics judge in (``per_round_pct`` holds B/A-1 in percent)."""

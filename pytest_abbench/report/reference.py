@@ -4,7 +4,8 @@ Per shape: the median over its pairs of B/A-1 and the t-interval of the
 pairs' log ratios; the flag ``reference_differs`` where that median lies
 outside the cells' 95% interval.  The flag keeps the verdict: the cells time
 each side in processes of its own, the cost a user of either side pays; the
-reference times both in one process and one thermal state, so a difference is
+reference times both in one process, side by side on one card (at a power cap
+each window after its own side's settling, as in a cell), so a difference is
 a bias between processes, worth a look and no reason to doubt the cells'
 direction by itself (docs/verdicts.md, "The in-process reference").  Per op:
 one line saying what the reference gave, that its process crashed or timed
@@ -26,9 +27,9 @@ from pytest_abbench.report.model import OpReport, ShapeReport
 from pytest_abbench.report.stats import interval, pct
 
 WHICH_TO_BELIEVE = ("the cells time each side in its own processes, each at the clock its own load settles to, the "
-                    "cost a user of either side pays; the reference one process and one thermal state, where at a "
-                    "power cap both sides share one clock: a difference is worth a look, and the clocks that follow "
-                    "say whether the cap explains it")
+                    "cost a user of either side pays; the reference both in one process, side by side on one card "
+                    "(at a power cap each window after its own side's settling): a difference is worth a look, and "
+                    "the clocks that follow say whether the cap explains it")
 
 
 def apply(ops: list[OpReport], root: Path, problems: list[str]) -> None:
@@ -70,6 +71,7 @@ def apply_shape(s: ShapeReport, rows: ShapeReference | None) -> bool:
         return False
     s.reference_per_pair_pct = [pct(x) for x in ratios]
     s.reference_clocks_mhz = dict(rows.clocks_mhz)
+    s.reference_settled_alone = None if rows.settled_alone is None else list(rows.settled_alone)
     s.reference_delta_pct = pct(statistics.median(ratios))
     ci = interval(ratios)
     s.reference_ci_pct = (pct(ci[0]), pct(ci[1])) if ci else None
@@ -105,6 +107,11 @@ def apply_op(o: OpReport, found: OpReference) -> None:
     if timed:
         geomean = statistics.fmean(math.log1p((s.reference_delta_pct or 0.0) / 100.0) for s in timed)
         parts[0] += f", geomean {pct(geomean):+.1f}%"
+        alone = [s.reference_settled_alone for s in timed if s.reference_settled_alone is not None]
+        if alone:
+            parts.append(f"at the power cap each window after its own side's settling, as in a cell, in "
+                         f"{count(len(alone), 'shape')} ({sum(a[0] for a in alone)} of {sum(a[1] for a in alone)} "
+                         f"settlings met)")
         parts.append(f"outside the cells' interval in {differs} ({flags.REFERENCE_DIFFERS}; {WHICH_TO_BELIEVE})"
                      if differs else "inside the cells' interval in every one")
         parts += [clocks for s in o.shapes if flags.REFERENCE_DIFFERS in s.flags for clocks in [clocks_note(s)]
