@@ -1,5 +1,6 @@
 """Per op, shape and side of a root: how many steady windows met their condition, each cell's first window's
-detail (how its settling ended), and its energy span (power, length, edge error) where it has one.
+detail (how its settling ended), and its energy span (power, length, edge error) where it has one; then how long
+the settling took per shape (each cell's first steady window waited that long).
 
     python benchmarks/steady_windows.py ROOT
 """
@@ -20,6 +21,7 @@ def main() -> int:
         return 2
     root = Path(sys.argv[1])
     met: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0])
+    settling: dict[tuple[str, str], list[float]] = defaultdict(list)
     lines = []
     for results in sorted(root.glob("r*_*/*/results.jsonl")):
         cell, op = results.parts[-3], results.parts[-2]
@@ -31,6 +33,7 @@ def main() -> int:
             count = met[(op, rec.shape, side)]
             count[0] += met_here
             count[1] += len(rec.windows)
+            settling[(op, rec.shape)].append(rec.windows[0].waited_s)
             span = rec.energy_span
             spans = "no span" if span is None else (
                 f"span {span.energy_mj / 1e3 / span.seconds:.0f} W over {span.seconds:.3f} s, edges "
@@ -45,6 +48,12 @@ def main() -> int:
         total[1] += all_
         print(f"{op} {shape} {side}: {ok}/{all_}")
     print(f"all: {total[0]}/{total[1]} windows met")
+    print("--- settling per shape-cell (s): mean, min-max, count")
+    every = [s for waits in settling.values() for s in waits]
+    for (op, shape), waits in sorted(settling.items()):
+        print(f"{op} {shape}: {sum(waits) / len(waits):.2f} ({min(waits):.2f}-{max(waits):.2f}), {len(waits)}")
+    if every:
+        print(f"all: {len(every)} shape-cells, mean {sum(every) / len(every):.2f} s, total {sum(every):.1f} s")
     return 0
 
 
