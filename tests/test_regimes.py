@@ -312,8 +312,8 @@ def test_a_power_capped_kernel_whose_clock_wanders_settles_on_its_median_and_its
 
 def test_a_card_whose_temperature_still_climbs_does_not_settle_until_it_flattens() -> None:
     # A kernel at boost, its power flat, on a card heating 3 C/s for 4 s (NVML reads whole degrees): with no known
-    # limit, and 680 W against a 700 W limit (within the cap's 5%: the controller is about to hold the clock).
-    for watts, limit in ((300.0, None), (680.0, 700.0)):
+    # limit, and 720 W against a 700 W limit (over it: the controller is about to hold the clock).
+    for watts, limit in ((300.0, None), (720.0, 700.0)):
         clock = FakeClock()
 
         def heating(t: float) -> tuple[float, float, list[str], float, float]:
@@ -329,7 +329,8 @@ def test_a_card_whose_temperature_still_climbs_does_not_settle_until_it_flattens
 def test_below_the_cap_at_boost_the_heating_die_is_reported_not_waited_for() -> None:
     # The same heating card at 300 W of a 700 W limit: the clock is pinned at boost, so the kernel's time cannot
     # follow the temperature; the shortest settling (two counter spans) decides and the detail says what was let
-    # pass.  A holding reason, or no counter, keeps the wait.
+    # pass (on the H200 an mm at 664 W and a layer_norm at 655 W settled so in 0.7 s, their 90 windows all met).  A
+    # holding reason, or no counter, keeps the wait.
     def script(reasons: list[str], with_counter: bool) -> Any:
         return lambda t: (1980.0, 300.0, reasons, counter(300.0)(t) if with_counter else None,
                           float(round(40.0 + 3.0 * min(t, 4.0))))

@@ -96,12 +96,13 @@ def free_at_boost(readings: Sequence[GpuReading | None], max_clock: float | None
 def clock_free_of_heat(readings: Sequence[GpuReading | None], max_clock: float | None,
                        counter_power_w: float | None, power_limit_w: float | None) -> bool:
     """Whether a card's heating cannot reach the timing: every reading at boost with no holding reason
-    (``free_at_boost``) and the energy counter's power more than ``STEADY_CAP_POWER_SHARE`` below the enforced
-    limit.  Then the clock is pinned at boost, and the temperature reaches it only through a thermal slowdown, which
-    NVML names and the windows' closing clock would show; at or near the cap the controller trades clock for the
-    leakage a warmer die draws, so there the temperature is waited for.  Unknown limit or no counter: not free."""
+    (``free_at_boost``) and the energy counter's power below the enforced limit.  Then the clock is pinned at boost,
+    and the temperature reaches it only through the cap or a thermal slowdown, which NVML names (the settling then
+    waits, and a window whose closing clock left the settled one is ``not_met``); at the cap the controller trades
+    clock for the leakage a warmer die draws, so there the temperature is waited for.  Unknown limit or no counter:
+    not free."""
     return (counter_power_w is not None and power_limit_w is not None and free_at_boost(readings, max_clock)
-            and counter_power_w < (1.0 - regimes.STEADY_CAP_POWER_SHARE) * power_limit_w)
+            and counter_power_w < power_limit_w)
 
 
 @dataclass

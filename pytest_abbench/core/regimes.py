@@ -75,10 +75,10 @@ HOLDING_REASONS = ("sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_the
 #   so it decides only where the counter gives nothing: the last STEADY_LAST_K readings within STEADY_POWER_TOL,
 #   skipped while they all show the clock at boost (BURST_CLOCK_SHARE of its maximum) with no holding reason.
 # - temperature: its least-squares slope over the last STEADY_TEMP_SPAN_S of readings at most STEADY_TEMP_SLOPE_C_S
-#   either way, where the power controller holds the clock or is within STEADY_CAP_POWER_SHARE of doing so.  A kernel
-#   at boost with no holding reason and its counter power further below the limit is not held by it (its clock
-#   cannot follow the die's heat short of a thermal slowdown, which NVML names): on the H200 that wait was most of
-#   a boost shape's settling (1.2 to 2 s of layer_norm 16384x1024's 1.95-2.7 s), and the detail says it passed.
+#   either way, where the power controller holds the clock.  A kernel at boost with no holding reason and its
+#   counter power below the limit is not held by it (its clock cannot follow the die's heat short of the cap or a
+#   thermal slowdown, both named by NVML): on the H200 that wait was most of a boost shape's settling (1.2 to 2 s of
+#   layer_norm 16384x1024's 1.95-2.7 s), and the detail says it passed.
 # - the SM clock.  Below the power cap the last STEADY_LAST_K readings lie within STEADY_CLOCK_TOL of their median
 #   (at least one 15 MHz step).  At the cap (``sw_power_cap`` named in most of the last K readings and the counter's
 #   power within STEADY_CAP_POWER_SHARE of the enforced limit; without a limit, the reason in every one of them)
