@@ -310,6 +310,28 @@ def test_a_power_capped_kernel_whose_clock_wanders_settles_on_its_median_and_its
     assert first.condition == regimes.MET and "at the power cap" in first.detail
 
 
+def test_a_capped_kernel_read_in_the_controllers_dip_is_still_at_the_cap() -> None:
+    # The mm 4096^3 of a fresh H200: sw_power_cap named, the clock wandering 1410-1500 MHz, and the counter's spans
+    # reading 650-664 W, under 95% of the 700 W limit, in the controller's dip.  Judged below the cap, the 1% clock
+    # rule settled it at one reading's clock and every window closed 2% off (not_met); at the cap the span medians
+    # decide and the windows are met.
+    clock = FakeClock()
+
+    def dipping(t: float) -> tuple[float, float, list[str], float, float]:
+        return WANDER[round(t / 0.05) % len(WANDER)], 640.0, ["sw_power_cap"], counter(655.0)(t), 56.0
+
+    timing = run_regime(regimes.STEADY, StandInKernel(clock, window_s=0.05, calls=250),
+                        StandInGpu(clock, dipping, power_limit=700.0), count=10, cpu=False, pace=clock)
+    assert [w.condition for w in timing.windows] == [regimes.MET] * 10, timing.windows[0].detail
+    assert "(at the power cap, the median over its readings)" in timing.windows[0].detail
+    # The reason with the clock at boost and the power far below the limit is not the cap (nothing held).
+    clock = FakeClock()
+    named = StandInGpu(clock, lambda t: (1980.0, 300.0, ["sw_power_cap"], counter(300.0)(t), 50.0),
+                       power_limit=700.0)
+    first = run_regime(regimes.STEADY, StandInKernel(clock), named, count=1, cpu=False, pace=clock).windows[0]
+    assert first.condition == regimes.MET and "at the power cap" not in first.detail
+
+
 def test_a_card_whose_temperature_still_climbs_does_not_settle_until_it_flattens() -> None:
     # A kernel at boost, its power flat, on a card heating 3 C/s for 4 s (NVML reads whole degrees): with no known
     # limit, and 720 W against a 700 W limit (over it: the controller is about to hold the clock).

@@ -239,8 +239,14 @@ def judge(readings: Sequence[GpuReading | None], max_clock: float | None = None,
         power = out.counter_power_w if out.counter_power_w is not None else (
             statistics.median(float(p) for p in averaged if p is not None)
             if any(p is not None for p in averaged) else None)
-        out.at_cap = (2 * capped > len(present) and power is not None
-                      and power >= (1.0 - regimes.STEADY_CAP_POWER_SHARE) * power_limit_w)
+        # The reason alone is not the cap; its second witness is the power near the limit, or, where a span caught
+        # the controller's dip (an mm at 664 W of 700 on the H200 settled "below the cap" at 1455 MHz and every
+        # window closed 2% off), the clock held below boost in most readings.
+        held = max_clock is not None and 2 * sum(
+            1 for r in present if r.sm_clock_mhz is not None
+            and r.sm_clock_mhz < regimes.BURST_CLOCK_SHARE * max_clock) > len(present)
+        out.at_cap = 2 * capped > len(present) and (held or (
+            power is not None and power >= (1.0 - regimes.STEADY_CAP_POWER_SHARE) * power_limit_w))
     if all(c is not None for c in clocks):
         values = [float(c or 0.0) for c in clocks]
         out.clock_mhz = statistics.median(values)

@@ -80,8 +80,9 @@ HOLDING_REASONS = ("sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_the
 #   thermal slowdown, both named by NVML): on the H200 that wait was most of a boost shape's settling (1.2 to 2 s of
 #   layer_norm 16384x1024's 1.95-2.7 s), and the detail says it passed.
 # - the SM clock.  Below the power cap the last STEADY_LAST_K readings lie within STEADY_CLOCK_TOL of their median
-#   (at least one 15 MHz step).  At the cap (``sw_power_cap`` named in most of the last K readings and the counter's
-#   power within STEADY_CAP_POWER_SHARE of the enforced limit; without a limit, the reason in every one of them)
+#   (at least one 15 MHz step).  At the cap (``sw_power_cap`` named in most of the last K readings, and the
+#   counter's power within STEADY_CAP_POWER_SHARE of the enforced limit or the clock below BURST_CLOCK_SHARE of its
+#   maximum in most of them; without a limit, the reason in every one of them)
 #   the controller holds the power and the clock is its output: on the H200 a cuBLAS mm at 700 W moved between
 #   1410 and 1500 MHz from one reading to the next, so the last K readings never agreed within 1% and the mm met the
 #   condition in 0 of 30, 0 of 40 and 0 of 40 windows on three machines.  There the medians of two adjacent spans of
