@@ -17,11 +17,12 @@ S=/tmp/flaggems-vs; rm -rf "$S"; mkdir -p "$S"
 log=$OUT/flaggems_vs.txt
 here=$PWD
 for which in ${RUNS:-base head}; do
+  case $which in base|head|same) ;; *) echo "RUNS: base, head or same, got $which" >&2; exit 2 ;; esac
   tree=$here; [ "$which" = base ] && tree=$here/$BASE
   if [ "$which" = same ]; then
     tree=$S/same-tree; mkdir -p "$tree"
-    cp -r "$here/pytest_abbench" "$here/benchmarks" "$here/pyproject.toml" "$here/setup.cfg" "$here/conftest.py" "$tree/"
-    cp -r "$here/$BASE/campaigns" "$tree/"
+    cp -r "$here/pytest_abbench" "$here/benchmarks" "$here/pyproject.toml" "$here/setup.cfg" "$here/conftest.py" \
+      "$tree/" && cp -r "$here/$BASE/campaigns" "$tree/" || { echo "same: could not build $tree" >&2; exit 2; }
   fi
   start=$(date +%s.%N)
   (cd "$tree" && ABBENCH_KERNEL_CACHE=$S/$which-kernels TRITON_CACHE_DIR=$S/$which-triton PYTHONPATH=$tree:${PYTHONPATH#$here:} \

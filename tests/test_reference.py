@@ -271,6 +271,9 @@ class StandInTimer:
     def run_for(self, seconds: float) -> None:
         self.calls.append(f"warm {self.side}")
 
+    def drain(self) -> None:
+        pass
+
 
 @pytest.mark.parametrize("regime", ["steady", "burst"])
 def test_pairs_alternate_the_order_and_keep_a_then_b(regime: str) -> None:
@@ -284,29 +287,35 @@ def test_pairs_alternate_the_order_and_keep_a_then_b(regime: str) -> None:
 
 
 class CappedCard:
-    """Stands for an H200 at its 700 W cap running two kernels of the same work, A's drawing more power per call:
-    the controller holds A alone at 1400 MHz, B alone at 1600, and a mix of both (their last half second of running
-    not all one side's) at 1500.  A window's time is its work over the clock it runs at; NVML's readings name the
-    cap and the clock of the moment, and the energy counter gains 700 W.  No GPU: the clocks are the test's."""
+    """Stands for an H200 at its 700 W cap running two kernels of the same work: the controller holds each side
+    alone at the clock its draw allows (A 1400 MHz, B 1600 by default) and a mix of both (their last half second
+    of running not all one side's) at another (1500).  ``state`` maps A, B and "mix" to (MHz, reasons, counter
+    W).  A window's time is its work over the clock it runs at; NVML's readings show the state of the moment.  No
+    GPU: the clocks are the test's."""
 
-    ALONE = {"A": 1400.0, "B": 1600.0}
-    MIXED = 1500.0
+    CAPPED = ["sw_power_cap"]
 
-    def __init__(self) -> None:
+    def __init__(self, state: dict[str, tuple[float, list[str], float]] | None = None) -> None:
         from test_regimes import FakeClock, StandInGpu
 
+        self.state = state or {"A": (1400.0, self.CAPPED, 700.0), "B": (1600.0, self.CAPPED, 700.0),
+                               "mix": (1500.0, self.CAPPED, 700.0)}
         self.clock = FakeClock()
         self.ran: list[tuple[float, float, str]] = []  # (from, to, side)
-        self.gpu = StandInGpu(self.clock, lambda t: (self.mhz(), 690.0, ["sw_power_cap"], 700.0 * t * 1e3),
+        self.energy_mj = 0.0
+        self.gpu = StandInGpu(self.clock, lambda t: (self.now()[0], 640.0, self.now()[1], self.energy_mj),
                               power_limit=700.0)
 
+    def now(self) -> tuple[float, list[str], float]:
+        recent = {side for start, end, side in self.ran if end > self.clock.now - 0.5}
+        return self.state[recent.pop() if len(recent) == 1 else "mix"]
+
     def mhz(self) -> float:
-        now = self.clock.now
-        recent = {side for start, end, side in self.ran if end > now - 0.5}
-        return self.ALONE[recent.pop()] if len(recent) == 1 else self.MIXED
+        return self.now()[0]
 
     def run(self, side: str, seconds: float) -> None:
         self.ran.append((self.clock.now, self.clock.now + seconds, side))
+        self.energy_mj += self.now()[2] * seconds * 1e3
         self.clock.advance(seconds)
 
     def timer(self, side: str) -> Any:
@@ -332,6 +341,16 @@ class CappedCard:
                 pass
 
         return Kernel()
+
+
+def test_a_heavy_side_at_the_cap_beside_a_light_one_is_settled_alone_though_the_mix_reads_below_it() -> None:
+    # ATen's layer_norm 8192x4096 held at the cap alone (1898 MHz on the H200) beside FlagGems' lighter kernel at
+    # boost: settled together, their mix reads 1980 MHz, no reason, 600 W, below the cap, and the pairs would time A
+    # at a clock its cells never see.
+    card = CappedCard({"A": (1900.0, CappedCard.CAPPED, 700.0), "B": (1980.0, [], 600.0), "mix": (1980.0, [], 600.0)})
+    timed = time_pairs({side: card.timer(side) for side in ("A", "B")}, "steady", card.gpu, 2, cpu=False,
+                       pace=card.clock)
+    assert timed.alone and timed.pairs == [(pytest.approx(1500.0 / 1900.0), pytest.approx(1500.0 / 1980.0))] * 2
 
 
 def test_at_the_power_cap_each_window_follows_its_own_sides_settling_and_gives_the_cells_delta(
@@ -361,6 +380,21 @@ def test_at_the_power_cap_each_window_follows_its_own_sides_settling_and_gives_t
             "settlings met)") in report.ops[0].reference
     again = report_from_json(json.loads(json.dumps(report.to_json())))
     assert again.ops[0].shapes[0].reference_settled_alone == [8, 8]
+
+
+@pytest.mark.parametrize("alone, expected", [({"met": 5, "windows": 4}, "a count from 0 to windows (4), got 5"),
+                                             ({"met": "x", "windows": 4}, "a whole number, got 'x'"),
+                                             ([8, 8], "an object, got [8, 8]")])
+def test_a_corrupt_settled_alone_names_the_file_line_and_field(tmp_path: Path, alone: Any, expected: str) -> None:
+    rows = tmp_path / "reference.jsonl"
+    reference.append_shape(rows, "op", "mm", "steady", {"A": "cudagraph", "B": "cudagraph"}, [(1.0, 1.1)],
+                           settled_alone=(1, 2))
+    record = json.loads(rows.read_text())
+    rows.write_text(rows.read_text() + json.dumps({**record, "settled_alone": alone}) + "\n")
+    with pytest.raises(Exception) as caught:
+        reference.read_reference(rows)
+    assert str(caught.value).startswith(f"{rows}:2: field 'settled_alone") and expected in str(caught.value), \
+        str(caught.value)
 
 
 def test_below_the_power_cap_the_pairs_run_back_to_back_after_one_settling_of_both() -> None:

@@ -16,7 +16,8 @@ import pytest
 from helpers import synthetic_root, as_both_regimes
 
 from pytest_abbench.child.gpustate import GpuSampler
-from pytest_abbench.child.regime import EDGES_OFF, Pace, counter_power_spans, run_regime, settled, wait_for_boost
+from pytest_abbench.child.regime import (EDGES_OFF, Pace, counter_power_spans, judge, run_regime, settled,
+                                         wait_for_boost)
 from pytest_abbench.child.timers import WallWindows, queue_windows, windows_in_turn
 from pytest_abbench.core import regimes
 from pytest_abbench.core.results import REASON_BITS as REASONS
@@ -324,6 +325,9 @@ def test_a_capped_kernel_read_in_the_controllers_dip_is_still_at_the_cap() -> No
                         StandInGpu(clock, dipping, power_limit=700.0), count=10, cpu=False, pace=clock)
     assert [w.condition for w in timing.windows] == [regimes.MET] * 10, timing.windows[0].detail
     assert "(at the power cap, the median over its readings)" in timing.windows[0].detail
+    # Nor is the reason beside an idle card's low clock (a direct timer reads NVML with the GPU idle).
+    idle = [GpuReading(405.0, None, 100.0, 40.0, None, 0, ["gpu_idle", "sw_power_cap"])] * regimes.STEADY_LAST_K
+    assert judge(idle, 1980.0, power_limit_w=700.0).at_cap is False
     # The reason with the clock at boost and the power far below the limit is not the cap (nothing held).
     clock = FakeClock()
     named = StandInGpu(clock, lambda t: (1980.0, 300.0, ["sw_power_cap"], counter(300.0)(t), 50.0),

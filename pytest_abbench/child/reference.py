@@ -5,8 +5,8 @@ A's and side B's case on the same inputs (torch seeded alike before each
 build, each build seeing its side's build-only variables), warms both with the
 cells' own timer (``child/timers.py``), settles them together under the steady
 regime (``child/regime.py``), then times them interleaved in pairs, A then B
-and B then A alternately, one window each (at the power cap, each window after
-its own side's settling: ``time_pairs``).  One record per shape and regime
+and B then A alternately, one window each (where a side settles at the power
+cap, each window after its own side's settling: ``time_pairs``).  One record per shape and regime
 goes to reference.jsonl as it finishes (``core/reference.py``).  Autotune
 choices are replayed from the op's records, as the cells' are.  This process
 never imports pytest.
@@ -99,8 +99,8 @@ class BothSides:
 class ClockWatch:
     """The SM clock read on a thread of its own every ``period_s`` while the pairs run (each NVML call releases the
     GIL), so the windows are not held up by it; ``side_medians`` gives each side's median over the readings taken
-    inside its windows.  At the power cap the pairs share one controller state, the cells each side its own: the
-    clocks say how far apart those are."""
+    inside its windows: beside the cells' clocks, they say whether a difference from the cells is the power
+    controller's."""
 
     def __init__(self, read: Callable[[], float | None], period_s: float = 0.01,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -151,17 +151,22 @@ def time_pairs(timers: Mapping[str, Windows], regime: str, sampler: GpuSampler, 
     """``pairs`` pairs of one window per side under ``regime``: (A ms, B ms) each, a window's median per call;
     ``windows`` (where given) gets each steady window's side and when it began and ended.
 
-    steady: both sides settle together first, then the pairs run back to back.  Where that settling ends at the
-    power cap, each window is preceded by its own side's settling instead: at the cap the controller holds the
-    clock its load allows, and in pairs of short windows it holds one clock for the mix, which is not the clock
-    either side's cells (or its user) run at; alone, each side's windows see its own.  burst: every window waits
-    for the card to be back at boost and warms for ``BURST_WARM_S``, as a burst cell's windows do.
+    steady: each side settles alone once; where either ends at the power cap, each window is preceded by its own
+    side's settling: at the cap the controller holds the clock its load allows, and in pairs of short windows it
+    holds one clock for the mix, which is not the clock either side's cells (or its user) run at; alone, each
+    side's windows see its own.  (Settled together, a heavy side beside a light one can read below the cap.)
+    Otherwise both settle together and the pairs run back to back.  burst: every window waits for the card to be
+    back at boost and warms for ``BURST_WARM_S``, as a burst cell's windows do.
     """
     pace = pace or Pace()
     max_clock = sampler.max_sm_clock_mhz() if regime == regimes.BURST else None
     out = TimedPairs()
     if regime == regimes.STEADY:
-        out.alone = settle(BothSides(timers), sampler, cpu, pace).at_cap
+        for side in SIDES:
+            out.alone = settle(timers[side], sampler, cpu, pace).at_cap or out.alone
+            timers[side].drain()  # its queued replays end before the other side's settling reads the card
+        if not out.alone:
+            settle(BothSides(timers), sampler, cpu, pace)
     for index in range(pairs):
         ms: dict[str, float] = {}
         for side in pair_order(index):

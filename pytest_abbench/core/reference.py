@@ -149,7 +149,8 @@ def read_reference(rows: Path) -> dict[str, OpReference]:
         if kind == SHAPE:
             shape = ShapeReference(data.text("shape"), data.text("regime", ""), data.text_map("timers", {}),
                                    _pairs(data), data.text_or_none("error"),
-                                   data.number_map("clocks_mhz", {}), data.or_none("settled_alone", lambda name: _alone(data, name)))
+                                   data.number_map("clocks_mhz", {}),
+                                   data.or_none("settled_alone", lambda name: _alone(data, name)))
             op.shapes[(shape.shape, shape.regime)] = shape
         elif kind == PROCESS:
             op.process = {"rc": data.whole("rc"), "status": data.text("status"),
@@ -163,9 +164,12 @@ def read_reference(rows: Path) -> dict[str, OpReference]:
 
 
 def _alone(data: Fields, name: str) -> tuple[int, int]:
-    """``settled_alone``'s (met, windows)."""
+    """``settled_alone``'s (met, windows): 0 <= met <= windows."""
     alone = data.nested(name)
-    return alone.whole("met"), alone.whole("windows")
+    met, windows = alone.whole("met"), alone.whole("windows")
+    if not 0 <= met <= windows:
+        raise alone.error("met", f"a count from 0 to windows ({windows})", met)
+    return met, windows
 
 
 def _is_pair(value: Any) -> bool:

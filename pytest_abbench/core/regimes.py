@@ -23,8 +23,8 @@ DEFAULT_REGIME = STEADY
 WHAT_IT_MEASURES: dict[str, str] = {
     BURST: "short timed windows, each after an idle gap long enough that the card left its power cap: both sides "
            "at boost clocks, what a latency-bound call (inference) sees",
-    STEADY: "timed once the kernel has run until its power (by the energy counter), temperature and SM clock settled "
-            "(at the power cap, the clock's median): what a long busy stretch (a training step) sees, at the power "
+    STEADY: "timed once the kernel has run until its power (by the energy counter), SM clock and, where the power "
+            "controller holds the clock, temperature settled (at the power cap, the clock's median): what a long busy stretch (a training step) sees, at the power "
             "cap for a compute-bound kernel",
 }
 WHY_IT_MATTERS = ("a compute-bound delta depends on the regime: at the power cap the kernel that spends more energy "

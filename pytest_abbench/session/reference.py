@@ -2,7 +2,7 @@
 
 The cells time each side in processes of its own, which is what a user of
 either side pays.  One process that builds both sides on the same inputs and
-times them interleaved sees the same card in the same thermal state for both:
+times them interleaved sees the same card at the same moment for both:
 where its delta lies outside the cells' interval, a bias between processes is
 worth a look (``report/reference.py`` flags it; no verdict changes).  Only a
 kernel-variant switch allows it (``campaign/inprocess.py`` decides); for any
