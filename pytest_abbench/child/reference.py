@@ -3,11 +3,11 @@
 The in-process reference of ``--ab-reference``: for each shape it builds side
 A's and side B's case on the same inputs (torch seeded alike before each
 build, each build seeing its side's build-only variables), warms both with the
-cells' own timer (``child/timers.py``), settles them together under the steady
-regime (``child/regime.py``), then times them interleaved in pairs, A then B
-and B then A alternately, one window each (where a side settles at the power
-cap, each window after its own side's settling: ``time_pairs``).  One record per shape and regime
-goes to reference.jsonl as it finishes (``core/reference.py``).  Autotune
+cells' own timer (``child/timers.py``), settles them under the steady regime
+(``child/regime.py``), then times them interleaved in pairs, A then B and B
+then A alternately, one window each (where a side settles at the power cap,
+each window after its own side's settling: ``time_pairs``).  One record per
+shape and regime goes to reference.jsonl as it finishes (``core/reference.py``).  Autotune
 choices are replayed from the op's records, as the cells' are.  This process
 never imports pytest.
 """
@@ -138,8 +138,8 @@ class ClockWatch:
 @dataclass
 class TimedPairs:
     """A shape's pairs under one regime, ``(A ms, B ms)`` each, and how the steady regime settled them:
-    ``alone`` where the two sides, settled together, ran at the power cap, so each window was preceded by its own
-    side's settling (``alone_met`` of those met their condition)."""
+    ``alone`` where a side settled alone ran at the power cap, so each window was preceded by its own side's
+    settling (``alone_met`` of those met their condition)."""
 
     pairs: list[tuple[float, float]] = field(default_factory=list)
     alone: bool = False
