@@ -7,6 +7,11 @@ power, the temperature and what had not settled yet.  Consecutive judgements wit
 into one line.  Then per kernel the settling times and how often each reason held a judgement back.
 
     PYTHONPATH=. python benchmarks/settle_trace.py              # about 60 s on the H200
+    PYTHONPATH=. python benchmarks/settle_trace.py --record $OUT/settle.jsonl --hold 8
+
+``--record FILE`` keeps every reading and counter poll of each settling (JSON lines, ``settle_replay.Trace``) and
+runs each settling on to ``--hold`` seconds past its start (at most the rule's bound) whatever the rule said, so
+``benchmarks/settle_replay.py`` can try other constants on the card's own readings without a GPU.
 
 Needs torch with CUDA and nvidia-ml-py.  Reads NVML only: no clock, power limit or other setting is changed.
 Exit 2 with one line where there is no GPU or no NVML.
@@ -15,12 +20,15 @@ Exit 2 with one line where there is no GPU or no NVML.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any, Callable
 
+import settle_replay
 from gpu_sampler import cuda_sampler
 from pytest_abbench.child import regime
 from pytest_abbench.child.timers import GraphWindows
@@ -38,16 +46,34 @@ def kernels() -> dict[str, Callable[[], Any]]:
 
     for rows, cols in ((16384, 1024), (8192, 4096)):
         out[f"layer_norm {rows}x{cols}"] = layer_norm(rows, cols)
+    s = torch.randn(32768, 1024, device="cuda", dtype=torch.bfloat16)
+    out["softmax 32768x1024"] = lambda: torch.softmax(s, dim=-1)  # ATen's held at the cap (1875-1905 MHz)
     a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
     out["mm 4096^3"] = lambda: a @ b
     return out
 
 
+def record(path: Path, kernel: str, repeat: int, start: float, judged_with: tuple[Any, ...] | None) -> None:
+    """One settling's readings, times and counter polls, as ``judge`` last saw them, appended to ``path``."""
+    if judged_with is None:
+        return
+    readings, max_clock, times, limit, counter = (list(judged_with) + [None] * 5)[:5]
+    trace = settle_replay.Trace(kernel, repeat, max_clock, limit, start, list(times), list(readings),
+                                [tuple(point) for point in counter or []])
+    with path.open("a") as out:
+        out.write(json.dumps(trace.to_json()) + "\n")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--record", type=Path, help="keep every reading of each settling here (JSON lines)")
+    parser.add_argument("--hold", type=float, default=8.0,
+                        help="with --record: run each settling this long whatever the rule says (default 8 s)")
     args = parser.parse_args()
+    if args.record is not None:
+        args.record.unlink(missing_ok=True)
     sampler = cuda_sampler("settle_trace")
     if isinstance(sampler, str):
         print(sampler)
@@ -56,10 +82,15 @@ def main() -> int:
     judged: list[tuple[float, regime.Judgement]] = []
     original = regime.judge
     began = [0.0]
+    seen_by_settle: list[tuple[Any, ...]] = []  # the last arguments settle passed to judge: every reading so far
 
     def traced(*a: Any, **k: Any) -> regime.Judgement:
         seen = original(*a, **k)
-        judged.append((time.monotonic() - began[0], seen))
+        elapsed = time.monotonic() - began[0]
+        seen_by_settle[:] = [a]
+        judged.append((elapsed, seen))
+        if args.record is not None and elapsed < args.hold and seen.settled:
+            return regime.Judgement(False, unsettled=["recording"])  # read on: the replay needs what follows
         return seen
 
     regime.judge = traced
@@ -70,9 +101,16 @@ def main() -> int:
         took = []
         for repeat in range(1, args.repeats + 1):
             judged.clear()
+            seen_by_settle.clear()
             began[0] = time.monotonic()
             settling = regime.settle(timer, sampler, cpu=False, pace=regime.Pace())
+            timer.drain()
             torch.cuda.synchronize()
+            if args.record is not None:
+                first = next(((t, j) for t, j in judged if j.settled), None)
+                record(args.record, name, repeat, began[0], seen_by_settle[0] if seen_by_settle else None)
+                settling = regime.Settling(regimes.MET if first else regimes.NOT_MET, first[0] if first else
+                                           settling.waited_s, "(recorded on past the rule's answer)")
             took.append(settling.waited_s)
             print(f"== {name} #{repeat}: {settling.condition} after {settling.waited_s:.2f} s: {settling.detail}")
             last = None
