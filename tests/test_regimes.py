@@ -336,6 +336,26 @@ def test_a_capped_kernel_read_in_the_controllers_dip_is_still_at_the_cap() -> No
     assert first.condition == regimes.MET and "at the power cap" not in first.detail
 
 
+def test_at_the_cap_the_power_span_can_cover_the_controllers_whole_swing() -> None:
+    # The H200's controller at the 700 W cap swings the power 620-750 W about once a second: two adjacent 0.25 s
+    # spans of the counter differ by up to a fifth, so the default spans wait for a lucky phase; spans of a whole
+    # swing (STEADY_CAP_POWER_SPAN_S, for a replay or a later default) see the held 685 W in both.
+    def energy(t: float) -> float:
+        seen = math.floor(round(t / 0.1, 9)) * 0.1
+        return 1e3 * (685.0 * seen + 65.0 / (2 * math.pi) * (1.0 - math.cos(2 * math.pi * seen)))
+
+    readings = [GpuReading(WANDER[i % len(WANDER)], None, 640.0, 60.0, energy(0.05 * (i + 1)), 4, ["sw_power_cap"])
+                for i in range(50)]
+    moving = [judge(readings[:n], 1980.0, power_limit_w=700.0).unsettled for n in range(30, 51)]
+    assert sum(any(u.startswith("power still moving") for u in us) for us in moving) >= 10
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(regimes, "STEADY_CAP_POWER_SPAN_S", 1.0)
+        whole = [judge(readings[:n], 1980.0, power_limit_w=700.0) for n in range(45, 51)]
+    assert all(j.at_cap and not any(u.startswith("power") for u in j.unsettled) for j in whole), \
+        [j.unsettled for j in whole]
+    assert all(j.counter_power_w == pytest.approx(685.0, abs=15.0) for j in whole)
+
+
 def test_a_card_whose_temperature_still_climbs_does_not_settle_until_it_flattens() -> None:
     # A kernel at boost, its power flat, on a card heating 3 C/s for 4 s (NVML reads whole degrees): with no known
     # limit, and 720 W against a 700 W limit (over it: the controller is about to hold the clock).

@@ -155,32 +155,35 @@ def reading_points(readings: Sequence[GpuReading | None], times: Sequence[float]
     return [(t, t, None if r is None else r.energy_mj) for t, r in zip(times, readings)]
 
 
-def counter_power_spans(points: Sequence[tuple[float, float, float | None]]) -> tuple[float, float] | None:
-    """The energy counter's power (W) over two adjacent spans, each at least ``STEADY_POWER_SPAN_S`` long, the later
-    one ending at the counter's last update; None where the points do not cover two spans.
+def counter_power_spans(points: Sequence[tuple[float, float, float | None]], span_s: float | None = None
+                        ) -> tuple[float, float] | None:
+    """The energy counter's power (W) over two adjacent spans, each at least ``span_s`` long (default
+    ``STEADY_POWER_SPAN_S``), the later one ending at the counter's last update; None where the points do not cover
+    two spans.
 
     A read returns the counter's last update, so the spans run from update to update: each read that shows a new
     value marks one, and between two such reads the counter's increase is the energy of whole update periods.
     Each update is placed within half the time from the read before to the read that showed it: a few ms where
     the counter is polled back to back (``ENERGY_POLL_S``), up to half a chunk where only the readings see it.
     """
+    span_s = regimes.STEADY_POWER_SPAN_S if span_s is None else span_s
     marks = counter_updates(points)
     if not marks:
         return None
     end = marks[-1]
-    mid = next((m for m in reversed(marks) if m.at <= end.at - regimes.STEADY_POWER_SPAN_S + 1e-6), None)
-    start = None if mid is None else next(
-        (m for m in reversed(marks) if m.at <= mid.at - regimes.STEADY_POWER_SPAN_S + 1e-6), None)
+    mid = next((m for m in reversed(marks) if m.at <= end.at - span_s + 1e-6), None)
+    start = None if mid is None else next((m for m in reversed(marks) if m.at <= mid.at - span_s + 1e-6), None)
     if mid is None or start is None:
         return None
     return ((mid.energy_mj - start.energy_mj) / 1e3 / (mid.at - start.at),
             (end.energy_mj - mid.energy_mj) / 1e3 / (end.at - mid.at))
 
 
-def temperature_slope(readings: Sequence[GpuReading | None], times: Sequence[float]) -> float | None:
-    """The least-squares slope (C/s) of the temperatures read over the last ``STEADY_TEMP_SPAN_S`` (what there is
-    of it); None with fewer than three of them."""
-    since = times[-1] - regimes.STEADY_TEMP_SPAN_S - 1e-6
+def temperature_slope(readings: Sequence[GpuReading | None], times: Sequence[float], span_s: float | None = None
+                      ) -> float | None:
+    """The least-squares slope (C/s) of the temperatures read over the last ``span_s`` (default
+    ``STEADY_TEMP_SPAN_S``; what there is of it); None with fewer than three of them."""
+    since = times[-1] - (regimes.STEADY_TEMP_SPAN_S if span_s is None else span_s) - 1e-6
     points = [(t, r.temperature_c) for t, r in zip(times, readings)
               if t >= since and r is not None and r.temperature_c is not None]
     if len(points) < 3 or points[-1][0] <= points[0][0]:
@@ -191,6 +194,26 @@ def temperature_slope(readings: Sequence[GpuReading | None], times: Sequence[flo
 def _span_median(clocks: Sequence[tuple[float, float]], after: float, until: float) -> float | None:
     inside = [mhz for t, mhz in clocks if after + 1e-6 < t <= until + 1e-6]
     return statistics.median(inside) if inside else None
+
+
+def at_power_cap(present: Sequence[GpuReading], max_clock: float | None, power_limit_w: float | None,
+                 counter_power_w: float | None) -> bool:
+    """Whether the power controller holds the card: ``sw_power_cap`` named in most readings and a second witness,
+    the power (the counter's, else NVML's average) within ``STEADY_CAP_POWER_SHARE`` of the enforced limit or the
+    clock held below boost in most of them; without a limit, the reason in every reading."""
+    capped = sum(1 for r in present if "sw_power_cap" in r.reasons)
+    if power_limit_w is None:
+        return capped == len(present)
+    averaged = [float(r.power_w) for r in present if r.power_w is not None]
+    power = counter_power_w if counter_power_w is not None else (statistics.median(averaged) if averaged else None)
+    # The reason alone is not the cap; its second witness is the power near the limit, or, where a span caught the
+    # controller's dip (an mm at 664 W of 700 on the H200 settled "below the cap" at 1455 MHz and every window
+    # closed 2% off), the clock held below boost in most readings.
+    held = max_clock is not None and 2 * sum(
+        1 for r in present if r.sm_clock_mhz is not None and "gpu_idle" not in r.reasons
+        and r.sm_clock_mhz < regimes.BURST_CLOCK_SHARE * max_clock) > len(present)  # an idle clock is not held
+    return 2 * capped > len(present) and (held or (
+        power is not None and power >= (1.0 - regimes.STEADY_CAP_POWER_SHARE) * power_limit_w))
 
 
 def judge(readings: Sequence[GpuReading | None], max_clock: float | None = None,
@@ -208,15 +231,20 @@ def judge(readings: Sequence[GpuReading | None], max_clock: float | None = None,
     present = [r for r in last if r is not None]
     clocks = [r.sm_clock_mhz for r in present]
     averaged = [r.power_w for r in present]
-    spans = counter_power_spans(counter if counter else reading_points(readings, times))
     has_counter = any(r.energy_mj is not None for r in present) or bool(counter)
     if all(c is None for c in clocks) and all(p is None for p in averaged) and not has_counter:
         return Judgement(None)
     out = Judgement(True, temperature_c=present[-1].temperature_c)
+    points = counter if counter else reading_points(readings, times)
+    spans = counter_power_spans(points)
+    out.counter_power_w = None if spans is None else spans[1]
+    out.at_cap = at_power_cap(present, max_clock, power_limit_w, out.counter_power_w)
+    if out.at_cap and regimes.STEADY_CAP_POWER_SPAN_S != regimes.STEADY_POWER_SPAN_S:
+        spans = counter_power_spans(points, regimes.STEADY_CAP_POWER_SPAN_S)  # the controller's swing, whole
+        out.counter_power_w = None if spans is None else spans[1]
     # Power: the counter's where it gives one, else NVML's average (which a kernel at boost need not wait for).
     if spans is not None:
         before, recent = spans
-        out.counter_power_w = recent
         if abs(recent - before) > regimes.STEADY_COUNTER_POWER_TOL * max(recent, before):
             out.unsettled.append(f"power still moving {before:.0f} -> {recent:.0f} W (energy counter)")
     elif present[-1].energy_mj is not None or counter:
@@ -226,7 +254,7 @@ def judge(readings: Sequence[GpuReading | None], max_clock: float | None = None,
         if not _spread_ok(values, regimes.STEADY_POWER_TOL):
             out.unsettled.append(f"power still moving {min(values):.0f}-{max(values):.0f} W (NVML average)")
     # Temperature: waited for where the power controller holds the clock or is about to (``clock_free_of_heat``).
-    slope = temperature_slope(readings, times)
+    slope = temperature_slope(readings, times, regimes.STEADY_CAP_TEMP_SPAN_S if out.at_cap else None)
     if slope is not None and abs(slope) > regimes.STEADY_TEMP_SLOPE_C_S:
         moving = f"temperature still {'rising' if slope > 0 else 'falling'} {abs(slope):.1f} C/s"
         if clock_free_of_heat(last, max_clock, out.counter_power_w, power_limit_w):
@@ -234,21 +262,6 @@ def judge(readings: Sequence[GpuReading | None], max_clock: float | None = None,
         else:
             out.unsettled.append(moving)
     # The clock: the power controller's output at the cap, the card's own below it.
-    capped = sum(1 for r in present if "sw_power_cap" in r.reasons)
-    if power_limit_w is None:
-        out.at_cap = capped == len(present)
-    else:
-        power = out.counter_power_w if out.counter_power_w is not None else (
-            statistics.median(float(p) for p in averaged if p is not None)
-            if any(p is not None for p in averaged) else None)
-        # The reason alone is not the cap; its second witness is the power near the limit, or, where a span caught
-        # the controller's dip (an mm at 664 W of 700 on the H200 settled "below the cap" at 1455 MHz and every
-        # window closed 2% off), the clock held below boost in most readings.
-        held = max_clock is not None and 2 * sum(
-            1 for r in present if r.sm_clock_mhz is not None and "gpu_idle" not in r.reasons
-            and r.sm_clock_mhz < regimes.BURST_CLOCK_SHARE * max_clock) > len(present)  # an idle clock is not held
-        out.at_cap = 2 * capped > len(present) and (held or (
-            power is not None and power >= (1.0 - regimes.STEADY_CAP_POWER_SHARE) * power_limit_w))
     if all(c is not None for c in clocks):
         values = [float(c or 0.0) for c in clocks]
         out.clock_mhz = statistics.median(values)

@@ -117,6 +117,12 @@ STEADY_CAP_WINDOW_CLOCK_TOL = 0.05
 # temperatures show what remained.
 STEADY_TEMP_SPAN_S = 1.0
 STEADY_TEMP_SLOPE_C_S = 0.5
+# At the cap the controller swings power (620-750 W) and with it the clock and the die's temperature about once a
+# second on the H200, so spans shorter than a swing agree only by chance (docs/evidence/h200-settle-trace.txt).
+# The power and temperature spans judged at the cap: the same as below it until a longer pair is chosen on
+# recorded readings (benchmarks/settle_trace.py --record, benchmarks/settle_replay.py --set) and run on the card.
+STEADY_CAP_POWER_SPAN_S = STEADY_POWER_SPAN_S
+STEADY_CAP_TEMP_SPAN_S = STEADY_TEMP_SPAN_S
 # Two power spans from the first update a reading can show (the second reading, two chunks in): what the counter
 # needs to call power flat.  (Before the counter decided, K readings in 0.25 s settled a kernel at boost.)
 STEADY_MIN_S = 2 * STEADY_POWER_SPAN_S + 2 * STEADY_CHUNK_MS / 1e3
