@@ -9,7 +9,7 @@ moment shows there).  ``--set NAME=VALUE`` changes a ``core/regimes.py`` constan
 on the card's own readings before running it on the card.
 
     python benchmarks/settle_replay.py settle.jsonl
-    python benchmarks/settle_replay.py settle.jsonl --set STEADY_POWER_SPAN_S=0.5 --set STEADY_MIN_S=1.1
+    python benchmarks/settle_replay.py settle.jsonl --set STEADY_CAP_POWER_SPAN_S=1.0 --set STEADY_CAP_TEMP_SPAN_S=2
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from pytest_abbench.child import regime
 from pytest_abbench.core import regimes
@@ -57,9 +57,17 @@ class Trace:
             raise data.error("readings", "a list of readings (or nulls)", raw)
         readings = [None if r is None else GpuReading.from_json(Fields(data.where, r, f"readings[{i}]."))
                     for i, r in enumerate(raw)]
+        times = data.numbers("times")
+        if len(times) != len(readings):
+            raise data.error("times", f"one time per reading ({len(readings)})", f"{len(times)} times")
+        counter = data.data.get("counter", [])
+        if not isinstance(counter, list) or not all(
+                isinstance(point, list) and len(point) == 3
+                and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in point) for point in counter):
+            raise data.error("counter", "a list of [began, returned, mJ] polls", counter)
         return cls(data.text("kernel"), data.whole("repeat"), data.number_or_none("max_clock"),
-                   data.number_or_none("power_limit_w"), data.number("start"), data.numbers("times"), readings,
-                   [(float(a), float(b), float(c)) for a, b, c in data.data.get("counter", [])])
+                   data.number_or_none("power_limit_w"), data.number("start"), times, readings,
+                   [(float(a), float(b), float(c)) for a, b, c in counter])
 
 
 def read_traces(path: Path) -> list[Trace]:
@@ -86,11 +94,12 @@ class Replayed:
 
 
 def replay(trace: Trace) -> Replayed:
-    """``judge`` on the readings as they arrived, from ``STEADY_MIN_S`` on, as ``settle`` calls it."""
+    """``judge`` on the readings as they arrived, from ``STEADY_MIN_S`` to ``STEADY_MAX_S``, as ``settle`` calls
+    it."""
     last_unsettled = "no judgement"
     for index, at in enumerate(trace.times):
         elapsed = at - trace.start
-        if elapsed < regimes.STEADY_MIN_S:
+        if elapsed < regimes.STEADY_MIN_S and elapsed < regimes.STEADY_MAX_S:
             continue
         counter = [point for point in trace.counter if point[1] <= at]
         seen = regime.judge(trace.readings[:index + 1], trace.max_clock, trace.times[:index + 1],
@@ -103,21 +112,42 @@ def replay(trace: Trace) -> Replayed:
             how = "at the cap" if seen.at_cap else "below the cap"
             return Replayed(round(elapsed, 3), f"{seen.clock_mhz or 0:.0f} MHz {how}", off)
         last_unsettled = "; ".join(seen.unsettled) or "no reading"
+        if elapsed >= regimes.STEADY_MAX_S:
+            return Replayed(None, f"not settled within STEADY_MAX_S: {last_unsettled}", None)
     return Replayed(None, f"not settled in the recording: {last_unsettled}", None)
 
 
-def apply_overrides(overrides: Sequence[str]) -> None:
-    """``NAME=VALUE`` pairs onto ``core/regimes.py``'s numeric constants; an unknown name or a value that is not a
-    number is an error naming it."""
+# Constants core/regimes.py derives from others at import: recomputed after --set unless set themselves.
+DERIVED: dict[str, Callable[[], float]] = {
+    "STEADY_CAP_POWER_SPAN_S": lambda: regimes.STEADY_POWER_SPAN_S,
+    "STEADY_CAP_TEMP_SPAN_S": lambda: regimes.STEADY_TEMP_SPAN_S,
+    "STEADY_MIN_S": lambda: 2 * regimes.STEADY_POWER_SPAN_S + 2 * regimes.STEADY_CHUNK_MS / 1e3,
+}
+
+
+def apply_overrides(overrides: Sequence[str]) -> list[str]:
+    """``NAME=VALUE`` pairs onto ``core/regimes.py``'s numeric constants, then the constants derived from them
+    (``DERIVED``) that were not set themselves; returns every changed constant as ``NAME=value``.  An unknown
+    name, a value that is not a number, or a fraction for a whole-number constant is an error naming it."""
+    named = set()
     for item in overrides:
         name, _, value = item.partition("=")
         current = getattr(regimes, name, None)
         if not isinstance(current, (int, float)) or isinstance(current, bool):
             raise SystemExit(f"--set {item}: {name} is not a numeric constant of core/regimes.py")
         try:
-            setattr(regimes, name, type(current)(float(value)) if isinstance(current, int) else float(value))
+            number = float(value)
         except ValueError:
             raise SystemExit(f"--set {item}: {value!r} is not a number") from None
+        if isinstance(current, int) and not number.is_integer():
+            raise SystemExit(f"--set {item}: {name} is a whole number")
+        setattr(regimes, name, int(number) if isinstance(current, int) else number)
+        named.add(name)
+    for name, derive in DERIVED.items():
+        if name not in named and derive() != getattr(regimes, name):
+            setattr(regimes, name, derive())
+            named.add(name)
+    return [f"{name}={getattr(regimes, name):g}" for name in sorted(named)]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -125,8 +155,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("record", type=Path)
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
     args = parser.parse_args(argv)
-    apply_overrides(args.set)
-    print(f"# {args.record}{'; ' + ', '.join(args.set) if args.set else ''}")
+    changed = apply_overrides(args.set)
+    print(f"# {args.record}{'; ' + ', '.join(changed) if changed else ''}")
     by_kernel: dict[str, list[float | None]] = {}
     try:
         traces = read_traces(args.record)

@@ -74,6 +74,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.record is not None:
         args.record.unlink(missing_ok=True)
+        if args.hold > regimes.STEADY_MAX_S:
+            print(f"# --hold {args.hold:g} s: each settling ends at the rule's bound, {regimes.STEADY_MAX_S:g} s")
     sampler = cuda_sampler("settle_trace")
     if isinstance(sampler, str):
         print(sampler)
@@ -107,10 +109,11 @@ def main() -> int:
             timer.drain()
             torch.cuda.synchronize()
             if args.record is not None:
-                first = next(((t, j) for t, j in judged if j.settled), None)
                 record(args.record, name, repeat, began[0], seen_by_settle[0] if seen_by_settle else None)
-                settling = regime.Settling(regimes.MET if first else regimes.NOT_MET, first[0] if first else
-                                           settling.waited_s, "(recorded on past the rule's answer)")
+                first = next((i for i, (_, j) in enumerate(judged) if j.settled), None)
+                if first is not None:  # what the rule said, not the recording's run past it
+                    settling = regime.Settling(regimes.MET, judged[first][0], "(recorded on past the rule's answer)")
+                    del judged[first + 1:]
             took.append(settling.waited_s)
             print(f"== {name} #{repeat}: {settling.condition} after {settling.waited_s:.2f} s: {settling.detail}")
             last = None

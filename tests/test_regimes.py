@@ -345,7 +345,7 @@ def test_at_the_cap_the_power_span_can_cover_the_controllers_whole_swing() -> No
         return 1e3 * (685.0 * seen + 65.0 / (2 * math.pi) * (1.0 - math.cos(2 * math.pi * seen)))
 
     readings = [GpuReading(WANDER[i % len(WANDER)], None, 640.0, 60.0, energy(0.05 * (i + 1)), 4, ["sw_power_cap"])
-                for i in range(50)]
+                for i in range(80)]
     moving = [judge(readings[:n], 1980.0, power_limit_w=700.0).unsettled for n in range(30, 51)]
     assert sum(any(u.startswith("power still moving") for u in us) for us in moving) >= 10
     with pytest.MonkeyPatch.context() as patch:
@@ -354,6 +354,14 @@ def test_at_the_cap_the_power_span_can_cover_the_controllers_whole_swing() -> No
     assert all(j.at_cap and not any(u.startswith("power") for u in j.unsettled) for j in whole), \
         [j.unsettled for j in whole]
     assert all(j.counter_power_w == pytest.approx(685.0, abs=15.0) for j in whole)
+    # A layer_norm held at the cap near boost (1950 MHz, above 97% of 1980: not "held" by the clock's witness): where
+    # a short span catches the dip its power alone says "below the cap"; the whole swing's power says the cap.
+    near_boost = [dataclasses.replace(r, sm_clock_mhz=1950.0) for r in readings]
+    dips = [n for n in range(50, 81) if not judge(near_boost[:n], 1980.0, power_limit_w=700.0).at_cap]
+    assert dips
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(regimes, "STEADY_CAP_POWER_SPAN_S", 1.0)
+        assert all(judge(near_boost[:n], 1980.0, power_limit_w=700.0).at_cap for n in dips)
 
 
 def test_a_card_whose_temperature_still_climbs_does_not_settle_until_it_flattens() -> None:

@@ -72,13 +72,21 @@ def test_the_command_line_replays_a_file_and_names_a_bad_constant(
                           "--set", "STEADY_TEMP_SLOPE_C_S=5"], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert "; STEADY_TEMP_SLOPE_C_S=5" in run.stdout and "-- stand-in: 1 of 1 settled, mean" in run.stdout
-    for bad, said in (("NO_SUCH=1", "NO_SUCH is not a numeric constant"), ("STEADY_MIN_S=x", "'x' is not a number")):
+    # A span set for the whole regime carries to the constants derived from it, as core/regimes.py derives them.
+    run = subprocess.run([sys.executable, str(BENCHMARKS / "settle_replay.py"), str(path),
+                          "--set", "STEADY_POWER_SPAN_S=0.5"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout.splitlines()[0].endswith(
+        "; STEADY_CAP_POWER_SPAN_S=0.5, STEADY_MIN_S=1.1, STEADY_POWER_SPAN_S=0.5"), run.stdout + run.stderr
+    for bad, said in (("NO_SUCH=1", "NO_SUCH is not a numeric constant"), ("STEADY_MIN_S=x", "'x' is not a number"),
+                      ("STEADY_LAST_K=5.7", "STEADY_LAST_K is a whole number")):
         run = subprocess.run([sys.executable, str(BENCHMARKS / "settle_replay.py"), str(path), "--set", bad],
                              capture_output=True, text=True, timeout=120)
         assert run.returncode == 1 and said in run.stderr, (bad, run.stderr)
-    (tmp_path / "bad.jsonl").write_text(json.dumps({"kernel": "k", "repeat": 1, "start": 0, "times": [],
-                                                    "readings": 3}) + "\n")
-    run = subprocess.run([sys.executable, str(BENCHMARKS / "settle_replay.py"), str(tmp_path / "bad.jsonl")],
-                         capture_output=True, text=True, timeout=120)
-    assert run.returncode == 2 and run.stderr.startswith(f"settle_replay: {tmp_path / 'bad.jsonl'}:1: field "
-                                                         "'readings'"), run.stderr
+    good = json.loads(path.read_text())
+    for field, value in (("readings", 3), ("times", good["times"][:-1]), ("counter", [[1.0, 2.0]]),
+                         ("counter", 5)):
+        (tmp_path / "bad.jsonl").write_text(json.dumps({**good, field: value}) + "\n")
+        run = subprocess.run([sys.executable, str(BENCHMARKS / "settle_replay.py"), str(tmp_path / "bad.jsonl")],
+                             capture_output=True, text=True, timeout=120)
+        assert run.returncode == 2 and run.stderr.startswith(
+            f"settle_replay: {tmp_path / 'bad.jsonl'}:1: field '{field}'"), (field, run.stderr)

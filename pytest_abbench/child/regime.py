@@ -237,11 +237,13 @@ def judge(readings: Sequence[GpuReading | None], max_clock: float | None = None,
     out = Judgement(True, temperature_c=present[-1].temperature_c)
     points = counter if counter else reading_points(readings, times)
     spans = counter_power_spans(points)
+    out.at_cap = at_power_cap(present, max_clock, power_limit_w, None if spans is None else spans[1])
+    if regimes.STEADY_CAP_POWER_SPAN_S != regimes.STEADY_POWER_SPAN_S:
+        whole = counter_power_spans(points, regimes.STEADY_CAP_POWER_SPAN_S)  # the controller's swing, whole
+        # A short span can catch the swing's dip: the power over the whole swing witnesses the cap as well.
+        if out.at_cap or at_power_cap(present, max_clock, power_limit_w, None if whole is None else whole[1]):
+            out.at_cap, spans = True, whole
     out.counter_power_w = None if spans is None else spans[1]
-    out.at_cap = at_power_cap(present, max_clock, power_limit_w, out.counter_power_w)
-    if out.at_cap and regimes.STEADY_CAP_POWER_SPAN_S != regimes.STEADY_POWER_SPAN_S:
-        spans = counter_power_spans(points, regimes.STEADY_CAP_POWER_SPAN_S)  # the controller's swing, whole
-        out.counter_power_w = None if spans is None else spans[1]
     # Power: the counter's where it gives one, else NVML's average (which a kernel at boost need not wait for).
     if spans is not None:
         before, recent = spans
