@@ -655,6 +655,12 @@ def load_campaign(path: str | Path, rootdir: Path | None = None, module_name: st
 
 
 KEPT_OUT = "!"  # "!name" in Campaign.server_imports: a module every process of the campaign finds missing
+
+
+def kept_out_name(entry: str) -> str | None:
+    """The module a ``!name`` entry of ``Campaign.server_imports`` keeps out; None for a module to import."""
+    return entry[len(KEPT_OUT):] if entry.startswith(KEPT_OUT) else None
+
 _MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 

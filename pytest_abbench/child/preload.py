@@ -10,7 +10,7 @@ exec'd cell all start measuring with the same modules loaded; its identity
 names the version of each (``versions``).
 
 A campaign's ``UNUSED_IMPORTS`` travel in the same list as ``!name``
-(``KEPT_OUT``): the server, and a cell that was not forked from one, set
+(``campaign.model.KEPT_OUT``): the server, and a cell that was not forked from one, set
 ``sys.modules[name] = None`` before any other of the list is imported, so a
 library's ``try: import name`` finds it missing (``keep_out``).
 """
@@ -25,12 +25,11 @@ import sys
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
-from pytest_abbench.campaign.model import KEPT_OUT
+from pytest_abbench.campaign.model import kept_out_name
 
-def keep_out(entry: str) -> str | None:
-    """For a ``!name`` entry: make ``import name`` fail in this process (None), or say why it cannot (imported
-    already).  Not called for other entries."""
-    name = entry[len(KEPT_OUT):]
+
+def keep_out(name: str) -> str | None:
+    """Make ``import name`` fail in this process (None), or say why it cannot (imported already)."""
     if sys.modules.get(name, None) is not None:
         return f"{name} was imported before it could be kept out"
     sys.modules[name] = None  # type: ignore[assignment]  # import raises ModuleNotFoundError (an ImportError)
@@ -40,8 +39,9 @@ def keep_out(entry: str) -> str | None:
 def kept_out_only(modules: Sequence[str]) -> None:
     """Keep out the ``!name`` entries of ``modules`` and import nothing (a compile-only process)."""
     for entry in modules:
-        if entry.startswith(KEPT_OUT):
-            keep_out(entry)
+        name = kept_out_name(entry)
+        if name is not None:
+            keep_out(name)
 
 
 # The modules this process's fork server imported before it forked this cell (empty: not forked from a server,
@@ -101,8 +101,9 @@ def import_in_server(modules: Sequence[str], per_cell: Sequence[str]) -> Iterato
     imported already, so the server has to end (``per_cell``: the variables whose value differs per cell)."""
     os.environ.setdefault(NVML_CHECK_ENV, "1")
     for module in modules:
-        if module.startswith(KEPT_OUT):
-            why = keep_out(module)
+        kept_out = kept_out_name(module)
+        if kept_out is not None:
+            why = keep_out(kept_out)
             if why is None:
                 IMPORTED_BY_SERVER.append(module)
             yield module, why
@@ -147,8 +148,9 @@ def import_in_cell(modules: Sequence[str]) -> CellImports:
     """Import each module this cell's server did not (an ImportError is the cell's, as in the campaign's own
     import); their versions as loaded here."""
     for module in modules:
-        if module.startswith(KEPT_OUT):
-            keep_out(module)  # imported already: its version says so below
+        kept_out = kept_out_name(module)
+        if kept_out is not None:
+            keep_out(kept_out)  # imported already: its version says so below
         else:
             importlib.import_module(module)
     return CellImports(" ".join(f"{module}=={version_of(module)}" for module in modules),
@@ -165,8 +167,9 @@ def _distributions() -> dict[str, list[str]]:
 def version_of(module: str) -> str:
     """The loaded module's version: its top package's ``__version__``, else its distribution's; "unknown";
     "missing" for a kept-out one that stayed out."""
-    if module.startswith(KEPT_OUT):
-        return "missing" if sys.modules.get(module[len(KEPT_OUT):], 0) is None else "imported"
+    kept_out = kept_out_name(module)
+    if kept_out is not None:
+        return "missing" if sys.modules.get(kept_out, 0) is None else "imported"
     top = module.split(".", 1)[0]
     version = getattr(sys.modules.get(top), "__version__", None)
     if isinstance(version, str):

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from pytest_abbench.core import envnames
-from pytest_abbench.campaign.model import KEPT_OUT
+from pytest_abbench.campaign.model import kept_out_name
 
 SERVER_MODULE = "pytest_abbench.child.server"
 # Variables that differ from cell to cell of one side.  A server is shared by
@@ -282,8 +282,9 @@ class ForkServers:
                 if (server_key(python, env, name), module) in self.failed:
                     continue  # said when this side's first server failed it: a server started again fails again
                 self.failed.add((server_key(python, env, name), module))
-                if module.startswith(KEPT_OUT):
-                    self._say(f"{side_words(name)}'s fork server could not keep {module[len(KEPT_OUT):]} out "
+                kept_out = kept_out_name(module)
+                if kept_out is not None:
+                    self._say(f"{side_words(name)}'s fork server could not keep {kept_out} out "
                               f"(UNUSED_IMPORTS): {why} (server log: {server.log_path})")
                 else:
                     self._say(f"{side_words(name)}'s fork server could not import {module} (SERVER_IMPORTS): "
