@@ -20,7 +20,7 @@ import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from pytest_abbench.child import regime
 from pytest_abbench.core import regimes
@@ -117,17 +117,9 @@ def replay(trace: Trace) -> Replayed:
     return Replayed(None, f"not settled in the recording: {last_unsettled}", None)
 
 
-# Constants core/regimes.py derives from others at import: recomputed after --set unless set themselves.
-DERIVED: dict[str, Callable[[], float]] = {
-    "STEADY_CAP_POWER_SPAN_S": lambda: regimes.STEADY_POWER_SPAN_S,
-    "STEADY_CAP_TEMP_SPAN_S": lambda: regimes.STEADY_TEMP_SPAN_S,
-    "STEADY_MIN_S": lambda: 2 * regimes.STEADY_POWER_SPAN_S + 2 * regimes.STEADY_CHUNK_MS / 1e3,
-}
-
-
 def apply_overrides(overrides: Sequence[str]) -> list[str]:
     """``NAME=VALUE`` pairs onto ``core/regimes.py``'s numeric constants, then the constants derived from them
-    (``DERIVED``) that were not set themselves; returns every changed constant as ``NAME=value``.  An unknown
+    (``regimes.STEADY_DERIVED``) that were not set themselves; returns every changed constant as ``NAME=value``.  An unknown
     name, a value that is not a number, or a fraction for a whole-number constant is an error naming it."""
     named = set()
     for item in overrides:
@@ -143,7 +135,7 @@ def apply_overrides(overrides: Sequence[str]) -> list[str]:
             raise SystemExit(f"--set {item}: {name} is a whole number")
         setattr(regimes, name, int(number) if isinstance(current, int) else number)
         named.add(name)
-    for name, derive in DERIVED.items():
+    for name, derive in regimes.STEADY_DERIVED.items():
         if name not in named and derive() != getattr(regimes, name):
             setattr(regimes, name, derive())
             named.add(name)

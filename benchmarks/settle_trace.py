@@ -58,7 +58,7 @@ def record(path: Path, kernel: str, repeat: int, start: float, judged_with: tupl
     """One settling's readings, times and counter polls, as ``judge`` last saw them, appended to ``path``."""
     if judged_with is None:
         return
-    readings, max_clock, times, limit, counter = (list(judged_with) + [None] * 5)[:5]
+    readings, max_clock, times, limit, counter = judged_with  # settle's positional arguments to judge
     trace = settle_replay.Trace(kernel, repeat, max_clock, limit, start, list(times), list(readings),
                                 [tuple(point) for point in counter or []])
     with path.open("a") as out:

@@ -9,6 +9,8 @@ window whether its condition held; the report names it in its header.
 
 from __future__ import annotations
 
+from typing import Callable
+
 BURST = "burst"
 STEADY = "steady"
 BOTH = "both"
@@ -121,11 +123,17 @@ STEADY_TEMP_SLOPE_C_S = 0.5
 # second on the H200, so spans shorter than a swing agree only by chance (docs/evidence/h200-settle-trace.txt).
 # The power and temperature spans judged at the cap: the same as below it until a longer pair is chosen on
 # recorded readings (benchmarks/settle_trace.py --record, benchmarks/settle_replay.py --set) and run on the card.
-STEADY_CAP_POWER_SPAN_S = STEADY_POWER_SPAN_S
-STEADY_CAP_TEMP_SPAN_S = STEADY_TEMP_SPAN_S
-# Two power spans from the first update a reading can show (the second reading, two chunks in): what the counter
-# needs to call power flat.  (Before the counter decided, K readings in 0.25 s settled a kernel at boost.)
-STEADY_MIN_S = 2 * STEADY_POWER_SPAN_S + 2 * STEADY_CHUNK_MS / 1e3
+# STEADY_MIN_S: two power spans from the first update a reading can show (the second reading, two chunks in): what
+# the counter needs to call power flat.  (Before the counter decided, K readings in 0.25 s settled a kernel at boost.)
+# Each is derived from the constants above by this table, here at import and by settle_replay.py after a --set.
+STEADY_DERIVED: dict[str, Callable[[], float]] = {
+    "STEADY_CAP_POWER_SPAN_S": lambda: STEADY_POWER_SPAN_S,
+    "STEADY_CAP_TEMP_SPAN_S": lambda: STEADY_TEMP_SPAN_S,
+    "STEADY_MIN_S": lambda: 2 * STEADY_POWER_SPAN_S + 2 * STEADY_CHUNK_MS / 1e3,
+}
+STEADY_CAP_POWER_SPAN_S = STEADY_DERIVED["STEADY_CAP_POWER_SPAN_S"]()
+STEADY_CAP_TEMP_SPAN_S = STEADY_DERIVED["STEADY_CAP_TEMP_SPAN_S"]()
+STEADY_MIN_S = STEADY_DERIVED["STEADY_MIN_S"]()
 STEADY_MAX_S = 10.0
 # A timer that queues (the graph timer) keeps STEADY_AHEAD_S of replays waiting on the GPU while the steady run reads
 # NVML, so the kernel runs back to back as in its windows: reading after each synchronous 50 ms chunk left the GPU
