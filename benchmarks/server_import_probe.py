@@ -4,8 +4,9 @@ imports: torch, Triton, the cell modules, then the campaign's SERVER_IMPORTS und
     python3 benchmarks/server_import_probe.py liger_kernel.ops [--importtime-top N]
     python3 benchmarks/server_import_probe.py '!peft' liger_kernel.ops    # peft kept out (UNUSED_IMPORTS)
 
-Then the two things a server does once it imported them: the scan of installed distributions for the modules'
-versions (``preload.version_of``), and one fork probe.
+Then what a server does once it imported them: the modules' versions (``preload.version_of``: a distribution named
+after the package is read directly), and one fork probe; and, for comparison, the scan of every installed
+distribution that ``version_of`` falls back on (what the server did for a package without ``__version__`` before).
 
 Prints each step's seconds; with ``--importtime-top N``, runs the same imports again under ``python -X importtime``
 and prints the N modules with the largest cumulative import time.
@@ -42,15 +43,19 @@ def steps(modules: list[str]) -> None:
             continue
         __import__(module)
         mark(f"import {module}")
-    import importlib.metadata
+    from pytest_abbench.child.preload import version_of
 
-    importlib.metadata.packages_distributions()
-    mark("scan of installed distributions")
+    versions = " ".join(f"{m}=={version_of(m)}" for m in modules if not m.startswith("!"))
+    mark(f"versions {versions}"[:40])
     pid = os.fork()
     if pid == 0:
         os._exit(0)
     os.waitpid(pid, 0)
     mark("one fork probe")
+    import importlib.metadata
+
+    importlib.metadata.packages_distributions()
+    mark("(the scan of every distribution)")
 
 
 def main() -> int:
