@@ -186,6 +186,39 @@ def test_the_gate_refuses_a_root_whose_report_is_missing_stale_or_unreadable(
     assert "report.json: not valid JSON" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("path", "value", "named"), [
+    (("ops", 0, "shapes", 0, "ci_pct"), [1], "field 'ops[0].shapes[0].ci_pct': expected a list of 2 (a number, a "
+                                             "number) or null, got [1]"),
+    (("ops", 0, "geomean_pct"), "abc", "field 'ops[0].geomean_pct': expected a number or null, got 'abc'"),
+    (("failed_cells",), "none", "field 'failed_cells': expected a list of (text), got 'none'"),
+    (("complete",), "yes", "field 'complete': expected true or false, got 'yes'"),
+    (("exit_code",), "zero", "field 'exit_code': expected a whole number or null, got 'zero'"),
+    (("ops", 0, "shapes", 0, "rounds"), None, "field 'ops[0].shapes[0].rounds': expected a whole number, got None"),
+    (("ops", 0, "surprise"), 1, "field 'ops[0].surprise': not a field of OpReport"),
+])
+def test_gate_and_comment_name_an_ill_typed_report_field_and_never_read_it_as_another_answer(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], path: tuple[object, ...], value: object, named: str) -> None:
+    """Before, a pair of one number crashed both with a traceback, a text geomean passed the gate and crashed the
+    comment, and failed_cells "none" failed the gate naming the cells n, o, n, e."""
+    root = tmp_path / "root"
+    synthetic_root(root, {"s": [0.0, 0.001, -0.001]})
+    assert main(["summary", str(root)]) == 0
+    report = root / "report.json"
+    data = json.loads(report.read_text())
+    inner = data
+    for step in path[:-1]:
+        inner = inner[step]
+    inner[path[-1]] = value
+    stamp = report.stat().st_mtime_ns
+    report.write_text(json.dumps(data))
+    os.utime(report, ns=(stamp, stamp))
+    capsys.readouterr()
+    assert main(["gate", str(root)]) == 2
+    assert capsys.readouterr().err == f"abbench gate: exit 2: {report}: {named}\n"
+    assert main(["comment", str(root)]) == 2
+    assert capsys.readouterr().err == f"abbench comment: {report}: {named}\n"
+
+
 def test_summary_md_names_every_op_then_the_slower_and_flagged_shapes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
     # Eight rounds: +5% throughout, +3% rising by a point a round (a drift, test_report.py), and nothing.

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Iterator, TypeVar, get_args, get_type_hints
+from types import NoneType, UnionType
+from typing import Any, BinaryIO, Callable, Iterator, TypeVar, Union, get_args, get_origin, get_type_hints
 
 
 def current_umask() -> int:
@@ -248,10 +250,79 @@ class Fields:
             self._get(name, check, expected, _REQUIRED if name in required else None)
         return dict(self.data)
 
+    def dataclass(self, cls: type[_T]) -> _T:
+        """An instance of the dataclass ``cls`` from this object, every field checked against its declared type,
+        nested dataclasses, lists, maps and pairs included (a pair is a JSON list of two); the first field that
+        does not hold its type, a missing required field or an unknown one raises naming it
+        (``ops[0].shapes[1].ci_pct``)."""
+        hints = get_type_hints(cls)
+        known = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        unknown = sorted(set(self.data) - set(known))
+        if unknown:
+            raise FormatError(f"{self.where}: field {self.prefix + unknown[0]!r}: not a field of {cls.__name__}")
+        values: dict[str, Any] = {}
+        for name, f in known.items():
+            if name not in self.data:
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                    raise self.error(name, _type_words(hints[name]))
+                continue
+            values[name] = self._conform(hints[name], self.data[name], name)
+        return cls(**values)
+
+    def _conform(self, hint: Any, value: Any, name: str) -> Any:
+        """``value`` as the type ``hint`` names (tuples and dataclasses built from JSON lists and objects)."""
+        origin, args = get_origin(hint), get_args(hint)
+        if origin in (Union, UnionType):
+            if value is None and NoneType in args:
+                return None
+            for one in (a for a in args if a is not NoneType):
+                try:
+                    return self._conform(one, value, name)
+                except FormatError as exc:
+                    inner = exc
+            if len(args) == 2 and NoneType in args and dataclasses.is_dataclass(
+                    next(a for a in args if a is not NoneType)):
+                raise inner  # the nested field at fault, not the whole object
+            raise self.error(name, _type_words(hint), value)
+        elif hint is Any:
+            return value
+        elif dataclasses.is_dataclass(hint):
+            return Fields(self.where, value if isinstance(value, dict) else _not_object(self, name, value),
+                          f"{self.prefix}{name}.").dataclass(hint)  # type: ignore[arg-type]
+        elif origin is list and isinstance(value, list):
+            return [self._conform(args[0], item, f"{name}[{i}]") for i, item in enumerate(value)]
+        elif origin is dict and isinstance(value, dict):
+            return {k: self._conform(args[1], v, f"{name}.{k}") for k, v in value.items()}
+        elif origin is tuple and isinstance(value, list) and len(value) == len(args):
+            return tuple(self._conform(a, v, f"{name}[{i}]") for i, (a, v) in enumerate(zip(args, value)))
+        elif hint in _KINDS and _KINDS[hint][0](value):
+            return float(value) if hint is float else value
+        raise self.error(name, _type_words(hint), value)
+
     def nested(self, name: str) -> "Fields":
         """A field that is itself an object, read the same way (its fields named ``<name>.<field>``)."""
         return Fields(self.where, self._get(name, lambda v: isinstance(v, dict), "an object", _REQUIRED),
                       f"{self.prefix}{name}.")
+
+
+def _type_words(hint: Any) -> str:
+    """How a field's type reads in an error: ``a pair of numbers or null``."""
+    origin, args = get_origin(hint), get_args(hint)
+    if origin in (Union, UnionType):
+        return " or ".join("null" if a is NoneType else _type_words(a) for a in args)
+    if origin is list:
+        return f"a list of ({_type_words(args[0])})"
+    if origin is dict:
+        return f"an object of ({_type_words(args[1])})"
+    if origin is tuple:
+        return f"a list of {len(args)} ({', '.join(_type_words(a) for a in args)})"
+    if dataclasses.is_dataclass(hint):
+        return f"an object ({getattr(hint, '__name__', 'a record')})"
+    return _KINDS[hint][1] if hint in _KINDS else "any value"
+
+
+def _not_object(fields: Fields, name: str, value: Any) -> Any:
+    raise fields.error(name, "an object", value)
 
 
 def read_object(path: Path) -> Fields:

@@ -192,31 +192,19 @@ class Report:
         return asdict(self)
 
 
-def _pair(value: Any) -> tuple[float, float] | None:
-    return (float(value[0]), float(value[1])) if value else None
-
-
 def report_from_json(data: Any, where: str = REPORT_JSON) -> Report:
-    """The Report a report.json holds (JSON turns tuples into lists; this turns them back).
+    """The Report a report.json holds, every field checked against its declared type (JSON's lists become the
+    pairs they were).
 
-    ``where`` names the file in errors: a report of another schema_version is a FormatError naming the file
-    and the field.
+    ``where`` names the file in errors: a report of another schema_version, a field of the wrong type, a missing or
+    unknown one is a FormatError naming the file and the field (``ops[0].shapes[1].ci_pct``).
     """
     fields = Fields(where, data)
     version = fields.whole(SCHEMA_FIELD)
     if version != SCHEMA_VERSION:
         raise fields.error(SCHEMA_FIELD, f"{SCHEMA_VERSION}, the version this pytest-abbench writes (rebuild the "
                                          "report with `abbench summary ROOT`)", version)
-    ops = []
-    for o in data["ops"]:
-        shapes = [ShapeReport(**{**s, "ci_pct": _pair(s["ci_pct"]), "aa_ci_pct": _pair(s["aa_ci_pct"]),
-                                 "ci90_pct": _pair(s["ci90_pct"]), "energy_ci_pct": _pair(s.get("energy_ci_pct")),
-                                 "reference_ci_pct": _pair(s.get("reference_ci_pct"))})
-                  for s in o["shapes"]]
-        ops.append(OpReport(**{**o, "shapes": shapes, "geomean_ci_pct": _pair(o["geomean_ci_pct"]),
-                               "aa_geomean_ci_pct": _pair(o["aa_geomean_ci_pct"]),
-                               "energy_geomean_ci_pct": _pair(o.get("energy_geomean_ci_pct"))}))
-    return Report(**{**data, "ops": ops})
+    return fields.dataclass(Report)
 
 
 def read_report(path: Path) -> Report:
