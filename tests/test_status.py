@@ -80,3 +80,21 @@ def test_a_header_without_marker_columns_reads_them_as_zero(tmp_path: Path) -> N
 def test_rows_without_a_header_read_in_the_columns_order(tmp_path: Path) -> None:
     (tmp_path / "status.tsv").write_text(ROW.to_line())
     assert read_status(tmp_path) == [ROW]
+
+
+def test_a_row_appended_after_a_torn_one_keeps_a_line_of_its_own_and_the_torn_one_is_named(tmp_path: Path) -> None:
+    """A writer stopped mid-row (a full disk, a kill during the write) left a last line without its newline.
+    Before, the next row was appended onto it: one line of 16 fields, both rows lost, and the torn one never named."""
+    first = StatusRow(1, "cpa", "A", "X=1", 0, "ok", 1.5, 3, 0)
+    append_status_row(tmp_path, first)
+    path = tmp_path / "status.tsv"
+    path.write_text(path.read_text() + ROW.to_line()[:20])  # the torn row
+    named: list[str] = []
+    assert read_status(tmp_path, on_bad_line=lambda exc: named.append(str(exc))) == [first]
+    assert named == [f"{path}:3: a torn last row (no newline: its writer stopped mid-row): {ROW.to_line()[:20]!r}"]
+    assert read_status(tmp_path) == [first]  # without a handler the torn row is still no error
+    append_status_row(tmp_path, ROW)
+    named.clear()
+    assert read_status(tmp_path, on_bad_line=lambda exc: named.append(str(exc))) == [first, ROW]
+    torn_fields = len(ROW.to_line()[:20].split("\t"))
+    assert named == [f"{path}:3: expected {len(COLUMNS)} fields, found {torn_fields}"]

@@ -90,13 +90,17 @@ class StatusFormatError(ValueError):
 def append_status_row(root: Path, row: StatusRow) -> None:
     """Append one row (and the header, if the file is new) in a single write."""
     path = root / STATUS_FILE
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)  # read: does the last row end its line
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             payload = row.to_line()
-            if os.fstat(fd).st_size == 0:
+            size = os.fstat(fd).st_size
+            if size == 0:
                 payload = "\t".join(COLUMNS) + "\n" + payload
+            elif os.pread(fd, 1, size - 1) != b"\n":
+                # A writer stopped mid-row: this row starts on a line of its own, or both would be lost in one line.
+                payload = "\n" + payload
             data = payload.encode()
             written = os.write(fd, data)
             if written != len(data):  # pragma: no cover - regular files write whole
@@ -111,10 +115,12 @@ def read_status(root: Path, on_bad_line: Callable[[StatusFormatError], None] | N
     """Every complete row of ``<root>/status.tsv``.
 
     A last line without its newline is the trace of a writer killed mid-row
-    (only possible on a full disk); it is ignored rather than misread.  A line
-    that cannot be parsed raises ``StatusFormatError`` naming file and line, or,
-    with ``on_bad_line``, is handed to it and skipped: one bad line must not
-    cost every good row.
+    (only possible on a full disk); it is ignored rather than misread, and
+    named to ``on_bad_line``; the next row appended starts on a line of its own,
+    after which it is an unparsable line like any other.  A line that cannot be
+    parsed raises ``StatusFormatError`` naming file and line, or, with
+    ``on_bad_line``, is handed to it and skipped: one bad line must not cost
+    every good row.
     """
     path = root / STATUS_FILE
     if not path.exists():
@@ -141,4 +147,7 @@ def read_status(root: Path, on_bad_line: Callable[[StatusFormatError], None] | N
             if on_bad_line is None:
                 raise error from None
             on_bad_line(error)
+    if lines[-1] and on_bad_line is not None:
+        on_bad_line(StatusFormatError(f"{path}:{len(lines)}: a torn last row (no newline: its writer stopped "
+                                      f"mid-row): {lines[-1][:60]!r}"))
     return rows
