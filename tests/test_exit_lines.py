@@ -60,6 +60,22 @@ def test_summary_of_a_root_where_every_cell_failed_gates_like_the_live_run(campa
     assert report["exit_code"] == 1 and "failed" in report["exit_reason"]
 
 
+def test_a_deselected_cell_ends_the_session_as_the_gate_reads_its_root(campaign_dir: pytest.Pytester,
+                                                                       tmp_path: Path) -> None:
+    """One round-2 cell deselected: the op has no verdict.  Before, the session said "exit 0: clean" and
+    ``abbench gate`` on its root said 1 "planned cells never ran": CI reading the session's code passed it."""
+    campaign_dir.makepyfile(c=simple_campaign('"one"'))
+    root = tmp_path / "root"
+    live = campaign_dir.runpytest_subprocess("c.py", "--ab-rounds", "2", "--ab-root", str(root), *FAST,
+                                             "--deselect", "c.py::one[r2-A]")
+    live.assert_outcomes(passed=3, deselected=1)
+    assert live.ret == 1, live.stdout.str()[-2000:]
+    live.stdout.fnmatch_lines(["abbench: exit 1: planned cells never ran"])
+    gate = subprocess.run([sys.executable, "-m", "pytest_abbench.cli", "gate", str(root)],
+                          capture_output=True, text=True, timeout=120)
+    assert (gate.returncode, gate.stdout) == (1, f"abbench gate: exit 1: planned cells never ran ({root}/report.json)\n")
+
+
 def test_a_root_locked_by_a_session_still_starting_is_named_so(campaign_dir: pytest.Pytester,
                                                              tmp_path: Path) -> None:
     """The lock is held but empty: the holder took it and has not written its pid yet."""

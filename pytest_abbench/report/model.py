@@ -171,18 +171,23 @@ class Report:
     allow_caliber_mismatch: bool = False  # --allow-caliber-mismatch: mismatches were printed, not an exit 4
 
     def decide_exit(self, pytest_status: int, allow_caliber_mismatch: bool) -> int:
-        """Set ``exit_code`` and ``exit_reason`` by the one rule of ``exitcodes``; returns the code."""
-        self.exit_code = session_exit_code(pytest_status, self.caliber_mismatch, bool(self.slower_ops),
-                                           allow_caliber_mismatch)
+        """Set ``exit_code`` and ``exit_reason`` by the one rule of ``exitcodes``; returns the code.
+
+        A cell that failed or a planned cell that never ran is 1 even where pytest saw nothing fail (a cell
+        deselected with ``--deselect`` or ``-k``): the report says the op has no verdict, so the exit must not say
+        clean, and ``abbench gate`` reads the same report the same way.
+        """
+        cells_status = EXIT_CELL_FAILED if self.failed_cells or not self.complete else 0
+        self.exit_code = session_exit_code(pytest_status or cells_status, self.caliber_mismatch,
+                                           bool(self.slower_ops), allow_caliber_mismatch)
         self.exit_reason = exit_reason(self.exit_code, self.failed_cells, self.complete,
                                        [o.op for o in self.ops if o.caliber_mismatch], self.slower_ops)
         return self.exit_code
 
     def offline_exit(self) -> int:
         """``decide_exit`` from the report alone (``abbench summary``, ``abbench gate``): the cells stand for pytest's
-        status, 1 when a cell failed or planned cells never ran, as they do in the live session."""
-        cells_status = EXIT_CELL_FAILED if self.failed_cells or not self.complete else 0
-        return self.decide_exit(cells_status, self.allow_caliber_mismatch)
+        status, as they do in the live session."""
+        return self.decide_exit(0, self.allow_caliber_mismatch)
 
     def exit_line(self) -> str:
         return f"abbench: exit {self.exit_code}: {self.exit_reason}"
