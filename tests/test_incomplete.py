@@ -138,3 +138,36 @@ def test_a_malformed_status_line_is_named_and_skipped(campaign_dir: pytest.Pytes
     assert resumed.ret == 0
     resumed.stdout.fnmatch_lines([f"abbench: {status}:3: expected 12 fields, found 3: line skipped*"])
     assert "Traceback" not in resumed.stdout.str()
+
+
+def test_a_damaged_result_record_costs_its_shape_that_round_fails_the_run_and_a_resume_runs_its_cell_again(
+        campaign_dir: pytest.Pytester, tmp_path: Path) -> None:
+    """Before, one torn results.jsonl line took the verdict of every shape of the op, the run still said "exit 0:
+    clean", and a resume re-ran nothing (its status row said ok), so the root stayed that way."""
+    campaign_dir.makepyfile(c=simple_campaign('"one"'))
+    root = tmp_path / "root"
+    first = campaign_dir.runpytest_subprocess("c.py", "--ab-rounds", "2", "--ab-root", str(root), *FAST)
+    assert first.ret == 0
+    results = root / "r2_B" / "one" / "results.jsonl"
+    lines = results.read_text().splitlines(keepends=True)
+    assert len(lines) == 2  # n=8, then n=16
+    results.write_text(lines[0] + lines[1][:30] + "\n")  # n=16's record torn
+
+    offline = summary(campaign_dir, root)
+    assert offline.ret == 1
+    out = offline.stdout.str()
+    assert f"unreadable result in one[r2-B], that shape's round left out: {results}:2: truncated or corrupt" in out
+    assert "abbench: exit 1: 1 cell(s) failed: one[r2-B]" in out
+    report = json.loads((root / "report.json").read_text())
+    # The intact shape keeps both rounds and its verdict; the damaged one is named, not judged on one round.
+    assert [(s["shape"], s["rounds"]) for s in report["ops"][0]["shapes"]] == [("n=8", 2)]
+    assert "no verdict for n=16: measured in 1 of 2 rounds" in out
+
+    resumed = campaign_dir.runpytest_subprocess("c.py", "--ab-resume", str(root), "--ab-rounds", "2", *FAST)
+    assert resumed.ret == 0, resumed.stdout.str()[-2000:]
+    said = [line for line in resumed.stdout.lines if line.startswith(f"abbench: {results}:2: truncated or corrupt")]
+    assert len(said) == 1 and said[0].endswith("): one[r2-B] runs again"), resumed.stdout.str()[-2000:]
+    resumed.assert_outcomes(passed=4)  # three read from the root, one run again
+    report = json.loads((root / "report.json").read_text())
+    assert [(s["shape"], s["rounds"]) for s in report["ops"][0]["shapes"]] == [("n=8", 2), ("n=16", 2)]
+    assert list((root / "attempts").iterdir())  # the damaged folder kept aside, not deleted

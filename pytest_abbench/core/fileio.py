@@ -86,8 +86,10 @@ def iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
         yield record
 
 
-def numbered_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, record) of a JSON-lines file; a torn or corrupt line raises naming file and line."""
+def numbered_jsonl(path: Path, on_bad: Callable[[CorruptFileError], None] | None = None
+                   ) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, record) of a JSON-lines file; a torn or corrupt line raises naming file and line, or, with
+    ``on_bad``, is handed to it and skipped (the lines after it are still read)."""
     with open(path, "rb") as handle:
         for number, raw in enumerate(handle, start=1):
             if not raw.strip():
@@ -95,10 +97,15 @@ def numbered_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             try:
                 record = json.loads(raw)
             except ValueError as exc:
-                raise CorruptFileError(f"{path}:{number}: truncated or corrupt record ({exc})") from None
-            if not isinstance(record, dict):
-                raise CorruptFileError(f"{path}:{number}: expected an object, got {type(record).__name__}")
-            yield number, record
+                error = CorruptFileError(f"{path}:{number}: truncated or corrupt record ({exc})")
+            else:
+                if isinstance(record, dict):
+                    yield number, record
+                    continue
+                error = CorruptFileError(f"{path}:{number}: expected an object, got {type(record).__name__}")
+            if on_bad is None:
+                raise error
+            on_bad(error)
 
 
 def append_jsonl(path: Path, record: dict[str, Any]) -> None:

@@ -20,9 +20,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
-from pytest_abbench.core.fileio import SCHEMA_FIELD, Fields, append_jsonl, numbered_jsonl
+from pytest_abbench.core.fileio import SCHEMA_FIELD, CorruptFileError, Fields, append_jsonl, numbered_jsonl
 
 RESULTS_SCHEMA = 1
 OK = "ok"  # timed; every other status (wrong, error, poisoned) is a failed shape
@@ -325,7 +325,13 @@ def append_result(path: Path, result: ShapeResult) -> None:
     append_jsonl(path, result.to_json())
 
 
-def read_results(path: Path) -> Iterator[ShapeResult]:
-    """Every record of ``path``; a torn line, an unknown version or a bad field raises naming file, line and field."""
-    for number, record in numbered_jsonl(path):
-        yield ShapeResult.from_json(Fields(f"{path}:{number}", record))
+def read_results(path: Path, on_bad: Callable[[CorruptFileError], None] | None = None) -> Iterator[ShapeResult]:
+    """Every record of ``path``; a torn line, an unknown version or a bad field raises naming file, line and field,
+    or, with ``on_bad``, is handed to it and skipped: one damaged shape does not cost the cell's others."""
+    for number, record in numbered_jsonl(path, on_bad):
+        try:
+            yield ShapeResult.from_json(Fields(f"{path}:{number}", record))
+        except CorruptFileError as exc:  # FormatError: a field of the wrong type, a newer version
+            if on_bad is None:
+                raise
+            on_bad(exc)

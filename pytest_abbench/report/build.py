@@ -68,11 +68,13 @@ def plan_of(layout: RootLayout, outcomes: list[CellOutcome], problems: list[str]
     return CampaignPlan(rounds, control=any(o.key.role == CONTROL for o in outcomes))
 
 
-def read_results(folder: Path, regime: str = "") -> dict[str, dict[str, Any]]:
+def read_results(folder: Path, regime: str = "", unreadable: list[str] | None = None) -> dict[str, dict[str, Any]]:
     """shape -> {median_ms, timer, cv, ...} of the records timed under ``regime`` ("": every record, a root from
-    before regimes); samples are reduced here so memory stays flat in rounds."""
+    before regimes); samples are reduced here so memory stays flat in rounds.  A record that cannot be read raises
+    naming file, line and field, or, with ``unreadable``, is named there and left out (its shape has no result)."""
     out: dict[str, dict[str, Any]] = {}
-    for rec in shape_results(results_file(folder)):
+    on_bad = None if unreadable is None else (lambda exc: unreadable.append(str(exc)))
+    for rec in shape_results(results_file(folder), on_bad):
         if not rec.ok or not rec.median_ms or (regime and rec.regime != regime):
             continue
         out[rec.shape] = {"median_ms": rec.median_ms, "timer": rec.timer, "cv": robust_cv(rec.samples_ms),
@@ -218,13 +220,18 @@ def _read_rounds(rep: OpReport, by_round: _CellsByRound) -> dict[str, _ShapeRoun
     """
     per_shape: dict[str, _ShapeRounds] = {}
     for rnd in range(1, rep.rounds_expected + 1):
-        try:
-            results_a = read_results(by_round[rnd]["A"].cell_dir, rep.regime)
-            results_b = read_results(by_round[rnd]["B"].cell_dir, rep.regime)
-            results_control = read_results(by_round[rnd][CONTROL].cell_dir, rep.regime) if rep.control else {}
-        except (CorruptFileError, OSError) as exc:
-            rep.reason = f"no verdict: {exc}"
-            return None
+        results: dict[str, dict[str, dict[str, Any]]] = {}
+        for role in ("A", "B", CONTROL) if rep.control else ("A", "B"):
+            cell = by_round[rnd][role]
+            unreadable: list[str] = []
+            try:
+                results[role] = read_results(cell.cell_dir, rep.regime, unreadable)
+            except OSError as exc:
+                rep.reason = f"no verdict: {exc}"
+                return None
+            if unreadable:  # a damaged record costs its shape this round, not the op's other shapes
+                rep.unreadable.setdefault(str(cell.key), []).extend(unreadable)
+        results_a, results_b, results_control = results["A"], results["B"], results.get(CONTROL, {})
         mixed = caliber.compare_shape_timers(rep.op, results_a, results_b)
         rep.mixed_timer_shapes += [f"r{rnd}: {m.text()}" for m in mixed]
         _add_round(per_shape, results_a, results_b, results_control, {m.shape for m in mixed})
@@ -638,6 +645,8 @@ def build_report(root: Path, outcomes: Iterable[CellOutcome] | None = None, plan
     planned = {key for op in by_op for key in plan.cells(op)}
     ran = {c.key for c in cells}
     failed = sorted(str(c.key) for c in cells if not (c.finished or c.not_needed))
+    # A cell whose results cannot all be read finished, but some of what it measured is lost: not a clean run.
+    failed += sorted({cell for o in ops for cell in o.unreadable} - set(failed))
     return Report(SCHEMA_VERSION, str(root), margin, source, ops, [f.line() for f in result.findings],
                   bool(result.mismatches), slower, problems, complete=planned <= ran, failed_cells=failed,
                   rounds_planned=plan.rounds, setup=setup, gpu_timed=gpu_timed,

@@ -55,6 +55,8 @@ def op_line(o: OpReport, report: Report) -> str:
     flags = render.op_flags(o)
     if flags != "-":
         parts.append(f"flags {flags}")
+    if o.unreadable:
+        parts.append(f"unreadable results in {', '.join(sorted(o.unreadable))} (report.md names them)")
     parts.append(f"rounds {o.rounds_completed}/{o.rounds_expected}")
     return f"== {render.op_title(o, report)}: {'; '.join(parts)}"
 

@@ -38,6 +38,7 @@ SCHEMA_VERSION = 9  # 3: OpReport.caliber_mismatch; 4: Report.complete and faile
 # 9 also: OpReport.energy_basis (what its energy per call was read over) and ShapeReport.reference_clocks_mhz,
 # optional with defaults
 # 9 also: ShapeReport.reference_settled_alone, optional with a default
+# 9 also: OpReport.unreadable (its cells' results records that could not be read), optional with a default
 
 
 @dataclass
@@ -140,6 +141,9 @@ class OpReport:
     peak: str = ""  # where the % of peak comes from (report/peak.py), or why there is none
     autotune: str = ""  # which tuner keys were pinned from which side (report/build.py autotune_pins_line)
     reference: str = ""  # --ab-reference: what its in-process reference gave, or why it has none (report/reference.py)
+    # cell ("op[r2-B]") -> its results records that could not be read ("<file>:<line>: why"): those shapes' rounds
+    # are left out, the other shapes keep theirs, and the cell counts as failed in the exit code
+    unreadable: dict[str, list[str]] = field(default_factory=dict)
 
 
 @dataclass

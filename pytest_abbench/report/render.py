@@ -349,6 +349,8 @@ def op_notes(o: OpReport, header_said: bool = False) -> list[str]:
                          "Benjamini-Hochberg across the op's shapes): directions no larger than it are withheld"
                          if biased else "no shape shows a bias"))
     lines += o.findings
+    for cell, records in sorted(o.unreadable.items()):
+        lines += [f"unreadable result in {cell}, that shape's round left out: {record}" for record in records]
     withheld = [name for name in WITHHOLDING if o.flags.get(name)]  # the GPU's flags are on the GPU line
     if withheld:
         lines.append("flagged (no plain verdict where the condition could have made it): "

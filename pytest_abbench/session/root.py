@@ -19,9 +19,10 @@ from pytest_abbench.campaign.model import Campaign, CampaignError, CampaignSkipp
 from pytest_abbench.core.exitcodes import EXIT_ROOT
 from pytest_abbench.core.fileio import CorruptFileError, write_bytes_atomic
 from pytest_abbench.core.identity import file_hash
-from pytest_abbench.core.layout import ABBENCH_DIR, SIDES, CellKey, RootLayout
+from pytest_abbench.core.layout import ABBENCH_DIR, SIDES, CellKey, RootLayout, results_file
 from pytest_abbench.core.outcome import CellOutcome
 from pytest_abbench.core.plan import CampaignManifest, CampaignPlan, read_manifest, write_manifest
+from pytest_abbench.core.results import read_results
 from pytest_abbench.core.status import COLUMNS, append_status_row, header_columns, read_status, row_cells
 from pytest_abbench.core.wording import count
 
@@ -315,10 +316,27 @@ class CampaignRoot:
                 f"abbench: {exc}: line skipped; its cell runs again if no good row says it finished"))
             last = {CellKey(r.round, r.op, r.side): r for r in rows}
             outcomes = (CellOutcome.from_row(r, self.layout.cell(k)) for k, r in last.items())
-            self._finished = {o.key: o for o in outcomes if o.finished}
+            self._finished = {o.key: o for o in outcomes if o.finished and self._results_read(o)}
             for outcome in self._finished.values():
                 outcome.resumed = True  # read from disk, not run in this session
         return self._finished.get(key)
+
+    def _results_read(self, outcome: CellOutcome) -> bool:
+        """Whether every record of a finished cell's results reads; one that does not is named, and the cell runs
+        again (its folder set aside), so a resume repairs what the report would otherwise leave out for good."""
+        path = results_file(outcome.cell_dir)
+        if not path.exists():
+            return True
+        bad: list[str] = []
+        try:
+            for _ in read_results(path, lambda exc: bad.append(str(exc))):
+                pass
+        except OSError as exc:
+            bad.append(f"{path}: {exc.strerror or exc}")
+        if bad:
+            self.notices.append(f"abbench: {bad[0]}{f' (and {len(bad) - 1} more)' if len(bad) > 1 else ''}: "
+                                f"{outcome.key} runs again")
+        return not bad
 
     def set_aside(self, key: CellKey) -> None:
         """An attempt that crashed or failed is kept aside, never mixed into this run's files."""
