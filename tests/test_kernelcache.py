@@ -58,6 +58,9 @@ def test_second_run_on_a_new_root_compiles_nothing(campaign_dir: pytest.Pytester
     dumped = kernels(campaign_dir, campaign_dir.path / "root0")
     assert dumped["A"]["compiled"] > 0 and dumped["B"]["compiled"] > 0, dumped
     assert kernel_entries(base) == []
+    # So the time line promises no warm re-run there (it did, and the re-run compiled them all again).
+    said = (campaign_dir.path / "root0" / "report.md").read_text()
+    assert "warm re-run" not in said and "a re-run loads them only with ABBENCH_PASS_DUMP=0" in said
 
     monkeypatch.setenv("ABBENCH_PASS_DUMP", "0")
     first = kernels(campaign_dir, campaign_dir.path / "root1")

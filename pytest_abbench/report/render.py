@@ -374,7 +374,7 @@ def tail_lines(report: Report) -> list[str]:
     if report.gate_held:
         lines.append("regression gate: beyond the threshold but not counted (no plain 'slower'): "
                      + ", ".join(report.gate_held))
-    spent = cost.describe(report.time_spent)
+    spent = cost.describe(report.time_spent, kernels_cached=report.setup.get("backend") != "interpreter")
     if spent:
         lines.append(spent)
     return lines
