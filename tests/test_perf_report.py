@@ -190,6 +190,7 @@ def modes(n, provider):
 def test_a_function_that_times_twice_or_never_fails_its_shape_by_name(campaign_dir: pytest.Pytester) -> None:
     campaign_dir.makepyfile(refused=REFUSED)
     result = campaign_dir.runpytest_subprocess("refused.py", "--ab-perf-report", "--ab-provider", "a",
+                                               "--ab-switch-env", "ABBENCH_TEST_SWITCH=1",
                                                "--ab-root", "root", "--ab-rounds", "1", "--ab-ir-target", "none",
                                                "-p", "no:cacheprovider")
     out = result.stdout.str()
@@ -226,7 +227,8 @@ def test_scripts_the_adapter_cannot_read_are_collection_errors_naming_what(campa
                             no_function="import triton\n# mentions perf_report in a comment only\n",
                             broken="import triton\nperf_report = 1\nraise ValueError('broken on import')\n")
     result = campaign_dir.runpytest_subprocess("bad_x_vals.py", "no_provider.py", "no_function.py", "broken.py",
-                                               "--ab-perf-report", "--ab-provider", "a", "-p", "no:cacheprovider")
+                                               "--ab-perf-report", "--ab-provider", "a", "--ab-switch-env",
+                                               "ABBENCH_TEST_SWITCH=1", "-p", "no:cacheprovider")
     assert result.ret == 2
     result.stdout.fnmatch_lines_random([
         "*bad_x_vals.py: op 'dtypes', level 'smoke', shape 0, parameter 'dtype': torch.float16 is a dtype, not JSON data*",
@@ -245,6 +247,10 @@ def test_scripts_the_adapter_cannot_read_are_collection_errors_naming_what(campa
     (["--ab-perf-report", "--ab-providers", "triton"], "*expected two line_vals entries A,B*got 'triton'*"),
     (["--ab-perf-report", "--ab-providers", "a,a"], "*'a,a' names one provider twice*"),
     (["--ab-perf-report", "--ab-provider", "a,b"], "*expected one line_vals entry*--ab-providers A,B*"),
+    # Before, this ran both sides on the same code, the IR gate skipped every op, and the session said "clean".
+    (["--ab-perf-report", "--ab-provider", "triton"], "*--ab-provider without --ab-switch-env: both sides would run "
+                                                      "the same code*--ab-allow-no-ir-diff to time an A/A*"),
+    (["--ab-pytest-benchmark"], "*--ab-pytest-benchmark without --ab-switch-env: both sides would run the same*"),
 ])
 def test_provider_options_are_checked_before_anything_runs(campaign_dir: pytest.Pytester, args: list[str],
                                                            message: str) -> None:

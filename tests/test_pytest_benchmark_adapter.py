@@ -177,7 +177,7 @@ def test_tests_that_cannot_give_one_callable_are_refused_by_name(campaign_dir: p
     campaign_dir.makepyfile(test_refused=REFUSED)
     root = tmp_path / "root"
     result = campaign_dir.runpytest_subprocess("test_refused.py", "--ab-pytest-benchmark", "--ab-rounds", "1",
-                                               "--ab-root", str(root), "-k", "r1-A", *FAST, "-p", "no:xdist")
+                                               "--ab-root", str(root), "-k", "r1-A", *SWITCH, *FAST, "-p", "no:xdist")
     result.assert_outcomes(failed=4, deselected=4)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines([
@@ -204,7 +204,7 @@ def test_a_benchmark_fixture_of_the_users_own_is_named_instead_of_timing_nothing
                               "    return lambda fn, *args: fn(*args)\n")
     campaign_dir.makepyfile(test_own="def test_own(benchmark):\n    benchmark(abs, -1)\n")
     result = campaign_dir.runpytest_subprocess("test_own.py", "--ab-pytest-benchmark", "--ab-rounds", "1",
-                                               "--ab-root", str(tmp_path / "root"), "-k", "r1-A", *FAST,
+                                               "--ab-root", str(tmp_path / "root"), "-k", "r1-A", *SWITCH, *FAST,
                                                "-p", "no:xdist")
     result.assert_outcomes(failed=1, deselected=1)
     result.stdout.fnmatch_lines([
@@ -263,7 +263,7 @@ def test_the_ir_gate_compiles_the_captured_kernel_though_the_test_cannot_check_i
     root = tmp_path / "root"
     result = campaign_dir.runpytest_subprocess("test_tri.py", "--ab-pytest-benchmark", "--ab-rounds", "1",
                                                "--ab-root", str(root), "--ab-ir-target", "cuda:90", "--ab-samples",
-                                               "1", "-p", "no:cacheprovider", "-p", "no:xdist")
+                                               "1", *SWITCH, "-p", "no:cacheprovider", "-p", "no:xdist")
     result.assert_outcomes(passed=2)
     # Both sides compiled the same kernel (no switch): the gate compared real TTGIR.
     result.stdout.fnmatch_lines(["== test_add_kernel: rounds 1/1, *IR gate no_diff (compiled at smoke for cuda:90)*"])

@@ -282,6 +282,19 @@ def resolve(config: pytest.Config) -> Settings:
         reference=bool(opt.ab_reference),
         sources={"cell_timeout": timeout_src, "rounds": rounds_src, "kernel_cache": kernel_cache_src},
     )
+    same_code = ""  # the option by which both sides run one callable, side B only under the switch
+    if settings.perf_report is not None and settings.perf_report[0] == settings.perf_report[1]:
+        same_code = "--ab-provider"
+    elif settings.pytest_benchmark:
+        same_code = "--ab-pytest-benchmark"
+    if (same_code and settings.switch_env is None and settings.switch_env_a is None and not settings.allow_no_ir_diff
+            and not config.option.collectonly):  # listing the cells compares nothing
+        # Both sides would run the same code: the IR gate skips every op after round 1 and the run ends "clean",
+        # having compared nothing.
+        raise pytest.UsageError(
+            f"{same_code} without --ab-switch-env: both sides would run the same code, and the IR gate would skip "
+            "every op after round 1; give --ab-switch-env NAME=VALUE (what side B changes), or "
+            "--ab-allow-no-ir-diff to time an A/A comparison on purpose")
     from pytest_abbench.spawn.precompile import worker_share
 
     try:
