@@ -87,11 +87,16 @@ def test_bad_compile_jobs_is_refused_before_any_cell(campaign_dir: pytest.Pytest
     assert "Traceback" not in result.stdout.str() + result.stderr.str()
 
 
-def test_duplicate_op_across_campaigns_is_refused(campaign_dir: pytest.Pytester) -> None:
+def test_duplicate_op_across_campaigns_is_the_second_files_collection_error(campaign_dir: pytest.Pytester) -> None:
+    """A campaign that cannot run is a collection error, 2, as the README says; it was a usage error, 4, the
+    caliber mismatch's code."""
     campaign_dir.makepyfile(a=simple_campaign('"same"'), b=simple_campaign('"same"'))
     result = campaign_dir.runpytest(".", "--ab-rounds", "1")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*op name 'same' is declared by both*"])
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*ERROR collecting b.py*",
+                                 "*op name 'same' is declared by both */a.py and */b.py: op names share one root "
+                                 "and must be unique; rename one (a perf_report's plot_name, a test's name) or run "
+                                 "the files in separate sessions*"])
 
 
 def test_skip_timed_skips_a_timed_run_and_ir_triage_still_compiles(campaign_dir: pytest.Pytester) -> None:

@@ -60,7 +60,15 @@ class CampaignModule(pytest.Module):
         return self.cell_tests(campaign)
 
     def cell_tests(self, campaign: Campaign) -> list[pytest.Item | pytest.Collector]:
-        """The campaign's cell tests, one test function per op."""
+        """The campaign's cell tests, one test function per op; an op name another collected file declares too is
+        this file's collection error (op names share one root: its cells' folders, its report)."""
+        for path, other in session_of(self.config).campaigns.items():
+            shared = sorted({o.name for o in campaign.ops} & {o.name for o in other.ops}) if path != self.path else []
+            if shared:
+                raise self.CollectError(
+                    f"op name {shared[0]!r} is declared by both {path} and {self.path}: op names share one root and "
+                    "must be unique; rename one (a perf_report's plot_name, a test's name) or run the files in "
+                    "separate sessions")
         cells = types.ModuleType(f"{campaign.module.__name__}.cells")
         cells.__file__ = str(self.path)
         for op in campaign.ops:
@@ -195,12 +203,6 @@ class CollectionHooks:
         cells = [(item, p) for item in items if (p := planned_cell(item)) is not None]
         if not cells:
             return
-        owner: dict[str, Path] = {}
-        for _, p in cells:
-            first = owner.setdefault(p.key.op, p.campaign_path)
-            if first != p.campaign_path:
-                raise pytest.UsageError(f"op name {p.key.op!r} is declared by both {first} and "
-                                        f"{p.campaign_path}: op names share one root and must be unique")
         files = {path: n for n, path in enumerate(dict.fromkeys(p.campaign_path for _, p in cells))}
         # Round-major across all collected campaigns, so each op's rounds spread over the session.
         cells.sort(key=lambda c: (c[1].key.round, files[c[1].campaign_path], c[1].op_index,
