@@ -164,8 +164,9 @@ def summary(args: argparse.Namespace) -> int:
         if not any(RootLayout(root).cell_folders()):
             print(f"abbench summary: root {root} is empty (no r<k>_<side>/<op>/ cells)", file=sys.stderr)
             return EXIT_USAGE
-        built = report.build_report(root, margin_pct=args.ab_margin, fail_if_slower_pct=args.ab_fail_if_slower,
-                                    allow_caliber_mismatch=args.allow_caliber_mismatch, gate=args.ab_gate)
+        margin, allow = _session_choices(root, args.ab_margin, args.allow_caliber_mismatch)
+        built = report.build_report(root, margin_pct=margin, fail_if_slower_pct=args.ab_fail_if_slower,
+                                    allow_caliber_mismatch=allow, gate=args.ab_gate)
     if args.ab_fail_if_slower is not None and not built.gpu_timed:
         print(f"abbench summary: --ab-fail-if-slower gates on GPU timings; these cells were timed with "
               f"{built.setup.get('backend')} / {built.setup.get('timer')}, which says nothing about GPU speed",
@@ -185,6 +186,27 @@ def summary(args: argparse.Namespace) -> int:
                   file=sys.stderr)
     print(built.exit_line())
     return code
+
+
+def _session_choices(root: Path, margin_pct: float | None, allow_caliber_mismatch: bool) -> tuple[float | None, bool]:
+    """The margin and the caliber allowance to rebuild ``root``'s report with: those given here, else those of the
+    session whose report.json is there, said on stderr (rebuilt without them, the report it replaces would change
+    verdicts or exit code though no cell did)."""
+    try:
+        before = report.read_report(RootLayout(root).report_json)
+    except (OSError, CorruptFileError):
+        return margin_pct, allow_caliber_mismatch  # no readable report: nothing to keep
+    kept = []
+    if margin_pct is None and before.margin_source == "--ab-margin":
+        margin_pct = before.margin_pct
+        kept.append(f"--ab-margin {before.margin_pct:g}")
+    if not allow_caliber_mismatch and before.allow_caliber_mismatch:
+        allow_caliber_mismatch = True
+        kept.append("--allow-caliber-mismatch")
+    if kept:
+        print(f"abbench summary: {' and '.join(kept)} kept from the session that wrote {RootLayout(root).report_json}",
+              file=sys.stderr)
+    return margin_pct, allow_caliber_mismatch
 
 
 def root_report(root: Path) -> report.Report | str:

@@ -164,6 +164,15 @@ def test_the_gate_keeps_the_sessions_allowance_of_a_mismatch_and_names_a_failed_
     assert main(["summary", str(tmp_path / "ok"), "--allow-caliber-mismatch"]) == 0
     assert main(["gate", str(tmp_path / "ok")]) == 0
     assert json.loads((tmp_path / "ok" / "report.json").read_text())["allow_caliber_mismatch"] is True
+    # A later summary without the option keeps the allowance and the margin of the report it replaces (before, it
+    # rewrote the report as exit 4, and the gate said 4 from then on).
+    assert main(["summary", str(tmp_path / "ok"), "--ab-margin", "5", "--allow-caliber-mismatch"]) == 0
+    capsys.readouterr()
+    assert main(["summary", str(tmp_path / "ok")]) == 0
+    assert (f"abbench summary: --ab-margin 5 and --allow-caliber-mismatch kept from the session that wrote "
+            f"{tmp_path / 'ok' / 'report.json'}") in capsys.readouterr().err
+    assert main(["gate", str(tmp_path / "ok")]) == 0
+    assert json.loads((tmp_path / "ok" / "report.json").read_text())["margin_pct"] == 5
 
 
 def test_the_gate_refuses_a_root_whose_report_is_missing_stale_or_unreadable(
