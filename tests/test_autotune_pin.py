@@ -139,3 +139,22 @@ def test_compile_all_shares_a_kernels_candidates_between_processes_and_counts_th
     assert len(shared_ir) == 4 and shared_ir == alone_ir  # every candidate, the same variants either way
     assert {k: shared_counts[k] for k in ("loaded", "compiled")} == {"loaded": 0, "compiled": 4} == \
         {k: alone_counts[k] for k in ("loaded", "compiled")}
+
+
+@pytest.mark.parametrize(("bad", "named"), [
+    ({**BLOCK_16, "num_warps": "four"}, "field 'entries[0].config.num_warps': expected a whole number or null, "
+                                         "got 'four'"),
+    ({**BLOCK_16, "kwargs": {"BLOCK": [16]}}, "field 'entries[0].config.kwargs.BLOCK': expected a number, text, "
+                                               "true/false or null (a constexpr value), got [16]"),
+    ({**BLOCK_16, "kwargs": "BLOCK=16"}, "field 'entries[0].config.kwargs': expected an object, got 'BLOCK=16'"),
+])
+def test_a_corrupt_recorded_config_is_named_and_never_blamed_on_the_kernel(tmp_path: Path, bad: dict[str, object],
+                                                                          named: str) -> None:
+    """Before, num_warps "four" read, and the replaying cell then said the config was "not in the kernel's config
+    list any more (re-record round 1)": the kernel had not changed, the record was corrupt."""
+    kernel = _kernel()
+    ident = (kernel_name(kernel), ("40", "torch.float32"))
+    with pytest.raises(AutotuneRecordError) as raised:
+        _pin(tmp_path, AutotuneRecord({ident: bad}), None)
+    path = tmp_path / "op.json"
+    assert str(raised.value) == f"{path}: unreadable autotune record ({path}: {named})"

@@ -57,12 +57,29 @@ def read_record(path: Path) -> AutotuneRecord:
         config = entry.data.get("config")
         if not isinstance(config, dict):
             raise entry.error("config", "an object (the chosen triton.Config)", config)
+        _check_config(Fields(str(path), config, f"entries[{index}].config."))
         entries[(kernel, tuple(key))] = config
     side = fields.text_or_none("side")
     carried = fields.data.get("carried", 0)
     if type(carried) is not int or not 0 <= carried <= len(entries):
         raise fields.error("carried", f"a whole number from 0 to the {len(entries)} entries", carried)
     return AutotuneRecord(entries, side, fields.text("recorded_by", ""), fields.text("carried_from", ""), carried)
+
+
+# A triton.Config's counts, as ``config_to_dict`` writes them (null where Triton leaves one unset, as maxnreg).
+_CONFIG_COUNTS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+
+
+def _check_config(config: Fields) -> None:
+    """A recorded config holds what a triton.Config can: whole-number counts, constexpr values that are numbers,
+    text, flags or null.  A bad value is named here: the replaying cell would otherwise find no config equal to it
+    and blame the kernel ("not in the kernel's config list any more")."""
+    for name in _CONFIG_COUNTS:
+        config.whole_or_none(name)
+    kwargs = config.mapping("kwargs", {})
+    for name, value in kwargs.items():
+        if not (value is None or isinstance(value, (int, float, str, bool))):
+            raise config.error(f"kwargs.{name}", "a number, text, true/false or null (a constexpr value)", value)
 
 
 def write_record(path: Path, record: AutotuneRecord) -> None:
