@@ -201,6 +201,8 @@ def test_a_function_that_times_twice_or_never_fails_its_shape_by_name(campaign_d
                      r"refused.py:\d+, do_bench_cudagraph at refused.py:\d+\); an op times one callable", logs["twice"])
     assert ("perf_report never (refused.py:" in logs["never"] and "returned without calling triton.testing.do_bench "
             "or do_bench_cudagraph, so there is no callable to time" in logs["never"])
+    # The diagnosis is the whole story: no traceback into the plugin after it (there was one per shape).
+    assert "Traceback" not in logs["twice"] + logs["never"] and "Traceback" not in out
     # Arguments that shape the script's own timing are accepted, named and ignored; a time in us is a time.
     assert ("its warmup, return_mode arguments are ignored (the cell takes its own samples with its own timer); "
             "it returns a time (ylabel 'ms'): reported as time") in logs["modes"]

@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 from pytest_abbench.core import envnames, regimes, tunercache
 from pytest_abbench.core.regimes import cell_regimes
 from pytest_abbench.campaign.adapters import load_for_cell
-from pytest_abbench.campaign.model import Campaign, Case, Op, Shape, shape_set_hash
+from pytest_abbench.campaign.model import Campaign, CampaignError, Case, Op, Shape, shape_set_hash
 from pytest_abbench.core.cellconfig import CellConfig
 from pytest_abbench.child.autotune_pin import AutotunePin, AutotuneRecordError, install
 from pytest_abbench.child.forking import fork_and_run
@@ -263,7 +263,8 @@ def measure_shapes(config: CellConfig, op: Op, shapes: Sequence[Shape], results:
             return True
         except (Exception, SystemExit) as exc:  # a build that calls sys.exit(0) failed its shape: no clean exit
             log(f"[abbench] shape {shape.id}: {type(exc).__name__}: {exc}")
-            traceback.print_exc(file=sys.stdout)
+            if not isinstance(exc, CampaignError):  # the plugin's own diagnosis says all: its frames are noise
+                traceback.print_exc(file=sys.stdout)
             append_result(results, dataclasses.replace(base, status="error", error=f"{type(exc).__name__}: {exc}"[:500],
                                                        regime=regime))
             if is_sticky_cuda_error(exc):
