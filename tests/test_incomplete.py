@@ -171,3 +171,23 @@ def test_a_damaged_result_record_costs_its_shape_that_round_fails_the_run_and_a_
     report = json.loads((root / "report.json").read_text())
     assert [(s["shape"], s["rounds"]) for s in report["ops"][0]["shapes"]] == [("n=8", 2), ("n=16", 2)]
     assert list((root / "attempts").iterdir())  # the damaged folder kept aside, not deleted
+
+
+def test_a_cell_without_a_status_row_is_not_called_failed_and_a_missing_status_file_is_named(
+        campaign_dir: pytest.Pytester, tmp_path: Path) -> None:
+    """Read offline, a cell folder without its row may be a cell Ctrl-C stopped, one that crashed or one still
+    running: the exit line said "1 cell(s) failed", where the live session had said "interrupted"."""
+    campaign_dir.makepyfile(c=simple_campaign('"one"'))
+    root = tmp_path / "root"
+    assert campaign_dir.runpytest_subprocess("c.py", "--ab-rounds", "1", "--ab-root", str(root), *FAST).ret == 0
+    status = root / "status.tsv"
+    status.write_text("".join(status.read_text().splitlines(keepends=True)[:-1]))  # r1-B's row gone
+    offline = summary(campaign_dir, root)
+    assert offline.ret == 1
+    offline.stdout.fnmatch_lines(["abbench: exit 1: 1 cell(s) without a status row (interrupted, crashed or still "
+                                  "running): one[[]r1-B[]]"])
+    assert "failed" not in offline.stdout.lines[-1]
+    status.unlink()
+    offline = summary(campaign_dir, root)
+    offline.stdout.fnmatch_lines([f"*{status} is missing: every cell is read from its folder alone, without its row*",
+                                  "abbench: exit 1: 2 cell(s) without a status row *"])

@@ -63,6 +63,15 @@ def describe(rc: int) -> str:
     return f"rc {rc} {word}{extra}"
 
 
+# A cell a root holds a folder of but no status row for: read offline, it may have been interrupted, crashed, or be
+# running still; the report cannot tell which, so it never says "failed" of it.
+NO_ROW_SUFFIX = " (no status row)"
+
+
+def _cells(what: str, cells: list[str]) -> list[str]:
+    return [f"{len(cells)} cell(s) {what}: {', '.join(cells[:5])}" + (", ..." if len(cells) > 5 else "")] if cells else []
+
+
 def exit_reason(code: int, failed_cells: list[str], complete: bool, caliber_ops: list[str],
                 slower_ops: list[str]) -> str:
     """Why a session (or ``abbench summary``) ends with ``code``: the line CI reads to tell the two 4s apart."""
@@ -70,9 +79,10 @@ def exit_reason(code: int, failed_cells: list[str], complete: bool, caliber_ops:
     if code == 0:
         return "clean: every planned cell finished"
     if code == EXIT_CELL_FAILED:
-        failed = [f"{len(failed_cells)} cell(s) failed: {', '.join(failed_cells[:5])}"
-                  + (", ..." if len(failed_cells) > 5 else "")] if failed_cells else []
-        return "; ".join(failed + never_ran) or "a test failed"
+        rowless = [c.removesuffix(NO_ROW_SUFFIX) for c in failed_cells if c.endswith(NO_ROW_SUFFIX)]
+        failed = [c for c in failed_cells if not c.endswith(NO_ROW_SUFFIX)]
+        return "; ".join(_cells("failed", failed) + _cells("without a status row (interrupted, crashed or still "
+                                                           "running)", rowless) + never_ran) or "a test failed"
     if code == 2:
         return "; ".join(["interrupted or a collection error (pytest's code)", *never_ran])
     if code == EXIT_CALIBER:

@@ -30,6 +30,7 @@ from pytest_abbench.report.stats import (ALPHA, aa_bias, bh_adjust, bh_adjust_be
                                          median_or_none, median_se, pct, robust_cv, sign_flip, spread_floor, stdev,
                                          t_test_above_p, t_test_p)
 from pytest_abbench.core.outcome import IR_ONLY, NO_IR_DIFF, NO_ROW, OK, OVER_BUDGET, SETTLED, CellOutcome
+from pytest_abbench.core.exitcodes import NO_ROW_SUFFIX
 from pytest_abbench.core.plan import CampaignPlan, read_plan
 from pytest_abbench.core.regimes import BOTH, BURST, REGIMES, STEADY
 from pytest_abbench.core.results import shape_energy
@@ -42,6 +43,8 @@ def discover(layout: RootLayout, problems: list[str]) -> list[CellOutcome]:
     """Every cell of an offline root: its status rows (the last row of a cell wins), then rowless folders."""
     cells: dict[CellKey, CellOutcome] = {}
     rows = read_status(layout.root, on_bad_line=lambda exc: problems.append(f"{exc} (line skipped)"))
+    if not layout.status.exists() and any(layout.cell_folders()):
+        problems.append(f"{layout.status} is missing: every cell is read from its folder alone, without its row")
     for row in rows:
         outcome = CellOutcome.from_row(row, layout.cell(CellKey(row.round, row.op, row.side)))
         cells[outcome.key] = outcome
@@ -644,7 +647,8 @@ def build_report(root: Path, outcomes: Iterable[CellOutcome] | None = None, plan
     source = "--ab-margin" if margin_pct is not None else "default"
     planned = {key for op in by_op for key in plan.cells(op)}
     ran = {c.key for c in cells}
-    failed = sorted(str(c.key) for c in cells if not (c.finished or c.not_needed))
+    failed = sorted(str(c.key) + (NO_ROW_SUFFIX if c.status == NO_ROW else "") for c in cells
+                    if not (c.finished or c.not_needed))
     # A cell whose results cannot all be read finished, but some of what it measured is lost: not a clean run.
     failed += sorted({cell for o in ops for cell in o.unreadable} - set(failed))
     return Report(SCHEMA_VERSION, str(root), margin, source, ops, [f.line() for f in result.findings],
