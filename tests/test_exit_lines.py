@@ -99,3 +99,22 @@ def test_the_readme_documents_the_n_letter_and_no_loadgroup_usage() -> None:
     usage_block = text[text.index("## Usage"):].split("```")[1]
     assert "pytest campaigns -n 2" in usage_block and "--dist loadgroup" not in usage_block
     assert "pytest's progress line shows such a cell as `n`" in text
+
+
+def test_an_allowed_mismatch_with_no_shape_in_common_says_so_instead_of_a_blank_op(campaign_dir: pytest.Pytester,
+                                                                                   tmp_path: Path) -> None:
+    """Side B's shape set depends on its switch: no shape is timed on both sides.  With --allow-caliber-mismatch the
+    op read 'geomean delta - [-]; verdicts: ' and an empty table."""
+    source = simple_campaign('"one"').replace('[{"n": 8}, {"n": 16}]',
+                                              '[{"n": 8 if os.environ.get("ABBENCH_TEST_SWITCH") else 16}]')
+    campaign_dir.makepyfile(c="import os\n" + source)
+    root = tmp_path / "root"
+    result = campaign_dir.runpytest_subprocess("c.py", "--ab-rounds", "1", "--ab-root", str(root),
+                                               "--allow-caliber-mismatch", *FAST)
+    assert result.ret == 0, result.stdout.str()[-2000:]
+    report = json.loads((root / "report.json").read_text())
+    op = report["ops"][0]
+    assert (op["state"], op["shapes"]) == ("no_verdict", []), op
+    assert op["reason"] == ("no verdict: no shape has a result on both sides in every round (the sides' shape sets "
+                            "differ: the caliber lines above)")
+    result.stdout.fnmatch_lines(["*no verdict: no shape has a result on both sides in every round*"])

@@ -409,6 +409,12 @@ def build_op(op: str, cells: list[CellOutcome], gate: irgate.GateDecision | None
     rep.state = "verdict"
     rep.stopped = stopped
     _judge_shapes(rep, per_shape, margin_pct)
+    if not rep.shapes:  # every round ran, yet no shape has a result on both sides in every round
+        rep.state = "no_verdict"
+        rep.reason = ("no verdict: no shape has a result on both sides in every round"
+                      + (" (the sides' shape sets differ: the caliber lines above)" if rep.caliber_mismatch else
+                         " (the lines below say why)" if rep.mixed_timer_shapes or rep.unreadable else ""))
+        return rep
     _op_geomean(rep, per_shape)
     gpustate.summarise(rep, {shape: values.gpu for shape, values in per_shape.items()})
     for name in flags.FLAGS:  # every flag, the GPU's included (gpustate.summarise adds those)
