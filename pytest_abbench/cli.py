@@ -47,7 +47,7 @@ from pytest_abbench.core.layout import (ABBENCH_DIR, BISECT_DIR, HISTORY_FILE, R
                                         RootLayout, results_file)
 from pytest_abbench.core.outcome import NO_IR_DIFF, OK, CellOutcome
 from pytest_abbench.core.settings import (HISTORY_OFF, add_report_options, history_file, history_path, markdown_file,
-                                          markdown_file_problem, rounds_count)
+                                          output_file_problem, rounds_count)
 from pytest_abbench.history.bisect import DEFAULT_MAX_ROUNDS, DEFAULT_SHARE
 from pytest_abbench.history.bisect import DEFAULT_ROUNDS as DEFAULT_BISECT_ROUNDS
 from pytest_abbench.core.plan import CampaignPlan
@@ -124,7 +124,7 @@ def summary(args: argparse.Namespace) -> int:
               "judges it against the plan in ROOT/campaign.json (--ab-rounds N sets the rounds a pytest session "
               "runs); drop it", file=sys.stderr)
         return EXIT_USAGE
-    problem = markdown_file_problem(args.md) if args.md is not None else None
+    problem = output_file_problem(args.md) if args.md is not None else None
     if problem:
         print(f"abbench summary: --md {problem}", file=sys.stderr)
         return EXIT_USAGE
@@ -275,6 +275,14 @@ def history(args: argparse.Namespace) -> int:
     if (args.shape or args.plot) and not args.op:
         print("abbench history: --shape and --plot need --op", file=sys.stderr)
         return EXIT_USAGE
+    plot = Path(args.plot) if args.plot else None
+    if plot is not None and not plot.suffix:
+        plot = plot.with_suffix(".png")  # what matplotlib writes for a name without one: the line below names it
+    for option, target in (("--plot", plot), ("--html", Path(args.html) if args.html else None)):
+        problem = output_file_problem(target) if target else None
+        if problem:
+            print(f"abbench history: {option} {problem}", file=sys.stderr)
+            return EXIT_USAGE
     try:
         with History(path, create=False) as store:
             runs = store.runs()
@@ -292,9 +300,9 @@ def history(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     else:
         print("\n".join(view.series_lines(args.op, found)))
-    if args.plot:
-        if view.plot_series(args.op, found, Path(args.plot)):
-            print(f"plot: {args.plot}")
+    if plot:
+        if view.plot_series(args.op, found, plot):
+            print(f"plot: {plot}")
         else:
             print("plot: not written: matplotlib is not installed (pip install pytest-abbench[plot])")
     if args.html:

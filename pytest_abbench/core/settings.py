@@ -167,8 +167,9 @@ def markdown_file(text: str) -> Path:
     return Path(text)
 
 
-def markdown_file_problem(path: Path) -> str | None:
-    """Why the markdown summary cannot be written to ``path`` (checked before any cell runs), or None."""
+def output_file_problem(path: Path) -> str | None:
+    """Why a file asked for (the markdown summary, a history plot or page) cannot be written to ``path``, checked
+    before the work that makes it; None when it can.  A missing folder is an error, never made."""
     if path.is_dir():
         return f"{str(path)!r} is a folder; give a file path such as {str(path / 'abbench.md')!r}"
     if not path.parent.is_dir():

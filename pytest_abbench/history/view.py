@@ -144,6 +144,5 @@ def plot_series(op: str, found: dict[str, list[Point]], path: Path) -> bool:
     ax.set_title(f"{op}: delta across commits (red: verdict changed)", fontsize=9)
     ax.legend(fontsize=7, loc="best")
     fig.subplots_adjust(left=0.12, right=0.98, top=0.92, bottom=0.3)
-    path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     return True

@@ -26,7 +26,7 @@ from pytest_abbench.core.settings import (AUTO_FIRST, AUTO_LAST, CUDA_SAMPLES, D
                                           DEFAULT_IMPORT_TIMEOUT_S, DEFAULT_ROUNDS, HISTORY_OFF, MAX_ROUNDS, Settings,
                                           add_report_options, choice, default_level, default_rounds, detect_backend,
                                           env_assignment, existing_root, gpu_list, history_file, history_path,
-                                          markdown_file, markdown_file_problem, positive_int, positive_seconds,
+                                          markdown_file, output_file_problem, positive_int, positive_seconds,
                                           provider_name, provider_pair, rounds_plan, tuner_cache_mode)
 from pytest_abbench.core.status import StatusFormatError, read_status
 
@@ -218,7 +218,7 @@ def resolve(config: pytest.Config) -> Settings:
     if opt.ab_resume and opt.ab_root and Path(opt.ab_root).resolve() != opt.ab_resume:
         raise pytest.UsageError(f"--ab-root {opt.ab_root} and --ab-resume {opt.ab_resume} name different roots")
     if opt.ab_summary_md is not None and not hasattr(config, "workerinput"):
-        problem = markdown_file_problem(opt.ab_summary_md)
+        problem = output_file_problem(opt.ab_summary_md)
         if problem:
             raise pytest.UsageError(f"--ab-summary-md: {problem}")
     if opt.ab_ir_only and opt.ab_ir_target in ("", "none"):
