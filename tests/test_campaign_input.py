@@ -52,6 +52,15 @@ def test_bad_shape_value_names_file_op_level_and_value(campaign_dir: pytest.Pyte
     result.stdout.fnmatch_lines([f"*campaign error: *bad.py: op 'x', level 'smoke'{message}"])
 
 
+def test_a_shape_declared_twice_is_named_with_its_level(campaign_dir: pytest.Pytester) -> None:
+    """A perf_report's x_vals [8, 32, 64, 32] gave "duplicate shape ids at level 'core'", naming neither."""
+    campaign_dir.makepyfile(bad=shapes_campaign('{"smoke": [{"n": 8}, {"n": 32}, {"n": 64}, {"n": 32}]}'))
+    result = campaign_dir.runpytest("bad.py", "--collect-only", "--ab-level", "smoke")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*campaign error: *bad.py: op 'x': shape 'n=32' is declared 2 times at level 'smoke' "
+                                 "(shape ids must be unique within a level: each is a cell's row)*"])
+
+
 def test_json_data_shapes_are_accepted(campaign_dir: pytest.Pytester) -> None:
     campaign_dir.makepyfile(good=shapes_campaign(
         '{"smoke": [{"dims": [1, 2], "dtype": "float16", "alpha": 0.5, "flag": True, "none": None, "m": {"a": 1}}]}'))

@@ -364,8 +364,10 @@ def check_shapes(op: Op, path: Path) -> None:
                 _check_key(key, at)
                 _check_value(value, f"{at}, parameter {key!r}")
         ids = [Shape.coerce(s).id for s in shapes]
-        if len(set(ids)) != len(ids):
-            raise CampaignError(f"{path}: op {op.name!r}: duplicate shape ids at level {level!r}")
+        twice = sorted({i for i in ids if ids.count(i) > 1})
+        if twice:
+            raise CampaignError(f"{path}: op {op.name!r}: shape {twice[0]!r} is declared {ids.count(twice[0])} times "
+                                f"at level {level!r} (shape ids must be unique within a level: each is a cell's row)")
 
 
 _OPS_LINE = re.compile(r"^OPS\s*[:=]", re.M)
