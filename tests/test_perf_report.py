@@ -224,6 +224,46 @@ def providers(n, provider):
 '''
 
 
+TWO_NAMES_ONE_OP = KERNEL + """
+def _b(name):
+    return triton.testing.Benchmark(x_names=['n'], x_vals=[8], line_arg='provider', line_vals=['a'],
+                                    line_names=['A'], ylabel='ms', plot_name=name, args={})
+
+
+@triton.testing.perf_report(_b('matmul/fp16'))
+def slash(n, provider):
+    pass
+
+
+@triton.testing.perf_report(_b('matmul:fp16'))
+def colon(n, provider):
+    pass
+"""
+
+ONE_NAME_IN_A_LIST = KERNEL + """
+@triton.testing.perf_report([triton.testing.Benchmark(x_names=['n'], x_vals=[8], line_arg='provider', line_vals=['a'],
+                                                      line_names=['A'], ylabel='ms', plot_name='same', args={})] * 2)
+def listed(n, provider):
+    pass
+"""
+
+
+def test_two_benchmarks_of_one_op_name_are_told_apart_and_the_fix_fits_the_cause(campaign_dir: pytest.Pytester
+                                                                                 ) -> None:
+    """Distinct plot names that clean to one op name were told to be made distinct; two Benchmarks of one list were
+    both named by their function's line."""
+    campaign_dir.makepyfile(two_names=TWO_NAMES_ONE_OP, one_list=ONE_NAME_IN_A_LIST)
+    result = campaign_dir.runpytest_subprocess("two_names.py", "one_list.py", "--ab-perf-report", "--ab-provider",
+                                               "a", "--ab-switch-env", "ABBENCH_TEST_SWITCH=1", "-p", "no:cacheprovider")
+    assert result.ret == 2
+    result.stdout.fnmatch_lines_random([
+        "*two_names.py: two benchmarks are both op 'matmul_fp16' (two_names.py:* and two_names.py:*); their plot_name "
+        "values 'matmul/fp16' and 'matmul:fp16' differ only in characters that become '_'*make them differ in those*",
+        "*one_list.py: two benchmarks are both op 'same' (one_list.py:*, Benchmark 0 of its list and one_list.py:*, "
+        "Benchmark 1 of its list); give them distinct plot_name values*",
+    ])
+
+
 def test_scripts_the_adapter_cannot_read_are_collection_errors_naming_what(campaign_dir: pytest.Pytester) -> None:
     campaign_dir.makepyfile(bad_x_vals=BAD_X_VALS, no_provider=NO_PROVIDER,
                             no_function="import triton\n# mentions perf_report in a comment only\n",

@@ -88,6 +88,7 @@ class BenchmarkOp:
     line_names: list[str]  # their labels, which --ab-provider may name too
     ylabel: str
     source_digest: str
+    list_index: int | None = None  # which of its function's Benchmarks, where it declares a list of several
     fn: Callable[..., Any] | None = None  # the function itself (None in pytest's process)
     bench: Any = None  # the Benchmark (None in pytest's process)
 
@@ -123,17 +124,27 @@ def benchmark_ops(module: Any, path: Path) -> list[BenchmarkOp]:
                 x_names=[str(n) for n in bench.x_names], points=_points(bench, what), line_arg=str(bench.line_arg),
                 line_vals=[str(v) for v in bench.line_vals], line_names=[str(v) for v in bench.line_names or []],
                 ylabel=str(bench.ylabel or ""),
-                source_digest=digest([source, index, repr(bench.args)]), fn=fn, bench=bench))
+                source_digest=digest([source, index, repr(bench.args)]),
+                list_index=index if len(benches) > 1 else None, fn=fn, bench=bench))
     if not found:
         raise CampaignError(f"{path}: no @triton.testing.perf_report function at its top level (--ab-perf-report "
                             "collects those; a function defined under `if __name__ == '__main__':` is not seen)")
-    seen: dict[str, str] = {}
+    seen: dict[str, BenchmarkOp] = {}
     for op in found:
-        if op.name in seen:
-            raise CampaignError(f"{path}: two benchmarks are both op {op.name!r} ({seen[op.name]} and {op.where}); "
-                                "give them distinct plot_name values")
-        seen[op.name] = op.where
+        first = seen.setdefault(op.name, op)
+        if first is not op:
+            plots = [getattr(o.bench, "plot_name", None) for o in (first, op)]
+            hint = (f"their plot_name values {plots[0]!r} and {plots[1]!r} differ only in characters that become '_' "
+                    "(all but letters, digits, '_', '.' and '-'): make them differ in those"
+                    if plots[0] and plots[1] and plots[0] != plots[1] else "give them distinct plot_name values")
+            raise CampaignError(f"{path}: two benchmarks are both op {op.name!r} ({_origin(first)} and "
+                                f"{_origin(op)}); {hint}")
     return found
+
+
+def _origin(op: "BenchmarkOp") -> str:
+    """Where a benchmark is declared: its function's line, and which of its Benchmarks where it declares several."""
+    return op.where if op.list_index is None else f"{op.where}, Benchmark {op.list_index} of its list"
 
 
 def _op_name(bench: Any, function: str, index: int, count: int) -> str:
