@@ -143,3 +143,25 @@ def test_a_moved_root_resumes_and_runs_its_missing_cells(campaign_dir: pytest.Py
     assert "[caliber]" not in resumed.stdout.str()
     resumed.assert_outcomes(passed=4)  # three read from the root, one run
     assert len(read_status(moved)) == 4
+
+
+def test_resuming_without_the_roots_allow_no_ir_diff_is_refused_naming_how(campaign_dir: pytest.Pytester,
+                                                                            tmp_path: Path) -> None:
+    """The root timed every round of an op whose code did not change (--ab-allow-no-ir-diff).  Resumed without it,
+    the report said the op's rounds past 1 were skipped and hid the round the root had measured."""
+    root = tmp_path / "root"
+    campaign_dir.makepyfile(c=two_ops(8))
+    campaign_dir.runpytest_subprocess("c.py", "-k", "one", "--ab-rounds", "2", "--ab-root", str(root),
+                                      "--ab-allow-no-ir-diff", *FAST, "--deselect", "c.py::one[r2-A]")
+    status = (root / "status.tsv").read_text()
+    other = campaign_dir.runpytest_subprocess("c.py", "-k", "one", "--ab-rounds", "2", "--ab-resume", str(root),
+                                              *FAST)
+    assert other.ret == 6
+    other.stdout.fnmatch_lines([f"*cannot resume {root}: --ab-allow-no-ir-diff: the root has on, this session off; "
+                                "the ops whose code did not change would be skipped past round 1 where the root timed "
+                                "them, or timed where it skipped them; resume with --ab-allow-no-ir-diff, or start a "
+                                "new root*"])
+    assert (root / "status.tsv").read_text() == status
+    same = campaign_dir.runpytest_subprocess("c.py", "-k", "one", "--ab-rounds", "2", "--ab-resume", str(root),
+                                             "--ab-allow-no-ir-diff", *FAST)
+    assert same.ret == 0, same.stdout.str()[-2000:]

@@ -91,7 +91,8 @@ class CampaignManifest:
     switch_env: dict[str, str] | None = None  # --ab-switch-env (None: the campaign's own switch)
     op_fingerprints: dict[str, dict[str, str]] | None = None
     plan: CampaignPlan | None = None
-    # The options that decide what a number means (``Settings.caliber_options``): a resumed session must match.
+    # The options that decide what a number means (``Settings.caliber_options``) and --ab-allow-no-ir-diff, which
+    # decides which rounds run (``Settings.kept_options``): a resumed session must match.
     caliber_options: dict[str, str] | None = None
 
     def to_json(self) -> dict[str, Any]:

@@ -177,6 +177,8 @@ def output_file_problem(path: Path) -> str | None:
     return None
 
 
+ALLOW_NO_IR_DIFF = "--ab-allow-no-ir-diff"  # kept by a resumed root beside the caliber options, not one of them
+
 HISTORY_OFF = "off"
 
 
@@ -286,6 +288,12 @@ class Settings:
                 "--ab-direct-rep": str(self.direct_rep_ms), "--ab-direct-warmup": str(self.direct_warmup_ms),
                 "--ab-tuner-cache": self.tuner_cache, "--ab-layout-shift": "on" if self.layout_shift else "off",
                 "--ab-spawn": self.spawn, "--ab-regime": self.regime}
+
+    def kept_options(self) -> dict[str, str]:
+        """What a resumed root keeps and refuses another value of (campaign.json): the caliber options, and
+        --ab-allow-no-ir-diff, which decides whether an op whose code did not change is timed past round 1 (resumed
+        the other way, the report would hide rounds the root measured, or miss rounds it skipped)."""
+        return {**self.caliber_options(), ALLOW_NO_IR_DIFF: "on" if self.allow_no_ir_diff else "off"}
 
     @property
     def budget(self) -> CellBudget:

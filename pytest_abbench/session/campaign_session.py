@@ -296,7 +296,7 @@ class AbbenchSession:
     def claim_root(self, campaign_files: list[Path], fingerprints: dict[str, dict[str, str]]) -> None:
         """Take the root for this session (``root.CampaignRoot.claim``) and record the cell budget in force."""
         self.root.claim(campaign_files, self.settings.switch_env, self.plan, fingerprints,
-                        self.settings.caliber_options())
+                        self.settings.kept_options())
         write_budget(self.root.path, self.settings.budget)
 
     def start_progress(self, keys: Iterable[CellKey], workers: int = 1) -> None:

@@ -16,11 +16,13 @@ from typing import Callable, Mapping
 import pytest
 
 from pytest_abbench.campaign.model import Campaign, CampaignError, CampaignSkipped, looks_like_campaign
+from pytest_abbench.core import envnames
 from pytest_abbench.core.exitcodes import EXIT_ROOT
 from pytest_abbench.core.fileio import CorruptFileError, write_bytes_atomic
 from pytest_abbench.core.identity import file_hash
 from pytest_abbench.core.layout import ABBENCH_DIR, SIDES, CellKey, RootLayout, results_file
 from pytest_abbench.core.outcome import CellOutcome
+from pytest_abbench.core.settings import ALLOW_NO_IR_DIFF
 from pytest_abbench.core.plan import CampaignManifest, CampaignPlan, read_manifest, write_manifest
 from pytest_abbench.core.results import read_results
 from pytest_abbench.core.status import COLUMNS, append_status_row, header_columns, read_status, row_cells
@@ -157,9 +159,12 @@ class CampaignRoot:
                           if manifest.caliber_options.get(option, was) != was]
                 if differ:
                     given = "; ".join(f"{option}: the root has {was}, this session {now}" for option, was, now in differ)
-                    again = " ".join(f"{option}={was}" for option, was, _ in differ)
-                    return (f"cannot resume {self.path}: {given}; its new cells would not compare with the ones on "
-                            f"disk (a caliber mismatch); resume with {again}, or start a new root")
+                    again = " ".join(_resume_with(option, was) for option, was, _ in differ)
+                    why = ("its new cells would not compare with the ones on disk (a caliber mismatch)"
+                           if any(option != ALLOW_NO_IR_DIFF for option, _, _ in differ) else
+                           "the ops whose code did not change would be skipped past round 1 where the root timed "
+                           "them, or timed where it skipped them")
+                    return f"cannot resume {self.path}: {given}; {why}; resume with {again}, or start a new root"
             if planned is not None and plan.rounds < planned.rounds:
                 return (f"cannot resume {self.path} with {count(plan.rounds, 'round')}: it was planned with "
                         f"{planned.rounds}, and a {plan.rounds}-round report would replace the one its "
@@ -345,3 +350,9 @@ class CampaignRoot:
             self.layout.attempts.mkdir(exist_ok=True)
             folder.rename(self.layout.attempt(key, time.time_ns()))
 
+
+def _resume_with(option: str, value: str) -> str:
+    """How to give ``option`` its kept ``value`` again: ``--ab-regime=steady``; the flag, or its absence."""
+    if option != ALLOW_NO_IR_DIFF:
+        return f"{option}={value}"
+    return option if value == "on" else f"without {option} (and {envnames.SWITCH_ALLOW_NO_IR_DIFF} unset)"
