@@ -118,7 +118,8 @@ def test_the_default_is_auto_on_a_gpu_and_two_rounds_in_the_interpreter() -> Non
 @pytest.mark.parametrize("text, why", [("auto:x", "expected N, auto, auto:MAX or auto:MIN-MAX"),
                                        ("auto:", "expected N, auto"), ("auto:3-", "expected N, auto"),
                                        ("auto:1-5", "at least 2 rounds"), ("auto:5-3", "must exceed"),
-                                       ("auto:3", "must exceed"), ("auto:2000", "at most 1000"), ("autox", "whole")])
+                                       ("auto:3", "must exceed"), ("auto:2000", "at most 1000"), ("autox", "whole"),
+                                       ("2x", r"expected N \(a whole number of rounds\) or auto, auto:MAX")])
 def test_a_bad_rounds_value_is_named(text: str, why: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError, match=why) as caught:
         rounds_plan(text)

@@ -428,4 +428,4 @@ def load_decision(root: Path, op: str) -> GateDecision | None:
     try:
         return GateDecision.from_json(read_object(path))
     except CorruptFileError as exc:  # not JSON, a newer version, or a field that is not what it should be
-        return GateDecision(op, "unavailable", f"{path}: unreadable gate decision ({exc})")
+        return GateDecision(op, "unavailable", f"unreadable gate decision: {exc}")  # exc names the file

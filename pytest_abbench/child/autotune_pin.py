@@ -69,8 +69,10 @@ def _read(path: Path | None) -> dict[Ident, dict[str, Any]]:
         return {}
     try:
         return read_record(path).entries
-    except (CorruptFileError, OSError) as exc:
-        raise AutotuneRecordError(f"unreadable autotune record ({exc})") from None
+    except CorruptFileError as exc:  # names the file and the field
+        raise AutotuneRecordError(f"unreadable autotune record: {exc}") from None
+    except OSError as exc:
+        raise AutotuneRecordError(f"unreadable autotune record: {path}: {exc.strerror or exc}") from None
 
 
 class AutotunePin:
@@ -122,10 +124,7 @@ class AutotunePin:
             self._refuse_conflicts()
 
     def _load(self, path: Path | None) -> dict[Ident, dict[str, Any]]:
-        try:
-            return _read(path)
-        except AutotuneRecordError as exc:
-            raise AutotuneRecordError(f"{path}: {exc}") from None
+        return _read(path)  # an unreadable record raises naming its file once
 
     def _refuse_conflicts(self) -> None:
         """Two records that pin one key to different configs: which one the cell times is not decidable."""

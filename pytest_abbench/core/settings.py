@@ -71,6 +71,9 @@ def rounds_plan(text: str) -> tuple[int, int | None]:
     (rounds, first look); the bad value named."""
     kind, sep, bounds = text.partition(":")
     if kind != AUTO_ROUNDS:
+        if not (text.isascii() and text.isdigit()):
+            raise argparse.ArgumentTypeError(f"expected N (a whole number of rounds) or {AUTO_ROUNDS}, "
+                                             f"{AUTO_ROUNDS}:MAX or {AUTO_ROUNDS}:MIN-MAX, got {text!r}")
         return rounds_count(text), None
     low, dash, high = bounds.partition("-") if sep else ("", "", "")
     expected = f"expected N, {AUTO_ROUNDS}, {AUTO_ROUNDS}:MAX or {AUTO_ROUNDS}:MIN-MAX with whole numbers, got {text!r}"
