@@ -264,6 +264,26 @@ def test_two_benchmarks_of_one_op_name_are_told_apart_and_the_fix_fits_the_cause
     ])
 
 
+FUSED_FLAG = KERNEL + """
+@triton.testing.perf_report(triton.testing.Benchmark(x_names=['n'], x_vals=[16], line_arg='fused',
+                            line_vals=[False, True], line_names=['eager', 'fused'], ylabel='ms', plot_name='fused',
+                            args={}))
+def fused(n, fused):
+    x = torch.rand(n, device=DEVICE)
+    return triton.testing.do_bench((lambda: add(x, x)) if fused else (lambda: x + x))
+"""
+
+
+def test_the_switch_line_names_the_argument_the_providers_are_passed_as(campaign_dir: pytest.Pytester) -> None:
+    """line_arg 'fused' with line_vals [False, True]: the switch read 'provider=False -> provider=True'."""
+    campaign_dir.makepyfile(fused=FUSED_FLAG)
+    result = campaign_dir.runpytest_subprocess("fused.py", "--ab-perf-report", "--ab-providers", "False,True",
+                                               "--ab-root", "root", "--ab-rounds", "1", "--ab-ir-target", "none",
+                                               "-p", "no:cacheprovider")
+    assert result.ret == 0, result.stdout.str()[-2000:]
+    result.stdout.fnmatch_lines(["switch (side B): fused=False -> fused=True;*"])
+
+
 def test_scripts_the_adapter_cannot_read_are_collection_errors_naming_what(campaign_dir: pytest.Pytester) -> None:
     campaign_dir.makepyfile(bad_x_vals=BAD_X_VALS, no_provider=NO_PROVIDER,
                             no_function="import triton\n# mentions perf_report in a comment only\n",

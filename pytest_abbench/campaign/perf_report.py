@@ -56,9 +56,12 @@ class Providers:
     def of(self, side: str) -> str:
         return self.a if side == "A" else self.b
 
-    def switch(self) -> Switch:
-        """The campaign's switch: the providers, named as variants where the sides run different ones."""
-        return Switch(variant_a=f"provider={self.a}", variant_b=f"provider={self.b}")
+    def switch(self, line_args: Sequence[str] = ("provider",)) -> Switch:
+        """The campaign's switch: the providers, named as variants where the sides run different ones, by the
+        argument the ops pass them as (``provider`` in the tutorials; ``line_vals`` where the ops differ in it)."""
+        names = set(line_args)
+        arg = names.pop() if len(names) == 1 else "line_vals"
+        return Switch(variant_a=f"{arg}={self.a}", variant_b=f"{arg}={self.b}")
 
 
 def looks_like_perf_report(path: Path) -> bool:
@@ -450,7 +453,8 @@ def _campaign(path: Path, module_name: str, ops: Sequence[BenchmarkOp], provider
     for op_ in kept:
         check_shapes(op_, path)
     module = sys.modules.get(module_name) or ModuleType(module_name)
-    return Campaign(path, module, kept, providers.switch(), adapter=providers.spec()), left
+    line_args = [op.line_arg for op in ops if op.name in {k.name for k in kept}]
+    return Campaign(path, module, kept, providers.switch(line_args), adapter=providers.spec()), left
 
 
 def _has_provider(op: BenchmarkOp, provider: str) -> bool:
