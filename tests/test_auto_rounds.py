@@ -134,3 +134,17 @@ def test_the_looks_share_alpha_and_a_budget_needs_auto(pytester: pytest.Pytester
     result.stderr.fnmatch_lines(["*--ab-rounds-budget 60: a budget for added rounds needs --ab-rounds auto*"])
     result = pytester.runpytest("--ab-rounds", "auto:9-4", "-p", "no:cacheprovider")
     result.stderr.fnmatch_lines(["*--ab-rounds: *auto:9-4*"])
+
+
+def test_an_op_whose_sides_share_no_shape_stops_at_its_first_look(tmp_path: Path) -> None:
+    """No round has a shape on both sides (side B timed another shape set, an allowed caliber mismatch): a later
+    round cannot add one, so the op is settled; it ran on to the cap."""
+    from pytest_abbench.report.build import settled_after
+
+    synthetic_root(tmp_path, {"s": [0.01, 0.01, 0.01]})
+    for rnd in (1, 2, 3):
+        results = tmp_path / f"r{rnd}_B" / "op" / "results.jsonl"
+        results.write_text(results.read_text().replace('"shape": "s"', '"shape": "t"'))
+    look = settled_after(tmp_path, "op", discover(RootLayout(tmp_path), []), CampaignPlan(10, auto_min=3), None, 3)
+    assert not look.judged and look.settled, look.reason
+    assert look.reason.startswith("no verdict: no shape has a result on both sides in every round")

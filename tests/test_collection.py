@@ -99,6 +99,17 @@ def test_duplicate_op_across_campaigns_is_the_second_files_collection_error(camp
                                  "the files in separate sessions*"])
 
 
+def test_a_campaign_reached_through_a_symlinked_folder_is_one_file(campaign_dir: pytest.Pytester) -> None:
+    """The session keys campaigns by resolved path: the duplicate-op check took the link and its target for two
+    files declaring the same ops."""
+    (campaign_dir.path / "real").mkdir()
+    (campaign_dir.path / "real" / "c.py").write_text(simple_campaign('"one"'))
+    (campaign_dir.path / "link").symlink_to(campaign_dir.path / "real")
+    result = campaign_dir.runpytest("link/c.py", "--ab-rounds", "1", "--collect-only", "-q")
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["2 tests collected*"])
+
+
 def test_skip_timed_skips_a_timed_run_and_ir_triage_still_compiles(campaign_dir: pytest.Pytester) -> None:
     campaign_dir.makepyfile(vendor=simple_campaign('"only"', extra='SKIP_TIMED = "its library times on a GPU only"'))
     result = campaign_dir.runpytest("vendor.py", "--ab-rounds", "1", "-rs", "-p", "no:cacheprovider")

@@ -157,7 +157,8 @@ def test_a_damaged_result_record_costs_its_shape_that_round_fails_the_run_and_a_
     assert offline.ret == 1
     out = offline.stdout.str()
     assert f"unreadable result in one[r2-B], that shape's round left out: {results}:2: truncated or corrupt" in out
-    assert "abbench: exit 1: 1 cell(s) failed: one[r2-B]" in out
+    assert ("abbench: exit 1: 1 cell(s) with a results record that cannot be read (report.md names it): one[r2-B]"
+            in out)
     report = json.loads((root / "report.json").read_text())
     # The intact shape keeps both rounds and its verdict; the damaged one is named, not judged on one round.
     assert [(s["shape"], s["rounds"]) for s in report["ops"][0]["shapes"]] == [("n=8", 2)]

@@ -265,7 +265,7 @@ def test_the_ir_gate_compiles_the_captured_kernel_though_the_test_cannot_check_i
                                                "--ab-root", str(root), "--ab-ir-target", "cuda:90", "--ab-samples",
                                                "1", *SWITCH, "-p", "no:cacheprovider", "-p", "no:xdist")
     result.assert_outcomes(passed=2)
-    # Both sides compiled the same kernel (no switch): the gate compared real TTGIR.
+    # Both sides compiled the same kernel (a switch this kernel ignores): the gate compared real TTGIR.
     result.stdout.fnmatch_lines(["== test_add_kernel: rounds 1/1, *IR gate no_diff (compiled at smoke for cuda:90)*"])
     assert "IR capture for cuda:90 failed" not in (root / "r1_A" / "test_add_kernel" / "run.log").read_text()
     compile_log = (root / "r1_A" / "test_add_kernel" / "ir" / "compile.log").read_text()

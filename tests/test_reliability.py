@@ -219,9 +219,12 @@ def test_truncated_results_file_is_named_and_gives_no_verdict(tmp_path: Path,
     synthetic_root(tmp_path, {"s": [0.1, 0.1, 0.1]})
     results = tmp_path / "r2_B" / "op" / "results.jsonl"
     results.write_bytes(results.read_bytes()[:-20])  # a writer killed mid-line
-    assert abbench(["summary", str(tmp_path)]) == 0
+    assert abbench(["summary", str(tmp_path)]) == 1  # a cell's measurement is lost: not a clean run
     out = capsys.readouterr().out
-    assert f"no verdict: {results}" in out and "geomean" not in out
+    assert f"unreadable result in op[r2-B], that shape's round left out: {results}:1: truncated or corrupt" in out
+    assert "no verdict: no shape has a result on both sides in every round (the lines below say why)" in out
+    assert "geomean" not in out
+    assert "abbench: exit 1: 1 cell(s) with a results record that cannot be read (report.md names it): op[r2-B]" in out
 
 
 def test_xdist_matches_the_serial_run_and_pins_one_gpu_per_worker(campaign_dir: pytest.Pytester,

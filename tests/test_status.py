@@ -98,3 +98,12 @@ def test_a_row_appended_after_a_torn_one_keeps_a_line_of_its_own_and_the_torn_on
     assert read_status(tmp_path, on_bad_line=lambda exc: named.append(str(exc))) == [first, ROW]
     torn_fields = len(ROW.to_line()[:20].split("\t"))
     assert named == [f"{path}:3: expected {len(COLUMNS)} fields, found {torn_fields}"]
+
+
+def test_rows_appended_after_a_torn_header_keep_a_header_of_their_own(tmp_path: Path) -> None:
+    """The first write (header and row) cut at a tab left "round<TAB>op<TAB>side": a row on a line of its own
+    under it would be read by that three-column header and lost, every later row with it."""
+    (tmp_path / "status.tsv").write_text("\t".join(COLUMNS[:3]))
+    append_status_row(tmp_path, ROW)
+    append_status_row(tmp_path, ROW)
+    assert read_status(tmp_path, on_bad_line=lambda exc: None) == [ROW, ROW]

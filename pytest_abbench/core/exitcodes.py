@@ -66,6 +66,8 @@ def describe(rc: int) -> str:
 # A cell a root holds a folder of but no status row for: read offline, it may have been interrupted, crashed, or be
 # running still; the report cannot tell which, so it never says "failed" of it.
 NO_ROW_SUFFIX = " (no status row)"
+# A cell that finished but one of whose results records cannot be read: some of what it measured is lost.
+UNREADABLE_SUFFIX = " (unreadable results)"
 
 
 def _cells(what: str, cells: list[str]) -> list[str]:
@@ -80,9 +82,12 @@ def exit_reason(code: int, failed_cells: list[str], complete: bool, caliber_ops:
         return "clean: every planned cell finished"
     if code == EXIT_CELL_FAILED:
         rowless = [c.removesuffix(NO_ROW_SUFFIX) for c in failed_cells if c.endswith(NO_ROW_SUFFIX)]
-        failed = [c for c in failed_cells if not c.endswith(NO_ROW_SUFFIX)]
-        return "; ".join(_cells("failed", failed) + _cells("without a status row (interrupted, crashed or still "
-                                                           "running)", rowless) + never_ran) or "a test failed"
+        damaged = [c.removesuffix(UNREADABLE_SUFFIX) for c in failed_cells if c.endswith(UNREADABLE_SUFFIX)]
+        failed = [c for c in failed_cells if not c.endswith((NO_ROW_SUFFIX, UNREADABLE_SUFFIX))]
+        return "; ".join(_cells("failed", failed)
+                         + _cells("without a status row (interrupted, crashed or still running)", rowless)
+                         + _cells("with a results record that cannot be read (report.md names it)", damaged)
+                         + never_ran) or "a test failed"
     if code == 2:
         return "; ".join(["interrupted or a collection error (pytest's code)", *never_ran])
     if code == EXIT_CALIBER:

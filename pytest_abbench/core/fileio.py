@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import tempfile
@@ -262,8 +263,7 @@ class Fields:
         nested dataclasses, lists, maps and pairs included (a pair is a JSON list of two); the first field that
         does not hold its type, a missing required field or an unknown one raises naming it
         (``ops[0].shapes[1].ci_pct``)."""
-        hints = get_type_hints(cls)
-        known = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        hints, known = _declared(cls)  # type: ignore[arg-type]  # a class is hashable
         unknown = sorted(set(self.data) - set(known))
         if unknown:
             raise FormatError(f"{self.where}: field {self.prefix + unknown[0]!r}: not a field of {cls.__name__}")
@@ -310,6 +310,13 @@ class Fields:
         """A field that is itself an object, read the same way (its fields named ``<name>.<field>``)."""
         return Fields(self.where, self._get(name, lambda v: isinstance(v, dict), "an object", _REQUIRED),
                       f"{self.prefix}{name}.")
+
+
+@functools.lru_cache(maxsize=None)
+def _declared(cls: type) -> tuple[dict[str, Any], dict[str, dataclasses.Field[Any]]]:
+    """A dataclass's field types and fields, resolved once per class (``get_type_hints`` was most of reading a
+    large report.json)."""
+    return get_type_hints(cls), {f.name: f for f in dataclasses.fields(cls)}
 
 
 def _type_words(hint: Any) -> str:

@@ -99,8 +99,10 @@ def append_status_row(root: Path, row: StatusRow) -> None:
             if size == 0:
                 payload = "\t".join(COLUMNS) + "\n" + payload
             elif os.pread(fd, 1, size - 1) != b"\n":
-                # A writer stopped mid-row: this row starts on a line of its own, or both would be lost in one line.
-                payload = "\n" + payload
+                # A writer stopped mid-row: this row starts on a line of its own, or both would be lost in one line;
+                # where that row was the header (no line ends yet), the header is written again before it.
+                header_torn = b"\n" not in os.pread(fd, size, 0)
+                payload = "\n" + ("\t".join(COLUMNS) + "\n" if header_torn else "") + payload
             data = payload.encode()
             written = os.write(fd, data)
             if written != len(data):  # pragma: no cover - regular files write whole

@@ -30,7 +30,7 @@ from pytest_abbench.report.stats import (ALPHA, aa_bias, bh_adjust, bh_adjust_be
                                          median_or_none, median_se, pct, robust_cv, sign_flip, spread_floor, stdev,
                                          t_test_above_p, t_test_p)
 from pytest_abbench.core.outcome import IR_ONLY, NO_IR_DIFF, NO_ROW, OK, OVER_BUDGET, SETTLED, CellOutcome
-from pytest_abbench.core.exitcodes import NO_ROW_SUFFIX
+from pytest_abbench.core.exitcodes import NO_ROW_SUFFIX, UNREADABLE_SUFFIX
 from pytest_abbench.core.plan import CampaignPlan, read_plan
 from pytest_abbench.core.regimes import BOTH, BURST, REGIMES, STEADY
 from pytest_abbench.core.results import shape_energy
@@ -213,6 +213,9 @@ def _add_round(per_shape: dict[str, _ShapeRounds], results_a: dict[str, dict[str
         acc.gpu.windows.append((a["windows"], b["windows"]))
         acc.gpu.energy.append((a["energy"], b["energy"]))
         acc.work = a["work"] or b["work"]
+
+
+NO_COMMON_SHAPE = "no verdict: no shape has a result on both sides in every round"
 
 
 def _read_rounds(rep: OpReport, by_round: _CellsByRound) -> dict[str, _ShapeRounds] | None:
@@ -411,7 +414,7 @@ def build_op(op: str, cells: list[CellOutcome], gate: irgate.GateDecision | None
     _judge_shapes(rep, per_shape, margin_pct)
     if not rep.shapes:  # every round ran, yet no shape has a result on both sides in every round
         rep.state = "no_verdict"
-        rep.reason = ("no verdict: no shape has a result on both sides in every round"
+        rep.reason = (NO_COMMON_SHAPE
                       + (" (the sides' shape sets differ: the caliber lines above)" if rep.caliber_mismatch else
                          " (the lines below say why)" if rep.mixed_timer_shapes or rep.unreadable else ""))
         return rep
@@ -469,8 +472,9 @@ class Look:
 
     @property
     def settled(self) -> bool:
-        """The op needs no more rounds: settled under every regime it runs."""
-        return self.judged and not self.unsettled
+        """The op needs no more rounds: settled under every regime it runs, or with no shape that every round has
+        on both sides under one of them (a later round cannot add a shape to the rounds that lack it)."""
+        return self.judged and not self.unsettled or any(r.reason.startswith(NO_COMMON_SHAPE) for r in self.reports)
 
     @property
     def reason(self) -> str:
@@ -656,7 +660,7 @@ def build_report(root: Path, outcomes: Iterable[CellOutcome] | None = None, plan
     failed = sorted(str(c.key) + (NO_ROW_SUFFIX if c.status == NO_ROW else "") for c in cells
                     if not (c.finished or c.not_needed))
     # A cell whose results cannot all be read finished, but some of what it measured is lost: not a clean run.
-    failed += sorted({cell for o in ops for cell in o.unreadable} - set(failed))
+    failed += sorted({cell + UNREADABLE_SUFFIX for o in ops for cell in o.unreadable if cell not in failed})
     return Report(SCHEMA_VERSION, str(root), margin, source, ops, [f.line() for f in result.findings],
                   bool(result.mismatches), slower, problems, complete=planned <= ran, failed_cells=failed,
                   rounds_planned=plan.rounds, setup=setup, gpu_timed=gpu_timed,

@@ -323,6 +323,16 @@ def gpu_state_said_in_header(report: Report) -> bool:
     return bool(timed) and not gpustate.recorded_anywhere(timed)
 
 
+def _unreadable_lines(o: OpReport) -> list[str]:
+    """Each results record of the op's cells that could not be read: file, line and why."""
+    return [f"unreadable result in {cell}, that shape's round left out: {record}"
+            for cell, records in sorted(o.unreadable.items()) for record in records]
+
+
+def _shapes_left_out(o: OpReport) -> list[str]:
+    return [f"no verdict for {m} (timer differs between sides or shape missing)" for m in o.mixed_timer_shapes]
+
+
 def op_notes(o: OpReport, header_said: bool = False) -> list[str]:
     """The op's lines between its heading and its shape table: the IR lines, the pinned autotune keys, then why it
     has no verdict, or its
@@ -332,7 +342,7 @@ def op_notes(o: OpReport, header_said: bool = False) -> list[str]:
     if o.autotune:
         lines.append(o.autotune)
     if o.state != "verdict":
-        return lines + [o.reason] + ([o.reference] if o.reference else [])
+        return lines + [o.reason] + _unreadable_lines(o) + _shapes_left_out(o) + ([o.reference] if o.reference else [])
     counts = ", ".join(f"{k} {v}" for k, v in sorted(o.verdicts.items()))
     lines.append(f"geomean delta {_fmt(o.geomean_pct)} [{interval_text(o.geomean_ci_pct)}]; verdicts: {counts}")
     if o.reference:
@@ -349,8 +359,7 @@ def op_notes(o: OpReport, header_said: bool = False) -> list[str]:
                          "Benjamini-Hochberg across the op's shapes): directions no larger than it are withheld"
                          if biased else "no shape shows a bias"))
     lines += o.findings
-    for cell, records in sorted(o.unreadable.items()):
-        lines += [f"unreadable result in {cell}, that shape's round left out: {record}" for record in records]
+    lines += _unreadable_lines(o)
     withheld = [name for name in WITHHOLDING if o.flags.get(name)]  # the GPU's flags are on the GPU line
     if withheld:
         lines.append("flagged (no plain verdict where the condition could have made it): "
@@ -358,8 +367,7 @@ def op_notes(o: OpReport, header_said: bool = False) -> list[str]:
     if o.sign_flips:
         lines.append(f"{o.sign_flips} of {len(o.shapes)} shapes changed sign between rounds: a direction needs "
                      "more than half of the rounds on its side as well as the t-test")
-    for m in o.mixed_timer_shapes:
-        lines.append(f"no verdict for {m} (timer differs between sides or shape missing)")
+    lines += _shapes_left_out(o)
     return lines
 
 

@@ -62,8 +62,9 @@ class CampaignModule(pytest.Module):
     def cell_tests(self, campaign: Campaign) -> list[pytest.Item | pytest.Collector]:
         """The campaign's cell tests, one test function per op; an op name another collected file declares too is
         this file's collection error (op names share one root: its cells' folders, its report)."""
+        mine = self.path.resolve()  # the session keys campaigns by resolved path: a symlinked folder is one file
         for path, other in session_of(self.config).campaigns.items():
-            shared = sorted({o.name for o in campaign.ops} & {o.name for o in other.ops}) if path != self.path else []
+            shared = sorted({o.name for o in campaign.ops} & {o.name for o in other.ops}) if path != mine else []
             if shared:
                 raise self.CollectError(
                     f"op name {shared[0]!r} is declared by both {path} and {self.path}: op names share one root and "

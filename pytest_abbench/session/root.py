@@ -159,12 +159,15 @@ class CampaignRoot:
                           if manifest.caliber_options.get(option, was) != was]
                 if differ:
                     given = "; ".join(f"{option}: the root has {was}, this session {now}" for option, was, now in differ)
-                    again = " ".join(_resume_with(option, was) for option, was, _ in differ)
-                    why = ("its new cells would not compare with the ones on disk (a caliber mismatch)"
-                           if any(option != ALLOW_NO_IR_DIFF for option, _, _ in differ) else
-                           "the ops whose code did not change would be skipped past round 1 where the root timed "
-                           "them, or timed where it skipped them")
-                    return f"cannot resume {self.path}: {given}; {why}; resume with {again}, or start a new root"
+                    again = " and ".join(_resume_with(option, was) for option, was, _ in differ)
+                    why = []
+                    if any(option != ALLOW_NO_IR_DIFF for option, _, _ in differ):
+                        why.append("its new cells would not compare with the ones on disk (a caliber mismatch)")
+                    if any(option == ALLOW_NO_IR_DIFF for option, _, _ in differ):
+                        why.append("the ops whose code did not change would be skipped past round 1 where the root "
+                                   "timed them, or timed where it skipped them")
+                    return (f"cannot resume {self.path}: {given}; {'; '.join(why)}; resume {again}, or start a "
+                            "new root")
             if planned is not None and plan.rounds < planned.rounds:
                 return (f"cannot resume {self.path} with {count(plan.rounds, 'round')}: it was planned with "
                         f"{planned.rounds}, and a {plan.rounds}-round report would replace the one its "
@@ -352,7 +355,7 @@ class CampaignRoot:
 
 
 def _resume_with(option: str, value: str) -> str:
-    """How to give ``option`` its kept ``value`` again: ``--ab-regime=steady``; the flag, or its absence."""
+    """How to give ``option`` its kept ``value`` again: ``with --ab-regime=steady``; the flag, or its absence."""
     if option != ALLOW_NO_IR_DIFF:
-        return f"{option}={value}"
-    return option if value == "on" else f"without {option} (and {envnames.SWITCH_ALLOW_NO_IR_DIFF} unset)"
+        return f"with {option}={value}"
+    return f"with {option}" if value == "on" else f"without {option} (and {envnames.SWITCH_ALLOW_NO_IR_DIFF} unset)"
