@@ -111,7 +111,7 @@ class AbbenchSession:
         self.started = time.monotonic()
         self.progress: RoundProgress | None = None  # set once the selected cells are known (never on a worker)
         self.controller_check = controller_check()  # made now, while the controller that started a worker is alive
-        interrupts.install()  # a Ctrl-C or SIGTERM from now on ends the session with its report
+        interrupts.start_session()  # a Ctrl-C or SIGTERM from now on ends the session with its report
 
     # -- state the fixtures use -------------------------------------------------
     def campaign(self, path: Path) -> Campaign:

@@ -177,7 +177,12 @@ class ReportHooks:
             # The judged ops' in-process reference; the report is read again to carry it beside the verdicts.
             if run_references(self.session, (o.op for o in self.final.ops if o.state == "verdict")):
                 self.final = build()
-        session.exitstatus = self.final.decide_exit(int(session.exitstatus), settings.allow_caliber_mismatch)
+        status = int(session.exitstatus)
+        if interrupts.received and status in (0, int(pytest.ExitCode.TESTS_FAILED)):
+            # The Ctrl-C or SIGTERM was recorded, but its KeyboardInterrupt did not reach pytest (raised where it
+            # is swallowed: a finaliser, an at-fork callback): the run was still interrupted, and says so.
+            status = int(pytest.ExitCode.INTERRUPTED)
+        session.exitstatus = self.final.decide_exit(status, settings.allow_caliber_mismatch)
         self.plots = report.write_report(self.session.root.path, self.final)
         # In a GitHub Actions step the summary goes where the reviewer looks without being asked for.
         step_summary = os.environ.get(envnames.GITHUB_STEP_SUMMARY, "")

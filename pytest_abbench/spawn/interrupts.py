@@ -37,6 +37,14 @@ def install() -> None:
         signal.signal(signal.SIGTERM, _recording(None))
 
 
+def start_session() -> None:
+    """Forget the signals of an earlier session in this process (pytest run in-process, as by pytester) and
+    install: the session's exit says only its own interrupts."""
+    _seen.clear()
+    received.clear()
+    install()
+
+
 def _recording(previous: Any) -> Callable[[int, FrameType | None], None]:
     def record_then_raise(signum: int, frame: FrameType | None) -> None:
         _seen.set()
