@@ -24,17 +24,9 @@ def shapes_campaign(shapes: str, name: str = "x") -> str:
     ''')
 
 
-def test_shape_that_is_not_a_mapping_is_a_campaign_error(campaign_dir: pytest.Pytester) -> None:
-    # The README's own placeholder, copied as is.
-    campaign_dir.makepyfile(bad=shapes_campaign('{"smoke": [...]}'))
-    result = campaign_dir.runpytest("bad.py", "--collect-only", "--ab-level", "smoke")
-    assert result.ret == pytest.ExitCode.INTERRUPTED
-    result.stdout.fnmatch_lines(["*campaign error: *bad.py: op 'x', level 'smoke', shape 0: Ellipsis is a ellipsis, "
-                                 "not a mapping of parameter names to values*"])
-    assert "TypeError" not in result.stdout.str()
-
-
 @pytest.mark.parametrize("shapes, message", [
+    # The README's own placeholder, copied as is.
+    ('{"smoke": [...]}', ", shape 0: Ellipsis is a ellipsis, not a mapping of parameter names to values*"),
     ('{"smoke": [{"n": object()}]}', ", shape 0, parameter 'n': <object object at *> is a object, not JSON data*"),
     ('{"smoke": [{"n": 1}, {"n": [1, {"k": object()}]}]}', ", shape 1, parameter 'n'[[]1[]][[]'k'[]]: <object*"),
     ('{"smoke": [{"n": "a\\tb"}]}', ", shape 0, parameter 'n': 'a\\tb' contains the control character '\\t'*"),
@@ -43,6 +35,9 @@ def test_shape_that_is_not_a_mapping_is_a_campaign_error(campaign_dir: pytest.Py
     ('{"smoke": [{"n": float("nan")}]}', ", shape 0, parameter 'n': nan is not a finite number*"),
     ('{"smoke": [Shape("a\\rb", {"n": 1})]}', ", shape 0: shape id 'a\\rb' must be a str without control*"),
     ('{"smoke": {"n": 1}}', ": {'n': 1} is a dict, not a list of shapes*"),
+    # A perf_report's x_vals [8, 32, 64, 32] gave "duplicate shape ids at level 'core'", naming neither.
+    ('{"smoke": [{"n": 8}, {"n": 32}, {"n": 64}, {"n": 32}]}',
+     ": shape 'n=32' is declared 2 times (shape ids must be unique within a level: each is a cell's row)*"),
 ])
 def test_bad_shape_value_names_file_op_level_and_value(campaign_dir: pytest.Pytester, shapes: str,
                                                        message: str) -> None:
@@ -50,15 +45,7 @@ def test_bad_shape_value_names_file_op_level_and_value(campaign_dir: pytest.Pyte
     result = campaign_dir.runpytest("bad.py", "--collect-only", "--ab-level", "smoke")
     assert result.ret == pytest.ExitCode.INTERRUPTED
     result.stdout.fnmatch_lines([f"*campaign error: *bad.py: op 'x', level 'smoke'{message}"])
-
-
-def test_a_shape_declared_twice_is_named_with_its_level(campaign_dir: pytest.Pytester) -> None:
-    """A perf_report's x_vals [8, 32, 64, 32] gave "duplicate shape ids at level 'core'", naming neither."""
-    campaign_dir.makepyfile(bad=shapes_campaign('{"smoke": [{"n": 8}, {"n": 32}, {"n": 64}, {"n": 32}]}'))
-    result = campaign_dir.runpytest("bad.py", "--collect-only", "--ab-level", "smoke")
-    assert result.ret == pytest.ExitCode.INTERRUPTED
-    result.stdout.fnmatch_lines(["*campaign error: *bad.py: op 'x': shape 'n=32' is declared 2 times at level 'smoke' "
-                                 "(shape ids must be unique within a level: each is a cell's row)*"])
+    assert "TypeError" not in result.stdout.str()
 
 
 def test_json_data_shapes_are_accepted(campaign_dir: pytest.Pytester) -> None:

@@ -366,8 +366,8 @@ def check_shapes(op: Op, path: Path) -> None:
         ids = [Shape.coerce(s).id for s in shapes]
         twice = sorted({i for i in ids if ids.count(i) > 1})
         if twice:
-            raise CampaignError(f"{path}: op {op.name!r}: shape {twice[0]!r} is declared {ids.count(twice[0])} times "
-                                f"at level {level!r} (shape ids must be unique within a level: each is a cell's row)")
+            raise CampaignError(f"{where}: shape {twice[0]!r} is declared {ids.count(twice[0])} times (shape ids must "
+                                "be unique within a level: each is a cell's row)")
 
 
 _OPS_LINE = re.compile(r"^OPS\s*[:=]", re.M)

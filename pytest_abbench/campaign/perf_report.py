@@ -438,7 +438,7 @@ def _campaign(path: Path, module_name: str, ops: Sequence[BenchmarkOp], provider
     """The ops that have both providers as a Campaign; the notices for those left out."""
     from types import ModuleType
 
-    kept, left = [], []
+    kept, left, line_args = [], [], []
     for op in ops:
         missing = [p for p in dict.fromkeys((providers.a, providers.b)) if not _has_provider(op, p)]
         if missing:
@@ -446,6 +446,7 @@ def _campaign(path: Path, module_name: str, ops: Sequence[BenchmarkOp], provider
                         f"{op.line_vals}")
         else:
             kept.append(Op(op.name, build=build_of(op), shapes=op.shapes()))
+            line_args.append(op.line_arg)
     if not kept:
         raise CampaignError(f"{path}: no perf_report benchmark runs provider {providers.a!r}"
                             + (f" and {providers.b!r}" if providers.b != providers.a else "")
@@ -453,7 +454,6 @@ def _campaign(path: Path, module_name: str, ops: Sequence[BenchmarkOp], provider
     for op_ in kept:
         check_shapes(op_, path)
     module = sys.modules.get(module_name) or ModuleType(module_name)
-    line_args = [op.line_arg for op in ops if op.name in {k.name for k in kept}]
     return Campaign(path, module, kept, providers.switch(line_args), adapter=providers.spec()), left
 
 

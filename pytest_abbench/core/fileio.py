@@ -285,17 +285,13 @@ class Fields:
             for one in (a for a in args if a is not NoneType):
                 try:
                     return self._conform(one, value, name)
-                except FormatError as exc:
-                    inner = exc
-            if len(args) == 2 and NoneType in args and dataclasses.is_dataclass(
-                    next(a for a in args if a is not NoneType)):
-                raise inner  # the nested field at fault, not the whole object
+                except FormatError:
+                    continue
             raise self.error(name, _type_words(hint), value)
         elif hint is Any:
             return value
-        elif dataclasses.is_dataclass(hint):
-            return Fields(self.where, value if isinstance(value, dict) else _not_object(self, name, value),
-                          f"{self.prefix}{name}.").dataclass(hint)  # type: ignore[arg-type]
+        elif dataclasses.is_dataclass(hint):  # Fields refuses a value that is not an object, naming the field
+            return Fields(self.where, value, f"{self.prefix}{name}.").dataclass(hint)  # type: ignore[arg-type]
         elif origin is list and isinstance(value, list):
             return [self._conform(args[0], item, f"{name}[{i}]") for i, item in enumerate(value)]
         elif origin is dict and isinstance(value, dict):
@@ -333,10 +329,6 @@ def _type_words(hint: Any) -> str:
     if dataclasses.is_dataclass(hint):
         return f"an object ({getattr(hint, '__name__', 'a record')})"
     return _KINDS[hint][1] if hint in _KINDS else "any value"
-
-
-def _not_object(fields: Fields, name: str, value: Any) -> Any:
-    raise fields.error(name, "an object", value)
 
 
 def read_object(path: Path) -> Fields:
