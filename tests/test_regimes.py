@@ -336,6 +336,31 @@ def test_a_capped_kernel_read_in_the_controllers_dip_is_still_at_the_cap() -> No
     assert first.condition == regimes.MET and "at the power cap" not in first.detail
 
 
+def test_a_draw_over_the_limit_is_the_cap_before_the_controller_is_seen_acting() -> None:
+    # ATen's layer_norm 8192x4096 on a fresh H200: 1980 MHz with no holding reason in the settling's readings while
+    # the counter read 718 W of the 700 W limit.  Judged below the cap it settled at 1980 MHz, then the controller
+    # acted and every window closed at 1935 MHz with sw_power_cap named: 0 of 10 met.  The draw over the limit is
+    # the cap's witness, so the windows that close in the controller's hold are met.
+    clock = FakeClock()
+
+    def drawing(t: float) -> tuple[float, float, list[str], float, float]:
+        held = t > 0.9  # the controller acts after the shortest settling (0.6 s)
+        return (1935.0 if held else 1980.0), 690.0, (["sw_power_cap"] if held else []), counter(718.0)(t), 59.0
+
+    gpu = StandInGpu(clock, drawing, power_limit=700.0)
+    timing = run_regime(regimes.STEADY, StandInKernel(clock, window_s=0.05, calls=250), gpu, count=10, cpu=False,
+                        pace=clock)
+    first = timing.windows[0]
+    assert [w.condition for w in timing.windows] == [regimes.MET] * 10, [w.detail for w in timing.windows]
+    assert first.waited_s <= 2 * regimes.STEADY_CAP_CLOCK_SPAN_S + 0.2, first.detail
+    assert first.detail.startswith("settled at 1980 MHz (at the power cap, the median over its readings)")
+    # Just under the limit, at boost with no reason named, the kernel is not at the cap.
+    below = [GpuReading(1980.0, None, 650.0, 55.0, None, 0, [])] * regimes.STEADY_LAST_K
+    times = [0.05 * (i + 1) for i in range(regimes.STEADY_LAST_K)]
+    flat = [(0.1 * i, 0.1 * i, 1e3 * 690.0 * 0.1 * i) for i in range(11)]
+    assert judge(below, 1980.0, times, power_limit_w=700.0, counter=flat).at_cap is False
+
+
 def test_at_the_cap_the_power_span_can_cover_the_controllers_whole_swing() -> None:
     # The H200's controller at the 700 W cap swings the power 620-750 W about once a second: two adjacent 0.25 s
     # spans of the counter differ by up to a fifth, so the default spans wait for a lucky phase; spans of a whole
@@ -366,8 +391,8 @@ def test_at_the_cap_the_power_span_can_cover_the_controllers_whole_swing() -> No
 
 def test_a_card_whose_temperature_still_climbs_does_not_settle_until_it_flattens() -> None:
     # A kernel at boost, its power flat, on a card heating 3 C/s for 4 s (NVML reads whole degrees): with no known
-    # limit, and 720 W against a 700 W limit (over it: the controller is about to hold the clock).
-    for watts, limit in ((300.0, None), (720.0, 700.0)):
+    # limit, and 720 W against a 700 W limit (over it: at the cap, where the temperature is waited for).
+    for watts, limit, how in ((300.0, None, "at boost"), (720.0, 700.0, "at the power cap")):
         clock = FakeClock()
 
         def heating(t: float) -> tuple[float, float, list[str], float, float]:
@@ -376,7 +401,7 @@ def test_a_card_whose_temperature_still_climbs_does_not_settle_until_it_flattens
         gpu = StandInGpu(clock, heating, power_limit=limit)
         first = run_regime(regimes.STEADY, StandInKernel(clock, window_s=0.05), gpu, count=1, cpu=False,
                            pace=clock).windows[0]
-        assert first.condition == regimes.MET and first.detail.startswith("settled at 1980 MHz (at boost")
+        assert first.condition == regimes.MET and first.detail.startswith(f"settled at 1980 MHz ({how}")
         assert 4.0 < first.waited_s <= 4.0 + regimes.STEADY_TEMP_SPAN_S + 0.05 and first.detail.endswith(", 52 C")
 
 
