@@ -3,6 +3,7 @@ nothing is launched, the pin is asked for its choice)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -158,3 +159,76 @@ def test_a_corrupt_recorded_config_is_named_and_never_blamed_on_the_kernel(tmp_p
         _pin(tmp_path, AutotuneRecord({ident: bad}), None)
     path = tmp_path / "op.json"
     assert str(raised.value) == f"unreadable autotune record: {path}: {named}"  # the file named once
+
+
+SCREENED_TUNING = r'''
+import json, sys
+import re
+from pathlib import Path
+import torch, triton
+import triton.language as tl
+from pytest_abbench.child.autotune_pin import AutotunePin, install
+
+current = {}
+def seen(nargs):
+    current["BLOCK"] = nargs["BLOCK"]
+
+@triton.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=seen) for b in (16, 32, 64, 128)], key=["n"])
+@triton.jit
+def fill(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, 1.0, mask=offs < n)
+
+# Stands for the GPU benchmarker (triton.testing.do_bench), which the interpreter lacks: the kernel really runs once
+# per timing; its time is the config's, a screen's short repeats ranking BLOCK 16 first, Triton's full ones 32.
+SCREEN = {16: 0.97, 32: 1.00, 64: 1.28, 128: 2.0}
+FULL = {16: 1.00, 32: 0.98, 64: 1.30, 128: 2.0}
+calls = []
+def gpu_timer(fn, warmup=25, rep=100, grad_to_none=None, quantiles=None, return_mode="mean"):
+    fn()
+    ms = (SCREEN if rep < 100 else FULL)[current["BLOCK"]]
+    calls.append([current["BLOCK"], warmup, rep])
+    return [ms, ms, ms]
+
+fill.__dict__["do_bench"] = gpu_timer  # where Triton's Autotuner keeps the driver's benchmarker
+lines = []
+pin = AutotunePin("record", Path(sys.argv[1]), lines.append, lambda _: True, cell="r1-A", screen_ms=int(sys.argv[2]))
+install(pin)
+x = torch.zeros(100)
+fill[lambda meta: (triton.cdiv(100, meta["BLOCK"]),)](x, 100)
+pin.save()
+print(json.dumps({"calls": calls, "lines": lines, "filled": float(x.sum()), "bench_calls": pin.bench_calls,
+                  "record": Path(sys.argv[1]).read_text()}))
+'''
+
+
+@pytest.mark.parametrize("screen_ms", [20, 0])
+def test_a_tuning_cell_screens_the_candidates_then_times_those_near_the_fastest_in_full(
+        tmp_path: Path, screen_ms: int) -> None:
+    # A real @triton.autotune kernel in the interpreter, in a process of its own (the pin patches Triton's
+    # Autotuner class), with a stand-in for the GPU's benchmarker.  Screened: every candidate for 20 ms, then the
+    # two within 5% of the fastest (BLOCK 16 and 32) for Triton's own 25 + 100 ms, and the fastest of those (32) is
+    # chosen, as Triton's full pass over all four (--ab-autotune-screen 0) chooses.
+    import json
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "tune.py"
+    script.write_text(SCREENED_TUNING)
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "op.json"), str(screen_ms)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["filled"] == 100.0  # the chosen config ran
+    assert '"BLOCK": 32' in out["record"], out["record"]
+    if screen_ms:
+        assert out["calls"] == [[16, 5, 20], [32, 5, 20], [64, 5, 20], [128, 5, 20], [16, 25, 100], [32, 25, 100]]
+        assert out["bench_calls"] == 6
+        assert any(re.search(r"autotune: kernel=.*fill key=\['100', 'torch.float32'\]: 4 candidates screened for "
+                             r"20 ms each, 2 within 5% of the fastest timed in full, in \d+\.\ds; chose: "
+                             r".*'BLOCK': 32", line) for line in out["lines"]), out["lines"]
+    else:
+        assert out["calls"] == [[16, 25, 100], [32, 25, 100], [64, 25, 100], [128, 25, 100]]
+        assert not any("screened" in line for line in out["lines"])

@@ -15,7 +15,7 @@ EVERY_FIELD = CellConfig(
     campaign=Path("/campaigns/mm.py"), op="-mm.v2", round_no=3, side="A", role="A2", out=Path("/root/r3_A2/mm"),
     backend="cuda", timer="direct", level="core", samples=7, direct_rep=80, direct_warmup=10,
     autotune_mode="replay", autotune_file=Path("/root/autotune/mm.json"), autotune_side_mode="replay",
-    autotune_seed_file=Path("/earlier/autotune/mm.json"), candidate_procs=4,
+    autotune_seed_file=Path("/earlier/autotune/mm.json"), candidate_procs=4, autotune_screen=0,
     autotune_side_file=Path("/root/autotune/side-B/mm.json"), output_record=Path("/root/outputs/side-B/mm.json"),
     tuner_seed_base="fresh", switch="DISABLE_MMA_V3=1 A:X=2",
     tuner_cache="shared:/tmp/tuner", ir_target="cuda:90", ir_only=True, layout_shift=True,

@@ -65,6 +65,16 @@ def test_bad_cell_timeout_is_a_usage_error_naming_the_value(campaign_dir: pytest
     result.stderr.fnmatch_lines([f"*--cell-timeout*{message}*"])
 
 
+@pytest.mark.parametrize("value, message", [("abc", "expected a whole number, got 'abc'"),
+                                            ("-1", "must be >= 0, got '-1'")])
+def test_bad_autotune_screen_is_a_usage_error_naming_the_value(campaign_dir: pytest.Pytester, value: str,
+                                                               message: str) -> None:
+    campaign_dir.makepyfile(c=simple_campaign('"only"'))
+    result = campaign_dir.runpytest("c.py", f"--ab-autotune-screen={value}", "--collect-only")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*--ab-autotune-screen*{message}*"])
+
+
 def test_bad_cell_timeout_from_environment_names_the_variable(campaign_dir: pytest.Pytester,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     campaign_dir.makepyfile(c=simple_campaign('"only"'))

@@ -7,12 +7,16 @@ kernel's); every other cell replays that file, so the autotuner benchmarks nothi
 and both sides time the same configs.  A key that record lacks is one side A
 never met (a kernel only side B calls): round 1 side B tunes it once and
 records it in side B's supplement, which side B's later cells replay.
+A cell that tunes screens the candidates first (``screened_tuning``): each
+for a short time, then only those near the fastest for the benchmarker's own.
 Installed by patching ``triton.runtime.autotuner.Autotuner.run`` inside the
 cell child only.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 import sys
 import time
@@ -22,11 +26,19 @@ from typing import Any, Callable
 
 from pytest_abbench.child.compilecount import CompileCounter
 from pytest_abbench.core.autotunerecord import AutotuneRecord, Ident, read_record, write_record
-from pytest_abbench.core.cellconfig import AUTOTUNE_MODES, SIDE_RECORD_MODES
+from pytest_abbench.core.cellconfig import (AUTOTUNE_FINALIST_TOL, AUTOTUNE_MODES, DEFAULT_AUTOTUNE_SCREEN_MS,
+                                            SIDE_RECORD_MODES)
 from pytest_abbench.core.fileio import CorruptFileError
 from pytest_abbench.core.markers import AUTOTUNE_REPLAY_FALLBACK
 
 TuningKey = tuple[Any, ...]  # what Triton's Autotuner caches a chosen config under
+
+# Screening (``screened_tuning``): Triton's benchmarker times every candidate for 25 ms of warm-up and 100 ms of
+# repeats, 9.1-9.8 s of round 1 side A for Liger-Kernel's swiglu_mlp (2 keys x 32 candidates) on the H200, which
+# then pins one config for both sides.  A candidate more than AUTOTUNE_FINALIST_TOL slower than the fastest over the
+# screen's repeats is taken not to win: only those within it are timed again for the benchmarker's own warm-up and
+# repeats, and the fastest of that second timing is chosen, as Triton's own pass would choose among them.
+SCREEN_WARMUP_MS = 5
 
 
 class AutotuneRecordError(Exception):
@@ -87,13 +99,14 @@ class AutotunePin:
     def __init__(self, mode: str, record_path: Path | None, log: Callable[[str], None],
                  can_benchmark: Callable[[Any], bool], side_mode: str | None = None,
                  side_path: Path | None = None, side: str | None = None, cell: str = "",
-                 seed_path: Path | None = None) -> None:
+                 seed_path: Path | None = None, screen_ms: int = DEFAULT_AUTOTUNE_SCREEN_MS) -> None:
         if mode not in AUTOTUNE_MODES:
             raise ValueError(f"autotune_mode {mode!r} is not one of {', '.join(AUTOTUNE_MODES)}")
         if side_mode is not None and (side_mode not in SIDE_RECORD_MODES or mode != "replay" or side_path is None):
             # Only a cell replaying the op's record has keys it lacks; a supplement needs a file.
             side_mode = None
         self.mode = mode
+        self.screen_ms = screen_ms  # 0: every candidate timed for the benchmarker's own warm-up and repeats
         self.record_path = record_path
         self.side_mode = side_mode
         self.side_path = side_path
@@ -178,6 +191,20 @@ class AutotunePin:
             return pruned[0]
         return None
 
+    def screen(self, autotuner: Any, key: TuningKey, args: tuple[Any, ...], kwargs: dict[str, Any],
+               pruned: list[Any]) -> Any | None:
+        """Tune ``key`` by ``screened_tuning`` where this cell times (not compile-only, a benchmarker there) and
+        ``screen_ms`` is set; None where the autotuner tunes as Triton does."""
+        if self.mode == "compile-all" or not self.screen_ms or not self.can_benchmark(autotuner):
+            return None
+        screened = screened_tuning(autotuner, args, kwargs, pruned, self.screen_ms)
+        if screened is None:
+            return None
+        chosen, line = screened
+        self.log(f"[abbench] autotune: kernel={kernel_name(autotuner)} key={list(_ident(autotuner, key)[1])}: "
+                 f"{line}: {config_to_dict(chosen)}")
+        return chosen
+
     def _carry(self, autotuner: Any, ident: Ident, pruned: list[Any]) -> Any | None:
         """The seed's config for ``ident`` when it is still one the kernel would try here (its configs after this
         device's pruning), else None: then it is tuned."""
@@ -227,6 +254,45 @@ def bench_by_compiling(autotuner: Any) -> None:
     """Make ``autotuner`` time each candidate by one compile-only launch (``_compile_once``)."""
     autotuner._do_bench = _compile_once
     autotuner.__dict__["do_bench"] = _compile_once  # Triton caches do_bench on the instance
+
+
+def screened_tuning(autotuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any], pruned: list[Any],
+                    screen_ms: int) -> tuple[Any, str] | None:
+    """The config Triton's tuning would choose for this call, found by timing every candidate of ``pruned`` for
+    ``screen_ms`` of repeats, then the ones within ``AUTOTUNE_FINALIST_TOL`` of the fastest for the benchmarker's
+    own warm-up and repeats, each through the autotuner's own ``_bench`` (its hooks, and a candidate that fails to
+    compile timed as infinite).  Sets what Triton's pass sets (``configs_timings``, ``bench_time``, the arguments
+    reset after tuning) and returns the choice and a line for the log.
+
+    None, leaving the tuning to Triton, where the autotuner has a benchmarker of its author's, keeps its results on
+    disk (``cache_results``), has one candidate, or its benchmarker takes no warm-up and repeats."""
+    if len(pruned) < 2 or autotuner._do_bench is not None or getattr(autotuner, "cache_results", False):
+        return None
+    bench = autotuner.do_bench  # the driver's benchmarker (triton.testing.do_bench on CUDA)
+    try:
+        accepted = inspect.signature(bench).parameters
+    except (TypeError, ValueError):
+        return None
+    if "warmup" not in accepted or "rep" not in accepted:
+        return None
+    started = time.perf_counter()
+    autotuner.__dict__["do_bench"] = functools.partial(bench, warmup=min(SCREEN_WARMUP_MS, screen_ms), rep=screen_ms)
+    try:
+        screened = {config: autotuner._bench(*args, config=config, **kwargs) for config in pruned}
+    finally:
+        autotuner.__dict__["do_bench"] = bench
+    fastest = min(screened[config][0] for config in pruned)  # Triton's order: the median first
+    finalists = [config for config in pruned if screened[config][0] <= fastest * (1.0 + AUTOTUNE_FINALIST_TOL)]
+    timings = dict(screened)
+    if len(finalists) > 1:
+        timings.update({config: autotuner._bench(*args, config=config, **kwargs) for config in finalists})
+    chosen = min(finalists, key=timings.__getitem__)
+    autotuner.bench_time = time.perf_counter() - started
+    autotuner.configs_timings = timings
+    autotuner.pre_hook({**autotuner.nargs, **kwargs, **chosen.all_kwargs()}, reset_only=True)
+    line = (f"{len(pruned)} candidates screened for {screen_ms} ms each, {len(finalists)} within "
+            f"{AUTOTUNE_FINALIST_TOL:.0%} of the fastest timed in full, in {autotuner.bench_time:.1f}s; chose")
+    return chosen, line
 
 
 def compile_candidates_aside(autotuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any], configs: list[Any],
@@ -324,6 +390,8 @@ def install(pin: AutotunePin) -> None:
                 self.nargs = dict(zip(self.arg_names, args))
                 pruned = self.prune_configs(kwargs)
                 chosen = pin.choose(self, key, pruned)
+                if chosen is None:
+                    chosen = pin.screen(self, key, args, kwargs, pruned)
                 self.nargs = None
                 moved = 0
                 if pin.mode == "compile-all" and pin.candidate_procs > 1 and len(pruned) > 1:

@@ -37,6 +37,10 @@ SPAWN_METHODS = ("fork", "exec")
 DEFAULT_DIRECT_REP_MS = 50
 DEFAULT_DIRECT_WARMUP_MS = 25
 DEFAULT_TUNER_CACHE = "per-cell"
+# A cell that tunes times each autotune candidate for this many ms of repeats first, then the ones near the
+# fastest for Triton's own 25 + 100 ms (child/autotune_pin.py ``screened_tuning``; --ab-autotune-screen, 0: off).
+DEFAULT_AUTOTUNE_SCREEN_MS = 20
+AUTOTUNE_FINALIST_TOL = 0.05  # a candidate this much slower than the fastest over the screen is not timed in full
 
 
 def autotune_mode_for(round_no: int, role: str) -> str:
@@ -107,6 +111,9 @@ class CellConfig:
     autotune_seed_file: Path | None = field(default=None, metadata=_flag(
         "--autotune-seed-file", Path, help="an earlier root's record of the op (--ab-autotune-from): a recording "
                                            "cell takes a key's config from it, untuned, where the kernel still has it"))
+    autotune_screen: int = field(default=DEFAULT_AUTOTUNE_SCREEN_MS, metadata=_flag(
+        "--autotune-screen", int, help="ms each autotune candidate is timed for before the ones near the fastest "
+                                       "are timed in full (0: every one in full)"))
     autotune_side_mode: str | None = field(default=None, metadata=_flag(
         "--autotune-side-mode", choices=SIDE_RECORD_MODES,
         help="record or replay the side's supplement record: the keys the op's record lacks"))

@@ -17,6 +17,7 @@ from pytest_abbench.core.budget import CellBudget
 from pytest_abbench.core.layout import ABBENCH_DIR, HISTORY_FILE
 
 from pytest_abbench.core import envnames
+from pytest_abbench.core.cellconfig import DEFAULT_AUTOTUNE_SCREEN_MS
 from pytest_abbench.core.regimes import DEFAULT_REGIME
 
 DEFAULT_CELL_TIMEOUT_S = 2400.0  # matches the NV campaigns: one hung cell must not hold a batch
@@ -47,6 +48,16 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {text!r}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text!r}")
     return value
 
 
@@ -260,6 +271,8 @@ class Settings:
     worker_scratch: Path | None = None
     costs_from: Path | None = None  # --ab-costs-from: an earlier root whose cell times order the ops
     autotune_from: Path | None = None  # --ab-autotune-from: an earlier root whose records round 1 side A carries
+    # --ab-autotune-screen: ms each autotune candidate is first timed for (0: every one for Triton's own times)
+    autotune_screen_ms: int = DEFAULT_AUTOTUNE_SCREEN_MS
     import_timeout_s: float = DEFAULT_IMPORT_TIMEOUT_S  # --ab-import-timeout: a campaign import at collection that takes longer fails
     auto_min: int | None = None  # --ab-rounds auto: the first look (CampaignPlan.auto_min); None: fixed rounds
     rounds_budget_s: float | None = None  # --ab-rounds-budget: device seconds after which no op adds a round

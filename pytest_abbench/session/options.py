@@ -26,8 +26,9 @@ from pytest_abbench.core.settings import (AUTO_FIRST, AUTO_LAST, CUDA_SAMPLES, D
                                           DEFAULT_IMPORT_TIMEOUT_S, DEFAULT_ROUNDS, HISTORY_OFF, MAX_ROUNDS, Settings,
                                           add_report_options, choice, default_level, default_rounds, detect_backend,
                                           env_assignment, existing_root, gpu_list, history_file, history_path,
-                                          markdown_file, output_file_problem, positive_int, positive_seconds,
-                                          provider_name, provider_pair, rounds_plan, tuner_cache_mode)
+                                          markdown_file, non_negative_int, output_file_problem, positive_int,
+                                          positive_seconds, provider_name, provider_pair, rounds_plan,
+                                          tuner_cache_mode)
 from pytest_abbench.core.status import StatusFormatError, read_status
 
 TIMERS = ("auto", *cellconfig.TIMERS)
@@ -79,6 +80,11 @@ def register(parser: pytest.Parser) -> None:
         help="round 1 side A takes each autotune key's config from the op's record in ROOT, an earlier root, "
              "instead of tuning it (a key ROOT lacks, or a config the kernel no longer has, is tuned); every "
              "later cell replays as always (a re-run on a warm cache then benchmarks none of the keys carried)")
+    add("--ab-autotune-screen", type=non_negative_int, default=cellconfig.DEFAULT_AUTOTUNE_SCREEN_MS, metavar="MS",
+        help=f"a cell that tunes an autotuned kernel times every candidate for MS ms first, then only those within "
+             f"{cellconfig.AUTOTUNE_FINALIST_TOL * 100:.0f}%% of the fastest for Triton's own warm-up and repeats, and "
+             f"chooses the fastest of those (default {cellconfig.DEFAULT_AUTOTUNE_SCREEN_MS}); 0: every candidate "
+             "for Triton's own, as Triton tunes")
     add("--ab-switch-env-a", type=env_assignment, action="append", default=[], metavar="KEY=VALUE",
         help="side A's environment replacing the campaign's env_a (repeatable); with --ab-switch-env, each side "
              "its own, e.g. PYTHONPATH=<checkout> per side: two source trees as the switch")
@@ -253,6 +259,7 @@ def resolve(config: pytest.Config) -> Settings:
         resume=opt.ab_resume,
         costs_from=opt.ab_costs_from,
         autotune_from=opt.ab_autotune_from,
+        autotune_screen_ms=opt.ab_autotune_screen,
         switch_env_a=dict(opt.ab_switch_env_a) if opt.ab_switch_env_a else None,
         history=resolve_history(config),
         history_label=opt.ab_history_label,

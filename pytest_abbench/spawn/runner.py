@@ -273,6 +273,7 @@ class CellRunner:
             autotune_mode=autotune_mode_for(key.round, key.role), autotune_file=self.layout.autotune_record(key.op),
             autotune_seed_file=RootLayout(s.autotune_from).autotune_record(key.op)
             if s.autotune_from and autotune_mode_for(key.round, key.role) == "record" else None,
+            autotune_screen=s.autotune_screen_ms,
             autotune_side_mode=side_mode, tuner_seed_base=self.tuner_seed_base(campaign, key, side_mode),
             autotune_side_file=self.layout.autotune_side_record(key.op, key.side) if side_mode else None,
             output_record=self.layout.output_record(key.op, key.side),
