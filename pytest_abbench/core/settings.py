@@ -41,24 +41,22 @@ def positive_seconds(text: str) -> float:
     return value
 
 
-def positive_int(text: str) -> int:
+def _whole_number(text: str, minimum: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text!r}")
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {text!r}")
     return value
+
+
+def positive_int(text: str) -> int:
+    return _whole_number(text, 1)
 
 
 def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text!r}")
-    return value
+    return _whole_number(text, 0)
 
 
 MAX_ROUNDS = 1000  # far above any campaign; a typo of 1e6 would plan millions of cells
