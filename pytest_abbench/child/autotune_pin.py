@@ -201,8 +201,8 @@ class AutotunePin:
         if screened is None:
             return None
         chosen, line = screened
-        self.log(f"[abbench] autotune: kernel={kernel_name(autotuner)} key={list(_ident(autotuner, key)[1])}: "
-                 f"{line}: {config_to_dict(chosen)}")
+        kernel, key_text = _ident(autotuner, key)
+        self.log(f"[abbench] autotune: kernel={kernel} key={list(key_text)}: {line}: {config_to_dict(chosen)}")
         return chosen
 
     def _carry(self, autotuner: Any, ident: Ident, pruned: list[Any]) -> Any | None:
