@@ -183,6 +183,8 @@ def fill(x_ptr, n, BLOCK: tl.constexpr):
 # per timing; its time is the config's, a screen's short repeats ranking BLOCK 16 first, Triton's full ones 32.
 SCREEN = {16: 0.97, 32: 1.00, 64: 1.28, 128: 2.0}
 FULL = {16: 1.00, 32: 0.98, 64: 1.30, 128: 2.0}
+if sys.argv[3] == "nan":  # a timing a benchmarker can return (no sample kept): not the fastest, not a finalist
+    SCREEN[16] = float("nan")
 calls = []
 def gpu_timer(fn, warmup=25, rep=100, grad_to_none=None, quantiles=None, return_mode="mean"):
     fn()
@@ -191,6 +193,10 @@ def gpu_timer(fn, warmup=25, rep=100, grad_to_none=None, quantiles=None, return_
     return [ms, ms, ms]
 
 fill.__dict__["do_bench"] = gpu_timer  # where Triton's Autotuner keeps the driver's benchmarker
+heard = []  # Triton's autotuning listener (3.9 on): told of a key the pin tuned as of one Triton tuned.  Only
+# screened: Triton's own pass, unscreened, fails in the interpreter to find the JITFunction it tells the listener of.
+if getattr(triton.knobs.autotuning, "listener", "absent") is None and int(sys.argv[2]):
+    triton.knobs.autotuning.listener = lambda **told: heard.append([told["key"], told["best_config"].kwargs])
 lines = []
 pin = AutotunePin("record", Path(sys.argv[1]), lines.append, lambda _: True, cell="r1-A", screen_ms=int(sys.argv[2]))
 install(pin)
@@ -198,17 +204,20 @@ x = torch.zeros(100)
 fill[lambda meta: (triton.cdiv(100, meta["BLOCK"]),)](x, 100)
 pin.save()
 print(json.dumps({"calls": calls, "lines": lines, "filled": float(x.sum()), "bench_calls": pin.bench_calls,
+                  "heard": heard, "listener": hasattr(triton.knobs.autotuning, "listener"),
                   "record": Path(sys.argv[1]).read_text()}))
 '''
 
 
-@pytest.mark.parametrize("screen_ms", [20, 0])
+@pytest.mark.parametrize("screen_ms, screen", [(20, "plain"), (20, "nan"), (0, "plain")])
 def test_a_tuning_cell_screens_the_candidates_then_times_those_near_the_fastest_in_full(
-        tmp_path: Path, screen_ms: int) -> None:
+        tmp_path: Path, screen_ms: int, screen: str) -> None:
     # A real @triton.autotune kernel in the interpreter, in a process of its own (the pin patches Triton's
-    # Autotuner class), with a stand-in for the GPU's benchmarker.  Screened: every candidate for 20 ms, then the
-    # two within 5% of the fastest (BLOCK 16 and 32) for Triton's own 25 + 100 ms, and the fastest of those (32) is
-    # chosen, as Triton's full pass over all four (--ab-autotune-screen 0) chooses.
+    # Autotuner class), with a stand-in for the GPU's benchmarker.  Screened: a throw-away timing of the first
+    # candidate (the card ramping from idle), every candidate for 20 ms, then the two within 5% of the fastest
+    # (BLOCK 16 and 32) for Triton's own 25 + 100 ms, and the fastest of those (32) is chosen, as Triton's full pass
+    # over all four (--ab-autotune-screen 0) chooses.  A NaN screen timing is neither the fastest nor a finalist.
+    # Triton's TRITON_PRINT_AUTOTUNING lines and its listener hear of the key either way.
     import json
     import os
     import subprocess
@@ -216,19 +225,26 @@ def test_a_tuning_cell_screens_the_candidates_then_times_those_near_the_fastest_
 
     script = tmp_path / "tune.py"
     script.write_text(SCREENED_TUNING)
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    done = subprocess.run([sys.executable, str(script), str(tmp_path / "op.json"), str(screen_ms)], env=env,
+    env = {**os.environ, "TRITON_INTERPRET": "1", "TRITON_PRINT_AUTOTUNING": "1",
+           "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "op.json"), str(screen_ms), screen], env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["filled"] == 100.0  # the chosen config ran
     assert '"BLOCK": 32' in out["record"], out["record"]
+    assert re.search(r"Triton autotuning for function fill,\nwith key as \(100, 'torch.float32'\),\nfinished after "
+                     r"\d+\.\d\ds,\nbest config selected: BLOCK: 32,", done.stdout), done.stdout
+    if out["listener"] and screen_ms:
+        assert out["heard"] == [[[100, "torch.float32"], {"BLOCK": 32}]]
     if screen_ms:
-        assert out["calls"] == [[16, 5, 20], [32, 5, 20], [64, 5, 20], [128, 5, 20], [16, 25, 100], [32, 25, 100]]
-        assert out["bench_calls"] == 6
+        # With 16's NaN, 32 is the one finalist: chosen without a second timing.
+        finalists = [] if screen == "nan" else [[16, 25, 100], [32, 25, 100]]
+        assert out["calls"] == [[16, 5, 20], [16, 5, 20], [32, 5, 20], [64, 5, 20], [128, 5, 20]] + finalists
+        assert out["bench_calls"] == 5 + len(finalists)
         assert any(re.search(r"autotune: kernel=.*fill key=\['100', 'torch.float32'\]: 4 candidates screened for "
-                             r"20 ms each, 2 within 5% of the fastest timed in full, in \d+\.\ds; chose: "
-                             r".*'BLOCK': 32", line) for line in out["lines"]), out["lines"]
+                             rf"20 ms each, {len(finalists) or 1} within 5% of the fastest timed in full, in \d+\.\ds; "
+                             r"chose: .*'BLOCK': 32", line) for line in out["lines"]), out["lines"]
     else:
         assert out["calls"] == [[16, 25, 100], [32, 25, 100], [64, 25, 100], [128, 25, 100]]
         assert not any("screened" in line for line in out["lines"])

@@ -66,7 +66,8 @@ def test_bad_cell_timeout_is_a_usage_error_naming_the_value(campaign_dir: pytest
 
 
 @pytest.mark.parametrize("value, message", [("abc", "expected a whole number, got 'abc'"),
-                                            ("-1", "must be >= 0, got '-1'")])
+                                            ("-1", "must be >= 0, got '-1'"),
+                                            ("100", "must be below 100 ms, Triton's own repeats*got '100'")])
 def test_bad_autotune_screen_is_a_usage_error_naming_the_value(campaign_dir: pytest.Pytester, value: str,
                                                                message: str) -> None:
     campaign_dir.makepyfile(c=simple_campaign('"only"'))

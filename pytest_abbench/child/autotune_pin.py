@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 import os
 import sys
 import time
@@ -203,6 +204,7 @@ class AutotunePin:
         chosen, line = screened
         kernel, key_text = _ident(autotuner, key)
         self.log(f"[abbench] autotune: kernel={kernel} key={list(key_text)}: {line}: {config_to_dict(chosen)}")
+        announce_tuning(autotuner, key, chosen)
         return chosen
 
     def _carry(self, autotuner: Any, ident: Ident, pruned: list[Any]) -> Any | None:
@@ -262,10 +264,13 @@ def screened_tuning(autotuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any
     ``screen_ms`` of repeats, then the ones within ``AUTOTUNE_FINALIST_TOL`` of the fastest for the benchmarker's
     own warm-up and repeats, each through the autotuner's own ``_bench`` (its hooks, and a candidate that fails to
     compile timed as infinite).  Sets what Triton's pass sets (``configs_timings``, ``bench_time``, the arguments
-    reset after tuning) and returns the choice and a line for the log.
+    reset after tuning), tells Triton's listener and print of it (``announce_tuning``), and returns the choice and
+    a line for the log.
 
     None, leaving the tuning to Triton, where the autotuner has a benchmarker of its author's, keeps its results on
-    disk (``cache_results``), has one candidate, or its benchmarker takes no warm-up and repeats."""
+    disk (``cache_results``), has one candidate, where its benchmarker takes no warm-up and repeats or repeats for
+    no longer than the screen by default, where the short benchmarker cannot be put in place (a subclass's
+    ``do_bench`` property), or where no candidate got a finite screen timing."""
     if len(pruned) < 2 or autotuner._do_bench is not None or getattr(autotuner, "cache_results", False):
         return None
     bench = autotuner.do_bench  # the driver's benchmarker (triton.testing.do_bench on CUDA)
@@ -275,14 +280,27 @@ def screened_tuning(autotuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any
         return None
     if "warmup" not in accepted or "rep" not in accepted:
         return None
+    full_rep = accepted["rep"].default
+    if isinstance(full_rep, (int, float)) and not isinstance(full_rep, bool) and screen_ms >= full_rep:
+        return None  # a screen as long as the full timing saves nothing
     started = time.perf_counter()
-    autotuner.__dict__["do_bench"] = functools.partial(bench, warmup=min(SCREEN_WARMUP_MS, screen_ms), rep=screen_ms)
+    short = functools.partial(bench, warmup=min(SCREEN_WARMUP_MS, screen_ms), rep=screen_ms)
+    autotuner.__dict__["do_bench"] = short
     try:
+        if autotuner.do_bench is not short:  # a property of a subclass: the swap did not take
+            return None
+        # A throw-away timing first: the card may be idle after compiling, and the first candidate's short warm-up
+        # would then time it ramping to boost and screen it out.
+        autotuner._bench(*args, config=pruned[0], **kwargs)
         screened = {config: autotuner._bench(*args, config=config, **kwargs) for config in pruned}
     finally:
         autotuner.__dict__["do_bench"] = bench
-    fastest = min(screened[config][0] for config in pruned)  # Triton's order: the median first
-    finalists = [config for config in pruned if screened[config][0] <= fastest * (1.0 + AUTOTUNE_FINALIST_TOL)]
+    medians = [screened[config][0] for config in pruned]  # Triton's order: the median first
+    finite = [ms for ms in medians if math.isfinite(ms)]
+    if not finite:
+        return None
+    fastest = min(finite)
+    finalists = [config for config, ms in zip(pruned, medians) if ms <= fastest * (1.0 + AUTOTUNE_FINALIST_TOL)]
     timings = dict(screened)
     if len(finalists) > 1:
         timings.update({config: autotuner._bench(*args, config=config, **kwargs) for config in finalists})
@@ -293,6 +311,25 @@ def screened_tuning(autotuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any
     line = (f"{len(pruned)} candidates screened for {screen_ms} ms each, {len(finalists)} within "
             f"{AUTOTUNE_FINALIST_TOL:.0%} of the fastest timed in full, in {autotuner.bench_time:.1f}s; chose")
     return chosen, line
+
+
+def announce_tuning(autotuner: Any, key: TuningKey, chosen: Any) -> None:
+    """Tell what Triton's own pass tells after tuning ``key``: ``knobs.autotuning.listener`` (Triton 3.9 on) and
+    the ``TRITON_PRINT_AUTOTUNING`` lines, for a key the pin tuned in its place (``screened_tuning``)."""
+    import triton
+
+    tuning = getattr(getattr(triton, "knobs", None), "autotuning", None)
+    listener = getattr(tuning, "listener", None)
+    if listener is not None:
+        jit = triton.runtime.jit
+        jit_fn = autotuner.fn  # the innermost kernel, as Triton passes it (the interpreter's stands for the JIT's)
+        while not isinstance(jit_fn, jit.JITFunction) and isinstance(getattr(jit_fn, "fn", None), jit.KernelInterface):
+            jit_fn = jit_fn.fn
+        listener(fn=jit_fn, key=key, best_config=chosen, configs_timings=autotuner.configs_timings,
+                 duration=autotuner.bench_time, cache_hit=False)
+    if getattr(tuning, "print", False):
+        print(f"Triton autotuning for function {autotuner.base_fn.__name__},\nwith key as {key},\n"
+              f"finished after {autotuner.bench_time:.2f}s,\nbest config selected: {chosen};")
 
 
 def compile_candidates_aside(autotuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any], configs: list[Any],

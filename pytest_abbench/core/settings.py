@@ -17,7 +17,7 @@ from pytest_abbench.core.budget import CellBudget
 from pytest_abbench.core.layout import ABBENCH_DIR, HISTORY_FILE
 
 from pytest_abbench.core import envnames
-from pytest_abbench.core.cellconfig import DEFAULT_AUTOTUNE_SCREEN_MS
+from pytest_abbench.core.cellconfig import DEFAULT_AUTOTUNE_SCREEN_MS, TRITON_BENCH_REP_MS
 from pytest_abbench.core.regimes import DEFAULT_REGIME
 
 DEFAULT_CELL_TIMEOUT_S = 2400.0  # matches the NV campaigns: one hung cell must not hold a batch
@@ -67,6 +67,15 @@ def rounds_count(text: str) -> int:
     value = positive_int(text)
     if value > MAX_ROUNDS:
         raise argparse.ArgumentTypeError(f"must be at most {MAX_ROUNDS} rounds, got {text!r}")
+    return value
+
+
+def autotune_screen_ms(text: str) -> int:
+    """argparse type for --ab-autotune-screen: 0 (off) or a whole number of ms below Triton's own repeats."""
+    value = non_negative_int(text)
+    if value >= TRITON_BENCH_REP_MS:
+        raise argparse.ArgumentTypeError(f"must be below {TRITON_BENCH_REP_MS} ms, Triton's own repeats (a screen as "
+                                         f"long saves nothing; 0 turns it off), got {text!r}")
     return value
 
 

@@ -24,9 +24,9 @@ from pytest_abbench.core.layout import ABBENCH_DIR, AUTOTUNE_DIR, HISTORY_FILE, 
 from pytest_abbench.core.regimes import BOTH, BURST, DEFAULT_REGIME, REGIME_CHOICES, STEADY
 from pytest_abbench.core.settings import (AUTO_FIRST, AUTO_LAST, CUDA_SAMPLES, DEFAULT_CELL_TIMEOUT_S,
                                           DEFAULT_IMPORT_TIMEOUT_S, DEFAULT_ROUNDS, HISTORY_OFF, MAX_ROUNDS, Settings,
-                                          add_report_options, choice, default_level, default_rounds, detect_backend,
-                                          env_assignment, existing_root, gpu_list, history_file, history_path,
-                                          markdown_file, non_negative_int, output_file_problem, positive_int,
+                                          add_report_options, autotune_screen_ms, choice, default_level, default_rounds,
+                                          detect_backend, env_assignment, existing_root, gpu_list, history_file,
+                                          history_path, markdown_file, output_file_problem, positive_int,
                                           positive_seconds, provider_name, provider_pair, rounds_plan,
                                           tuner_cache_mode)
 from pytest_abbench.core.status import StatusFormatError, read_status
@@ -80,7 +80,7 @@ def register(parser: pytest.Parser) -> None:
         help="round 1 side A takes each autotune key's config from the op's record in ROOT, an earlier root, "
              "instead of tuning it (a key ROOT lacks, or a config the kernel no longer has, is tuned); every "
              "later cell replays as always (a re-run on a warm cache then benchmarks none of the keys carried)")
-    add("--ab-autotune-screen", type=non_negative_int, default=cellconfig.DEFAULT_AUTOTUNE_SCREEN_MS, metavar="MS",
+    add("--ab-autotune-screen", type=autotune_screen_ms, default=cellconfig.DEFAULT_AUTOTUNE_SCREEN_MS, metavar="MS",
         help=f"a cell that tunes an autotuned kernel times every candidate for MS ms first, then only those within "
              f"{cellconfig.AUTOTUNE_FINALIST_TOL * 100:.0f}%% of the fastest for Triton's own warm-up and repeats, and "
              f"chooses the fastest of those (default {cellconfig.DEFAULT_AUTOTUNE_SCREEN_MS}); 0: every candidate "
