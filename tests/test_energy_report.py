@@ -241,3 +241,40 @@ def test_shapes_read_by_span_and_by_windows_say_so_and_the_power_is_never_half_o
         "x time per call where the graph timer ran, over the timed windows / calls where not): ")
     assert op.gpu_state["A"]["energy_power_w"] == pytest.approx(500.0)  # the windows', not 640 W from one shape
     assert op.shapes[0].gpu["A"]["energy_power_w"] == pytest.approx(640.0)  # the spanned shape's own line
+
+
+def test_auto_rounds_add_a_round_while_a_shapes_energy_interval_is_wider_than_the_target(
+        tmp_path: Path, pytester: pytest.Pytester) -> None:
+    # The H200's mm 4096^3 at the 700 W cap: slower by 35% in every round (settled), but side A's power over its
+    # windows 676-706 W from round to round, so B's energy per call against A's spreads over 4 points and its
+    # 3-round interval is about +-10%: the op adds rounds for it.  The layer_norm's rounds agree (settled).
+    from pytest_abbench.core.layout import CellKey, RootLayout
+    from pytest_abbench.core.outcome import SETTLED
+    from pytest_abbench.core.plan import CampaignPlan
+    from pytest_abbench.report.build import discover, settled_after
+    from pytest_abbench.session.autorounds import AutoRounds
+
+    synthetic_root(tmp_path, {"mm": [0.35, 0.35, 0.35], "ln": [-0.35, -0.35, -0.35]})
+    watts_a = {1: 706.0, 2: 676.0, 3: 700.0}
+    with_windows(tmp_path, lambda rnd, side, shape: back_to_back(
+        5, 0.5, (watts_a[rnd] if shape == "mm" else 640.0) if side == "A" else 690.0, 412.0))
+    plan, cells = CampaignPlan(10, auto_min=3), discover(RootLayout(tmp_path), [])
+    look = settled_after(tmp_path, "op", cells, plan, None, 3)
+    mm = next(s for s in look.reports[0].shapes if s.shape == "mm")
+    assert mm.verdict == "slower" and mm.energy_ci_pct is not None
+    half = (mm.energy_ci_pct[1] - mm.energy_ci_pct[0]) / 2
+    assert half > 5.0
+    assert look.judged and not look.settled and look.unsettled == [f"mm (energy per call +-{half:.1f}%)"]
+    assert settled_after(tmp_path, "op", cells, plan, None, 3, energy_target_pct=0.0).settled  # the target off
+    assert settled_after(tmp_path, "op", cells, plan, None, 3, energy_target_pct=half + 0.1).settled
+    # The session's question before round 4: it runs under the default target, not with the target off.
+    outcomes = {o.key: o for o in cells}
+    planned = CampaignPlan(10, ops={"op": "c.py"}, auto_min=3)
+    assert AutoRounds(tmp_path, planned, outcomes, None, None).round_not_needed(CellKey(4, "op", "A")) is None
+    stopped = AutoRounds(tmp_path, planned, outcomes, None, None, 0.0).round_not_needed(CellKey(4, "op", "A"))
+    assert stopped is not None and stopped[0] == SETTLED
+    # The option: a percentage, and only where rounds are added.
+    result = pytester.runpytest("--ab-rounds", "6", "--ab-energy-target", "5", "-p", "no:cacheprovider")
+    result.stderr.fnmatch_lines(["*--ab-energy-target 5: a target that adds rounds needs --ab-rounds auto*"])
+    result = pytester.runpytest("--ab-energy-target", "five", "-p", "no:cacheprovider")
+    result.stderr.fnmatch_lines(["*--ab-energy-target*expected a percentage like 2 or 2.5%, got 'five'*"])

@@ -26,6 +26,11 @@ DEFAULT_CELL_TIMEOUT_S = 2400.0  # matches the NV campaigns: one hung cell must 
 DEFAULT_IMPORT_TIMEOUT_S = 120.0
 DEFAULT_ROUNDS = 2
 DEFAULT_MARGIN_PCT = 2.0
+# --ab-rounds auto: a shape whose energy per call is stated with an interval wider than +-this many points of its
+# B vs A change is not settled (report/sequential.py ``energy_settled``; --ab-energy-target, 0: energy adds no
+# round).  On the H200 an mm 4096^3 at the 700 W cap read +35.1% [+26.8 ~ +46.7%] after 3 rounds, its rounds 2.3%
+# apart: with 3 rounds the t quantile is 4.30 (2.57 at 6), and a narrow interval needs a few more of them.
+DEFAULT_ENERGY_TARGET_PCT = 5.0
 CUDA_SAMPLES = 10  # timed windows per shape on a GPU (--ab-samples); a steady cell times them after one settling
 GATE_SHAPES, GATE_GEOMEAN = "shapes", "geomean"  # what --ab-fail-if-slower judges (--ab-gate)
 GATE_SCOPES = (GATE_SHAPES, GATE_GEOMEAN)
@@ -283,6 +288,7 @@ class Settings:
     import_timeout_s: float = DEFAULT_IMPORT_TIMEOUT_S  # --ab-import-timeout: a campaign import at collection that takes longer fails
     auto_min: int | None = None  # --ab-rounds auto: the first look (CampaignPlan.auto_min); None: fixed rounds
     rounds_budget_s: float | None = None  # --ab-rounds-budget: device seconds after which no op adds a round
+    energy_target_pct: float = DEFAULT_ENERGY_TARGET_PCT  # --ab-energy-target: wider energy intervals add rounds
     regime: str = DEFAULT_REGIME  # --ab-regime: burst | steady | both (core/regimes.py)
     gpu_state: bool = True  # --ab-gpu-state: read NVML at each timed window's edges
     switch_env_a: dict[str, str] | None = None  # --ab-switch-env-a: side A's environment replacing the campaign's

@@ -19,7 +19,7 @@ from pytest_abbench.core.fileio import CorruptFileError
 from pytest_abbench.core.layout import (CONTROL, IDENTITY_FILE, SIDES, CellKey, RootLayout, identity_file,
                                    markers_log, results_file)
 from pytest_abbench.core.markers import count_markers
-from pytest_abbench.core.settings import DEFAULT_MARGIN_PCT, GATE_GEOMEAN, GATE_SHAPES
+from pytest_abbench.core.settings import DEFAULT_ENERGY_TARGET_PCT, DEFAULT_MARGIN_PCT, GATE_GEOMEAN, GATE_SHAPES
 from pytest_abbench.report import cost, peak, reference
 from pytest_abbench.report import gpustate
 from pytest_abbench.report.model import SCHEMA_VERSION, OpReport, Report, ShapeReport
@@ -458,6 +458,7 @@ class Look:
     """One look of ``--ab-rounds auto`` at an op: its report under each regime it is timed under."""
 
     reports: list[OpReport]
+    energy_target_pct: float = DEFAULT_ENERGY_TARGET_PCT
 
     @property
     def judged(self) -> bool:
@@ -466,9 +467,18 @@ class Look:
 
     @property
     def unsettled(self) -> list[str]:
-        """The shapes not settled, ``regime: shape`` where the op is timed under more than one regime."""
+        """The shapes not settled, ``regime: shape`` where the op is timed under more than one regime: without a
+        settled verdict, or with an energy per call interval wider than the target (``shape (energy per call
+        +-9.9%)``)."""
         several = len(self.reports) > 1
-        return [f"{r.regime}: {shape}" if several else shape for r in self.reports for shape in r.unsettled]
+        names = []
+        for r in self.reports:
+            names += [f"{r.regime}: {shape}" if several else shape for shape in r.unsettled]
+            names += [f"{r.regime + ': ' if several else ''}{s.shape} (energy per call "
+                      f"+-{(s.energy_ci_pct[1] - s.energy_ci_pct[0]) / 2:.1f}%)"
+                      for s in r.shapes if s.shape not in r.unsettled and s.energy_ci_pct is not None
+                      and not sequential.energy_settled(s.energy_ci_pct, self.energy_target_pct)]
+        return names
 
     @property
     def settled(self) -> bool:
@@ -483,17 +493,17 @@ class Look:
 
 
 def settled_after(root: Path, op: str, cells: Iterable[CellOutcome], plan: CampaignPlan, margin_pct: float | None,
-                  rounds: int) -> Look:
+                  rounds: int, energy_target_pct: float = DEFAULT_ENERGY_TARGET_PCT) -> Look:
     """``op`` judged on its first ``rounds`` rounds as a look of the auto ``plan``, under each regime its cells
     time (``report_regimes``: burst and steady apart under ``--ab-regime both``, as the report judges them): it is
-    settled when it is settled under every one.  What the session asks before an op's next round, and the
-    simulator.
+    settled when it is settled under every one, its energy per call within ``energy_target_pct`` included.  What
+    the session asks before an op's next round, and the simulator.
     """
     mine = [c for c in cells if c.key.op == op and c.key.round <= rounds]
     gate = irgate.load_decision(root, op)
     margin = DEFAULT_MARGIN_PCT if margin_pct is None else margin_pct
     return Look([build_op(op, mine, gate, plan, margin, caliber.CaliberResult(), look=rounds, regime=regime)
-                 for regime in report_regimes(_setup_facts(mine)["regime"])])
+                 for regime in report_regimes(_setup_facts(mine)["regime"])], energy_target_pct)
 
 
 def _auto_summary(ops: list[OpReport], plan: CampaignPlan) -> dict[str, int]:

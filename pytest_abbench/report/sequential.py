@@ -44,6 +44,12 @@ def look_alpha(rounds: int, first: int | None, last: int) -> float:
     return ALPHA * (1.0 - LAST_SHARE) / (looks(first, last) - 1)
 
 
+def energy_settled(energy_ci_pct: tuple[float, float] | None, target_pct: float) -> bool:
+    """A shape's energy per call needs no more rounds: none stated, no target (0), or its interval no wider than
+    +-``target_pct``."""
+    return not target_pct or energy_ci_pct is None or (energy_ci_pct[1] - energy_ci_pct[0]) / 2 <= target_pct
+
+
 def shape_settled(verdict: str, equivalence_ci_pct: tuple[float, float] | None, margin_pct: float) -> bool:
     """A shape needs no more rounds: it has a verdict (``faster``, ``slower``, ``same``), or its equivalence
     interval is already no wider than the margin (what more rounds would mostly narrow further; a flag that

@@ -101,7 +101,7 @@ class AbbenchSession:
             path = settings.root.resolve() if settings.root is not None else default_root(config.rootpath)
         self.root = CampaignRoot(path, settings.resume is not None, self.write_line)
         self.auto_rounds = AutoRounds(self.root.path, self.plan, self.outcomes, settings.margin_pct,
-                                      settings.rounds_budget_s)  # --ab-rounds auto
+                                      settings.rounds_budget_s, settings.energy_target_pct)  # --ab-rounds auto
         # An xdist controller finds the campaign files its workers ran among its own (rsync'd folders included).
         self.locator: CampaignLocator | None = None
         if not self.is_worker and config.pluginmanager.hasplugin("xdist"):

@@ -23,12 +23,12 @@ from pytest_abbench.core.fileio import CorruptFileError
 from pytest_abbench.core.layout import ABBENCH_DIR, AUTOTUNE_DIR, HISTORY_FILE, STATUS_FILE
 from pytest_abbench.core.regimes import BOTH, BURST, DEFAULT_REGIME, REGIME_CHOICES, STEADY
 from pytest_abbench.core.settings import (AUTO_FIRST, AUTO_LAST, CUDA_SAMPLES, DEFAULT_CELL_TIMEOUT_S,
-                                          DEFAULT_IMPORT_TIMEOUT_S, DEFAULT_ROUNDS, HISTORY_OFF, MAX_ROUNDS, Settings,
-                                          add_report_options, autotune_screen_ms, choice, default_level, default_rounds,
-                                          detect_backend, env_assignment, existing_root, gpu_list, history_file,
-                                          history_path, markdown_file, output_file_problem, positive_int,
-                                          positive_seconds, provider_name, provider_pair, rounds_plan,
-                                          tuner_cache_mode)
+                                          DEFAULT_ENERGY_TARGET_PCT, DEFAULT_IMPORT_TIMEOUT_S, DEFAULT_ROUNDS,
+                                          HISTORY_OFF, MAX_ROUNDS, Settings, add_report_options, autotune_screen_ms,
+                                          choice, default_level, default_rounds, detect_backend, env_assignment,
+                                          existing_root, gpu_list, history_file, history_path, markdown_file,
+                                          output_file_problem, percent, positive_int, positive_seconds, provider_name,
+                                          provider_pair, rounds_plan, tuner_cache_mode)
 from pytest_abbench.core.status import StatusFormatError, read_status
 
 TIMERS = ("auto", *cellconfig.TIMERS)
@@ -54,6 +54,10 @@ def register(parser: pytest.Parser) -> None:
     add("--ab-rounds-budget", type=positive_seconds, default=None, metavar="SECONDS",
         help="with --ab-rounds auto: once the cells of this process (its GPU) have taken SECONDS, no op adds a round "
              "beyond the first look")
+    add("--ab-energy-target", type=percent, default=None, metavar="PCT",
+        help=f"with --ab-rounds auto: a shape whose energy per call interval is wider than +-PCT points of its B vs A "
+             f"change is unsettled too, and its op adds rounds (default {DEFAULT_ENERGY_TARGET_PCT:g}; 0: energy adds "
+             f"none)")
     add("--ab-root", default=None, metavar="DIR", help="output folder (default: a new timestamped folder under .abbench/)")
     add("--cell-timeout", type=positive_seconds, default=None, metavar="SECONDS", help=CELL_TIMEOUT_HELP)
     add("--ab-switch-env", type=env_assignment, action="append", default=[], metavar="KEY=VALUE",
@@ -208,6 +212,9 @@ def resolve(config: pytest.Config) -> Settings:
     backend = detect_backend(opt.ab_backend)
     (rounds, auto_min), rounds_src = _from_env_or_ini(config, opt.ab_rounds, None, "ab_rounds", rounds_plan,
                                                       default_rounds(backend))
+    if opt.ab_energy_target is not None and auto_min is None:
+        raise pytest.UsageError(f"--ab-energy-target {opt.ab_energy_target:g}: a target that adds rounds needs "
+                                f"--ab-rounds auto (this session runs {rounds} rounds per op, {rounds_src})")
     if opt.ab_rounds_budget is not None and auto_min is None:
         raise pytest.UsageError(f"--ab-rounds-budget {opt.ab_rounds_budget:g}: a budget for added rounds needs "
                                 f"--ab-rounds auto (this session runs {rounds} rounds per op, {rounds_src})")
@@ -281,6 +288,7 @@ def resolve(config: pytest.Config) -> Settings:
         import_timeout_s=opt.ab_import_timeout,
         auto_min=auto_min,
         rounds_budget_s=opt.ab_rounds_budget,
+        energy_target_pct=DEFAULT_ENERGY_TARGET_PCT if opt.ab_energy_target is None else opt.ab_energy_target,
         kernel_cache=kernel_cache,
         kernel_imports=kernel_imports(config, kernel_cache, kernel_cache_src),
         perf_report=perf_report,
