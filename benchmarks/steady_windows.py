@@ -1,5 +1,7 @@
 """Per op, shape and side of a root: how many steady windows met their condition, each cell's first window's
-detail (how its settling ended), and its energy span (power, length, edge error) where it has one; then how long
+detail (how its settling ended), its median time and the clock and temperature its first and last windows closed
+at (what a spread between rounds goes with), and its energy span (power, length, edge error) where it has one;
+then how long
 the settling took per shape (each cell's first steady window waited that long).
 
     python benchmarks/steady_windows.py ROOT
@@ -38,8 +40,11 @@ def main() -> int:
             spans = "no span" if span is None else (
                 f"span {span.energy_mj / 1e3 / span.seconds:.0f} W over {span.seconds:.3f} s, edges "
                 f"{span.edge_error_s * 1e3:.1f} ms")
+            closed = [w.gpu_state.after for w in (rec.windows[0], rec.windows[-1]) if w.gpu_state is not None]
+            state = "/".join(f"{r.sm_clock_mhz:.0f}" if r and r.sm_clock_mhz else "-" for r in closed) + " MHz, " + \
+                "/".join(f"{r.temperature_c:.0f}" if r and r.temperature_c is not None else "-" for r in closed) + " C"
             lines.append(f"{cell} {op} {rec.shape}: {met_here}/{len(rec.windows)} met | {rec.windows[0].detail} | "
-                         f"{spans}")
+                         f"median {rec.median_ms or 0.0:.5g} ms, first/last window closed at {state} | {spans}")
     print("\n".join(lines))
     print("--- windows met per op, shape and side")
     total = [0, 0]
