@@ -196,21 +196,27 @@ def _span_median(clocks: Sequence[tuple[float, float]], after: float, until: flo
     return statistics.median(inside) if inside else None
 
 
+def over_limit(spans: tuple[float, float] | None, power_limit_w: float | None) -> bool:
+    """Whether the energy counter's power in both spans (``counter_power_spans``) is at or over the enforced limit:
+    both, as one 0.25 s span can misplace the counter's updates by a fifth where the timer does not queue."""
+    return spans is not None and power_limit_w is not None and min(spans) >= power_limit_w
+
+
 def at_power_cap(present: Sequence[GpuReading], max_clock: float | None, power_limit_w: float | None,
-                 counter_power_w: float | None, drawn_w: float | None = None) -> bool:
-    """Whether the power controller holds the card, or is about to: ``drawn_w`` (the energy counter's power in each
-    of two spans, the lower of them) at or over the enforced limit, or ``sw_power_cap`` named in most readings and a
-    second witness, the power (the counter's, else NVML's average) within ``STEADY_CAP_POWER_SHARE`` of the limit or
-    the clock held below boost in most of them; without a limit, the reason in every reading."""
+                 spans: tuple[float, float] | None) -> bool:
+    """Whether the power controller holds the card, or is about to: the energy counter's power over the limit in
+    both ``spans`` (``over_limit``), or ``sw_power_cap`` named in most readings and a second witness, the power (the
+    counter's over the later span, else NVML's average) within ``STEADY_CAP_POWER_SHARE`` of the limit or the clock
+    held below boost in most of them; without a limit, the reason in every reading."""
     capped = sum(1 for r in present if "sw_power_cap" in r.reasons)
     if power_limit_w is None:
         return capped == len(present)
-    # A draw over the limit in both spans is the cap whether or not the readings caught the controller acting yet:
-    # on the H200 a layer_norm read 718 W of 700 W at 1980 MHz with the reason not yet named, settled as a kernel
-    # below the cap, and every window closed at 1935 MHz (not_met).  Both spans, as one 0.25 s span can misplace
-    # the counter's updates by a fifth where the timer does not queue.
-    if drawn_w is not None and drawn_w >= power_limit_w:
+    # A draw over the limit is the cap whether or not the readings caught the controller acting yet: on the H200 a
+    # layer_norm read 718 W of 700 W at 1980 MHz with the reason not yet named, settled as a kernel below the cap,
+    # and every window closed at 1935 MHz (not_met).
+    if over_limit(spans, power_limit_w):
         return True
+    counter_power_w = None if spans is None else spans[1]
     averaged = [float(r.power_w) for r in present if r.power_w is not None]
     power = counter_power_w if counter_power_w is not None else (statistics.median(averaged) if averaged else None)
     # The reason alone is not the cap; its second witness is the power near the limit, or, where a span caught the
@@ -244,23 +250,21 @@ def judge(readings: Sequence[GpuReading | None], max_clock: float | None = None,
     out = Judgement(True, temperature_c=present[-1].temperature_c)
     points = counter if counter else reading_points(readings, times)
     spans = counter_power_spans(points)
-    out.at_cap = at_power_cap(present, max_clock, power_limit_w, None if spans is None else spans[1],
-                              None if spans is None else min(spans))
+    out.at_cap = at_power_cap(present, max_clock, power_limit_w, spans)
     if regimes.STEADY_CAP_POWER_SPAN_S != regimes.STEADY_POWER_SPAN_S:
         whole = counter_power_spans(points, regimes.STEADY_CAP_POWER_SPAN_S)  # the controller's swing, whole
         # A short span can catch the swing's dip: the power over the whole swing witnesses the cap as well.
-        if out.at_cap or at_power_cap(present, max_clock, power_limit_w, None if whole is None else whole[1],
-                                      None if whole is None else min(whole)):
+        if out.at_cap or at_power_cap(present, max_clock, power_limit_w, whole):
             out.at_cap, spans = True, whole
     out.counter_power_w = None if spans is None else spans[1]
     # Over the limit with the clock free at boost in the clock spans: the controller's hold is coming, so the clock
     # the windows would start from is not the one they close at (the layer_norm above closed 45 MHz lower).  The
     # spans wait until every reading in them is held.
-    if power_limit_w is not None and spans is not None and min(spans) >= power_limit_w:
+    if over_limit(spans, power_limit_w):
         free = [t for t, r in zip(times, readings) if free_at_boost([r], max_clock)]
         if free and free[-1] > times[-1] - 2 * regimes.STEADY_CAP_CLOCK_SPAN_S - 1e-6:
-            out.unsettled.append(f"drawing {spans[1]:.0f} W (energy counter) of the {power_limit_w:.0f} W limit at "
-                                 "boost: the power controller has not held the clock yet")
+            out.unsettled.append(f"drawing {out.counter_power_w:.0f} W (energy counter) of the {power_limit_w:.0f} W "
+                                 "limit at boost: the power controller has not held the clock yet")
     # Power: the counter's where it gives one, else NVML's average (which a kernel at boost need not wait for).
     if spans is not None:
         before, recent = spans

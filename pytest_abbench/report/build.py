@@ -475,7 +475,7 @@ class Look:
         for r in self.reports:
             names += [f"{r.regime}: {shape}" if several else shape for shape in r.unsettled]
             names += [f"{r.regime + ': ' if several else ''}{s.shape} (energy per call "
-                      f"+-{(s.energy_ci_pct[1] - s.energy_ci_pct[0]) / 2:.1f}%)"
+                      f"+-{sequential.half_width(s.energy_ci_pct):.1f}%)"
                       for s in r.shapes if s.shape not in r.unsettled and s.energy_ci_pct is not None
                       and not sequential.energy_settled(s.energy_ci_pct, self.energy_target_pct)]
         return names

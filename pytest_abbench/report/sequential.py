@@ -44,10 +44,15 @@ def look_alpha(rounds: int, first: int | None, last: int) -> float:
     return ALPHA * (1.0 - LAST_SHARE) / (looks(first, last) - 1)
 
 
+def half_width(interval_pct: tuple[float, float]) -> float:
+    """The +- of an interval of percentages, in points."""
+    return (interval_pct[1] - interval_pct[0]) / 2
+
+
 def energy_settled(energy_ci_pct: tuple[float, float] | None, target_pct: float) -> bool:
     """A shape's energy per call needs no more rounds: none stated, no target (0), or its interval no wider than
     +-``target_pct``."""
-    return not target_pct or energy_ci_pct is None or (energy_ci_pct[1] - energy_ci_pct[0]) / 2 <= target_pct
+    return not target_pct or energy_ci_pct is None or half_width(energy_ci_pct) <= target_pct
 
 
 def shape_settled(verdict: str, equivalence_ci_pct: tuple[float, float] | None, margin_pct: float) -> bool:
