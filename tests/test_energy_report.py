@@ -4,6 +4,7 @@ the counter's updates, an older report.json, and the perf-per-watt line."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 from pathlib import Path
@@ -14,6 +15,7 @@ from helpers import synthetic_root
 
 from pytest_abbench.core.results import (ENERGY_COUNTER_UPDATE_S, ENERGY_MIN_S, GpuReading, GpuState, TimedWindow,
                                          cell_energy, pool_energy)
+from pytest_abbench.checks import caliber
 from pytest_abbench.report import build_report, render_text, write_report
 from pytest_abbench.report.model import read_report
 
@@ -251,28 +253,33 @@ def test_auto_rounds_add_a_round_while_a_shapes_energy_interval_is_wider_than_th
     from pytest_abbench.core.layout import CellKey, RootLayout
     from pytest_abbench.core.outcome import SETTLED
     from pytest_abbench.core.plan import CampaignPlan
-    from pytest_abbench.report.build import discover, settled_after
+    from pytest_abbench.report.build import build_op, discover, settled_after
+    from pytest_abbench.report.render import _rounds_text
     from pytest_abbench.session.autorounds import AutoRounds
 
     synthetic_root(tmp_path, {"mm": [0.35, 0.35, 0.35], "ln": [-0.35, -0.35, -0.35]})
     watts_a = {1: 706.0, 2: 676.0, 3: 700.0}
     with_windows(tmp_path, lambda rnd, side, shape: back_to_back(
         5, 0.5, (watts_a[rnd] if shape == "mm" else 640.0) if side == "A" else 690.0, 412.0))
-    plan, cells = CampaignPlan(10, auto_min=3), discover(RootLayout(tmp_path), [])
+    plan, cells = CampaignPlan(10, auto_min=3, energy_target_pct=5.0), discover(RootLayout(tmp_path), [])
     look = settled_after(tmp_path, "op", cells, plan, None, 3)
     mm = next(s for s in look.reports[0].shapes if s.shape == "mm")
     assert mm.verdict == "slower" and mm.energy_ci_pct is not None
     half = (mm.energy_ci_pct[1] - mm.energy_ci_pct[0]) / 2
     assert half > 5.0
     assert look.judged and not look.settled and look.unsettled == [f"mm (energy per call +-{half:.1f}%)"]
-    assert settled_after(tmp_path, "op", cells, plan, None, 3, energy_target_pct=0.0).settled  # the target off
-    assert settled_after(tmp_path, "op", cells, plan, None, 3, energy_target_pct=half + 0.1).settled
-    # The session's question before round 4: it runs under the default target, not with the target off.
+    for off in (0.0, None, half + 0.1):  # the target off, or wide enough
+        assert settled_after(tmp_path, "op", cells, dataclasses.replace(plan, energy_target_pct=off), None, 3).settled
+    # The session's question before round 4: its plan's target decides.
     outcomes = {o.key: o for o in cells}
-    planned = CampaignPlan(10, ops={"op": "c.py"}, auto_min=3)
+    planned = CampaignPlan(10, ops={"op": "c.py"}, auto_min=3, energy_target_pct=5.0)
     assert AutoRounds(tmp_path, planned, outcomes, None, None).round_not_needed(CellKey(4, "op", "A")) is None
-    stopped = AutoRounds(tmp_path, planned, outcomes, None, None, 0.0).round_not_needed(CellKey(4, "op", "A"))
+    off = dataclasses.replace(planned, energy_target_pct=0.0)
+    stopped = AutoRounds(tmp_path, off, outcomes, None, None).round_not_needed(CellKey(4, "op", "A"))
     assert stopped is not None and stopped[0] == SETTLED
+    # An op that ran to the cap with only its energy unsettled: the report's rounds line counts that shape.
+    capped = build_op("op", cells, None, dataclasses.replace(plan, rounds=3), 2.0, caliber.CaliberResult())
+    assert _rounds_text(capped, 3) == "rounds 3 of up to 3 (the cap reached: 1 shape(s) unsettled)"
     # The option: a percentage, and only where rounds are added.
     result = pytester.runpytest("--ab-rounds", "6", "--ab-energy-target", "5", "-p", "no:cacheprovider")
     result.stderr.fnmatch_lines(["*--ab-energy-target 5: a target that adds rounds needs --ab-rounds auto*"])

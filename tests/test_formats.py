@@ -7,6 +7,7 @@ layout from before versions and still reads.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -110,6 +111,9 @@ def test_a_manifest_round_trips_and_one_without_a_version_reads(tmp_path: Path) 
     write_manifest(path, manifest)
     assert json.loads(path.read_text())["schema"] == 1
     assert read_manifest(path) == manifest
+    auto = dataclasses.replace(manifest, plan=CampaignPlan(10, ops={"one": "c.py"}, auto_min=3, energy_target_pct=2.5))
+    write_manifest(path, auto)
+    assert read_manifest(path) == auto
     # The previous release's campaign.json: no version, the same fields.
     old = {"campaign_files": {"c.py": "abc"}, "switch_env": {"X": "1"}, "op_fingerprints": {"one": {"shapes": "h"}},
            "plan": {"rounds": 2, "control": False, "ir_only": False, "ops": {"one": "c.py"}}}
@@ -125,6 +129,10 @@ def test_a_manifest_round_trips_and_one_without_a_version_reads(tmp_path: Path) 
     ({"schema": 5}, "field 'schema': expected a format version up to 1, got 5" + NEWER),
     ({"plan": {"control": True}}, "field 'plan.rounds': missing (expected a whole number)"),
     ({"plan": {"rounds": 2, "ops": {"one": 1}}}, "field 'plan.ops': expected an object of text values, got {'one': 1}"),
+    ({"plan": {"rounds": 4, "auto_min": 3, "energy_target_pct": "5%"}},
+     "field 'plan.energy_target_pct': expected a number or null, got '5%'"),
+    ({"plan": {"rounds": 4, "auto_min": 3, "energy_target_pct": -1}},
+     "field 'plan.energy_target_pct': expected a number of percentage points, 0 or more, got -1.0"),
     ({"op_fingerprints": {"one": "h"}}, "field 'op_fingerprints.one': expected an object of text values, got 'h'"),
     (["not", "an", "object"], "expected a JSON object, got list"),
 ])

@@ -39,7 +39,9 @@ class CampaignPlan:
 
     ``auto_min``: with ``--ab-rounds auto`` the rounds every op runs before its verdicts are first looked at;
     ``rounds`` is then the most an op may run (each op stops at the first look where its shapes settled,
-    ``report.sequential``).  None: every op runs ``rounds``.
+    ``report.sequential``).  None: every op runs ``rounds``.  ``energy_target_pct``: with ``auto_min``, a shape
+    whose energy per call interval is wider than +-this many points is not settled either (--ab-energy-target;
+    None or 0: energy adds no round).
     """
 
     rounds: int
@@ -47,6 +49,7 @@ class CampaignPlan:
     ir_only: bool = False
     ops: dict[str, str] = field(default_factory=dict)
     auto_min: int | None = None
+    energy_target_pct: float | None = None
 
     @property
     def auto(self) -> bool:
@@ -67,14 +70,19 @@ class CampaignPlan:
         out = {"rounds": self.rounds, "control": self.control, "ir_only": self.ir_only, "ops": dict(self.ops)}
         if self.auto_min is not None:  # absent from a fixed plan: roots written before auto rounds read the same
             out["auto_min"] = self.auto_min
+        if self.energy_target_pct is not None:
+            out["energy_target_pct"] = self.energy_target_pct
         return out
 
     @classmethod
     def from_json(cls, data: Fields) -> "CampaignPlan":
         plan = cls(data.whole("rounds"), data.flag("control", False), data.flag("ir_only", False),
-                   dict(data.text_map("ops", {})), data.whole_or_none("auto_min"))
+                   dict(data.text_map("ops", {})), data.whole_or_none("auto_min"),
+                   data.number_or_none("energy_target_pct"))
         if plan.auto_min is not None and not 1 <= plan.auto_min <= plan.rounds:
             raise data.error("auto_min", f"a number of rounds from 1 to rounds ({plan.rounds})", plan.auto_min)
+        if plan.energy_target_pct is not None and plan.energy_target_pct < 0:
+            raise data.error("energy_target_pct", "a number of percentage points, 0 or more", plan.energy_target_pct)
         return plan
 
 

@@ -19,7 +19,7 @@ from pytest_abbench.core.fileio import CorruptFileError
 from pytest_abbench.core.layout import (CONTROL, IDENTITY_FILE, SIDES, CellKey, RootLayout, identity_file,
                                    markers_log, results_file)
 from pytest_abbench.core.markers import count_markers
-from pytest_abbench.core.settings import DEFAULT_ENERGY_TARGET_PCT, DEFAULT_MARGIN_PCT, GATE_GEOMEAN, GATE_SHAPES
+from pytest_abbench.core.settings import DEFAULT_MARGIN_PCT, GATE_GEOMEAN, GATE_SHAPES
 from pytest_abbench.report import cost, peak, reference
 from pytest_abbench.report import gpustate
 from pytest_abbench.report.model import SCHEMA_VERSION, OpReport, Report, ShapeReport
@@ -420,6 +420,7 @@ def build_op(op: str, cells: list[CellOutcome], gate: irgate.GateDecision | None
         return rep
     _op_geomean(rep, per_shape)
     gpustate.summarise(rep, {shape: values.gpu for shape, values in per_shape.items()})
+    rep.unsettled += _energy_unsettled(rep, plan.energy_target_pct)
     for name in flags.FLAGS:  # every flag, the GPU's included (gpustate.summarise adds those)
         carrying = sum(1 for s in rep.shapes if name in s.flags)
         if carrying:
@@ -428,6 +429,14 @@ def build_op(op: str, cells: list[CellOutcome], gate: irgate.GateDecision | None
         rep.verdicts[shape_rep.verdict] = rep.verdicts.get(shape_rep.verdict, 0) + 1
     rep.sign_flips = sum(1 for shape_rep in rep.shapes if shape_rep.sign_flip)
     return rep
+
+
+def _energy_unsettled(rep: OpReport, target_pct: float | None) -> list[str]:
+    """The shapes with a settled verdict whose energy per call interval is wider than ``target_pct``
+    (``shape (energy per call +-9.9%)``): under --ab-rounds auto they add rounds too."""
+    return [f"{s.shape} (energy per call +-{sequential.half_width(s.energy_ci_pct):.1f}%)"
+            for s in rep.shapes if s.shape not in rep.unsettled and s.energy_ci_pct is not None
+            and not sequential.energy_settled(s.energy_ci_pct, target_pct)]
 
 
 def autotune_pins_line(layout: RootLayout, op: str) -> str:
@@ -458,7 +467,6 @@ class Look:
     """One look of ``--ab-rounds auto`` at an op: its report under each regime it is timed under."""
 
     reports: list[OpReport]
-    energy_target_pct: float = DEFAULT_ENERGY_TARGET_PCT
 
     @property
     def judged(self) -> bool:
@@ -467,18 +475,10 @@ class Look:
 
     @property
     def unsettled(self) -> list[str]:
-        """The shapes not settled, ``regime: shape`` where the op is timed under more than one regime: without a
-        settled verdict, or with an energy per call interval wider than the target (``shape (energy per call
-        +-9.9%)``)."""
+        """The shapes not settled (``OpReport.unsettled``), ``regime: shape`` where the op is timed under more
+        than one regime."""
         several = len(self.reports) > 1
-        names = []
-        for r in self.reports:
-            names += [f"{r.regime}: {shape}" if several else shape for shape in r.unsettled]
-            names += [f"{r.regime + ': ' if several else ''}{s.shape} (energy per call "
-                      f"+-{sequential.half_width(s.energy_ci_pct):.1f}%)"
-                      for s in r.shapes if s.shape not in r.unsettled and s.energy_ci_pct is not None
-                      and not sequential.energy_settled(s.energy_ci_pct, self.energy_target_pct)]
-        return names
+        return [f"{r.regime}: {shape}" if several else shape for r in self.reports for shape in r.unsettled]
 
     @property
     def settled(self) -> bool:
@@ -493,17 +493,17 @@ class Look:
 
 
 def settled_after(root: Path, op: str, cells: Iterable[CellOutcome], plan: CampaignPlan, margin_pct: float | None,
-                  rounds: int, energy_target_pct: float = DEFAULT_ENERGY_TARGET_PCT) -> Look:
+                  rounds: int) -> Look:
     """``op`` judged on its first ``rounds`` rounds as a look of the auto ``plan``, under each regime its cells
     time (``report_regimes``: burst and steady apart under ``--ab-regime both``, as the report judges them): it is
-    settled when it is settled under every one, its energy per call within ``energy_target_pct`` included.  What
+    settled when it is settled under every one, its energy per call within ``plan.energy_target_pct`` included.  What
     the session asks before an op's next round, and the simulator.
     """
     mine = [c for c in cells if c.key.op == op and c.key.round <= rounds]
     gate = irgate.load_decision(root, op)
     margin = DEFAULT_MARGIN_PCT if margin_pct is None else margin_pct
     return Look([build_op(op, mine, gate, plan, margin, caliber.CaliberResult(), look=rounds, regime=regime)
-                 for regime in report_regimes(_setup_facts(mine)["regime"])], energy_target_pct)
+                 for regime in report_regimes(_setup_facts(mine)["regime"])])
 
 
 def _auto_summary(ops: list[OpReport], plan: CampaignPlan) -> dict[str, int]:

@@ -130,7 +130,9 @@ class OpReport:
     switch: str = ""  # what side B changes for this op (its cells' status rows), as Switch.describe() says it
     alpha: float = 0.05  # the level its verdicts were judged at (with --ab-rounds auto: its look's share)
     stopped: str = ""  # --ab-rounds auto: why its rounds ended: settled | cap | budget ("" with fixed rounds)
-    unsettled: list[str] = field(default_factory=list)  # shapes with no verdict and an interval wider than the margin
+    # shapes with no verdict and an interval wider than the margin, then (an auto plan's energy target) those whose
+    # energy per call interval is wider than the target: ``shape (energy per call +-9.9%)``
+    unsettled: list[str] = field(default_factory=list)
     regime: str = ""  # the timing regime its shapes were timed under (core/regimes.py); "" before regimes
     regimes_note: str = ""  # --ab-regime both: how this op's other regime's delta compares with this one's
     energy_geomean_pct: float | None = None  # geomean over shapes of B's energy per call against A's

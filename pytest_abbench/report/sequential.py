@@ -49,8 +49,8 @@ def half_width(interval_pct: tuple[float, float]) -> float:
     return (interval_pct[1] - interval_pct[0]) / 2
 
 
-def energy_settled(energy_ci_pct: tuple[float, float] | None, target_pct: float) -> bool:
-    """A shape's energy per call needs no more rounds: none stated, no target (0), or its interval no wider than
+def energy_settled(energy_ci_pct: tuple[float, float] | None, target_pct: float | None) -> bool:
+    """A shape's energy per call needs no more rounds: none stated, no target (None or 0), or its interval no wider than
     +-``target_pct``."""
     return not target_pct or energy_ci_pct is None or half_width(energy_ci_pct) <= target_pct
 

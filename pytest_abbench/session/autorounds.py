@@ -14,21 +14,18 @@ from typing import Mapping
 from pytest_abbench.core.layout import CellKey
 from pytest_abbench.core.outcome import OVER_BUDGET, SETTLED, CellOutcome
 from pytest_abbench.core.plan import CampaignPlan
-from pytest_abbench.core.settings import DEFAULT_ENERGY_TARGET_PCT
 
 
 class AutoRounds:
     """The rounds an op does not need: after the first look, a settled op or a spent budget stops it."""
 
     def __init__(self, root: Path, plan: CampaignPlan, outcomes: Mapping[CellKey, CellOutcome],
-                 margin_pct: float | None, budget_s: float | None,
-                 energy_target_pct: float = DEFAULT_ENERGY_TARGET_PCT) -> None:
+                 margin_pct: float | None, budget_s: float | None) -> None:
         self.root = root
         self.plan = plan
         self.outcomes = outcomes  # the session's, filled as cells end (read, never written, here)
         self.margin_pct = margin_pct  # --ab-margin
         self.budget_s = budget_s  # --ab-rounds-budget
-        self.energy_target_pct = energy_target_pct  # --ab-energy-target
         # (op, round) -> None (the round runs) or (status, why not), decided once per round
         self.decided: dict[tuple[str, int], tuple[str, str] | None] = {}
 
@@ -51,8 +48,7 @@ class AutoRounds:
         """The look after ``rounds`` rounds of ``op`` (``report.build.settled_after``), then the budget."""
         from pytest_abbench.report.build import settled_after
 
-        judged = settled_after(self.root, op, self.outcomes.values(), self.plan, self.margin_pct, rounds,
-                               self.energy_target_pct)
+        judged = settled_after(self.root, op, self.outcomes.values(), self.plan, self.margin_pct, rounds)
         if judged.settled:
             return SETTLED, (f"{SETTLED}: every shape of {op} settled after {rounds} rounds (--ab-rounds auto: "
                              f"{self.plan.auto_min} to {self.plan.rounds})")

@@ -76,7 +76,8 @@ class AbbenchSession:
         self.campaigns: dict[Path, Campaign] = {}
         self.collection_notices: list[str] = []  # found while collecting, shown after it
         self.notices_shown: set[str] = set()  # those shown (an xdist controller collects nothing, shows none)
-        self.plan = CampaignPlan(settings.rounds, settings.control, settings.ir_only, auto_min=settings.auto_min)
+        self.plan = CampaignPlan(settings.rounds, settings.control, settings.ir_only, auto_min=settings.auto_min,
+                                 energy_target_pct=settings.energy_target_pct if settings.auto_min else None)
         self.outcomes: dict[CellKey, CellOutcome] = {}
         self.gates: dict[str, irgate.GateDecision] = {}
         self.gated_first: set[str] = set()  # ops whose gate the precompile's IR decided before round 1 (no code changed)
@@ -101,7 +102,7 @@ class AbbenchSession:
             path = settings.root.resolve() if settings.root is not None else default_root(config.rootpath)
         self.root = CampaignRoot(path, settings.resume is not None, self.write_line)
         self.auto_rounds = AutoRounds(self.root.path, self.plan, self.outcomes, settings.margin_pct,
-                                      settings.rounds_budget_s, settings.energy_target_pct)  # --ab-rounds auto
+                                      settings.rounds_budget_s)  # --ab-rounds auto
         # An xdist controller finds the campaign files its workers ran among its own (rsync'd folders included).
         self.locator: CampaignLocator | None = None
         if not self.is_worker and config.pluginmanager.hasplugin("xdist"):
