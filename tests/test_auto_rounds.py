@@ -75,6 +75,8 @@ def test_a_settled_op_stops_early_an_unsettled_one_runs_to_the_cap_and_resume_de
     assert ops["planted"]["shapes"][0]["verdict"] == "slower" and ops["planted"]["stopped"] == "settled"
     assert ops["seesaw"]["stopped"] == "cap" and ops["seesaw"]["unsettled"] == ["n=1"]
     assert report["auto_rounds"] == {"first": 3, "last": 4, "rounds_run": 7, "settled": 1, "cap": 1, "budget": 0}
+    # The plan keeps the energy target the looks used, so a later report judges with it (no energy here: the CPU).
+    assert json.loads((root / "campaign.json").read_text())["plan"]["energy_target_pct"] == 5.0
 
     # Resumed with a higher cap: the settled op's rounds are decided again from its rounds on disk (skipped again,
     # nothing run), the unsettled one runs its fifth round only.
