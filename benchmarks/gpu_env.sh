@@ -2,8 +2,13 @@
 # installed on the GPU machine) and, where wheels were carried in .whl/ (a machine without network),
 # those wheels installed --no-deps into /tmp/site.
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
+# One wheel at a time: .whl/ may hold a compiled wheel for each Python (sqlalchemy cp311 and cp312), and pip refuses
+# a whole install for one wheel of another Python.
 if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  for wheel in .whl/*.whl; do
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$wheel" \
+      2>/dev/null || echo "gpu_env: $wheel does not install on $(python3 -V)" >&2
+  done
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
