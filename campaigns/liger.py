@@ -149,7 +149,14 @@ def build_cross_entropy(shape: Shape, device: str) -> Case:
 
 def build_swiglu_mlp(shape: Shape, device: str) -> Case:
     import torch
-    from liger_kernel.ops.mlp import gemm_swiglu
+
+    try:
+        from liger_kernel.ops.mlp import gemm_swiglu
+    except ModuleNotFoundError as exc:  # liger-kernel before 0.8.5 has no ops.mlp: say so, not just the module
+        from importlib.metadata import version
+
+        raise RuntimeError(f"liger-kernel {version('liger-kernel')} has no liger_kernel.ops.mlp (gemm_swiglu); "
+                           f"swiglu_mlp needs liger-kernel 0.8.5 or later") from exc
 
     # gemm_swiglu is what LigerMLPFunction's training forward runs before its down projection (a torch
     # matmul), called directly: the Function refuses CPU tensors, and IR triage builds its inputs on the CPU.
