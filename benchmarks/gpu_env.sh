@@ -6,8 +6,8 @@ OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
 # a whole install for one wheel of another Python.
 if ls .whl/*.whl >/dev/null 2>&1; then
   for wheel in .whl/*.whl; do
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$wheel" \
-      2>/dev/null || echo "gpu_env: $wheel does not install on $(python3 -V)" >&2
+    why=$(python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+      "$wheel" 2>&1) || echo "gpu_env: $wheel not installed on $(python3 -V): $(echo "$why" | grep -m1 ERROR)" >&2
   done
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi

@@ -76,8 +76,9 @@ class AbbenchSession:
         self.campaigns: dict[Path, Campaign] = {}
         self.collection_notices: list[str] = []  # found while collecting, shown after it
         self.notices_shown: set[str] = set()  # those shown (an xdist controller collects nothing, shows none)
+        auto = settings.auto_min is not None
         self.plan = CampaignPlan(settings.rounds, settings.control, settings.ir_only, auto_min=settings.auto_min,
-                                 energy_target_pct=settings.energy_target_pct if settings.auto_min else None)
+                                 energy_target_pct=settings.energy_target_pct if auto else None)
         self.outcomes: dict[CellKey, CellOutcome] = {}
         self.gates: dict[str, irgate.GateDecision] = {}
         self.gated_first: set[str] = set()  # ops whose gate the precompile's IR decided before round 1 (no code changed)
