@@ -59,6 +59,11 @@ VARIANT_CAMPAIGN = textwrap.dedent('''
         if len(BUILT) > 1 and os.environ.get("CRASH_WITH_BOTH"):
             import ctypes
             ctypes.string_at(0)  # planted: a process that builds both sides dies
+        if len(BUILT) > 1 and os.environ.get("CTRL_C_AFTER_S"):
+            import signal, time
+            time.sleep(float(os.environ["CTRL_C_AFTER_S"]))  # planted: the user presses Ctrl-C during the reference
+            os.kill(os.getppid(), signal.SIGINT)
+            time.sleep(60)
         x = torch.rand(shape["n"], device=device)
         y = torch.empty_like(x)
         repeats = 8 if variant == "slow" else 1
@@ -164,6 +169,21 @@ def test_a_crashed_reference_process_is_reported_and_changes_no_verdict(session_
     assert [s["verdict"] for s in with_reference["shapes"]] == [s.verdict for s in without.shapes]
     assert [s["flags"] for s in with_reference["shapes"]] == [s.flags for s in without.shapes]
     assert all(s["reference_delta_pct"] is None and s["reference_note"] for s in with_reference["shapes"])
+
+
+def test_a_reference_process_stopped_by_ctrl_c_keeps_the_time_it_ran(session_dir: pytest.Pytester,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CTRL_C_AFTER_S", "1.5")
+    session_dir.makepyfile(variant=VARIANT_CAMPAIGN)
+    result = session_dir.runpytest_subprocess("variant.py", "--ab-reference", "--ab-root", "root", *FAST)
+    assert result.ret == pytest.ExitCode.INTERRUPTED, result.stdout.str()
+    result.stdout.fnmatch_lines(["abbench: reference add: interrupted; no later op's reference runs"])
+    root = session_dir.path / "root"
+    process = reference.read_reference(RootLayout(root).reference)["add"].process
+    assert process is not None and process["status"] == "INTERRUPTED"
+    # The process ran at least until the planted Ctrl-C, not "0.0 s".
+    assert process["elapsed_s"] >= 1.5, process
+    assert f"INTERRUPTED after {process['elapsed_s']:.1f} s" in (root / "report.md").read_text()
 
 
 # -- the flag: a stand-in reference row against a root written as cells write it --------------------------------

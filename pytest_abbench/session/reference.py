@@ -14,6 +14,7 @@ recorded as such in reference.jsonl and the report says so.
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
@@ -93,11 +94,14 @@ def run_one(session: AbbenchSession, campaign: Campaign, op: str) -> bool:
     shapes = len(campaign.op(op).shapes_for(settings.level))
     session.write_line(f"abbench: reference {op}: {count(shapes, 'shape')}, side A and side B in one process, "
                        f"{settings.samples} pairs each ...")
+    started = time.monotonic()
     try:
         result = run_child([sys.executable, "-m", CHILD_MODULE, str(spec_path)], reference_env(session, campaign, op),
                            log_path, settings.budget.child_s, session.controller_check)
     except KeyboardInterrupt:
-        reference.append_process(layout.reference, op, INTERRUPTED_RC, "INTERRUPTED", 0.0, _relative(log_path, layout))
+        # The time the process ran until the stop, so the report does not read as if it never started.
+        reference.append_process(layout.reference, op, INTERRUPTED_RC, "INTERRUPTED", time.monotonic() - started,
+                                 _relative(log_path, layout))
         session.write_line(f"abbench: reference {op}: interrupted; no later op's reference runs")
         return False
     reference.append_process(layout.reference, op, result.rc, status_word(result.rc), result.elapsed_s,
