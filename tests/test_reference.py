@@ -231,13 +231,35 @@ def test_a_differing_reference_names_each_sides_clock_in_the_pairs_and_in_the_ce
     report = build_report(tmp_path)
     assert report.ops[0].shapes[0].reference_clocks_mhz == {"A": 1566.0, "B": 1572.0}
     assert report.ops[0].reference.endswith("; mm: SM clock in the pairs A 1566 / B 1572 MHz, in the cells A 1530 / "
-                                            "B 1605 MHz; no verdict changes"), report.ops[0].reference
+                                            "B 1605 MHz; time per call in the pairs A 1 / B 1.2 ms, in the cells "
+                                            "A 1 / B 1.05 ms (A +0.0%, B +14.3% in the pairs); no verdict changes"), \
+        report.ops[0].reference
     again = report_from_json(json.loads(json.dumps(report.to_json())))
     assert render_text(again) == render_text(report)
     # A differing row without clocks (a reference from before they were read, or NVML without them) gives none.
     rows.unlink()
     stand_in_rows(tmp_path, "mm", 1.20)
     assert "SM clock in the pairs" not in build_report(tmp_path).ops[0].reference
+
+
+def test_a_differing_reference_names_the_side_whose_time_moved_in_one_process(tmp_path: Path) -> None:
+    # layer_norm 8192x4096 on an H100, both sides at 1980 MHz: ATen (A) read 0.0585 ms in its three cell processes
+    # and 0.0644 ms in the reference's one, FlagGems (B) 0.0467 ms in both; the cells said -20.2%, the pairs -27.3%.
+    # The line names A as the side whose time moved, which the delta alone cannot say.
+    synthetic_root(tmp_path, {"ln": [-0.2017, -0.2009, -0.2025]})  # A 1.0 ms in every cell, B about 0.80
+    rows = RootLayout(tmp_path).reference
+    reference.append_shape(rows, "op", "ln", "steady", {"A": "cudagraph", "B": "cudagraph"},
+                           [(1.10, 0.80), (1.101, 0.7995), (1.099, 0.8005)])
+    reference.append_process(rows, "op", 0, "ok", 1.0, "reference/op.log")
+    report = build_report(tmp_path)
+    shape = report.ops[0].shapes[0]
+    assert shape.flags == ["reference_differs"] and shape.reference_ms == {"A": 1.10, "B": 0.80}
+    assert report.ops[0].reference.endswith(
+        "; ln: time per call in the pairs A 1.1 / B 0.8 ms, in the cells A 1 / B 0.7983 ms (A +10.0%, B +0.2% in "
+        "the pairs); no verdict changes"), report.ops[0].reference
+    again = report_from_json(json.loads(json.dumps(report.to_json())))  # report.json keeps the side times
+    assert again.ops[0].shapes[0].reference_ms == shape.reference_ms
+    assert render_text(again) == render_text(report)
 
 
 def test_the_clock_watch_gives_each_side_the_clock_its_windows_ran_at() -> None:

@@ -39,6 +39,7 @@ SCHEMA_VERSION = 9  # 3: OpReport.caliber_mismatch; 4: Report.complete and faile
 # optional with defaults
 # 9 also: ShapeReport.reference_settled_alone, optional with a default
 # 9 also: OpReport.unreadable (its cells' results records that could not be read), optional with a default
+# 9 also: ShapeReport.reference_ms (each side's time per call in the pairs), optional with a default
 
 
 @dataclass
@@ -91,6 +92,7 @@ class ShapeReport:
     reference_clocks_mhz: dict[str, float] = field(default_factory=dict)  # side -> SM clock in the reference's pairs
     # at the power cap each pair's window followed its own side's settling: [settlings met, windows]
     reference_settled_alone: list[int] | None = None
+    reference_ms: dict[str, float] = field(default_factory=dict)  # side -> median time per call over the pairs
 
     def round_log_ratios(self) -> list[float]:
         """Each round's ln(B/A), the unit the statistics judge in (``per_round_pct`` holds B/A-1 in percent)."""

@@ -29,7 +29,7 @@ from pytest_abbench.report.stats import interval, pct
 WHICH_TO_BELIEVE = ("the cells time each side in its own processes, each at the clock its own load settles to, the "
                     "cost a user of either side pays; the reference both in one process, side by side on one card "
                     "(at a power cap each window after its own side's settling): a difference is worth a look, and "
-                    "the clocks that follow say whether the cap explains it")
+                    "the clocks and times that follow say whether the cap explains it and which side's time moved")
 
 
 def apply(ops: list[OpReport], root: Path, problems: list[str]) -> None:
@@ -72,6 +72,8 @@ def apply_shape(s: ShapeReport, rows: ShapeReference | None) -> bool:
     s.reference_per_pair_pct = [pct(x) for x in ratios]
     s.reference_clocks_mhz = dict(rows.clocks_mhz)
     s.reference_settled_alone = None if rows.settled_alone is None else list(rows.settled_alone)
+    positive = [(a, b) for a, b in rows.pairs if a > 0 and b > 0]
+    s.reference_ms = {"A": statistics.median(a for a, _ in positive), "B": statistics.median(b for _, b in positive)}
     s.reference_delta_pct = pct(statistics.median(ratios))
     ci = interval(ratios)
     s.reference_ci_pct = (pct(ci[0]), pct(ci[1])) if ci else None
@@ -80,16 +82,24 @@ def apply_shape(s: ShapeReport, rows: ShapeReference | None) -> bool:
     return True
 
 
-def clocks_note(s: ShapeReport) -> str:
-    """``M=4096: SM clock in the pairs A 1560 / B 1575 MHz, in the cells A 1530 / B 1605 MHz``: where the reference
-    and the cells ran each side at another clock (a power cap's controller follows the load around it: in pairs
-    the sides share one state, in the cells each has its own); empty where a side lacks a clock."""
+def differs_note(s: ShapeReport) -> str:
+    """Where a differing shape's sides stood in the pairs and in the cells: each side's SM clock (a power cap's
+    controller follows the load around it) and time per call, e.g. ``rows=8192,cols=4096: SM clock in the pairs
+    A 1980 / B 1980 MHz, in the cells A 1980 / B 1980 MHz; time per call in the pairs A 0.0644 / B 0.0468 ms, in the
+    cells A 0.0585 / B 0.0467 ms (A +10.1%, B +0.2% in the pairs)``.  The times name the side whose own cost moved
+    between one process and the cells' processes; each part is left out where a side lacks its figure."""
+    parts = []
     cells = {side: (s.gpu.get(side) or {}).get("sm_clock_mhz") for side in ("A", "B")}
     pairs = s.reference_clocks_mhz
-    if any(cells[side] is None or side not in pairs for side in ("A", "B")):
-        return ""
-    return (f"{s.shape}: SM clock in the pairs A {pairs['A']:.0f} / B {pairs['B']:.0f} MHz, in the cells "
-            f"A {cells['A']:.0f} / B {cells['B']:.0f} MHz")
+    if all(cells[side] is not None and side in pairs for side in ("A", "B")):
+        parts.append(f"SM clock in the pairs A {pairs['A']:.0f} / B {pairs['B']:.0f} MHz, in the cells "
+                     f"A {cells['A']:.0f} / B {cells['B']:.0f} MHz")
+    ref, cell_ms = s.reference_ms, {"A": s.a_ms, "B": s.b_ms}
+    if all(side in ref and cell_ms[side] > 0 for side in ("A", "B")):
+        moved = ", ".join(f"{side} {(ref[side] / cell_ms[side] - 1) * 100:+.1f}%" for side in ("A", "B"))
+        parts.append(f"time per call in the pairs A {ref['A']:.4g} / B {ref['B']:.4g} ms, in the cells "
+                     f"A {s.a_ms:.4g} / B {s.b_ms:.4g} ms ({moved} in the pairs)")
+    return f"{s.shape}: {'; '.join(parts)}" if parts else ""
 
 
 def apply_op(o: OpReport, found: OpReference) -> None:
@@ -114,8 +124,7 @@ def apply_op(o: OpReport, found: OpReference) -> None:
                          f"settlings met)")
         parts.append(f"outside the cells' interval in {differs} ({flags.REFERENCE_DIFFERS}; {WHICH_TO_BELIEVE})"
                      if differs else "inside the cells' interval in every one")
-        parts += [clocks for s in o.shapes if flags.REFERENCE_DIFFERS in s.flags for clocks in [clocks_note(s)]
-                  if clocks]
+        parts += [note for s in o.shapes if flags.REFERENCE_DIFFERS in s.flags for note in [differs_note(s)] if note]
     process = found.process
     if process is None:
         parts.append("its process left no end record (the session was stopped while it ran)")
