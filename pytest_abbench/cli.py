@@ -37,7 +37,7 @@ import dataclasses
 import os
 import sys
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 from pytest_abbench import report
 from pytest_abbench.core import envnames
@@ -46,8 +46,8 @@ from pytest_abbench.checks import irgate
 from pytest_abbench.core.layout import (ABBENCH_DIR, BISECT_DIR, HISTORY_FILE, RESULTS_FILE, SIDES, CellKey,
                                         RootLayout, results_file)
 from pytest_abbench.core.outcome import NO_IR_DIFF, OK, CellOutcome
-from pytest_abbench.core.settings import (HISTORY_OFF, add_report_options, history_file, history_path, markdown_file,
-                                          output_file_problem, rounds_count)
+from pytest_abbench.core.settings import (GATE_SHAPES, HISTORY_OFF, add_report_options, history_file, history_path,
+                                          markdown_file, output_file_problem, rounds_count)
 from pytest_abbench.history.bisect import DEFAULT_MAX_ROUNDS, DEFAULT_SHARE
 from pytest_abbench.history.bisect import DEFAULT_ROUNDS as DEFAULT_BISECT_ROUNDS
 from pytest_abbench.core.plan import CampaignPlan
@@ -151,8 +151,8 @@ def summary(args: argparse.Namespace) -> int:
             return EXIT_USAGE
         built = report.build_report(dir_a, outcomes, plan, margin_pct=args.ab_margin,
                                     fail_if_slower_pct=args.ab_fail_if_slower,
-                                    allow_caliber_mismatch=args.allow_caliber_mismatch, gate=args.ab_gate,
-                                    gate_of=_gate_of_two_runs(dir_a, dir_b))
+                                    allow_caliber_mismatch=args.allow_caliber_mismatch,
+                                    gate=args.ab_gate or GATE_SHAPES, gate_of=_gate_of_two_runs(dir_a, dir_b))
     else:
         if args.root is None:
             print("abbench summary: give ROOT, or --ab A B (two roots or two cell folders)", file=sys.stderr)
@@ -164,9 +164,11 @@ def summary(args: argparse.Namespace) -> int:
         if not any(RootLayout(root).cell_folders()):
             print(f"abbench summary: root {root} is empty (no r<k>_<side>/<op>/ cells)", file=sys.stderr)
             return EXIT_USAGE
-        margin, allow = _session_choices(root, args.ab_margin, args.allow_caliber_mismatch)
-        built = report.build_report(root, margin_pct=margin, fail_if_slower_pct=args.ab_fail_if_slower,
-                                    allow_caliber_mismatch=allow, gate=args.ab_gate)
+        kept = _session_choices(root, SessionChoices(args.ab_margin, args.allow_caliber_mismatch,
+                                                     args.ab_fail_if_slower, args.ab_gate))
+        built = report.build_report(root, margin_pct=kept.margin_pct, fail_if_slower_pct=kept.fail_if_slower_pct,
+                                    allow_caliber_mismatch=kept.allow_caliber_mismatch,
+                                    gate=kept.gate or GATE_SHAPES)
     if args.ab_fail_if_slower is not None and not built.gpu_timed:
         print(f"abbench summary: --ab-fail-if-slower gates on GPU timings; these cells were timed with "
               f"{built.setup.get('backend')} / {built.setup.get('timer')}, which says nothing about GPU speed",
@@ -188,25 +190,41 @@ def summary(args: argparse.Namespace) -> int:
     return code
 
 
-def _session_choices(root: Path, margin_pct: float | None, allow_caliber_mismatch: bool) -> tuple[float | None, bool]:
-    """The margin and the caliber allowance to rebuild ``root``'s report with: those given here, else those of the
-    session whose report.json is there, said on stderr (rebuilt without them, the report it replaces would change
-    verdicts or exit code though no cell did)."""
+class SessionChoices(NamedTuple):
+    """The report options ``abbench summary`` rebuilds a root with; ``gate`` None: --ab-gate not given."""
+
+    margin_pct: float | None
+    allow_caliber_mismatch: bool
+    fail_if_slower_pct: float | None
+    gate: str | None
+
+
+def _session_choices(root: Path, given: SessionChoices) -> SessionChoices:
+    """The options to rebuild ``root``'s report with: those given here, else those of the session whose report.json
+    is there, said on stderr (rebuilt without them, the report it replaces would change verdicts or exit code though
+    no cell did: a gated session's exit 7 would turn into 0)."""
     try:
         before = report.read_report(RootLayout(root).report_json)
     except (OSError, CorruptFileError):
-        return margin_pct, allow_caliber_mismatch  # no readable report: nothing to keep
+        return given  # no readable report: nothing to keep
+    margin, allow, threshold, gate = given
     kept = []
-    if margin_pct is None and before.margin_source == "--ab-margin":
-        margin_pct = before.margin_pct
+    if margin is None and before.margin_source == "--ab-margin":
+        margin = before.margin_pct
         kept.append(f"--ab-margin {before.margin_pct:g}")
-    if not allow_caliber_mismatch and before.allow_caliber_mismatch:
-        allow_caliber_mismatch = True
+    if not allow and before.allow_caliber_mismatch:
+        allow = True
         kept.append("--allow-caliber-mismatch")
+    if threshold is None and before.fail_if_slower_pct is not None:
+        threshold = before.fail_if_slower_pct
+        kept.append(f"--ab-fail-if-slower {threshold:g}")
+        if gate is None and before.gate_scope != GATE_SHAPES:
+            gate = before.gate_scope
+            kept.append(f"--ab-gate {gate}")
     if kept:
         print(f"abbench summary: {' and '.join(kept)} kept from the session that wrote {RootLayout(root).report_json}",
               file=sys.stderr)
-    return margin_pct, allow_caliber_mismatch
+    return SessionChoices(margin, allow, threshold, gate)
 
 
 def root_report(root: Path) -> report.Report | str:
@@ -409,7 +427,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"also write the short markdown summary to PATH (and append it to "
                         f"${envnames.GITHUB_STEP_SUMMARY} when that is set)")
     add_report_options(s.add_argument)
-    s.set_defaults(func=summary)
+    # --ab-gate unset reads as None, so a session's scope is kept only where the user gave none.
+    s.set_defaults(func=summary, ab_gate=None)
 
     g = sub.add_parser("gate", help="the exit code a finished root's report.json gives, by the session's rule: 0, 1, "
                                      "4 or 7; 2 when the root has no report (the session stopped at a usage error)")

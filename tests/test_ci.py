@@ -175,6 +175,26 @@ def test_the_gate_keeps_the_sessions_allowance_of_a_mismatch_and_names_a_failed_
     assert json.loads((tmp_path / "ok" / "report.json").read_text())["margin_pct"] == 5
 
 
+def test_a_later_summary_keeps_the_sessions_regression_gate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # B 5% slower in every round, written as GPU cells write it: --ab-fail-if-slower 2 trips on it.
+    synthetic_root(tmp_path, {"s": [0.05, 0.051, 0.049, 0.05]}, op="slowop")
+    assert main(["summary", str(tmp_path), "--ab-fail-if-slower", "2", "--ab-gate", "geomean"]) == 7
+    assert main(["gate", str(tmp_path)]) == 7
+    capsys.readouterr()
+    # Rebuilt without the options (a report re-rendered after a fix to the report code), the gate stays: before,
+    # the report was rewritten as a clean exit 0 and the CI gate passed a regression.
+    assert main(["summary", str(tmp_path)]) == 7
+    assert (f"abbench summary: --ab-fail-if-slower 2 and --ab-gate geomean kept from the session that wrote "
+            f"{tmp_path / 'report.json'}") in capsys.readouterr().err
+    assert main(["gate", str(tmp_path)]) == 7
+    written = json.loads((tmp_path / "report.json").read_text())
+    assert written["fail_if_slower_pct"] == 2 and written["gate_scope"] == "geomean"
+    assert written["slower_ops"] == ["slowop"]  # the geomean scope: the op, not its shapes
+    # A threshold given here replaces the session's.
+    assert main(["summary", str(tmp_path), "--ab-fail-if-slower", "50"]) == 0
+    assert json.loads((tmp_path / "report.json").read_text())["gate_scope"] == "shapes"
+
+
 def test_the_gate_refuses_a_root_whose_report_is_missing_stale_or_unreadable(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["gate", str(tmp_path / "nothing")]) == 2

@@ -40,6 +40,7 @@ SCHEMA_VERSION = 9  # 3: OpReport.caliber_mismatch; 4: Report.complete and faile
 # 9 also: ShapeReport.reference_settled_alone, optional with a default
 # 9 also: OpReport.unreadable (its cells' results records that could not be read), optional with a default
 # 9 also: ShapeReport.reference_ms (each side's time per call in the pairs), optional with a default
+# 9 also: Report.fail_if_slower_pct (abbench summary keeps the session's gate, as it keeps its margin), optional with a default
 
 
 @dataclass
@@ -177,6 +178,7 @@ class Report:
     # stopped so, "rounds_run": rounds summed over the ops judged}; empty with fixed rounds
     auto_rounds: dict[str, int] = field(default_factory=dict)
     allow_caliber_mismatch: bool = False  # --allow-caliber-mismatch: mismatches were printed, not an exit 4
+    fail_if_slower_pct: float | None = None  # --ab-fail-if-slower: the threshold slower_ops was judged against
 
     def decide_exit(self, pytest_status: int, allow_caliber_mismatch: bool) -> int:
         """Set ``exit_code`` and ``exit_reason`` by the one rule of ``exitcodes``; returns the code.
