@@ -402,26 +402,35 @@ def test_at_the_power_cap_each_window_follows_its_own_sides_settling_and_gives_t
     timed = time_pairs(timers, "steady", card.gpu, 4, cpu=False, pace=card.clock)
     # Alone each side runs at its own cap clock, as its cells do: B/A = 1400/1600, where pairs at the mixed clock
     # would read 0%.
-    assert timed.alone and timed.alone_met == 8
+    # A,B | B,A | A,B | B,A: a settling wherever the side changes, 5 for 8 windows; the second of two windows of a
+    # side runs on the load of the first, as a cell's windows do.
+    assert timed.alone and timed.alone_met == 5 and timed.alone_settlings == 5
     assert timed.pairs == [(pytest.approx(1500.0 / 1400.0), pytest.approx(1500.0 / 1600.0))] * 4
     # Each window came after a settling of its own side alone (at least two 0.5 s clock spans of it).
     windows = [(start, side) for start, end, side in card.ran if end - start == pytest.approx(0.03)]
     for start, side in windows:
         before = [r for r in card.ran if start - 1.0 <= r[0] < start]
         assert before and all(s == side for _, _, s in before), (start, side)
+    runs = [(end - start, side) for start, end, side in card.ran]
+    sides_in_order = [side for length, side in runs if length == pytest.approx(0.03)]
+    assert sides_in_order == ["A", "B", "B", "A", "A", "B", "B", "A"]
+    settlings = [side for i, (length, side) in enumerate(runs) if length != pytest.approx(0.03)
+                 and (i == 0 or runs[i - 1][0] == pytest.approx(0.03) or runs[i - 1][1] != side)]  # their first spans
+    # Each side alone once before the pairs, then one per change of side.
+    assert settlings == ["A", "B"] + ["A", "B", "A", "B", "A"]
     # The record and the report say how the pairs were settled.
     synthetic_root(tmp_path, {"mm": [0.050, 0.0440, 0.0435, 0.0438, 0.0437, 0.0436]})
     rows = RootLayout(tmp_path).reference
     reference.append_shape(rows, "op", "mm", "steady", {"A": "cudagraph", "B": "cudagraph"}, timed.pairs,
-                           settled_alone=(timed.alone_met, 2 * len(timed.pairs)))
+                           settled_alone=(timed.alone_met, timed.alone_settlings))
     reference.append_process(rows, "op", 0, "ok", 1.0, "reference/op.log")
-    assert reference.read_reference(rows)["op"].shapes[("mm", "steady")].settled_alone == (8, 8)
+    assert reference.read_reference(rows)["op"].shapes[("mm", "steady")].settled_alone == (5, 5)
     report = build_report(tmp_path)
-    assert report.ops[0].shapes[0].reference_settled_alone == [8, 8]
-    assert ("at the power cap each window after its own side's settling, as in a cell, in 1 shape (8 of 8 "
+    assert report.ops[0].shapes[0].reference_settled_alone == [5, 5]
+    assert ("at the power cap each side's windows after its own side's settling, as in a cell, in 1 shape (5 of 5 "
             "settlings met)") in report.ops[0].reference
     again = report_from_json(json.loads(json.dumps(report.to_json())))
-    assert again.ops[0].shapes[0].reference_settled_alone == [8, 8]
+    assert again.ops[0].shapes[0].reference_settled_alone == [5, 5]
 
 
 @pytest.mark.parametrize("alone, expected", [({"met": 5, "windows": 4}, "a count from 0 to windows (4), got 5"),

@@ -6,7 +6,7 @@ build, each build seeing its side's build-only variables), warms both with the
 cells' own timer (``child/timers.py``), settles them under the steady regime
 (``child/regime.py``), then times them interleaved in pairs, A then B and B
 then A alternately, one window each (where a side settles at the power cap,
-each window after its own side's settling: ``time_pairs``).  One record per
+each side's windows after its own side's settling: ``time_pairs``).  One record per
 shape and regime goes to reference.jsonl as it finishes (``core/reference.py``).  Autotune
 choices are replayed from the op's records, as the cells' are.  This process
 never imports pytest.
@@ -138,12 +138,13 @@ class ClockWatch:
 @dataclass
 class TimedPairs:
     """A shape's pairs under one regime, ``(A ms, B ms)`` each, and how the steady regime settled them:
-    ``alone`` where a side settled alone ran at the power cap, so each window was preceded by its own side's
-    settling (``alone_met`` of those met their condition)."""
+    ``alone`` where a side settled alone ran at the power cap, so each side's windows followed its own side's
+    settling (``alone_met`` of the ``alone_settlings`` met their condition)."""
 
     pairs: list[tuple[float, float]] = field(default_factory=list)
     alone: bool = False
     alone_met: int = 0
+    alone_settlings: int = 0
 
 
 def time_pairs(timers: Mapping[str, Windows], regime: str, sampler: GpuSampler, pairs: int, cpu: bool,
@@ -151,10 +152,13 @@ def time_pairs(timers: Mapping[str, Windows], regime: str, sampler: GpuSampler, 
     """``pairs`` pairs of one window per side under ``regime``: (A ms, B ms) each, a window's median per call;
     ``windows`` (where given) gets each steady window's side and when it began and ended.
 
-    steady: each side settles alone once; where either ends at the power cap, each window is preceded by its own
-    side's settling: at the cap the controller holds the clock its load allows, and in pairs of short windows it
-    holds one clock for the mix, which is not the clock either side's cells (or its user) run at; alone, each
-    side's windows see its own.  (Settled together, a heavy side beside a light one can read below the cap.)
+    steady: each side settles alone once; where either ends at the power cap, each window that follows the other
+    side's is preceded by its own side's settling: at the cap the controller holds the clock its load allows, and
+    in pairs of short windows it holds one clock for the mix, which is not the clock either side's cells (or its
+    user) run at; alone, each side's windows see its own.  The order A,B then B,A puts two windows of a side back
+    to back, the second on the load of the first, as a cell's windows follow each other: one settling serves both,
+    which halves the settlings (1 to 6 s each at the cap).  (Settled together, a heavy side beside a light one can
+    read below the cap.)
     Otherwise both settle together and the pairs run back to back.  burst: every window waits for the card to be
     back at boost and warms for ``BURST_WARM_S``, as a burst cell's windows do.
     """
@@ -167,6 +171,7 @@ def time_pairs(timers: Mapping[str, Windows], regime: str, sampler: GpuSampler, 
             timers[side].drain()  # its queued replays end before the other side's settling reads the card
         if not out.alone:
             settle(BothSides(timers), sampler, cpu, pace)
+    last_side = ""  # the side whose window ran last: its load is still the card's
     for index in range(pairs):
         ms: dict[str, float] = {}
         for side in pair_order(index):
@@ -174,13 +179,15 @@ def time_pairs(timers: Mapping[str, Windows], regime: str, sampler: GpuSampler, 
                 wait_for_boost(sampler, max_clock, pace)
                 [(samples, _)] = timers[side].windows(1, lambda: None, 0.0 if cpu else regimes.BURST_WARM_S)
             else:
-                if out.alone:
+                if out.alone and side != last_side:
                     out.alone_met += settle(timers[side], sampler, cpu, pace).condition == regimes.MET
+                    out.alone_settlings += 1
                 began = pace.clock()
                 samples, _ = timers[side].window()
                 if windows is not None:  # a burst window's call also runs its warm-up and tail: not attributed
                     windows.append((side, began, pace.clock()))
             ms[side] = statistics.median(samples)
+            last_side = side
         out.pairs.append((ms["A"], ms["B"]))
     return out
 
@@ -228,12 +235,12 @@ def measure_op(spec: ReferenceSpec, campaigns: Mapping[str, Campaign], sampler: 
                 with ClockWatch(sampler.sm_clock_mhz) as watch:
                     timed_pairs = time_pairs(timers, regime, sampler, spec.pairs, cpu=device == "cpu", windows=timed)
                 pairs = timed_pairs.pairs
-                alone = (timed_pairs.alone_met, 2 * len(pairs)) if timed_pairs.alone else None
+                alone = (timed_pairs.alone_met, timed_pairs.alone_settlings) if timed_pairs.alone else None
                 append_shape(rows, spec.op, shape.id, regime, timers_used, pairs,
                              clocks_mhz=watch.side_medians(timed), settled_alone=alone)
                 shown = statistics.median(100.0 * (b / a - 1.0) for a, b in pairs) if pairs else float("nan")
-                how = "" if alone is None else (f", at the power cap each window after its own side's settling "
-                                                f"({alone[0]} of {alone[1]} met)")
+                how = "" if alone is None else (f", at the power cap each side's windows after its own side's "
+                                                f"settling ({alone[0]} of {alone[1]} met)")
                 log(f"[abbench] reference {spec.op} {shape.id} ({regime}): {len(pairs)} pairs{how}, B/A-1 median "
                     f"{shown:+.2f}%")
         except CapturePoisoned as exc:

@@ -64,8 +64,8 @@ def append_shape(rows: Path, op: str, shape: str, regime: str, timers: Mapping[s
                  clocks_mhz: Mapping[str, float] | None = None, settled_alone: tuple[int, int] | None = None
                  ) -> None:
     """One shape's pairs under one regime, ``(A ms, B ms)`` each in the order timed (and each side's median SM
-    clock while its windows ran, where NVML gave one; ``settled_alone``: at the power cap, each window followed its
-    own side's settling, (met, windows)); or why it has none."""
+    clock while its windows ran, where NVML gave one; ``settled_alone``: at the power cap, each side's windows
+    followed its own side's settling, (met, settlings)); or why it has none."""
     record: dict[str, Any] = {SCHEMA_FIELD: REFERENCE_SCHEMA, "kind": SHAPE, "op": op, "shape": shape,
                               "regime": regime, "status": ERROR if error else OK, "timers": dict(timers)}
     if error:

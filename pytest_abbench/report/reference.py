@@ -5,7 +5,7 @@ pairs' log ratios; the flag ``reference_differs`` where that median lies
 outside the cells' 95% interval.  The flag keeps the verdict: the cells time
 each side in processes of its own, the cost a user of either side pays; the
 reference times both in one process, side by side on one card (at a power cap
-each window after its own side's settling, as in a cell), so a difference is
+each side's windows after its own side's settling, as in a cell), so a difference is
 a bias between processes, worth a look and no reason to doubt the cells'
 direction by itself (docs/verdicts.md, "The in-process reference").  Per op:
 one line saying what the reference gave, that its process crashed or timed
@@ -28,7 +28,7 @@ from pytest_abbench.report.stats import interval, pct
 
 WHICH_TO_BELIEVE = ("the cells time each side in its own processes, each at the clock its own load settles to, the "
                     "cost a user of either side pays; the reference both in one process, side by side on one card "
-                    "(at a power cap each window after its own side's settling): a difference is worth a look, and "
+                    "(at a power cap each side's windows after its own side's settling): a difference is worth a look, and "
                     "the clocks and times that follow say whether the cap explains it and which side's time moved")
 
 
@@ -119,7 +119,7 @@ def apply_op(o: OpReport, found: OpReference) -> None:
         parts[0] += f", geomean {pct(geomean):+.1f}%"
         alone = [s.reference_settled_alone for s in timed if s.reference_settled_alone is not None]
         if alone:
-            parts.append(f"at the power cap each window after its own side's settling, as in a cell, in "
+            parts.append(f"at the power cap each side's windows after its own side's settling, as in a cell, in "
                          f"{count(len(alone), 'shape')} ({sum(a[0] for a in alone)} of {sum(a[1] for a in alone)} "
                          f"settlings met)")
         parts.append(f"outside the cells' interval in {differs} ({flags.REFERENCE_DIFFERS}; {WHICH_TO_BELIEVE})"
