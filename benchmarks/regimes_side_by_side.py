@@ -73,8 +73,11 @@ def aa_check(root: Path) -> bool:
             verdicts.setdefault((o.op, s.shape), {})[o.regime or "-"] = s.verdict
             false += s.verdict in DIRECTIONS
     differ = {key: v for key, v in verdicts.items() if len(set(v.values())) > 1}
+    both = sum(1 for v in verdicts.values() if len(v) > 1)  # one regime run (--ab-regime steady): nothing to compare
+    compared = (f"{len(differ)} of {both} shapes with another verdict under burst than under steady" if both
+                else "one regime only: no burst/steady comparison")
     print(f"# A/A {root}: {false} false direction(s) over {sum(len(v) for v in verdicts.values())} shape-regimes; "
-          f"{len(differ)} of {len(verdicts)} shapes with another verdict under burst than under steady")
+          f"{compared}")
     for (op, shape), v in differ.items():
         print(f"   {op}[{shape}]: " + ", ".join(f"{r} {verdict}" for r, verdict in v.items()))
     return false == 0 and not any(set(v.values()) & set(DIRECTIONS) for v in differ.values())
