@@ -166,6 +166,9 @@ def summary(args: argparse.Namespace) -> int:
             return EXIT_USAGE
         kept = _session_choices(root, SessionChoices(args.ab_margin, args.allow_caliber_mismatch,
                                                      args.ab_fail_if_slower, args.ab_gate))
+        if isinstance(kept, str):
+            print(f"abbench summary: {kept}", file=sys.stderr)
+            return EXIT_USAGE
         built = report.build_report(root, margin_pct=kept.margin_pct, fail_if_slower_pct=kept.fail_if_slower_pct,
                                     allow_caliber_mismatch=kept.allow_caliber_mismatch,
                                     gate=kept.gate or GATE_SHAPES)
@@ -199,10 +202,11 @@ class SessionChoices(NamedTuple):
     gate: str | None
 
 
-def _session_choices(root: Path, given: SessionChoices) -> SessionChoices:
+def _session_choices(root: Path, given: SessionChoices) -> SessionChoices | str:
     """The options to rebuild ``root``'s report with: those given here, else those of the session whose report.json
     is there, said on stderr (rebuilt without them, the report it replaces would change verdicts or exit code though
-    no cell did: a gated session's exit 7 would turn into 0)."""
+    no cell did: a gated session's exit 7 would turn into 0).  A string: why the report cannot be rebuilt without
+    an option (a gated report written before it kept its threshold)."""
     try:
         before = report.read_report(RootLayout(root).report_json)
     except (OSError, CorruptFileError):
@@ -221,6 +225,10 @@ def _session_choices(root: Path, given: SessionChoices) -> SessionChoices:
         if gate is None and before.gate_scope != GATE_SHAPES:
             gate = before.gate_scope
             kept.append(f"--ab-gate {gate}")
+    elif threshold is None and before.slower_ops:
+        return (f"{RootLayout(root).report_json} was gated by --ab-fail-if-slower (slower: "
+                f"{', '.join(before.slower_ops)}) but does not say its threshold: give --ab-fail-if-slower PCT (and "
+                f"--ab-gate {before.gate_scope}), or the rewritten report would drop the regression")
     if kept:
         print(f"abbench summary: {' and '.join(kept)} kept from the session that wrote {RootLayout(root).report_json}",
               file=sys.stderr)

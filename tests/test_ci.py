@@ -193,6 +193,17 @@ def test_a_later_summary_keeps_the_sessions_regression_gate(tmp_path: Path, caps
     # A threshold given here replaces the session's.
     assert main(["summary", str(tmp_path), "--ab-fail-if-slower", "50"]) == 0
     assert json.loads((tmp_path / "report.json").read_text())["gate_scope"] == "shapes"
+    # A gated report from before the threshold was kept: refused, with what to give, and left as it was.
+    assert main(["summary", str(tmp_path), "--ab-fail-if-slower", "2", "--ab-gate", "geomean"]) == 7
+    older = json.loads((tmp_path / "report.json").read_text())
+    del older["fail_if_slower_pct"]
+    (tmp_path / "report.json").write_text(json.dumps(older))
+    capsys.readouterr()
+    assert main(["summary", str(tmp_path)]) == 2
+    assert (f"abbench summary: {tmp_path / 'report.json'} was gated by --ab-fail-if-slower (slower: slowop) but does "
+            f"not say its threshold: give --ab-fail-if-slower PCT (and --ab-gate geomean)") in capsys.readouterr().err
+    assert json.loads((tmp_path / "report.json").read_text()) == older
+    assert main(["gate", str(tmp_path)]) == 7
 
 
 def test_the_gate_refuses_a_root_whose_report_is_missing_stale_or_unreadable(

@@ -433,8 +433,9 @@ def test_at_the_power_cap_each_window_follows_its_own_sides_settling_and_gives_t
     assert again.ops[0].shapes[0].reference_settled_alone == [5, 5]
 
 
-@pytest.mark.parametrize("alone, expected", [({"met": 5, "windows": 4}, "a count from 0 to windows (4), got 5"),
-                                             ({"met": "x", "windows": 4}, "a whole number, got 'x'"),
+@pytest.mark.parametrize("alone, expected", [({"met": 5, "settlings": 4}, "a count from 0 to settlings (4), got 5"),
+                                             ({"met": 5, "windows": 4}, "a count from 0 to windows (4), got 5"),
+                                             ({"met": "x", "settlings": 4}, "a whole number, got 'x'"),
                                              ([8, 8], "an object, got [8, 8]")])
 def test_a_corrupt_settled_alone_names_the_file_line_and_field(tmp_path: Path, alone: Any, expected: str) -> None:
     rows = tmp_path / "reference.jsonl"

@@ -75,7 +75,7 @@ def append_shape(rows: Path, op: str, shape: str, regime: str, timers: Mapping[s
     if clocks_mhz:
         record["clocks_mhz"] = dict(clocks_mhz)
     if settled_alone is not None:
-        record["settled_alone"] = {"met": settled_alone[0], "windows": settled_alone[1]}
+        record["settled_alone"] = {"met": settled_alone[0], "settlings": settled_alone[1]}
     append_jsonl(rows, record)
 
 
@@ -118,7 +118,7 @@ class ShapeReference:
     pairs: list[tuple[float, float]] = field(default_factory=list)  # (A ms, B ms), in the order timed
     error: str | None = None
     clocks_mhz: dict[str, float] = field(default_factory=dict)  # side -> median SM clock while its windows ran
-    settled_alone: tuple[int, int] | None = None  # at the power cap: (windows whose own settling met, windows)
+    settled_alone: tuple[int, int] | None = None  # at the power cap: (settlings that met their condition, settlings)
 
     @property
     def log_ratios(self) -> list[float]:
@@ -164,12 +164,14 @@ def read_reference(rows: Path) -> dict[str, OpReference]:
 
 
 def _alone(data: Fields, name: str) -> tuple[int, int]:
-    """``settled_alone``'s (met, windows): 0 <= met <= windows."""
+    """``settled_alone``'s (met, settlings): 0 <= met <= settlings.  A record from before a side's back-to-back
+    windows shared one settling names the count ``windows``: each window had its own settling then."""
     alone = data.nested(name)
-    met, windows = alone.whole("met"), alone.whole("windows")
-    if not 0 <= met <= windows:
-        raise alone.error("met", f"a count from 0 to windows ({windows})", met)
-    return met, windows
+    count = "settlings" if alone.or_none("settlings", alone.whole) is not None else "windows"
+    met, settlings = alone.whole("met"), alone.whole(count)
+    if not 0 <= met <= settlings:
+        raise alone.error("met", f"a count from 0 to {count} ({settlings})", met)
+    return met, settlings
 
 
 def _is_pair(value: Any) -> bool:

@@ -676,4 +676,4 @@ def build_report(root: Path, outcomes: Iterable[CellOutcome] | None = None, plan
                   rounds_planned=plan.rounds, setup=setup, gpu_timed=gpu_timed,
                   time_spent=cost.time_spent(cells, wall_s, workers), gate_scope=gate, gate_held=held,
                   auto_rounds=_auto_summary(ops, plan), allow_caliber_mismatch=allow_caliber_mismatch,
-                  fail_if_slower_pct=fail_if_slower_pct)
+                  fail_if_slower_pct=fail_if_slower_pct if gpu_timed else None)

@@ -91,7 +91,7 @@ class ShapeReport:
     reference_per_pair_pct: list[float] = field(default_factory=list)
     reference_note: str = ""  # why this shape has no reference delta where its op has one
     reference_clocks_mhz: dict[str, float] = field(default_factory=dict)  # side -> SM clock in the reference's pairs
-    # at the power cap each pair's window followed its own side's settling: [settlings met, windows]
+    # at the power cap each side's windows followed its own side's settling: [settlings met, settlings]
     reference_settled_alone: list[int] | None = None
     reference_ms: dict[str, float] = field(default_factory=dict)  # side -> median time per call over the pairs
 

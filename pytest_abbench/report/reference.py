@@ -66,13 +66,13 @@ def apply_shape(s: ShapeReport, rows: ShapeReference | None) -> bool:
         s.reference_note = f"reference timed the sides with different timers ({timers}): not compared"
         return False
     ratios = rows.log_ratios
-    if not ratios:
+    positive = [(a, b) for a, b in rows.pairs if a > 0 and b > 0]
+    if not ratios or not positive:
         s.reference_note = "reference has no pair"
         return False
     s.reference_per_pair_pct = [pct(x) for x in ratios]
     s.reference_clocks_mhz = dict(rows.clocks_mhz)
     s.reference_settled_alone = None if rows.settled_alone is None else list(rows.settled_alone)
-    positive = [(a, b) for a, b in rows.pairs if a > 0 and b > 0]
     s.reference_ms = {"A": statistics.median(a for a, _ in positive), "B": statistics.median(b for _, b in positive)}
     s.reference_delta_pct = pct(statistics.median(ratios))
     ci = interval(ratios)
