@@ -21,7 +21,11 @@ session() {  # session NAME FILE [pytest args...]
   local start; start=$(date +%s)
   timeout "$LIMIT" python3 -m pytest -p pytest_abbench.plugin "$file" --ab-rounds "$ROUNDS" --ab-root "$S/$name" \
     --ab-reference --cell-timeout 300 -p no:cacheprovider -rs "$@" > "$S/$name.log" 2>&1
-  echo "=== $name: rc $? in $(( $(date +%s) - start )) s" | tee -a "$log"
+  local rc=$?
+  echo "=== $name: rc $rc in $(( $(date +%s) - start )) s" | tee -a "$log"
+  # timeout's own code: the session was stopped, and what it had not reached (often the reference, which runs
+  # after the cells) is missing from its report.
+  [ "$rc" = 124 ] && echo "=== $name: stopped by LIMIT=$LIMIT s before its end: give a larger LIMIT" | tee -a "$log"
   grep -h "abbench: reference\|abbench: exit\|passed\|failed" "$S/$name.log" | tee -a "$log"
   echo "--- report.md" | tee -a "$log"
   cat "$S/$name/report.md" 2>/dev/null | tee -a "$log"
