@@ -8,6 +8,8 @@
 # campaigns: the same shapes timed by both packages).
 #   BASE=base-tree ROUNDS=2 bash benchmarks/gpu_flaggems_vs.sh
 #   BASE=base-tree ROUNDS=2 RUNS="base same" bash benchmarks/gpu_flaggems_vs.sh
+# EXTRA: more pytest arguments for every session, e.g. EXTRA="--ab-regime burst" to compare the two packages' own
+# costs without the steady regime's settling, which changed between them.
 set -uo pipefail
 source "$(dirname "$0")/gpu_env.sh"
 BASE=${BASE:?name the older tree}
@@ -27,7 +29,7 @@ for which in ${RUNS:-base head}; do
   start=$(date +%s.%N)
   (cd "$tree" && ABBENCH_KERNEL_CACHE=$S/$which-kernels TRITON_CACHE_DIR=$S/$which-triton PYTHONPATH=$tree:${PYTHONPATH#$here:} \
     timeout "$LIMIT" python3 -m pytest -p pytest_abbench.plugin campaigns/flaggems_aten.py --ab-rounds "$ROUNDS" \
-    --ab-root "$S/$which" --cell-timeout 300 -p no:cacheprovider -rs > "$S/$which.log" 2>&1)
+    --ab-root "$S/$which" --cell-timeout 300 -p no:cacheprovider -rs ${EXTRA:-} > "$S/$which.log" 2>&1)
   rc=$?
   echo "=== $which ($tree): rc $rc wall $(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }') s" | tee -a "$log"
   grep -h "^== \|geomean delta\|^time:\|abbench: exit\|passed\|failed" "$S/$which.log" | tee -a "$log"
