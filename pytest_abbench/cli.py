@@ -164,8 +164,13 @@ def summary(args: argparse.Namespace) -> int:
         if not any(RootLayout(root).cell_folders()):
             print(f"abbench summary: root {root} is empty (no r<k>_<side>/<op>/ cells)", file=sys.stderr)
             return EXIT_USAGE
+        if args.ab_no_fail_if_slower and args.ab_fail_if_slower is not None:
+            print("abbench summary: --ab-no-fail-if-slower and --ab-fail-if-slower contradict each other",
+                  file=sys.stderr)
+            return EXIT_USAGE
         kept = _session_choices(root, SessionChoices(args.ab_margin, args.allow_caliber_mismatch,
-                                                     args.ab_fail_if_slower, args.ab_gate))
+                                                     args.ab_fail_if_slower, args.ab_gate),
+                                keep_gate=not args.ab_no_fail_if_slower)
         if isinstance(kept, str):
             print(f"abbench summary: {kept}", file=sys.stderr)
             return EXIT_USAGE
@@ -202,11 +207,12 @@ class SessionChoices(NamedTuple):
     gate: str | None
 
 
-def _session_choices(root: Path, given: SessionChoices) -> SessionChoices | str:
+def _session_choices(root: Path, given: SessionChoices, keep_gate: bool = True) -> SessionChoices | str:
     """The options to rebuild ``root``'s report with: those given here, else those of the session whose report.json
     is there, said on stderr (rebuilt without them, the report it replaces would change verdicts or exit code though
     no cell did: a gated session's exit 7 would turn into 0).  A string: why the report cannot be rebuilt without
-    an option (a gated report written before it kept its threshold)."""
+    an option (a gated report written before it kept its threshold).  ``keep_gate`` False
+    (``--ab-no-fail-if-slower``): the session's regression gate is dropped, not kept."""
     try:
         before = report.read_report(RootLayout(root).report_json)
     except (OSError, CorruptFileError):
@@ -219,16 +225,17 @@ def _session_choices(root: Path, given: SessionChoices) -> SessionChoices | str:
     if not allow and before.allow_caliber_mismatch:
         allow = True
         kept.append("--allow-caliber-mismatch")
-    if threshold is None and before.fail_if_slower_pct is not None:
+    keep_threshold = keep_gate and threshold is None  # dropped (--ab-no-fail-if-slower) or given here: not kept
+    if keep_threshold and before.fail_if_slower_pct is not None:
         threshold = before.fail_if_slower_pct
         kept.append(f"--ab-fail-if-slower {threshold:g}")
         if gate is None and before.gate_scope != GATE_SHAPES:
             gate = before.gate_scope
             kept.append(f"--ab-gate {gate}")
-    elif threshold is None and before.slower_ops:
+    elif keep_threshold and before.slower_ops:
         return (f"{RootLayout(root).report_json} was gated by --ab-fail-if-slower (slower: "
                 f"{', '.join(before.slower_ops)}) but does not say its threshold: give --ab-fail-if-slower PCT (and "
-                f"--ab-gate {before.gate_scope}), or the rewritten report would drop the regression")
+                f"--ab-gate {before.gate_scope}) to keep it, or --ab-no-fail-if-slower to drop it")
     if kept:
         print(f"abbench summary: {' and '.join(kept)} kept from the session that wrote {RootLayout(root).report_json}",
               file=sys.stderr)
@@ -435,6 +442,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"also write the short markdown summary to PATH (and append it to "
                         f"${envnames.GITHUB_STEP_SUMMARY} when that is set)")
     add_report_options(s.add_argument)
+    s.add_argument("--ab-no-fail-if-slower", action="store_true", default=False,
+                   help="rebuild without the regression gate of the session that wrote ROOT's report (kept otherwise)")
     # --ab-gate unset reads as None, so a session's scope is kept only where the user gave none.
     s.set_defaults(func=summary, ab_gate=None)
 

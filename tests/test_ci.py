@@ -204,6 +204,12 @@ def test_a_later_summary_keeps_the_sessions_regression_gate(tmp_path: Path, caps
             f"not say its threshold: give --ab-fail-if-slower PCT (and --ab-gate geomean)") in capsys.readouterr().err
     assert json.loads((tmp_path / "report.json").read_text()) == older
     assert main(["gate", str(tmp_path)]) == 7
+    # Dropped on purpose: the rewritten report has no gate, and a later summary keeps none.
+    assert main(["summary", str(tmp_path), "--ab-no-fail-if-slower", "--ab-fail-if-slower", "2"]) == 2
+    assert main(["summary", str(tmp_path), "--ab-no-fail-if-slower"]) == 0
+    assert json.loads((tmp_path / "report.json").read_text())["fail_if_slower_pct"] is None
+    assert main(["summary", str(tmp_path)]) == 0
+    assert main(["gate", str(tmp_path)]) == 0
 
 
 def test_the_gate_refuses_a_root_whose_report_is_missing_stale_or_unreadable(
