@@ -121,9 +121,14 @@ class ShapeReference:
     settled_alone: tuple[int, int] | None = None  # at the power cap: (settlings that met their condition, settlings)
 
     @property
+    def timed_pairs(self) -> list[tuple[float, float]]:
+        """The pairs whose two times are positive: those the delta and each side's time are read from."""
+        return [(a, b) for a, b in self.pairs if a > 0 and b > 0]
+
+    @property
     def log_ratios(self) -> list[float]:
-        """Each pair's ln(B/A); pairs with a time that is not positive are left out."""
-        return [math.log(b / a) for a, b in self.pairs if a > 0 and b > 0]
+        """Each timed pair's ln(B/A)."""
+        return [math.log(b / a) for a, b in self.timed_pairs]
 
 
 @dataclass

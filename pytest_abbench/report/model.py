@@ -40,7 +40,8 @@ SCHEMA_VERSION = 9  # 3: OpReport.caliber_mismatch; 4: Report.complete and faile
 # 9 also: ShapeReport.reference_settled_alone, optional with a default
 # 9 also: OpReport.unreadable (its cells' results records that could not be read), optional with a default
 # 9 also: ShapeReport.reference_ms (each side's time per call in the pairs), optional with a default
-# 9 also: Report.fail_if_slower_pct (abbench summary keeps the session's gate, as it keeps its margin), optional with a default
+# 9 also: Report.fail_if_slower_pct (abbench summary keeps the session's gate, as it keeps its margin), optional
+# with a default
 
 
 @dataclass

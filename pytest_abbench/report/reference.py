@@ -28,8 +28,9 @@ from pytest_abbench.report.stats import interval, pct
 
 WHICH_TO_BELIEVE = ("the cells time each side in its own processes, each at the clock its own load settles to, the "
                     "cost a user of either side pays; the reference both in one process, side by side on one card "
-                    "(at a power cap each side's windows after its own side's settling): a difference is worth a look, and "
-                    "the clocks and times that follow say whether the cap explains it and which side's time moved")
+                    "(at a power cap each side's windows after its own side's settling): a difference is worth a "
+                    "look, and the clocks and times that follow say whether the cap explains it and which side's "
+                    "time moved")
 
 
 def apply(ops: list[OpReport], root: Path, problems: list[str]) -> None:
@@ -65,15 +66,15 @@ def apply_shape(s: ShapeReport, rows: ShapeReference | None) -> bool:
         timers = ", ".join(f"{side} {timer}" for side, timer in sorted(rows.timers.items()))
         s.reference_note = f"reference timed the sides with different timers ({timers}): not compared"
         return False
+    timed = rows.timed_pairs
     ratios = rows.log_ratios
-    positive = [(a, b) for a, b in rows.pairs if a > 0 and b > 0]
-    if not ratios or not positive:
+    if not timed:
         s.reference_note = "reference has no pair"
         return False
     s.reference_per_pair_pct = [pct(x) for x in ratios]
     s.reference_clocks_mhz = dict(rows.clocks_mhz)
     s.reference_settled_alone = None if rows.settled_alone is None else list(rows.settled_alone)
-    s.reference_ms = {"A": statistics.median(a for a, _ in positive), "B": statistics.median(b for _, b in positive)}
+    s.reference_ms = {"A": statistics.median(a for a, _ in timed), "B": statistics.median(b for _, b in timed)}
     s.reference_delta_pct = pct(statistics.median(ratios))
     ci = interval(ratios)
     s.reference_ci_pct = (pct(ci[0]), pct(ci[1])) if ci else None
