@@ -80,9 +80,11 @@ def test_a_carried_config_the_kernel_still_has_is_taken_untuned_and_one_it_lost_
     assert "carried from" in lines[1] and "not among the kernel's configs (after pruning) here: tuned here" in lines[3]
     pin = AutotunePin("record", tmp_path / "op.json", lines.append, lambda _: True, seed_path=tmp_path / "none.json")
     assert "nothing to carry" in lines[-1] and pin.seed == {}
+    # An unreadable seed only costs the carry: the cell tunes, and its log names the file and the field.
     (tmp_path / "bad.json").write_text('{"schema": 1, "entries": [], "carried": 3}')
-    with pytest.raises(AutotuneRecordError, match=r"bad.json.*carried"):
-        AutotunePin("record", tmp_path / "op.json", lines.append, lambda _: True, seed_path=tmp_path / "bad.json")
+    pin = AutotunePin("record", tmp_path / "op.json", lines.append, lambda _: True, seed_path=tmp_path / "bad.json")
+    assert pin.seed == {} and re.search(r"nothing carried: unreadable autotune record: .*bad.json.*carried.*"
+                                        r"this cell tunes", lines[-1])
 
 
 # An autotuned kernel of four candidates, compiled for cuda:90 by the real compile-only child (no GPU needed).

@@ -289,6 +289,41 @@ def test_every_campaign_smoke_level_is_correct_in_the_interpreter(campaign: str,
         assert records and all(r["status"] == "ok" for r in records), records
 
 
+def test_side_a_kernel_cache_keeps_round_1s_tuning_for_the_next_session(pytester: pytest.Pytester, tmp_path: Path,
+                                                                        kernel_cache_home: Path) -> None:
+    """A warm re-run tunes nothing: round 1 side A keeps its record in side A's kernel cache folder, and the next
+    session's round 1 side A carries it; --ab-retune tunes; an unreadable kept record is named, and tuned over."""
+    _run_cells(pytester, tmp_path / "first", "--ab-rounds", "1").assert_outcomes(passed=2)
+    kept_files = list((kernel_cache_home / "pytest-abbench" / "kernels").glob("tuned-A-*/abbench-autotune-addone.json"))
+    assert len(kept_files) == 1, "kept in side A's folder only"
+    kept = kept_files[0]
+    record = json.loads(kept.read_text())
+    assert record == json.loads((tmp_path / "first" / "autotune" / "addone.json").read_text())
+    record["entries"][0]["config"]["kwargs"] = {"BLOCK": 32}  # the other candidate: carrying it is visible
+    kept.write_text(json.dumps(record))
+
+    root = tmp_path / "warm"
+    _run_cells(pytester, root, "--ab-rounds", "1").assert_outcomes(passed=2)
+    carried = json.loads((root / "autotune" / "addone.json").read_text())
+    assert [e["config"]["kwargs"] for e in carried["entries"]] == [{"BLOCK": 32}]
+    assert (carried["carried"], carried["carried_from"]) == (1, str(kept))
+    assert "BENCH_CALL" not in (root / "r1_A" / "addone" / "run.log").read_text(), "nothing tuned"
+    assert "autotune: 1 key pinned from A (1 carried from side A's kernel cache" in (root / "report.md").read_text()
+
+    retuned = tmp_path / "retune"
+    _run_cells(pytester, retuned, "--ab-rounds", "1", "--ab-retune").assert_outcomes(passed=2)
+    assert "BENCH_CALL" in (retuned / "r1_A" / "addone" / "run.log").read_text()
+    assert json.loads((retuned / "autotune" / "addone.json").read_text()).get("carried", 0) == 0
+    assert json.loads(kept.read_text())["entries"][0]["config"]["kwargs"] == {"BLOCK": 16}, "the newest tuning"
+
+    kept.write_text("{not json")
+    broken = tmp_path / "broken"
+    _run_cells(pytester, broken, "--ab-rounds", "1").assert_outcomes(passed=2)
+    log = (broken / "r1_A" / "addone" / "run.log").read_text()
+    assert f"autotune: nothing carried: unreadable autotune record: {kept}" in log and "BENCH_CALL" in log
+    assert json.loads(kept.read_text())["entries"][0]["config"]["kwargs"] == {"BLOCK": 16}, "replaced"
+
+
 def test_round_1_side_a_carries_an_earlier_roots_configs_instead_of_tuning(pytester: pytest.Pytester,
                                                                           tmp_path: Path) -> None:
     earlier, root = tmp_path / "earlier", tmp_path / "root"

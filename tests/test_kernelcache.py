@@ -157,7 +157,9 @@ def test_an_exported_side_seeds_an_empty_cache_and_a_changed_key_is_refused(
         assert f"wrote {out}: side {side}'s kernel cache" in said, said
     with tarfile.open(exported["A"]) as tar:
         names = tar.getnames()
-    assert names[0] == "abbench-key.json" and len({n.split("/")[0] for n in names[1:]}) == first["A"]["compiled"]
+    kernel_dirs = {n.split("/")[0] for n in names[1:] if "/" in n}
+    assert names[0] == "abbench-key.json" and len(kernel_dirs) == first["A"]["compiled"]
+    assert "abbench-autotune-add.json" in names, "round 1's autotune record rides with side A's kernels"
     assert not list(campaign_dir.path.glob(".kernels-*"))  # no temporary file left beside it
 
     # A fresh machine: an empty cache folder seeded with side A's file compiles nothing for A, B as before.

@@ -1,9 +1,10 @@
 """Pin ``@triton.autotune`` choices across cells: record once, replay everywhere else.
 
 Round 1 side A records the config each autotuned kernel chose per autotune
-key (with ``--ab-autotune-from``, taking a key's config from an earlier
-root's record instead of tuning it, where that config is still one of the
-kernel's); every other cell replays that file, so the autotuner benchmarks nothing
+key (taking a key's config from a seed instead of tuning it, where that
+config is still one of the kernel's: an earlier root's record with
+``--ab-autotune-from``, else what side A's kernel cache kept from its last
+round 1); every other cell replays that file, so the autotuner benchmarks nothing
 and both sides time the same configs.  A key that record lacks is one side A
 never met (a kernel only side B calls): round 1 side B tunes it once and
 records it in side B's supplement, which side B's later cells replay.
@@ -121,18 +122,22 @@ class AutotunePin:
         self.candidate_procs = 1  # compile-all: processes that compile a kernel's candidates side by side
         self.bench_calls = 0
         self.bench_s = 0.0  # wall time inside the autotuner's benchmarking (candidate compiles included)
-        # An earlier root's record of the op (--ab-autotune-from): a recording cell takes its configs untuned.
+        # An earlier record of the op (--ab-autotune-from's root, or side A's kernel cache): a recording cell
+        # takes its configs untuned.
         self.seed_path = seed_path if mode == "record" else None
         self.seed: dict[Ident, dict[str, Any]] = {}
         self.carried: set[Ident] = set()
         if mode == "replay":
             self.recorded = self._load(record_path)
         if self.seed_path is not None:
-            self.seed = self._load(self.seed_path)
-            self.log(f"[abbench] autotune: {len(self.seed)} keys in {self.seed_path} to carry (--ab-autotune-from)"
-                     if self.seed_path.exists() else
-                     f"[abbench] autotune: nothing to carry: {self.seed_path} does not exist (--ab-autotune-from); "
-                     "this cell tunes")
+            try:
+                self.seed = self._load(self.seed_path)
+            except AutotuneRecordError as exc:  # a seed only saves tuning: this cell tunes, and says why
+                self.log(f"[abbench] autotune: nothing carried: {exc}; this cell tunes")
+            else:
+                self.log(f"[abbench] autotune: {len(self.seed)} keys in {self.seed_path} to carry"
+                         if self.seed_path.exists() else
+                         f"[abbench] autotune: nothing to carry: {self.seed_path} does not exist; this cell tunes")
         if side_mode == "replay":
             self.side_recorded = self._load(side_path)
             self._refuse_conflicts()

@@ -110,8 +110,9 @@ class CellConfig:
     autotune_mode: str = field(default="off", metadata=_flag("--autotune-mode", choices=AUTOTUNE_MODES))
     autotune_file: Path | None = field(default=None, metadata=_flag("--autotune-file", Path))
     autotune_seed_file: Path | None = field(default=None, metadata=_flag(
-        "--autotune-seed-file", Path, help="an earlier root's record of the op (--ab-autotune-from): a recording "
-                                           "cell takes a key's config from it, untuned, where the kernel still has it"))
+        "--autotune-seed-file", Path, help="an earlier record of the op (--ab-autotune-from's root, or side A's "
+                                           "kernel cache): a recording cell takes a key's config from it, untuned, "
+                                           "where the kernel still has it"))
     autotune_screen: int = field(default=DEFAULT_AUTOTUNE_SCREEN_MS, metadata=_flag(
         "--autotune-screen", int, help="ms each autotune candidate is timed for before the ones near the fastest "
                                        "are timed in full (0: every one in full)"))

@@ -34,6 +34,9 @@ OFF = "off"
 AUTO = "auto"
 KEY_SCHEMA = 1
 KEY_FILE = "abbench-key.json"  # in each key's folder: what the key was made of, for a person to read
+# In side A's key folder, beside the kernels (a file, not a folder: no kernel count takes it for one), the autotune
+# record the last round 1 on this key wrote per op (``kept_tuning``); `abbench kernels export` carries it too.
+KEPT_TUNING_PREFIX = "abbench-autotune-"
 # Inherited variables that may change what Triton compiles (its knobs, MLIR's and LLVM's); the cache folder
 # itself and the per-pass dump path are where things go, not what is compiled.
 KEYED_PREFIXES = ("TRITON_", "MLIR_", "LLVM_")
@@ -117,3 +120,12 @@ def key_folder(base: Path, key: KernelCacheKey) -> Path:
     if not record.exists():
         write_json_atomic(record, {SCHEMA_FIELD: KEY_SCHEMA, **key.to_json()})
     return folder
+
+
+def kept_tuning(folder: Path, op: str) -> Path:
+    """Where side A's key folder keeps ``op``'s autotune record from the last round 1 on this key: a later
+    session's round 1 side A carries those configs instead of tuning them again (``--ab-retune``: it tunes).
+
+    The key holds what changes the code side A compiles on this device; a key the record lacks, or a config the
+    kernel no longer has, is tuned as ever (``child.autotune_pin``)."""
+    return folder / f"{KEPT_TUNING_PREFIX}{op}.json"

@@ -283,6 +283,7 @@ class Settings:
     worker_scratch: Path | None = None
     costs_from: Path | None = None  # --ab-costs-from: an earlier root whose cell times order the ops
     autotune_from: Path | None = None  # --ab-autotune-from: an earlier root whose records round 1 side A carries
+    retune: bool = False  # --ab-retune: round 1 side A tunes, not carrying what side A's kernel cache kept
     # --ab-autotune-screen: ms each autotune candidate is first timed for (0: every one for Triton's own times)
     autotune_screen_ms: int = DEFAULT_AUTOTUNE_SCREEN_MS
     import_timeout_s: float = DEFAULT_IMPORT_TIMEOUT_S  # --ab-import-timeout: a campaign import at collection that takes longer fails

@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterable, TypeAlias
 from pytest_abbench.checks import caliber, irgate
 from pytest_abbench.core import autotunerecord
 from pytest_abbench.core.fileio import CorruptFileError
+from pytest_abbench.core.kernelcache import KEPT_TUNING_PREFIX
 from pytest_abbench.core.layout import (CONTROL, IDENTITY_FILE, SIDES, CellKey, RootLayout, identity_file,
                                    markers_log, results_file)
 from pytest_abbench.core.markers import count_markers
@@ -439,6 +440,13 @@ def _energy_unsettled(rep: OpReport, target_pct: float | None) -> list[str]:
             and not sequential.energy_settled(s.energy_ci_pct, target_pct)]
 
 
+def carried_source(path: str) -> str:
+    """Where round 1 side A's carried configs came from, in the report's words."""
+    if Path(path).name.startswith(KEPT_TUNING_PREFIX):
+        return "side A's kernel cache, as its last round 1 there chose them (--ab-retune tunes them)"
+    return path  # --ab-autotune-from's root
+
+
 def autotune_pins_line(layout: RootLayout, op: str) -> str:
     """Which autotune keys the op's cells pinned from which side, e.g. ``autotune: 3 keys pinned from A, 1 key only
     side B has, pinned from r1-B``; "" when no key was pinned."""
@@ -446,7 +454,7 @@ def autotune_pins_line(layout: RootLayout, op: str) -> str:
     main = autotunerecord.read_record_or_none(layout.autotune_record(op))
     if main is not None and main.entries:
         parts.append(f"{count(len(main.entries), 'key')} pinned from A" + (
-            f" ({main.carried} carried from {main.carried_from}, not tuned)" if main.carried else ""))
+            f" ({main.carried} carried from {carried_source(main.carried_from)}, not tuned)" if main.carried else ""))
     for side in SIDES:
         path = layout.autotune_side_record(op, side)
         if not path.exists():

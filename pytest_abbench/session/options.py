@@ -84,6 +84,9 @@ def register(parser: pytest.Parser) -> None:
         help="round 1 side A takes each autotune key's config from the op's record in ROOT, an earlier root, "
              "instead of tuning it (a key ROOT lacks, or a config the kernel no longer has, is tuned); every "
              "later cell replays as always (a re-run on a warm cache then benchmarks none of the keys carried)")
+    add("--ab-retune", action="store_true", default=False,
+        help="round 1 side A tunes every autotune key, even where side A's kernel cache kept its configs from the "
+             "last round 1 on the same key (carried by default: a warm re-run tunes nothing; --ab-autotune-from wins)")
     add("--ab-autotune-screen", type=autotune_screen_ms, default=cellconfig.DEFAULT_AUTOTUNE_SCREEN_MS, metavar="MS",
         help=f"a cell that tunes an autotuned kernel times every candidate for MS ms first, then only those within "
              f"{cellconfig.AUTOTUNE_FINALIST_TOL * 100:.0f}%% of the fastest for Triton's own warm-up and repeats, and "
@@ -266,6 +269,7 @@ def resolve(config: pytest.Config) -> Settings:
         resume=opt.ab_resume,
         costs_from=opt.ab_costs_from,
         autotune_from=opt.ab_autotune_from,
+        retune=bool(opt.ab_retune),
         autotune_screen_ms=opt.ab_autotune_screen,
         switch_env_a=dict(opt.ab_switch_env_a) if opt.ab_switch_env_a else None,
         history=resolve_history(config),

@@ -21,13 +21,13 @@ from pytest_abbench.spawn.precompile import Job as CompileJob
 from pytest_abbench.core import tunercache
 from pytest_abbench.campaign.model import Campaign, source_hash
 from pytest_abbench.spawn.kernelcache import KernelCaches
-from pytest_abbench.core import envnames
+from pytest_abbench.core import envnames, kernelcache
 from pytest_abbench.core.cellconfig import CellConfig, autotune_mode_for, side_record_mode_for
 from pytest_abbench.spawn.cellrun import ChildResult, log_tail
 from pytest_abbench.core.exitcodes import describe, status_word
 from pytest_abbench.spawn.forkserver import ForkServerError, ServerKey, server_key
 from pytest_abbench.spawn.strategy import CellSpawn, ExecSpawn, ForkSpawn
-from pytest_abbench.core.fileio import CorruptFileError
+from pytest_abbench.core.fileio import CorruptFileError, write_bytes_atomic
 from pytest_abbench.core.cellfiles import (KERNEL_COUNTS_FILE, CellTiming, KernelCounts, add_counts, read_timing,
                                            write_timing)
 from pytest_abbench.core.results import read_results
@@ -271,8 +271,7 @@ class CellRunner:
             direct_rep=int(side_opts.get("direct_rep") or s.direct_rep_ms),
             direct_warmup=int(side_opts.get("direct_warmup") or s.direct_warmup_ms),
             autotune_mode=autotune_mode_for(key.round, key.role), autotune_file=self.layout.autotune_record(key.op),
-            autotune_seed_file=RootLayout(s.autotune_from).autotune_record(key.op)
-            if s.autotune_from and autotune_mode_for(key.round, key.role) == "record" else None,
+            autotune_seed_file=self.autotune_seed(campaign, key, cell_dir),
             autotune_screen=s.autotune_screen_ms,
             autotune_side_mode=side_mode, tuner_seed_base=self.tuner_seed_base(campaign, key, side_mode),
             autotune_side_file=self.layout.autotune_side_record(key.op, key.side) if side_mode else None,
@@ -282,6 +281,40 @@ class CellRunner:
             ir_level=ir_level, shares=shares, spawn=s.spawn, regime=s.regime, edges_unread=not s.gpu_state,
             adapter=campaign.adapter,
         )
+
+    def autotune_seed(self, campaign: Campaign, key: CellKey, cell_dir: Path) -> Path | None:
+        """For round 1 side A, the record whose configs it carries instead of tuning: the op's in
+        ``--ab-autotune-from``'s root; else, unless ``--ab-retune``, the one side A's kernel cache kept from the
+        last round 1 on its key (``keep_tuning``), where there is one.  None for every other cell."""
+        s = self.settings
+        if autotune_mode_for(key.round, key.role) != "record":
+            return None
+        if s.autotune_from:
+            return RootLayout(s.autotune_from).autotune_record(key.op)
+        kept = None if s.retune else self.kept_tuning(campaign, key, cell_dir)
+        return kept if kept is not None and kept.is_file() else None
+
+    def kept_tuning(self, campaign: Campaign, key: CellKey, cell_dir: Path) -> Path | None:
+        """Where side A's kernel cache keeps the op's autotune record (``core.kernelcache.kept_tuning``); None
+        when the kernel cache is off (the root's own Triton cache lives no longer than the root)."""
+        if self.kernel_caches.base is None:
+            return None
+        folder = self.triton_cache(campaign, key.side, self.env(campaign, key, cell_dir))
+        return kernelcache.kept_tuning(folder, key.op)
+
+    def keep_tuning(self, campaign: Campaign, key: CellKey, cell_dir: Path) -> None:
+        """After round 1 side A ended well: its kernel cache keeps the op's record for the next session on the
+        key (atomically: two sessions may keep one at once)."""
+        kept = self.kept_tuning(campaign, key, cell_dir)
+        record = self.layout.autotune_record(key.op)
+        if kept is None or not record.is_file():
+            return
+        try:
+            write_bytes_atomic(kept, record.read_bytes())
+        except OSError as exc:  # a cache that cannot be written costs the next session its tuning, nothing more
+            with open(run_log(cell_dir), "a", encoding="utf-8") as log:
+                log.write(f"[abbench] autotune: could not keep the record in side A's kernel cache: {kept}: "
+                          f"{exc.strerror or exc}\n")
 
     def tuner_seed_base(self, campaign: Campaign, key: CellKey, side_mode: str | None) -> str | None:
         """For a cell whose library tuner starts from its side's record: the op's record that one grew from
@@ -479,6 +512,8 @@ class CellRunner:
         if precompile_s:
             child = ChildResult(child.rc, child.elapsed_s + precompile_s)
         add_parent_timing(cell_dir, spent if precompile_s else None, ended, child.elapsed_s)
+        if records_tuning and child.rc == 0:
+            self.keep_tuning(campaign, key, cell_dir)
         if per_cell_tuner and records_tuning:
             tunercache.keep_record(cell_dir / tunercache.CELL_CACHE_DIR, self.layout.root, key.op)
         if per_cell_tuner and side_mode == "record":
