@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_abbench.child.autotune_pin import AutotunePin, AutotuneRecordError, kernel_name
+from pytest_abbench.child.autotune_pin import AutotunePin, AutotuneRecordError, kernel_name, kernel_source
 from pytest_abbench.core.autotunerecord import AutotuneRecord, read_record, write_record
 
 BLOCK_16 = {"kwargs": {"BLOCK": 16}, "num_warps": 4, "num_stages": 3, "num_ctas": 1, "maxnreg": None}
@@ -85,6 +85,29 @@ def test_a_carried_config_the_kernel_still_has_is_taken_untuned_and_one_it_lost_
     pin = AutotunePin("record", tmp_path / "op.json", lines.append, lambda _: True, seed_path=tmp_path / "bad.json")
     assert pin.seed == {} and re.search(r"nothing carried: unreadable autotune record: .*bad.json.*carried.*"
                                         r"this cell tunes", lines[-1])
+
+
+def test_a_seed_tuned_on_other_code_of_the_kernel_is_not_carried(tmp_path: Path) -> None:
+    """A seed entry keeps the kernel's code fingerprint: a library update that keeps the config list but changes the
+    kernel (or a @jit function it calls) gets it tuned, not the old choice carried."""
+    kernel = _kernel()
+    key = (40, "torch.float32")
+    ident = (kernel_name(kernel), ("40", "torch.float32"))
+    here = kernel_source(kernel)
+    assert here.startswith(("triton:", "source:")) and here == kernel_source(_kernel()), "stable across builds"
+    lines: list[str] = []
+    for source, wanted in ((here, {"BLOCK": 16}), ("triton:other-code", None), ("", {"BLOCK": 16})):
+        write_record(tmp_path / "seed.json", AutotuneRecord({ident: BLOCK_16}, recorded_by="r1-A",
+                                                            sources={ident: source} if source else {}))
+        assert read_record(tmp_path / "seed.json").sources == ({ident: source} if source else {})
+        pin = AutotunePin("record", tmp_path / "op.json", lines.append, lambda _: True, cell="r1-A",
+                          seed_path=tmp_path / "seed.json")
+        chosen = pin.choose(kernel, key, kernel.configs)  # type: ignore[attr-defined]
+        assert (chosen.kwargs if chosen is not None else None) == wanted, source  # "": a record of an earlier release
+    assert "tuned on other code of this kernel (its fingerprint differs): tuned here" in "".join(lines)
+    pin.note(kernel, key, kernel.configs[0])  # type: ignore[attr-defined]
+    pin.save()
+    assert read_record(tmp_path / "op.json").sources == {ident: here}, "what it records carries its fingerprint"
 
 
 # An autotuned kernel of four candidates, compiled for cuda:90 by the real compile-only child (no GPU needed).

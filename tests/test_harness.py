@@ -271,6 +271,28 @@ def test_a_poisoned_capture_measures_the_rest_in_a_fresh_process(tmp_path: Path)
     assert done.stdout.count("[abbench] cell r1-A op=double") == 3, "the first process and one per poisoned shape"
 
 
+def test_a_recording_cell_continued_after_a_poisoned_context_keeps_its_first_processs_keys(tmp_path: Path) -> None:
+    """Round 1 side A records one autotune key per shape; the graph timer poisons every shape on a machine without
+    CUDA, so each shape is measured by a process of its own.  The record ends with both keys, not the last one."""
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("with CUDA the graph capture of a CPU op is not guaranteed to poison")
+    campaign = tmp_path / "tuned.py"
+    campaign.write_text(AUTOTUNE_CAMPAIGN.replace('shapes={"smoke": [{"n": 40}]}',
+                                                  'shapes={"smoke": [{"n": 40}, {"n": 48}]}'))
+    record = tmp_path / "autotune" / "addone.json"
+    config = CellConfig(campaign=campaign, op="addone", round_no=1, side="A", role="A", out=tmp_path / "cell",
+                        backend="interpreter", timer="cudagraph", level="smoke", samples=1,
+                        autotune_mode="record", autotune_file=record)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TRITON_INTERPRET": "1", "TRITON_CACHE_DIR": str(tmp_path / "c")}
+    done = subprocess.run([sys.executable, "-m", CHILD_MODULE, *config.to_argv()], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("[abbench] cell r1-A op=addone") == 3, "the first process and one per poisoned shape"
+    keys = [e["key"][0] for e in json.loads(record.read_text())["entries"]]
+    assert keys == ["40", "48"], keys
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("campaign", ["topk", "router_gemm", "mm", "replication_pad3d"])
 def test_every_campaign_smoke_level_is_correct_in_the_interpreter(campaign: str, tmp_path: Path) -> None:
@@ -310,11 +332,22 @@ def test_side_a_kernel_cache_keeps_round_1s_tuning_for_the_next_session(pytester
     assert "BENCH_CALL" not in (root / "r1_A" / "addone" / "run.log").read_text(), "nothing tuned"
     assert "autotune: 1 key pinned from A (1 carried from side A's kernel cache" in (root / "report.md").read_text()
 
+    # A key this run does not meet (another level's shape) stays kept; the key it tunes takes this run's choice.
+    other = {**record["entries"][0], "key": ["99", "torch.float32", "torch.float32"]}
+    kept.write_text(json.dumps({**record, "entries": [record["entries"][0], other]}))
     retuned = tmp_path / "retune"
     _run_cells(pytester, retuned, "--ab-rounds", "1", "--ab-retune").assert_outcomes(passed=2)
     assert "BENCH_CALL" in (retuned / "r1_A" / "addone" / "run.log").read_text()
     assert json.loads((retuned / "autotune" / "addone.json").read_text()).get("carried", 0) == 0
-    assert json.loads(kept.read_text())["entries"][0]["config"]["kwargs"] == {"BLOCK": 16}, "the newest tuning"
+    entries = {e["key"][0]: e["config"]["kwargs"] for e in json.loads(kept.read_text())["entries"]}
+    assert entries == {"40": {"BLOCK": 16}, "99": {"BLOCK": 32}}, "the newest tuning, merged into what was kept"
+
+    # Configs carried from another root were chosen there: side A's kernel cache does not keep them as its own.
+    before = kept.read_text()
+    carried_root = tmp_path / "carried"
+    _run_cells(pytester, carried_root, "--ab-rounds", "1", "--ab-autotune-from", str(root)).assert_outcomes(passed=2)
+    assert json.loads((carried_root / "autotune" / "addone.json").read_text())["carried"] == 1
+    assert kept.read_text() == before
 
     kept.write_text("{not json")
     broken = tmp_path / "broken"

@@ -17,6 +17,7 @@ cell child only.
 from __future__ import annotations
 
 import functools
+import hashlib
 import inspect
 import math
 import os
@@ -77,12 +78,31 @@ def _ident(autotuner: Any, key: TuningKey) -> Ident:
     return kernel_name(autotuner), tuple(str(k) for k in key)
 
 
+def kernel_source(autotuner: Any) -> str:
+    """A fingerprint of the autotuned kernel's code, so that a config tuned on other code is not carried: Triton's
+    own (``JITFunction.cache_key``: its source, the @jit functions it calls, the globals it reads); in the
+    interpreter, whose functions have none, a hash of the kernel's own source; "" when neither can be had."""
+    fn = autotuner.fn
+    while fn is not None and not hasattr(type(fn), "cache_key"):  # heuristics and interpreter wrappers
+        fn = getattr(fn, "fn", None)
+    try:
+        if fn is not None:
+            return f"triton:{fn.cache_key}"
+        return "source:" + hashlib.sha256(inspect.getsource(autotuner.base_fn).encode()).hexdigest()[:32]
+    except Exception:  # noqa: BLE001  (a fingerprint that cannot be made costs the carry, never the cell)
+        return ""
+
+
 def _read(path: Path | None) -> dict[Ident, dict[str, Any]]:
+    return _read_record(path).entries
+
+
+def _read_record(path: Path | None) -> AutotuneRecord:
     if path is None or not path.exists():
         # No record (its recording cell failed before writing one): every key falls back, loudly.
-        return {}
+        return AutotuneRecord()
     try:
-        return read_record(path).entries
+        return read_record(path)
     except CorruptFileError as exc:  # names the file and the field
         raise AutotuneRecordError(f"unreadable autotune record: {exc}") from None
     except OSError as exc:
@@ -101,7 +121,8 @@ class AutotunePin:
     def __init__(self, mode: str, record_path: Path | None, log: Callable[[str], None],
                  can_benchmark: Callable[[Any], bool], side_mode: str | None = None,
                  side_path: Path | None = None, side: str | None = None, cell: str = "",
-                 seed_path: Path | None = None, screen_ms: int = DEFAULT_AUTOTUNE_SCREEN_MS) -> None:
+                 seed_path: Path | None = None, screen_ms: int = DEFAULT_AUTOTUNE_SCREEN_MS,
+                 continuing: bool = False) -> None:
         if mode not in AUTOTUNE_MODES:
             raise ValueError(f"autotune_mode {mode!r} is not one of {', '.join(AUTOTUNE_MODES)}")
         if side_mode is not None and (side_mode not in SIDE_RECORD_MODES or mode != "replay" or side_path is None):
@@ -126,12 +147,17 @@ class AutotunePin:
         # takes its configs untuned.
         self.seed_path = seed_path if mode == "record" else None
         self.seed: dict[Ident, dict[str, Any]] = {}
+        self.seed_sources: dict[Ident, str] = {}
         self.carried: set[Ident] = set()
+        self.recorded_sources: dict[Ident, str] = {}  # record mode: each recorded kernel's ``kernel_source``
         if mode == "replay":
             self.recorded = self._load(record_path)
+        if mode == "record" and continuing:
+            self._continue_record()
         if self.seed_path is not None:
             try:
-                self.seed = self._load(self.seed_path)
+                seed = _read_record(self.seed_path)
+                self.seed, self.seed_sources = seed.entries, seed.sources
             except AutotuneRecordError as exc:  # a seed only saves tuning: this cell tunes, and says why
                 self.log(f"[abbench] autotune: nothing carried: {exc}; this cell tunes")
             else:
@@ -144,6 +170,16 @@ class AutotunePin:
 
     def _load(self, path: Path | None) -> dict[Ident, dict[str, Any]]:
         return _read(path)  # an unreadable record raises naming its file once
+
+    def _continue_record(self) -> None:
+        """A recording cell that goes on in a fresh process (after a poisoned context) keeps the keys its first
+        process recorded: its save would otherwise replace them with its own shapes' keys only."""
+        try:
+            earlier = _read_record(self.record_path)
+        except AutotuneRecordError:
+            return  # a record this cell cannot read is rewritten whole
+        if earlier.recorded_by == self.cell:
+            self.recorded, self.recorded_sources = dict(earlier.entries), dict(earlier.sources)
 
     def _refuse_conflicts(self) -> None:
         """Two records that pin one key to different configs: which one the cell times is not decidable."""
@@ -216,6 +252,11 @@ class AutotunePin:
         """The seed's config for ``ident`` when it is still one the kernel would try here (its configs after this
         device's pruning), else None: then it is tuned."""
         wanted = self.seed[ident]
+        source = self.seed_sources.get(ident, "")
+        if source and source != kernel_source(autotuner):
+            self.log(f"[abbench] autotune: kernel={ident[0]} key={list(ident[1])}: {self.seed_path} pins {wanted}, "
+                     "tuned on other code of this kernel (its fingerprint differs): tuned here")
+            return None
         for config in pruned:
             if config_to_dict(config) == wanted:
                 self.carried.add(ident)
@@ -230,6 +271,7 @@ class AutotunePin:
         ident = _ident(autotuner, key)
         if self.mode == "record":
             self.recorded[ident] = config_to_dict(config)
+            self.recorded_sources[ident] = kernel_source(autotuner)
         elif self.side_mode == "record" and ident not in self.recorded:
             self.side_recorded[ident] = config_to_dict(config)
 
@@ -240,7 +282,7 @@ class AutotunePin:
             carried = len(self.carried & self.recorded.keys())
             write_record(self.record_path, AutotuneRecord(
                 self.recorded, recorded_by=self.cell, carried_from=str(self.seed_path) if carried else "",
-                carried=carried))
+                carried=carried, sources={i: s for i, s in self.recorded_sources.items() if s and i in self.recorded}))
         if self.side_mode == "record" and self.side_path is not None:
             write_record(self.side_path, AutotuneRecord(self.side_recorded, self.side, self.cell))
 

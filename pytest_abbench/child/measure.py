@@ -123,7 +123,8 @@ def measure(config: CellConfig, load: CampaignLoad = load_cell_campaign) -> int:
                           can_benchmark=lambda at: config.backend == "cuda" or at._do_bench is not None,
                           side_mode=config.autotune_side_mode, side_path=config.autotune_side_file,
                           side=config.side, cell=f"r{config.round_no}-{config.role}",
-                          seed_path=config.autotune_seed_file, screen_ms=config.autotune_screen)
+                          seed_path=config.autotune_seed_file, screen_ms=config.autotune_screen,
+                          continuing=bool(done_shape_ids(out / RESULTS_FILE)))
     except AutotuneRecordError as exc:
         log(f"[abbench] {exc}")
         return EXIT_SETUP_ERROR

@@ -29,9 +29,17 @@ class AutotuneRecord:
     recorded_by: str = ""  # the cell that wrote it, ``r1-B``; "" in records of earlier releases
     carried_from: str = ""  # the earlier root's record round 1 side A took configs from (--ab-autotune-from)
     carried: int = 0  # how many of the entries it took from there instead of tuning
+    # Each entry's kernel code as it was when tuned (``child.autotune_pin.kernel_source``): a later session carries
+    # an entry only to the same code.  Missing in records of earlier releases.
+    sources: dict[Ident, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        entries = [{"kernel": k, "key": list(key), "config": cfg} for (k, key), cfg in sorted(self.entries.items())]
+        entries = []
+        for ident, cfg in sorted(self.entries.items()):
+            entry: dict[str, Any] = {"kernel": ident[0], "key": list(ident[1]), "config": cfg}
+            if self.sources.get(ident):
+                entry["source"] = self.sources[ident]
+            entries.append(entry)
         data: dict[str, Any] = {SCHEMA_FIELD: SCHEMA, "entries": entries}
         if self.side is not None:
             data["side"] = self.side
@@ -51,6 +59,7 @@ def read_record(path: Path) -> AutotuneRecord:
     if not isinstance(raw, list):
         raise fields.error("entries", "a list of {kernel, key, config} objects", raw)
     entries: dict[Ident, dict[str, Any]] = {}
+    sources: dict[Ident, str] = {}
     for index, item in enumerate(raw):
         entry = Fields(str(path), item, f"entries[{index}].")
         kernel, key = entry.text("kernel"), entry.texts("key")
@@ -59,11 +68,15 @@ def read_record(path: Path) -> AutotuneRecord:
             raise entry.error("config", "an object (the chosen triton.Config)", config)
         _check_config(Fields(str(path), config, f"entries[{index}].config."))
         entries[(kernel, tuple(key))] = config
+        source = entry.text("source", "")
+        if source:
+            sources[(kernel, tuple(key))] = source
     side = fields.text_or_none("side")
     carried = fields.data.get("carried", 0)
     if type(carried) is not int or not 0 <= carried <= len(entries):
         raise fields.error("carried", f"a whole number from 0 to the {len(entries)} entries", carried)
-    return AutotuneRecord(entries, side, fields.text("recorded_by", ""), fields.text("carried_from", ""), carried)
+    return AutotuneRecord(entries, side, fields.text("recorded_by", ""), fields.text("carried_from", ""), carried,
+                          sources)
 
 
 # A triton.Config's counts, as ``config_to_dict`` writes them (null where Triton leaves one unset, as maxnreg).

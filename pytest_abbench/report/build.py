@@ -443,8 +443,8 @@ def _energy_unsettled(rep: OpReport, target_pct: float | None) -> list[str]:
 def carried_source(path: str) -> str:
     """Where round 1 side A's carried configs came from, in the report's words."""
     if Path(path).name.startswith(KEPT_TUNING_PREFIX):
-        return "side A's kernel cache, as its last round 1 there chose them (--ab-retune tunes them)"
-    return path  # --ab-autotune-from's root
+        return "side A's kernel cache, chosen by an earlier round 1 on its key, not tuned; --ab-retune tunes them"
+    return f"{path}, not tuned"  # --ab-autotune-from's root
 
 
 def autotune_pins_line(layout: RootLayout, op: str) -> str:
@@ -454,7 +454,7 @@ def autotune_pins_line(layout: RootLayout, op: str) -> str:
     main = autotunerecord.read_record_or_none(layout.autotune_record(op))
     if main is not None and main.entries:
         parts.append(f"{count(len(main.entries), 'key')} pinned from A" + (
-            f" ({main.carried} carried from {carried_source(main.carried_from)}, not tuned)" if main.carried else ""))
+            f" ({main.carried} carried from {carried_source(main.carried_from)})" if main.carried else ""))
     for side in SIDES:
         path = layout.autotune_side_record(op, side)
         if not path.exists():

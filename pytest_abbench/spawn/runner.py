@@ -21,13 +21,13 @@ from pytest_abbench.spawn.precompile import Job as CompileJob
 from pytest_abbench.core import tunercache
 from pytest_abbench.campaign.model import Campaign, source_hash
 from pytest_abbench.spawn.kernelcache import KernelCaches
-from pytest_abbench.core import envnames, kernelcache
+from pytest_abbench.core import autotunerecord, envnames, kernelcache
 from pytest_abbench.core.cellconfig import CellConfig, autotune_mode_for, side_record_mode_for
 from pytest_abbench.spawn.cellrun import ChildResult, log_tail
 from pytest_abbench.core.exitcodes import describe, status_word
 from pytest_abbench.spawn.forkserver import ForkServerError, ServerKey, server_key
 from pytest_abbench.spawn.strategy import CellSpawn, ExecSpawn, ForkSpawn
-from pytest_abbench.core.fileio import CorruptFileError, write_bytes_atomic
+from pytest_abbench.core.fileio import CorruptFileError
 from pytest_abbench.core.cellfiles import (KERNEL_COUNTS_FILE, CellTiming, KernelCounts, add_counts, read_timing,
                                            write_timing)
 from pytest_abbench.core.results import read_results
@@ -300,17 +300,25 @@ class CellRunner:
         if self.kernel_caches.base is None:
             return None
         folder = self.triton_cache(campaign, key.side, self.env(campaign, key, cell_dir))
+        if folder == self.layout.triton_cache(key.side):  # the side's key could not be probed: no cache of its own
+            return None
         return kernelcache.kept_tuning(folder, key.op)
 
     def keep_tuning(self, campaign: Campaign, key: CellKey, cell_dir: Path) -> None:
         """After round 1 side A ended well: its kernel cache keeps the op's record for the next session on the
-        key (atomically: two sessions may keep one at once)."""
+        key, merged into what it kept before (this run's choices win; a smaller level's run keeps the other
+        shapes' keys), atomically: two sessions may keep one at once.  Not a record that carried configs from
+        ``--ab-autotune-from``'s root: those were chosen there, not on this key."""
         kept = self.kept_tuning(campaign, key, cell_dir)
-        record = self.layout.autotune_record(key.op)
-        if kept is None or not record.is_file():
+        record = autotunerecord.read_record_or_none(self.layout.autotune_record(key.op))
+        if kept is None or record is None or self.settings.autotune_from:
             return
+        before = autotunerecord.read_record_or_none(kept) or autotunerecord.AutotuneRecord()
+        merged = autotunerecord.AutotuneRecord(
+            {**before.entries, **record.entries}, recorded_by=record.recorded_by,
+            sources={**{i: src for i, src in before.sources.items() if i not in record.entries}, **record.sources})
         try:
-            write_bytes_atomic(kept, record.read_bytes())
+            autotunerecord.write_record(kept, merged)
         except OSError as exc:  # a cache that cannot be written costs the next session its tuning, nothing more
             with open(run_log(cell_dir), "a", encoding="utf-8") as log:
                 log.write(f"[abbench] autotune: could not keep the record in side A's kernel cache: {kept}: "
@@ -512,8 +520,6 @@ class CellRunner:
         if precompile_s:
             child = ChildResult(child.rc, child.elapsed_s + precompile_s)
         add_parent_timing(cell_dir, spent if precompile_s else None, ended, child.elapsed_s)
-        if records_tuning and child.rc == 0:
-            self.keep_tuning(campaign, key, cell_dir)
         if per_cell_tuner and records_tuning:
             tunercache.keep_record(cell_dir / tunercache.CELL_CACHE_DIR, self.layout.root, key.op)
         if per_cell_tuner and side_mode == "record":
@@ -533,6 +539,8 @@ class CellRunner:
             status = FAILED_SHAPES
         elif child.rc == 0 and not success:
             status = NO_SHAPES
+        if records_tuning and status == OK:
+            self.keep_tuning(campaign, key, cell_dir)
         outcome = CellOutcome(key, cell_dir, status, campaign.switch.describe(), str(campaign.path), child.rc,
                               child.elapsed_s, success, failed, markers, undecodable)
         # The plugin's own cost of this cell: everything here except the child (benchmarks/plugin_scale.py).
