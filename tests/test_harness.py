@@ -331,6 +331,10 @@ def test_side_a_kernel_cache_keeps_round_1s_tuning_for_the_next_session(pytester
     assert (carried["carried"], carried["carried_from"]) == (1, str(kept))
     assert "BENCH_CALL" not in (root / "r1_A" / "addone" / "run.log").read_text(), "nothing tuned"
     assert "autotune: 1 key pinned from A (1 carried from side A's kernel cache" in (root / "report.md").read_text()
+    # The time line's warm re-run figure counts round 1 side A's tuning: there in the first session, none here.
+    spent = {name: json.loads((tmp_path / name / "report.json").read_text())["time_spent"]
+             for name in ("first", "warm")}
+    assert spent["first"]["kept_tuning_s"] > 0 and "kept_tuning_s" not in spent["warm"], spent
 
     # A key this run does not meet (another level's shape) stays kept; the key it tunes takes this run's choice.
     other = {**record["entries"][0], "key": ["99", "torch.float32", "torch.float32"]}

@@ -193,6 +193,10 @@ def test_the_time_line_says_what_a_warm_rerun_would_spare() -> None:
     assert "; a warm re-run compiles none of these 84: about 14.5 s less compile" in line, line
     spent["kernels"] = {"A": {"loaded": 98, "compiled": 0}, "B": {"loaded": 67, "compiled": 0}}
     assert "warm re-run" not in cost.describe(spent)  # a warm run: nothing left to spare
+    # Round 1 side A tuned (--ab-retune, or a cold run): its kernel cache keeps the choices for the next session.
+    spent["kept_tuning_s"] = 5.93
+    assert ("; a warm re-run tunes none of round 1 side A's autotune keys (its kernel cache keeps them): 5.9 s less "
+            "autotune") in cost.describe(spent)
 
 
 def test_the_precompiles_wait_for_its_jobs_to_start_is_start_up_and_the_rest_compile() -> None:
