@@ -20,7 +20,7 @@ from pytest_abbench.core.cellfiles import KernelCounts, add_counts, kernel_count
 from pytest_abbench.core.cellfiles import read_timing as read_timing_file
 from pytest_abbench.core.fileio import CorruptFileError
 from pytest_abbench.core.layout import TIMING_FILE
-from pytest_abbench.core.outcome import IR_ONLY, NO_IR_DIFF, OK, CellOutcome
+from pytest_abbench.core.outcome import IR_ONLY, NO_IR_DIFF, CellOutcome
 
 # The parts of a cell, in the order they are printed: (report key, cell_timing.json field, words).
 # In the order a cell spends them: inputs is the op's build (its tensors), exit what the parent saw after the
@@ -87,7 +87,7 @@ def time_spent(cells: Iterable[CellOutcome], wall_s: float | None = None, worker
     """Seconds per part over every cell that ran; ``wall_s`` (the session's) adds ``idle_s`` and ``wall_s``."""
     spent = {key: 0.0 for key, _, _ in PARTS}
     cells_s, counted, without = 0.0, 0, 0
-    recording_tuned_s = 0.0  # round 1 side A's autotune: what side A's kernel cache keeps for a warm re-run
+    recording_tuned_s = 0.0  # the tuning side A's kernel cache kept: a warm re-run carries it
     kernels: dict[str, KernelCounts] = {}  # by side: loaded from Triton's cache, compiled
     for cell in cells:
         gated_first = cell.status == NO_IR_DIFF and cell.elapsed_s > 0  # its op's precompile decided the gate
@@ -104,7 +104,7 @@ def time_spent(cells: Iterable[CellOutcome], wall_s: float | None = None, worker
         for key, value in parts.items():
             spent[key] += value
         cells_s += sum(parts.values())
-        if cell.key.round == 1 and cell.key.role == "A" and cell.status == OK:  # runner.keep_tuning's rule
+        if timing.get("tuning_kept"):  # round 1 side A's choices, which its kernel cache kept (runner.keep_tuning)
             recording_tuned_s += parts.get("autotune_s", 0.0)
     out: dict[str, Any] = {key: round(value, 6) for key, value in spent.items()}  # a timed microsecond is not 0
     out.update(cells=counted, cells_without_timing=without, cells_s=round(cells_s, 6))

@@ -304,15 +304,15 @@ class CellRunner:
             return None
         return kernelcache.kept_tuning(folder, key.op)
 
-    def keep_tuning(self, campaign: Campaign, key: CellKey, cell_dir: Path) -> None:
+    def keep_tuning(self, campaign: Campaign, key: CellKey, cell_dir: Path) -> bool:
         """After round 1 side A ended well: its kernel cache keeps the op's record for the next session on the
         key, merged into what it kept before (this run's choices win; a smaller level's run keeps the other
         shapes' keys), atomically: two sessions may keep one at once.  Not a record that carried configs from
-        ``--ab-autotune-from``'s root: those were chosen there, not on this key."""
+        ``--ab-autotune-from``'s root: those were chosen there, not on this key.  True once kept."""
         kept = self.kept_tuning(campaign, key, cell_dir)
         record = autotunerecord.read_record_or_none(self.layout.autotune_record(key.op))
         if kept is None or record is None or self.settings.autotune_from:
-            return
+            return False
         before = autotunerecord.read_record_or_none(kept) or autotunerecord.AutotuneRecord()
         merged = autotunerecord.AutotuneRecord(
             {**before.entries, **record.entries}, recorded_by=record.recorded_by,
@@ -323,6 +323,8 @@ class CellRunner:
             with open(run_log(cell_dir), "a", encoding="utf-8") as log:
                 log.write(f"[abbench] autotune: could not keep the record in side A's kernel cache: {kept}: "
                           f"{exc.strerror or exc}\n")
+            return False
+        return True
 
     def tuner_seed_base(self, campaign: Campaign, key: CellKey, side_mode: str | None) -> str | None:
         """For a cell whose library tuner starts from its side's record: the op's record that one grew from
@@ -539,8 +541,8 @@ class CellRunner:
             status = FAILED_SHAPES
         elif child.rc == 0 and not success:
             status = NO_SHAPES
-        if records_tuning and status == OK:
-            self.keep_tuning(campaign, key, cell_dir)
+        if records_tuning and status == OK and self.keep_tuning(campaign, key, cell_dir):
+            add_timing(cell_dir, {"tuning_kept": True})  # the time line's warm re-run figure counts its tuning
         outcome = CellOutcome(key, cell_dir, status, campaign.switch.describe(), str(campaign.path), child.rc,
                               child.elapsed_s, success, failed, markers, undecodable)
         # The plugin's own cost of this cell: everything here except the child (benchmarks/plugin_scale.py).
@@ -576,6 +578,16 @@ def add_parent_timing(cell_dir: Path, precompile: PrecompileSpent | None, ended:
         exit_s = -1.0  # written by a child of an older version (a resumed root): its exit stays in "other"
     if 0.0 <= exit_s <= elapsed_s:
         added["exit_s"] = round(exit_s, 3)
+    add_timing(cell_dir, added)
+
+
+def add_timing(cell_dir: Path, added: dict[str, Any]) -> None:
+    """Add ``added`` to the cell's cell_timing.json, if the child wrote one that reads."""
+    path = cell_dir / TIMING_FILE
+    try:
+        timing = read_timing(path)
+    except (CorruptFileError, OSError):  # missing, torn, or not a timing file this version reads
+        return
     if added:
         write_timing(path, {**timing, **added})
 
