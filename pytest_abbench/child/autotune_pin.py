@@ -93,10 +93,6 @@ def kernel_source(autotuner: Any) -> str:
         return ""
 
 
-def _read(path: Path | None) -> dict[Ident, dict[str, Any]]:
-    return _read_record(path).entries
-
-
 def _read_record(path: Path | None) -> AutotuneRecord:
     if path is None or not path.exists():
         # No record (its recording cell failed before writing one): every key falls back, loudly.
@@ -169,7 +165,7 @@ class AutotunePin:
             self._refuse_conflicts()
 
     def _load(self, path: Path | None) -> dict[Ident, dict[str, Any]]:
-        return _read(path)  # an unreadable record raises naming its file once
+        return _read_record(path).entries  # an unreadable record raises naming its file once
 
     def _continue_record(self) -> None:
         """A recording cell that goes on in a fresh process (after a poisoned context) keeps the keys its first

@@ -87,7 +87,7 @@ def time_spent(cells: Iterable[CellOutcome], wall_s: float | None = None, worker
     """Seconds per part over every cell that ran; ``wall_s`` (the session's) adds ``idle_s`` and ``wall_s``."""
     spent = {key: 0.0 for key, _, _ in PARTS}
     cells_s, counted, without = 0.0, 0, 0
-    recording_tuned_s = 0.0  # the tuning side A's kernel cache kept: a warm re-run carries it
+    kept_tuning_s = 0.0  # the tuning side A's kernel cache kept: a warm re-run carries it
     kernels: dict[str, KernelCounts] = {}  # by side: loaded from Triton's cache, compiled
     for cell in cells:
         gated_first = cell.status == NO_IR_DIFF and cell.elapsed_s > 0  # its op's precompile decided the gate
@@ -105,11 +105,11 @@ def time_spent(cells: Iterable[CellOutcome], wall_s: float | None = None, worker
             spent[key] += value
         cells_s += sum(parts.values())
         if timing.get("tuning_kept"):  # round 1 side A's choices, which its kernel cache kept (runner.keep_tuning)
-            recording_tuned_s += parts.get("autotune_s", 0.0)
+            kept_tuning_s += parts.get("autotune_s", 0.0)
     out: dict[str, Any] = {key: round(value, 6) for key, value in spent.items()}  # a timed microsecond is not 0
     out.update(cells=counted, cells_without_timing=without, cells_s=round(cells_s, 6))
-    if recording_tuned_s > 0:
-        out["kept_tuning_s"] = round(recording_tuned_s, 6)
+    if kept_tuning_s > 0:
+        out["kept_tuning_s"] = round(kept_tuning_s, 6)
     if any(n["loaded"] or n["compiled"] for n in kernels.values()):  # a campaign without Triton kernels: none
         out["kernels"] = {side: dict(kernels[side]) for side in sorted(kernels)}
     if wall_s is not None:

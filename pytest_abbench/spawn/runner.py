@@ -521,7 +521,6 @@ class CellRunner:
         notices = [f"abbench: {line}" for line in self.spawn.said()]
         if precompile_s:
             child = ChildResult(child.rc, child.elapsed_s + precompile_s)
-        add_parent_timing(cell_dir, spent if precompile_s else None, ended, child.elapsed_s)
         if per_cell_tuner and records_tuning:
             tunercache.keep_record(cell_dir / tunercache.CELL_CACHE_DIR, self.layout.root, key.op)
         if per_cell_tuner and side_mode == "record":
@@ -541,8 +540,8 @@ class CellRunner:
             status = FAILED_SHAPES
         elif child.rc == 0 and not success:
             status = NO_SHAPES
-        if records_tuning and status == OK and self.keep_tuning(campaign, key, cell_dir):
-            add_timing(cell_dir, {"tuning_kept": True})  # the time line's warm re-run figure counts its tuning
+        kept = records_tuning and status == OK and self.keep_tuning(campaign, key, cell_dir)
+        add_parent_timing(cell_dir, spent if precompile_s else None, ended, child.elapsed_s, tuning_kept=kept)
         outcome = CellOutcome(key, cell_dir, status, campaign.switch.describe(), str(campaign.path), child.rc,
                               child.elapsed_s, success, failed, markers, undecodable)
         # The plugin's own cost of this cell: everything here except the child (benchmarks/plugin_scale.py).
@@ -558,13 +557,15 @@ class CellRunner:
         return CellRun(outcome, failure, notices, kernel_cache)
 
 
-def add_parent_timing(cell_dir: Path, precompile: PrecompileSpent | None, ended: float, elapsed_s: float) -> None:
+def add_parent_timing(cell_dir: Path, precompile: PrecompileSpent | None, ended: float, elapsed_s: float,
+                      tuning_kept: bool = False) -> None:
     """Add the parts only the parent sees to the cell's cell_timing.json, if the child wrote one.
 
     ``precompile``: the parallel compile before the op's round 1 (None for other cells).  ``exit_s``: from the
     child's last stamp to the parent seeing it end (``ended``, the parent's ``time.time()``): the process's exit
     and CUDA teardown, the cell supervisor's reaping and the wait's latency; never more than the cell's
-    ``elapsed_s`` (the wall clock, unlike the parent's monotonic one, can step).
+    ``elapsed_s`` (the wall clock, unlike the parent's monotonic one, can step).  ``tuning_kept``: side A's kernel
+    cache kept the cell's autotune record (``keep_tuning``), so the time line's warm re-run figure counts its tuning.
     """
     path = cell_dir / TIMING_FILE
     try:
@@ -578,16 +579,8 @@ def add_parent_timing(cell_dir: Path, precompile: PrecompileSpent | None, ended:
         exit_s = -1.0  # written by a child of an older version (a resumed root): its exit stays in "other"
     if 0.0 <= exit_s <= elapsed_s:
         added["exit_s"] = round(exit_s, 3)
-    add_timing(cell_dir, added)
-
-
-def add_timing(cell_dir: Path, added: dict[str, Any]) -> None:
-    """Add ``added`` to the cell's cell_timing.json, if the child wrote one that reads."""
-    path = cell_dir / TIMING_FILE
-    try:
-        timing = read_timing(path)
-    except (CorruptFileError, OSError):  # missing, torn, or not a timing file this version reads
-        return
+    if tuning_kept:
+        added["tuning_kept"] = True
     if added:
         write_timing(path, {**timing, **added})
 
