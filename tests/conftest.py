@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import shutil
 import signal
+import tempfile
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -33,3 +36,16 @@ def kernel_cache_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pyt
 def campaign_dir(pytester: pytest.Pytester) -> pytest.Pytester:
     pytester.makeini("[pytest]\n")
     return pytester
+
+
+@pytest.fixture(autouse=True)
+def kept_servers_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Every test's sessions keep fork servers (``--ab-keep-servers``) in a folder of the test's own, short enough
+    for a socket path, and never take one the user's sessions kept; those still waiting at the end are ended."""
+    from pytest_abbench.core import keptservers
+
+    folder = Path(tempfile.mkdtemp(prefix="abks-"))
+    monkeypatch.setenv("ABBENCH_SERVER_DIR", str(folder))
+    yield folder
+    keptservers.trim(folder, 0)
+    shutil.rmtree(folder, ignore_errors=True)

@@ -17,6 +17,18 @@ ops' compile jobs at once): each is forked at once, and the status lines come
 in the order the cells end, each naming its pid.
 The server exits once input has ended and its cells have, and with its parent (parent-death signal).
 
+Kept between sessions (``--ab-keep-servers``, ``core/keptservers.py``): instead of
+ending its input, the session sends ``{"park": {"folder", "digest", "side",
+"idle_s"}}`` with no cell running.  The server binds the key's socket, forks the
+process that waits there (detached, no parent-death signal, its log in the kept
+folder), replies ``{"parked": true, "pid": N}`` and exits.  A later session
+connects, says ``{"hello": digest}``, and gets ``{"ready": ...}`` (then the same
+protocol on the socket), ``{"stale": why}`` when a file it imported code from
+changed since (it ends), or ``{"busy": true}`` while another session holds it.
+It ends after its idle seconds with no session, on SIGTERM while waiting, or when
+a session ends its input instead of parking it (and the cells of a session that
+died get SIGTERM, as a server's death would give them).
+
 Why the campaign is not imported here: ``FLAGGEMS_CACHE_DIR`` differs per cell
 and FlagGems reads it once and keeps it, so a campaign module imported before
 the fork could pin every cell to one library tuner cache.  The per-cell
@@ -33,19 +45,24 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import errno
 import importlib
 import json
 import os
 import select
 import signal
+import socket
 import sys
 import time
-from typing import IO, Any, Sequence
+from pathlib import Path
+from typing import IO, Any, NoReturn, Sequence
 
 from pytest_abbench.child.forking import fork_and_run
 from pytest_abbench.child.preload import ImportRefused, import_in_server
+from pytest_abbench.core import keptservers
 
 _PR_SET_PDEATHSIG = 1
+_HELLO_TIMEOUT_S = 5.0  # a session that connected says which key it wants at once
 
 
 def _parent_death_signal(sig: int) -> None:
@@ -56,17 +73,22 @@ def _parent_death_signal(sig: int) -> None:
 
 
 def _send(reply: IO[str], message: dict[str, Any]) -> None:
-    reply.write(json.dumps(message) + "\n")
-    reply.flush()
+    try:
+        reply.write(json.dumps(message) + "\n")
+        reply.flush()
+    except OSError:
+        pass  # the session is gone: its end of input is what this server acts on
 
 
-def _run_cell(request: dict[str, Any], server_pid: int, reply_fd: int,
-              wakeup: tuple[int, int]) -> int:  # pragma: no cover - forked
+def _run_cell(request: dict[str, Any], server_pid: int, reply_fd: int, wakeup: tuple[int, int],
+              listener: socket.socket | None) -> int:  # pragma: no cover - forked
     """In the forked process: become the cell's session leader with its log and environment, run the cell."""
     signal.set_wakeup_fd(-1)  # the server's way of hearing its children end, not the cell's
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     for fd in wakeup:
         os.close(fd)
+    if listener is not None:
+        listener.close()  # a kept server's socket: the next session talks to the server, never to a cell
     os.setsid()
     # The cell's supervisor turns SIGTERM into a kill of all it started (child/__main__.py guard_group).
     _parent_death_signal(signal.SIGTERM)
@@ -99,9 +121,53 @@ def _run_cell(request: dict[str, Any], server_pid: int, reply_fd: int,
         return 1
 
 
-def serve(requests: IO[str], reply: IO[str]) -> int:
-    """Fork one cell per request line, at once, even while others run; report each cell's end; return once input
-    has ended and every cell has."""
+class Kept:
+    """What this server knows of itself once ready, for being kept between sessions (``--ab-keep-servers``)."""
+
+    def __init__(self, modules: Sequence[str], import_s: float, skipped: list[list[str]]) -> None:
+        self.modules = list(modules)
+        self.import_s = import_s
+        self.skipped = skipped
+        self.started_at = time.time()
+        self.signature = module_signature()
+        self.sessions = 1
+        self.stop_asked = False  # SIGTERM came while a session held it: it ends instead of waiting again
+
+
+def module_signature() -> dict[str, tuple[int, int]]:
+    """(mtime, size) of every file this process imported code from, and of the interpreter."""
+    files: dict[str, tuple[int, int]] = {}
+    for path in [sys.executable, *(getattr(m, "__file__", None) for m in list(sys.modules.values()))]:
+        if isinstance(path, str) and path not in files:
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            files[path] = (st.st_mtime_ns, st.st_size)
+    return files
+
+
+def first_change(signature: dict[str, tuple[int, int]]) -> str | None:
+    """The first file of ``signature`` changed or gone since (a kept server's code would be stale), or None."""
+    for path, (mtime, size) in signature.items():
+        try:
+            st = os.stat(path)
+        except OSError:
+            return f"{path} is gone since it was imported"
+        if (st.st_mtime_ns, st.st_size) != (mtime, size):
+            return f"{path} changed since it was imported"
+    return None
+
+
+def serve(source: int, reply: IO[str], listener: socket.socket | None = None) -> dict[str, Any] | None:
+    """Fork one cell per request line read from ``source``, at once, even while others run; report each cell's
+    end.  Returns None once input has ended and every cell has, or a ``{"park": ...}`` request's arguments
+    (no cell runs then).
+
+    ``listener``: a kept server's socket while a session holds it: another session that connects is told
+    ``{"busy": true}`` at once, and if this session's input ends with cells running (it died), they get the
+    SIGTERM a server's death would give them, since no one would time them out.
+    """
     me = os.getpid()
     # A child's end wakes the select below through this pipe (SIGCHLD's wakeup fd): no polling, no latency.
     wakeup = os.pipe()
@@ -110,38 +176,215 @@ def serve(requests: IO[str], reply: IO[str]) -> int:
     signal.signal(signal.SIGCHLD, lambda signum, frame: None)
     signal.siginterrupt(signal.SIGCHLD, False)  # a thread an import started keeps its blocking calls uninterrupted
     signal.set_wakeup_fd(wakeup[1])
-    source = requests.fileno()
     pending = b""
     running: set[int] = set()
     open_input = True
-    while open_input or running:
-        ready, _, _ = select.select([source, wakeup[0]] if open_input else [wakeup[0]], [], [])
-        if wakeup[0] in ready:
-            try:
-                while os.read(wakeup[0], 4096):
+    try:
+        while open_input or running:
+            watched = ([source] if open_input else []) + [wakeup[0]] + ([listener.fileno()] if listener else [])
+            ready, _, _ = select.select(watched, [], [])
+            if listener is not None and listener.fileno() in ready:
+                _turn_away(listener)
+            if wakeup[0] in ready:
+                try:
+                    while os.read(wakeup[0], 4096):
+                        pass
+                except BlockingIOError:
                     pass
-            except BlockingIOError:
-                pass
-        for pid in sorted(running):
-            ended, status = os.waitpid(pid, os.WNOHANG)
-            if ended:
-                running.discard(pid)
-                _send(reply, {"pid": pid, "status": status})
-        if source in ready:
-            chunk = os.read(source, 65536)
+            for pid in sorted(running):
+                ended, status = os.waitpid(pid, os.WNOHANG)
+                if ended:
+                    running.discard(pid)
+                    _send(reply, {"pid": pid, "status": status})
+            if source not in ready:
+                continue
+            try:
+                chunk = os.read(source, 65536)
+            except ConnectionResetError:
+                chunk = b""
             open_input = bool(chunk)
             pending += chunk
             *lines, pending = pending.split(b"\n")
             if not open_input:  # a last request without its newline
                 lines, pending = [*lines, pending], b""
+                if listener is not None:
+                    for pid in running:  # the session is gone: its cells would run untimed
+                        _signal_group(pid, signal.SIGTERM)
             for line in lines:
                 if not line.strip():
                     continue
                 request = json.loads(line)
-                pid = fork_and_run(lambda: _run_cell(request, me, reply.fileno(), wakeup))
+                if "park" in request:
+                    if not running:
+                        return dict(request["park"])
+                    _send(reply, {"parked": False, "why": f"{len(running)} cell(s) still running"})
+                    continue
+                pid = fork_and_run(lambda: _run_cell(request, me, reply.fileno(), wakeup, listener))
                 running.add(pid)
                 _send(reply, {"pid": pid})
+        return None
+    finally:
+        signal.set_wakeup_fd(-1)
+        for fd in wakeup:
+            os.close(fd)
+
+
+def _log(line: str) -> None:
+    """A kept server's line in its log, with the time (it serves sessions hours apart)."""
+    print(f"[abbench] fork server {time.strftime('%Y-%m-%d %H:%M:%S')}: {line}", file=sys.stderr, flush=True)
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)  # a cell leads its own session and process group
+    except OSError:
+        pass
+
+
+def _turn_away(listener: socket.socket) -> None:
+    """A second session asked for this key while one holds it: it starts its own server."""
+    try:
+        conn, _ = listener.accept()
+    except OSError:
+        return
+    with conn:
+        try:
+            conn.sendall(b'{"busy": true}\n')
+        except OSError:
+            pass
+
+
+def _bind(path: Path) -> socket.socket | None:
+    """A listening socket at ``path``, or None if a live server listens there already (one left by a server that
+    was killed is removed)."""
+    for attempt in range(2):
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(str(path))
+            listener.listen(8)
+            return listener
+        except OSError as exc:
+            listener.close()
+            if exc.errno != errno.EADDRINUSE or attempt:
+                raise
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(str(path))
+            return None  # a live one (it takes this for a session that said nothing, and waits on)
+        except OSError:
+            path.unlink(missing_ok=True)
+        finally:
+            probe.close()
+    return None
+
+
+def park(request: dict[str, Any], reply: IO[str], kept: Kept) -> int:
+    """Leave the session that started this server and wait for the next of its key in a process of its own
+    (``request``: folder, digest, side, idle seconds).  Replies ``{"parked": true, "pid": N}`` (its exit is what
+    the session then waits for), or false with why (it ends)."""
+    path = keptservers.socket_path(Path(request["folder"]), str(request["digest"]))
+    try:
+        listener = _bind(path)
+    except OSError as exc:
+        _send(reply, {"parked": False, "why": f"{path}: {exc}"})
+        return 0
+    if listener is None:
+        _send(reply, {"parked": False, "why": f"another server of this key waits at {path}"})
+        return 0
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the waiting process, until a session takes it or it times out
+        os.setsid()  # out of the session's process group: a Ctrl-C there is not for it
+        reply.close()
+        _wait_for_sessions(listener, request, kept)
+    listener.close()
+    _send(reply, {"parked": True, "pid": pid})
     return 0
+
+
+def _wait_for_sessions(listener: socket.socket, request: dict[str, Any],
+                       kept: Kept) -> NoReturn:  # pragma: no cover - the kept server, detached
+    """Wait for sessions of this key, serve each, end after ``idle_s`` with none, or on SIGTERM while waiting."""
+    folder, digest = Path(request["folder"]), str(request["digest"])
+    path = keptservers.socket_path(folder, digest)
+
+    def asked_to_end(*_: object) -> NoReturn:
+        _log("asked to end (SIGTERM); ending")
+        leave()
+
+    def leave() -> NoReturn:
+        for done in (path, keptservers.info_path(folder, digest)):
+            try:
+                done.unlink()
+            except OSError:
+                pass
+        os._exit(0)
+
+    # Off the session's pipes and out of its root: this process outlives both.
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    log = os.open(keptservers.log_path(folder, digest), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    while True:
+        signal.signal(signal.SIGTERM, asked_to_end)
+        info = keptservers.KeptServer(
+            digest=digest, pid=os.getpid(), side=str(request.get("side", "")), python=sys.executable,
+            cwd=os.getcwd(), imports=kept.modules, import_s=kept.import_s, started_at=kept.started_at,
+            parked_at=time.time(), idle_s=float(request["idle_s"]), sessions=kept.sessions)
+        info.write(folder)
+        _log(f"kept for {info.idle_s:g} s at {path} (pid {os.getpid()}, {kept.sessions} session(s) served)")
+        conn = _next_session(listener, digest, info.idle_s)
+        if conn is None:
+            _log("no session came; ending")
+            leave()
+        signal.signal(signal.SIGTERM, lambda *_: setattr(kept, "stop_asked", True))
+        keptservers.info_path(folder, digest).unlink(missing_ok=True)  # held: not listed as waiting
+        change = first_change(kept.signature)
+        reply = conn.makefile("w")
+        if change is not None:
+            _log(f"stale, ending: {change}")
+            _send(reply, {"stale": change})
+            leave()
+        kept.sessions += 1
+        _send(reply, {"ready": True, "pid": os.getpid(), "import_s": 0.0, "skipped": kept.skipped,
+                      "kept": {"import_s": kept.import_s, "started_at": kept.started_at,
+                               "sessions": kept.sessions}})
+        again = serve(conn.fileno(), reply, listener)
+        if again is None:
+            _log("the session ended its input (it ended, or died); ending")
+            leave()
+        request = {**request, **again}
+        if kept.stop_asked:
+            _send(reply, {"parked": False, "why": "it was asked to end (abbench servers --stop)"})
+            leave()
+        _send(reply, {"parked": True, "pid": os.getpid()})
+        reply.close()
+        conn.close()
+
+
+def _next_session(listener: socket.socket, digest: str, idle_s: float) -> socket.socket | None:
+    """The next session's connection that names this server's key (``{"hello": digest}``), or None after
+    ``idle_s`` without one."""
+    deadline = time.monotonic() + idle_s
+    while True:
+        ready, _, _ = select.select([listener], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            return None
+        try:
+            conn, _ = listener.accept()
+        except OSError:
+            continue
+        conn.settimeout(_HELLO_TIMEOUT_S)
+        try:
+            hello = json.loads(conn.makefile("rb").readline() or b"{}")
+        except (OSError, ValueError):
+            hello = {}
+        conn.settimeout(None)
+        if isinstance(hello, dict) and hello.get("hello") == digest:
+            return conn
+        conn.close()  # a probe (another server checking the socket is live) or a stranger: wait on
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -178,9 +421,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"[abbench] fork server: refused {exc.module}: {exc.why}", file=sys.stderr, flush=True)
         _send(reply, {"refused": exc.module, "why": exc.why})
         return 3
-    _send(reply, {"ready": True, "pid": os.getpid(), "import_s": round(time.monotonic() - started, 3),
-                  "skipped": skipped})
-    return serve(sys.stdin, reply)
+    import_s = round(time.monotonic() - started, 3)
+    _send(reply, {"ready": True, "pid": os.getpid(), "import_s": import_s, "skipped": skipped})
+    kept = Kept(args.modules, import_s, skipped)
+    request = serve(sys.stdin.fileno(), reply)
+    return 0 if request is None else park(request, reply, kept)
 
 
 if __name__ == "__main__":

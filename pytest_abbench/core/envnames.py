@@ -14,6 +14,10 @@ SWITCH_ALLOW_NO_IR_DIFF = "SWITCH_ALLOW_NO_IR_DIFF"
 ABBENCH_HISTORY = "ABBENCH_HISTORY"
 # Set by GitHub Actions for each step; report/markdown.py appends the markdown summary to the file it names.
 GITHUB_STEP_SUMMARY = "GITHUB_STEP_SUMMARY"
+# Set by the user; core/keptservers.py reads it: the folder kept fork servers wait in (--ab-keep-servers).
+ABBENCH_SERVER_DIR = "ABBENCH_SERVER_DIR"
+# Set by the login session (XDG); core/keptservers.py reads it: kept fork servers wait in a folder under it.
+XDG_RUNTIME_DIR = "XDG_RUNTIME_DIR"
 # Set by the user; spawn/precompile.py reads it: compile processes at once, instead of cores over workers.
 ABBENCH_COMPILE_JOBS = "ABBENCH_COMPILE_JOBS"
 # Set by spawn/runner.py; child/measure.py reads it: when the parent started the child (its start-up cost).

@@ -314,6 +314,8 @@ class AbbenchSession:
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         """End what the session started: its fork servers and its GPU claim."""
         if self._runner is not None:
-            self._runner.close()  # the fork servers; an in-process session (pytester) must not leave them running
+            # The fork servers; an in-process session (pytester) must not leave them running unless kept.
+            for line in self._runner.close():
+                self.write_line(f"abbench: {line}")
         if self._gpu is not None:
             self._gpu.release()  # an in-process session (pytester) must not keep the GPU after it ends

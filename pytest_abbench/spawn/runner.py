@@ -83,7 +83,8 @@ class CellRunner:
         self.layout = layout
         self.gpu = gpu
         self.check = check  # called while a child runs: stops the session when it must not go on
-        self.spawn: CellSpawn = ForkSpawn(layout.servers) if settings.spawn == "fork" else ExecSpawn()
+        self.spawn: CellSpawn = (ForkSpawn(layout.servers, settings.keep_servers_s) if settings.spawn == "fork"
+                                 else ExecSpawn())
         self.kernel_caches = KernelCaches(settings.kernel_cache, layout, settings.backend, gpu,
                                           settings.kernel_imports)
         self._sources: dict[Path, str] = {}  # campaign file -> source hash, read once per session
@@ -103,9 +104,10 @@ class CellRunner:
         self._campaigns: dict[Path, Campaign] = {}
         self._target: str | None | bool = False  # the GPU's Triton target, looked up once (False: not yet)
 
-    def close(self) -> None:
-        """End the session's fork servers (they would also die with this process)."""
-        self.spawn.close()
+    def close(self) -> list[str]:
+        """End the session's fork servers (they would also die with this process), or keep them
+        (``--ab-keep-servers``); lines for the terminal on what was kept."""
+        return self.spawn.close()
 
     def plan_servers(self, cells: Iterable[tuple[Campaign, CellKey]]) -> None:
         """The fork servers to start ahead, once the first cell's own are ready (``_start_planned_servers``).

@@ -59,8 +59,8 @@ class CellSpawn(Protocol):
     def said(self) -> list[str]:
         """Lines for the terminal since the last call (a server that refused a SERVER_IMPORTS module)."""
 
-    def close(self) -> None:
-        """End whatever this spawn keeps running."""
+    def close(self) -> list[str]:
+        """End whatever this spawn keeps running, or keep it for the next session; lines for the terminal."""
 
 
 class ExecSpawn:
@@ -95,15 +95,15 @@ class ExecSpawn:
     def said(self) -> list[str]:
         return []
 
-    def close(self) -> None:
-        return None
+    def close(self) -> list[str]:
+        return []
 
 
 class ForkSpawn:
     """``--ab-spawn fork``: cells are forked from a per-side server that imported torch and Triton once."""
 
-    def __init__(self, servers_dir: Path) -> None:
-        self.servers = ForkServers(servers_dir)
+    def __init__(self, servers_dir: Path, keep_s: float = 0.0) -> None:
+        self.servers = ForkServers(servers_dir, keep_s)
 
     def run(self, argv: list[str], env: dict[str, str], label: str, imports: Imports, log_path: Path,
             timeout_s: float, check: Check, warm_others: Callable[[], None]) -> ChildResult:
@@ -150,5 +150,5 @@ class ForkSpawn:
         said, self.servers.said = self.servers.said, []
         return said
 
-    def close(self) -> None:
-        self.servers.close()
+    def close(self) -> list[str]:
+        return self.servers.close()
