@@ -101,6 +101,7 @@ def test_a_kept_server_serves_the_next_session_and_one_with_changed_code_is_not_
         sessions: Sessions, kept_servers_dir: Path) -> None:
     first, cells_1 = sessions.run("--ab-keep-servers", "60")
     first.stdout.fnmatch_lines(["abbench: 2 fork server(s) kept for 60 s (side A's and side B's): a next session*"])
+    assert "fork servers kept from an earlier session" not in first.stdout.str()
     # The server leaves the session in a process of its own, forked from it: torch and helper stay imported.
     waiting, problems = keptservers.read_kept(kept_servers_dir)
     assert problems == [] and sorted(s.side for s in waiting) == ["side-A", "side-B"]
@@ -110,7 +111,15 @@ def test_a_kept_server_serves_the_next_session_and_one_with_changed_code_is_not_
     assert wait_until(lambda: not any(process_alive(pid) for pid in started)), "the session's own servers leave"
 
     # The next session's cells are forked by the kept servers, whose helper is the one imported before session 1.
-    _, cells_2 = sessions.run("--ab-keep-servers", "60")
+    second, cells_2 = sessions.run("--ab-keep-servers", "60")
+    # The time line says what this session did not pay: the imports the kept servers had paid (each side's cell
+    # that took its server keeps that side's figure).
+    imports = [json.loads((sessions.root(2) / f"r1_{side}" / "op" / "cell_timing.json").read_text())
+               ["servers_kept_import_s"] for side in "AB"]
+    assert all(s.import_s == pytest.approx(imported, abs=1e-3) for s, imported in
+               zip(sorted(waiting, key=lambda s: s.side), imports)), (waiting, imports)
+    second.stdout.fnmatch_lines([f"time: 2 cells *; fork servers kept from an earlier session (--ab-keep-servers): "
+                                 f"their imports, {sum(imports):.1f} s when they started, not paid*"])
     for side in "AB":
         assert cells_2[side]["server"] == kept[side], (side, kept, cells_2)
         assert cells_2[side]["helper_imported_in"] == cells_1[side]["helper_imported_in"] != cells_2[side]["cell"]

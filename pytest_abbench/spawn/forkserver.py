@@ -234,6 +234,7 @@ class ForkServer:
         self.ready = False
         self.import_s = 0.0
         self.kept: dict[str, Any] | None = None  # a kept server's ready message says what it was (import_s, ...)
+        self.kept_taken = False  # its notice said and its imports counted (``ForkServers.taken_import_s``)
         self.last_used = 0.0
 
     @property
@@ -402,6 +403,9 @@ class ForkServers:
         self.not_kept: set[ServerKey] = set()  # keys whose kept server could not be taken: start them fresh
         self.parked: list[str] = []  # labels of the servers kept for a later session
         self.unparked: list[str] = []  # why one was not kept, for the terminal
+        # The imports kept servers this session took had paid when they started: what this session did not pay.
+        # The runner moves it into the cell that took them (``ForkSpawn.taken_import_s``).
+        self.taken_import_s = 0.0
         self.started = 0
         self.notices: list[str] = []  # for the log of the cell about to run
         self.said: list[str] = []  # for the terminal, once each
@@ -422,7 +426,9 @@ class ForkServers:
             except KeptUnusable as exc:
                 self._unusable(server_key(python, env, name, server.imports), exc)
                 continue
-            if server.kept is not None and not server.last_used:
+            if server.kept is not None and not server.kept_taken:
+                server.kept_taken = True
+                self.taken_import_s += float(server.kept.get("import_s", 0.0))
                 self.notices.append(
                     f"{side_words(name)}'s fork server was kept from an earlier session (pid {server.pid}, "
                     f"session {server.kept.get('sessions')} it serves): no imports; its own took "

@@ -59,6 +59,9 @@ class CellSpawn(Protocol):
     def said(self) -> list[str]:
         """Lines for the terminal since the last call (a server that refused a SERVER_IMPORTS module)."""
 
+    def taken_import_s(self) -> float:
+        """Seconds of imports that fork servers kept from an earlier session had paid, taken since the last call."""
+
     def close(self) -> list[str]:
         """End whatever this spawn keeps running, or keep it for the next session; lines for the terminal."""
 
@@ -94,6 +97,9 @@ class ExecSpawn:
 
     def said(self) -> list[str]:
         return []
+
+    def taken_import_s(self) -> float:
+        return 0.0
 
     def close(self) -> list[str]:
         return []
@@ -149,6 +155,10 @@ class ForkSpawn:
     def said(self) -> list[str]:
         said, self.servers.said = self.servers.said, []
         return said
+
+    def taken_import_s(self) -> float:
+        taken, self.servers.taken_import_s = self.servers.taken_import_s, 0.0
+        return taken
 
     def close(self) -> list[str]:
         return self.servers.close()
