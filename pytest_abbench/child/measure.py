@@ -118,13 +118,15 @@ def measure(config: CellConfig, load: CampaignLoad = load_cell_campaign) -> int:
         log(f"[abbench] side {config.side}: running switch setup {hook.__name__}()")
         hook()
 
+    # Shapes an earlier process of this cell measured: non-empty after a poisoned-capture restart.
+    already = done_shape_ids(out / RESULTS_FILE)
     try:
         pin = AutotunePin(config.autotune_mode, config.autotune_file, log,
                           can_benchmark=lambda at: config.backend == "cuda" or at._do_bench is not None,
                           side_mode=config.autotune_side_mode, side_path=config.autotune_side_file,
                           side=config.side, cell=f"r{config.round_no}-{config.role}",
                           seed_path=config.autotune_seed_file, screen_ms=config.autotune_screen,
-                          continuing=bool(done_shape_ids(out / RESULTS_FILE)))
+                          continuing=bool(already))
     except AutotuneRecordError as exc:
         log(f"[abbench] {exc}")
         return EXIT_SETUP_ERROR
@@ -146,7 +148,7 @@ def measure(config: CellConfig, load: CampaignLoad = load_cell_campaign) -> int:
 
     phases: dict[str, float] = {"startup_s": ready - spawned, "build_s": 0.0, "first_call_s": 0.0,
                                 "autotune_bench_calls": 0, "timing_s": 0.0, "check_s": 0.0}
-    poisoned = measure_shapes(config, op, shapes, out / RESULTS_FILE, phases, gpu)
+    poisoned = measure_shapes(config, op, shapes, out / RESULTS_FILE, already, phases, gpu)
     pin.save()
     if pin.side_mode == "record" and write_side_record_hash(identity, config):
         write_identity(out, identity)  # now it says which supplement its side's later cells must replay
@@ -195,15 +197,16 @@ def pinned_tuner_cache(config: CellConfig) -> Path | None:
 
 
 def measure_shapes(config: CellConfig, op: Op, shapes: Sequence[Shape], results: Path,
-                   phases: dict[str, float], gpu: GpuSampler | None = None) -> bool:
-    """Append a record per shape not yet in ``results``, timing into ``phases``; True once a capture poisoned us.
+                   already: set[tuple[str, str | None]], phases: dict[str, float],
+                   gpu: GpuSampler | None = None) -> bool:
+    """Append a record per shape not in ``already`` (those ``results`` holds), timing into ``phases``; True once a
+    capture poisoned us.
 
     Poisoned: the CUDA context is no longer trusted, so the caller measures the rest in a fresh process.
     """
     import torch
 
     device = "cuda" if config.backend == "cuda" else "cpu"
-    already = done_shape_ids(results)  # non-empty after a poisoned-capture restart
     outputs = None
     if config.output_record is not None:
         try:
