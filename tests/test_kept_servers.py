@@ -9,6 +9,8 @@ seen from inside the cells, not from the plugin's own words.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -20,6 +22,7 @@ import pytest
 from helpers import process_alive
 from pytest_abbench.cli import main as abbench_main
 from pytest_abbench.core import keptservers
+from pytest_abbench.spawn.forkserver import ForkServers
 
 FAST = ("--ab-ir-target", "none", "--ab-samples", "1", "-p", "no:cacheprovider", "--ab-rounds", "1",
         "--ab-spawn", "fork")
@@ -103,6 +106,7 @@ def test_a_kept_server_serves_the_next_session_and_one_with_changed_code_is_not_
     first.stdout.fnmatch_lines(["abbench: 2 fork server(s) kept for 60 s (side A's and side B's): a next session*"])
     assert "fork servers kept from an earlier session" not in first.stdout.str()
     # The server leaves the session in a process of its own, forked from it: torch and helper stay imported.
+    assert wait_until(lambda: len(keptservers.read_kept(kept_servers_dir)[0]) == 2), "their info files are written"
     waiting, problems = keptservers.read_kept(kept_servers_dir)
     assert problems == [] and sorted(s.side for s in waiting) == ["side-A", "side-B"]
     kept = {s.side[-1]: s.pid for s in waiting}
@@ -126,16 +130,28 @@ def test_a_kept_server_serves_the_next_session_and_one_with_changed_code_is_not_
         log = (sessions.root(2) / f"r1_{side}" / "op" / "run.log").read_text()
         assert f"side {side}'s fork server was kept from an earlier session (pid {kept[side]}, session 2" in log
 
+    # The folder made again under its name (a fresh clone): the kept servers' cells would run in the old one.
+    folder = sessions.pytester.path
+    shutil.move(folder, folder.with_name(folder.name + "-old"))
+    shutil.copytree(folder.with_name(folder.name + "-old"), folder, symlinks=True)
+    os.chdir(folder)
+    moved, cells_moved = sessions.run("--ab-keep-servers", "60")
+    moved.stdout.fnmatch_lines([f"abbench: side A's kept fork server was not used (stale: its working folder "
+                                f"{folder} was made again since it started): a new one imports"])
+    assert all(cells_moved[side]["helper_imported_in"] != cells_1[side]["helper_imported_in"] for side in "AB")
+    assert wait_until(lambda: not any(process_alive(pid) for pid in kept.values())), "the stale servers end"
+    assert wait_until(lambda: len(keptservers.read_kept(kept_servers_dir)[0]) == 2), "their info files are written"
+    kept = {s.side[-1]: s.pid for s in keptservers.read_kept(kept_servers_dir)[0]}
+
     # helper.py changed: the kept servers would fork cells with its old code.  New servers import the new one.
     sessions.pytester.makepyfile(helper=HELPER.format(value=22))
     third, cells_3 = sessions.run("--ab-keep-servers", "0")
-    third.stdout.fnmatch_lines([f"abbench: side A's kept fork server was not used (its code is stale: "
-                                f"{sessions.pytester.path / 'helper.py'} changed since it was imported): a new one "
-                                "imports"])
+    third.stdout.fnmatch_lines([f"abbench: side A's kept fork server was not used (stale: "
+                                f"{folder / 'helper.py'} changed since it was imported): a new one imports"])
     for side in "AB":
         assert cells_3[side]["value"] == 22
         assert cells_3[side]["server"] != kept[side]
-        assert cells_3[side]["helper_imported_in"] != cells_1[side]["helper_imported_in"]
+        assert cells_3[side]["helper_imported_in"] != cells_moved[side]["helper_imported_in"]
         assert wait_until(lambda: not process_alive(kept[side])), "a stale server ends"
     # --ab-keep-servers 0: this session's servers end with it, and nothing waits.
     assert not any(process_alive(int(cells_3[side]["server"])) for side in "AB")  # type: ignore[call-overload]
@@ -148,6 +164,7 @@ def test_a_session_that_dies_takes_its_cells_down_with_it_in_a_kept_server(
     """The kept server is not the session's child, so no parent-death signal reaches it: when the session's
     connection ends with a cell running, the server ends that cell as its own death would, and ends too."""
     sessions.run("--ab-keep-servers", "60")
+    assert wait_until(lambda: len(keptservers.read_kept(kept_servers_dir)[0]) == 2), "their info files are written"
     kept = {s.side[-1]: s.pid for s in keptservers.read_kept(kept_servers_dir)[0]}
     server_b = kept["B"]
     Path(str(sessions.seen_file) + ".hang").touch()
@@ -175,6 +192,7 @@ def test_a_session_that_dies_takes_its_cells_down_with_it_in_a_kept_server(
 def test_kept_servers_end_when_idle_are_listed_and_stopped_on_request(
         sessions: Sessions, kept_servers_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     sessions.run("--ab-keep-servers", "60")
+    assert wait_until(lambda: len(keptservers.read_kept(kept_servers_dir)[0]) == 2), "their info files are written"
     servers = sorted(s.pid for s in keptservers.read_kept(kept_servers_dir)[0])
     assert len(servers) == 2
     assert abbench_main(["servers"]) == 0
@@ -194,13 +212,14 @@ def test_kept_servers_end_when_idle_are_listed_and_stopped_on_request(
     assert not list(kept_servers_dir.glob("*.json"))
     for log in logs:  # each key's log: session 1's server stopped, then session 2's waited its second and ended
         lines = log.read_text().splitlines()
-        assert "asked to end (SIGTERM); ending" in lines[1] and "kept for 1 s at" in lines[2], lines
+        assert "asked to end (SIGTERM: abbench servers --stop" in lines[1] and "kept for 1 s at" in lines[2], lines
         assert lines[3].endswith(": no session came; ending"), lines
     assert abbench_main(["servers"]) == 0
     assert "none waiting" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("value, why", [("-1", "must be >= 0 seconds (0: keep none), got '-1'"),
+@pytest.mark.parametrize("value, why", [("-1", "must be 0 to 86400 seconds (0: keep none), got '-1'"),
+                                        ("1e10", "must be 0 to 86400 seconds (0: keep none), got '1e10'"),
                                         ("soon", "expected auto or a number of seconds, got 'soon'")])
 def test_a_bad_keep_servers_value_is_named(campaign_dir: pytest.Pytester, value: str, why: str) -> None:
     result = campaign_dir.runpytest("--ab-keep-servers", value)
@@ -228,3 +247,48 @@ def test_an_unreadable_info_file_is_named_and_the_others_listed(kept_servers_dir
     assert waiting == []
     assert problems[0].startswith(f"{kept_servers_dir / '0123.json'}: unreadable: ")
     assert problems[1] == f"{kept_servers_dir / '4567.json'}: field 'pid' missing"
+
+
+def test_a_file_written_while_the_server_imported_it_counts_as_changed(tmp_path: Path) -> None:
+    """Its date after the imports began: it may have changed after it was read, whatever it says now."""
+    from pytest_abbench.child.server import first_change, module_signature
+
+    started_at = time.time()
+    late = tmp_path / "late_module.py"
+    late.write_text("VALUE = 1\n")
+    os.utime(late, (started_at + 1, started_at + 1))
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import late_module  # noqa: F401
+
+        signature = module_signature(started_at)
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("late_module", None)
+    assert signature[str(late)] == (-1, -1)
+    assert first_change({str(late): signature[str(late)]}) == f"{late} was written while the server was importing"
+    assert first_change({k: v for k, v in signature.items() if k != str(late)}) is None
+
+
+def test_a_server_kept_at_its_sides_last_cell_and_taken_again_in_the_session_is_not_counted_as_kept_before(
+        tmp_path: Path, kept_servers_dir: Path) -> None:
+    """A retired server is kept (its side's last cell ended); a cell that needs it after all (an op an xdist
+    worker is handed later) takes it again: no imports, but none an earlier session paid either, and the end
+    counts it once."""
+    servers = ForkServers(tmp_path / "servers", keep_s=60)
+    env = dict(os.environ)
+    first = servers.server(sys.executable, env, "side-A")
+    assert servers.retire(sys.executable, env, "side-A")
+    assert wait_until(lambda: len(keptservers.read_kept(kept_servers_dir)[0]) == 1), "its info file is written"
+    (waiting,), _ = keptservers.read_kept(kept_servers_dir)
+    servers.notices.clear()
+    again = servers.server(sys.executable, env, "side-A")
+    assert again.pid == waiting.pid != first.pid
+    assert servers.notices == [f"side A's fork server, kept when its last cell ended, is taken again "
+                               f"(pid {waiting.pid}): no imports"]
+    assert servers.taken_import_s == 0.0
+    lines = servers.close()
+    assert lines[0].startswith("1 fork server(s) kept for 60 s (side A's)"), lines
+    assert wait_until(lambda: len(keptservers.read_kept(kept_servers_dir)[0]) == 1), "its info file is written"
+    (kept,), _ = keptservers.read_kept(kept_servers_dir)
+    assert (kept.pid, kept.sessions) == (waiting.pid, 2)

@@ -63,6 +63,7 @@ from pytest_abbench.core import keptservers
 
 _PR_SET_PDEATHSIG = 1
 _HELLO_TIMEOUT_S = 5.0  # a session that connected says which key it wants at once
+_KILL_GRACE_S = 10.0  # a dead session's cells get SIGKILL if its SIGTERM has not ended them by then
 
 
 def _parent_death_signal(sig: int) -> None:
@@ -83,6 +84,8 @@ def _send(reply: IO[str], message: dict[str, Any]) -> None:
 def _run_cell(request: dict[str, Any], server_pid: int, reply_fd: int, wakeup: tuple[int, int],
               listener: socket.socket | None) -> int:  # pragma: no cover - forked
     """In the forked process: become the cell's session leader with its log and environment, run the cell."""
+    # First: a kept server's SIGTERM handler must not swallow the parent-death signal set below.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.set_wakeup_fd(-1)  # the server's way of hearing its children end, not the cell's
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     for fd in wakeup:
@@ -124,18 +127,21 @@ def _run_cell(request: dict[str, Any], server_pid: int, reply_fd: int, wakeup: t
 class Kept:
     """What this server knows of itself once ready, for being kept between sessions (``--ab-keep-servers``)."""
 
-    def __init__(self, modules: Sequence[str], import_s: float, skipped: list[list[str]]) -> None:
+    def __init__(self, modules: Sequence[str], import_s: float, skipped: list[list[str]], started_at: float) -> None:
+        """``started_at``: ``time.time()`` before the first import: a file written since may have changed after
+        it was read, so it counts as changed whatever its date says now."""
         self.modules = list(modules)
         self.import_s = import_s
         self.skipped = skipped
-        self.started_at = time.time()
-        self.signature = module_signature()
+        self.started_at = started_at
+        self.signature = module_signature(started_at)
         self.sessions = 1
         self.stop_asked = False  # SIGTERM came while a session held it: it ends instead of waiting again
 
 
-def module_signature() -> dict[str, tuple[int, int]]:
-    """(mtime, size) of every file this process imported code from, and of the interpreter."""
+def module_signature(started_at: float) -> dict[str, tuple[int, int]]:
+    """(mtime, size) of every file this process imported code from, and of the interpreter; (-1, -1), which no
+    file has, for one written after ``started_at`` (maybe while it was imported)."""
     files: dict[str, tuple[int, int]] = {}
     for path in [sys.executable, *(getattr(m, "__file__", None) for m in list(sys.modules.values()))]:
         if isinstance(path, str) and path not in files:
@@ -143,7 +149,7 @@ def module_signature() -> dict[str, tuple[int, int]]:
                 st = os.stat(path)
             except OSError:
                 continue
-            files[path] = (st.st_mtime_ns, st.st_size)
+            files[path] = (-1, -1) if st.st_mtime_ns >= started_at * 1e9 else (st.st_mtime_ns, st.st_size)
     return files
 
 
@@ -154,6 +160,8 @@ def first_change(signature: dict[str, tuple[int, int]]) -> str | None:
             st = os.stat(path)
         except OSError:
             return f"{path} is gone since it was imported"
+        if (mtime, size) == (-1, -1):
+            return f"{path} was written while the server was importing"
         if (st.st_mtime_ns, st.st_size) != (mtime, size):
             return f"{path} changed since it was imported"
     return None
@@ -179,10 +187,16 @@ def serve(source: int, reply: IO[str], listener: socket.socket | None = None) ->
     pending = b""
     running: set[int] = set()
     open_input = True
+    kill_at: float | None = None  # when the cells of a session that died get SIGKILL, if SIGTERM did not end them
     try:
         while open_input or running:
             watched = ([source] if open_input else []) + [wakeup[0]] + ([listener.fileno()] if listener else [])
-            ready, _, _ = select.select(watched, [], [])
+            left = None if kill_at is None else max(0.0, kill_at - time.monotonic())
+            ready, _, _ = select.select(watched, [], [], left)
+            if kill_at is not None and time.monotonic() >= kill_at:
+                for pid in running:
+                    _signal_group(pid, signal.SIGKILL)
+                kill_at = None
             if listener is not None and listener.fileno() in ready:
                 _turn_away(listener)
             if wakeup[0] in ready:
@@ -207,13 +221,18 @@ def serve(source: int, reply: IO[str], listener: socket.socket | None = None) ->
             *lines, pending = pending.split(b"\n")
             if not open_input:  # a last request without its newline
                 lines, pending = [*lines, pending], b""
-                if listener is not None:
+                if listener is not None and running:
                     for pid in running:  # the session is gone: its cells would run untimed
                         _signal_group(pid, signal.SIGTERM)
+                    kill_at = time.monotonic() + _KILL_GRACE_S
             for line in lines:
                 if not line.strip():
                     continue
-                request = json.loads(line)
+                try:
+                    request = json.loads(line)
+                except ValueError:  # cut short: the session died while it wrote
+                    _log(f"not a request, ignored: {line[:200]!r}")
+                    continue
                 if "park" in request:
                     if not running:
                         return dict(request["park"])
@@ -254,15 +273,16 @@ def _turn_away(listener: socket.socket) -> None:
             pass
 
 
-def _bind(path: Path) -> socket.socket | None:
-    """A listening socket at ``path``, or None if a live server listens there already (one left by a server that
-    was killed is removed)."""
+def _bind(path: Path) -> tuple[socket.socket, int] | None:
+    """A listening socket at ``path`` and the inode of its file, or None if a live server listens there already
+    (one left by a server that was killed is removed)."""
     for attempt in range(2):
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             listener.bind(str(path))
+            inode = os.stat(path).st_ino
             listener.listen(8)
-            return listener
+            return listener, inode
         except OSError as exc:
             listener.close()
             if exc.errno != errno.EADDRINUSE or attempt:
@@ -271,8 +291,10 @@ def _bind(path: Path) -> socket.socket | None:
         try:
             probe.connect(str(path))
             return None  # a live one (it takes this for a session that said nothing, and waits on)
+        except ConnectionRefusedError:
+            path.unlink(missing_ok=True)  # nobody listens: its server was killed
         except OSError:
-            path.unlink(missing_ok=True)
+            return None  # bound by another server this moment (not listening yet), or unreadable: not ours
         finally:
             probe.close()
     return None
@@ -284,89 +306,108 @@ def park(request: dict[str, Any], reply: IO[str], kept: Kept) -> int:
     the session then waits for), or false with why (it ends)."""
     path = keptservers.socket_path(Path(request["folder"]), str(request["digest"]))
     try:
-        listener = _bind(path)
+        bound = _bind(path)
     except OSError as exc:
         _send(reply, {"parked": False, "why": f"{path}: {exc}"})
         return 0
-    if listener is None:
+    if bound is None:
         _send(reply, {"parked": False, "why": f"another server of this key waits at {path}"})
         return 0
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the waiting process, until a session takes it or it times out
         os.setsid()  # out of the session's process group: a Ctrl-C there is not for it
         reply.close()
-        _wait_for_sessions(listener, request, kept)
-    listener.close()
+        _wait_for_sessions(*bound, request, kept)
+    bound[0].close()
     _send(reply, {"parked": True, "pid": pid})
     return 0
 
 
-def _wait_for_sessions(listener: socket.socket, request: dict[str, Any],
+def _wait_for_sessions(listener: socket.socket, inode: int, request: dict[str, Any],
                        kept: Kept) -> NoReturn:  # pragma: no cover - the kept server, detached
-    """Wait for sessions of this key, serve each, end after ``idle_s`` with none, or on SIGTERM while waiting."""
+    """Wait for sessions of this key, serve each, end after ``idle_s`` with none, on SIGTERM while waiting, or
+    on anything unforeseen (its socket and info file are removed on every way out)."""
     folder, digest = Path(request["folder"]), str(request["digest"])
     path = keptservers.socket_path(folder, digest)
 
     def asked_to_end(*_: object) -> NoReturn:
-        _log("asked to end (SIGTERM); ending")
+        _log("asked to end (SIGTERM: abbench servers --stop, or a session keeping more than "
+             f"{keptservers.MAX_KEPT}); ending")
         leave()
 
     def leave() -> NoReturn:
-        for done in (path, keptservers.info_path(folder, digest)):
-            try:
-                done.unlink()
-            except OSError:
-                pass
+        try:
+            if os.stat(path).st_ino == inode:  # not the socket of a server that bound the name after a race
+                path.unlink()
+                keptservers.info_path(folder, digest).unlink(missing_ok=True)
+        except OSError:
+            pass
         os._exit(0)
 
-    # Off the session's pipes and out of its root: this process outlives both.
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.close(null)
-    log = os.open(keptservers.log_path(folder, digest), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    os.close(log)
-    while True:
-        signal.signal(signal.SIGTERM, asked_to_end)
-        info = keptservers.KeptServer(
-            digest=digest, pid=os.getpid(), side=str(request.get("side", "")), python=sys.executable,
-            cwd=os.getcwd(), imports=kept.modules, import_s=kept.import_s, started_at=kept.started_at,
-            parked_at=time.time(), idle_s=float(request["idle_s"]), sessions=kept.sessions)
-        info.write(folder)
-        _log(f"kept for {info.idle_s:g} s at {path} (pid {os.getpid()}, {kept.sessions} session(s) served)")
-        conn = _next_session(listener, digest, info.idle_s)
-        if conn is None:
-            _log("no session came; ending")
-            leave()
-        signal.signal(signal.SIGTERM, lambda *_: setattr(kept, "stop_asked", True))
-        keptservers.info_path(folder, digest).unlink(missing_ok=True)  # held: not listed as waiting
-        change = first_change(kept.signature)
-        reply = conn.makefile("w")
-        if change is not None:
-            _log(f"stale, ending: {change}")
-            _send(reply, {"stale": change})
-            leave()
-        kept.sessions += 1
-        _send(reply, {"ready": True, "pid": os.getpid(), "import_s": 0.0, "skipped": kept.skipped,
-                      "kept": {"import_s": kept.import_s, "started_at": kept.started_at,
-                               "sessions": kept.sessions}})
-        again = serve(conn.fileno(), reply, listener)
-        if again is None:
-            _log("the session ended its input (it ended, or died); ending")
-            leave()
-        request = {**request, **again}
-        if kept.stop_asked:
-            _send(reply, {"parked": False, "why": "it was asked to end (abbench servers --stop)"})
-            leave()
-        _send(reply, {"parked": True, "pid": os.getpid()})
-        reply.close()
-        conn.close()
+    try:
+        # Off the session's pipes and out of its root: this process outlives both.
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        log = os.open(keptservers.log_path(folder, digest), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(log)
+        while True:
+            signal.signal(signal.SIGTERM, asked_to_end)
+            info = keptservers.KeptServer(
+                digest=digest, pid=os.getpid(), side=str(request.get("side", "")), python=sys.executable,
+                cwd=os.getcwd(), imports=kept.modules, import_s=kept.import_s, started_at=kept.started_at,
+                parked_at=time.time(), idle_s=float(request["idle_s"]), sessions=kept.sessions)
+            info.write(folder)
+            _log(f"kept for {info.idle_s:g} s at {path} (pid {os.getpid()}, {kept.sessions} session(s) served)")
+            taken = _next_session(listener, digest, info.idle_s)
+            if taken is None:
+                _log("no session came; ending")
+                leave()
+            conn, cwd = taken
+            signal.signal(signal.SIGTERM, lambda *_: setattr(kept, "stop_asked", True))
+            keptservers.info_path(folder, digest).unlink(missing_ok=True)  # held: not listed as waiting
+            change = first_change(kept.signature) or _other_folder(cwd)
+            reply = conn.makefile("w")
+            if change is not None:
+                _log(f"stale, ending: {change}")
+                _send(reply, {"stale": change})
+                leave()
+            kept.sessions += 1
+            _send(reply, {"ready": True, "pid": os.getpid(), "import_s": 0.0, "skipped": kept.skipped,
+                          "kept": {"import_s": kept.import_s, "started_at": kept.started_at,
+                                   "sessions": kept.sessions}})
+            again = serve(conn.fileno(), reply, listener)
+            if again is None:
+                _log("the session ended its input (it ended, or died); ending")
+                leave()
+            request = {**request, **again}
+            if kept.stop_asked:
+                _send(reply, {"parked": False, "why": "it was asked to end (SIGTERM) while this session held it"})
+                leave()
+            _send(reply, {"parked": True, "pid": os.getpid()})
+            reply.close()
+            conn.close()
+    except BaseException as exc:  # whatever it was, the socket must not outlive the server
+        _log(f"ending on {type(exc).__name__}: {exc}")
+        leave()
 
 
-def _next_session(listener: socket.socket, digest: str, idle_s: float) -> socket.socket | None:
-    """The next session's connection that names this server's key (``{"hello": digest}``), or None after
-    ``idle_s`` without one."""
+def _other_folder(cwd: str) -> str | None:
+    """Why this server's working folder is not the session's ``cwd`` (the same name, another folder: deleted
+    and made again since), or None."""
+    try:
+        if os.path.samestat(os.stat("."), os.stat(cwd)):
+            return None
+    except OSError:
+        return f"its working folder {cwd} was removed since it started"
+    return f"its working folder {cwd} was made again since it started"
+
+
+def _next_session(listener: socket.socket, digest: str, idle_s: float) -> tuple[socket.socket, str] | None:
+    """The next session's connection that names this server's key (``{"hello": digest, "cwd": ...}``) and the
+    session's working folder, or None after ``idle_s`` without one."""
     deadline = time.monotonic() + idle_s
     while True:
         ready, _, _ = select.select([listener], [], [], max(0.0, deadline - time.monotonic()))
@@ -383,7 +424,7 @@ def _next_session(listener: socket.socket, digest: str, idle_s: float) -> socket
             hello = {}
         conn.settimeout(None)
         if isinstance(hello, dict) and hello.get("hello") == digest:
-            return conn
+            return conn, str(hello.get("cwd", ""))
         conn.close()  # a probe (another server checking the socket is live) or a stranger: wait on
 
 
@@ -396,6 +437,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
+    started_at = time.time()
     args = parse_args(sys.argv[1:] if argv is None else argv)
     _parent_death_signal(signal.SIGKILL)  # pytest died: so do we (our cells follow through their own signal)
     # The reply pipe is fd 1 as started; anything imports print goes to stderr (the server log) instead.
@@ -423,7 +465,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 3
     import_s = round(time.monotonic() - started, 3)
     _send(reply, {"ready": True, "pid": os.getpid(), "import_s": import_s, "skipped": skipped})
-    kept = Kept(args.modules, import_s, skipped)
+    kept = Kept(args.modules, import_s, skipped, started_at)
     request = serve(sys.stdin.fileno(), reply)
     return 0 if request is None else park(request, reply, kept)
 

@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import signal
+import stat
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -50,20 +51,23 @@ def kept_dir(env: dict[str, str] | None = None, create: bool = True) -> Path:
     if chosen:
         folder = Path(chosen)
     else:
-        runtime = env.get(envnames.XDG_RUNTIME_DIR, "")
-        folder = Path(runtime) / "abbench-servers" if runtime and len(runtime) < _MAX_DIR_CHARS and \
-            os.path.isdir(runtime) else Path(tempfile.gettempdir()) / f"abbench-servers-{os.getuid()}"
+        runtime = Path(env.get(envnames.XDG_RUNTIME_DIR) or "/nonexistent") / "abbench-servers"
+        folder = runtime if len(str(runtime)) <= _MAX_DIR_CHARS and runtime.parent.is_dir() else \
+            Path(tempfile.gettempdir()) / f"abbench-servers-{os.getuid()}"
     if len(str(folder)) > _MAX_DIR_CHARS:
         raise KeptFolderError(f"{folder}: the kept servers' folder is longer than {_MAX_DIR_CHARS} characters "
                               f"(a socket path must fit 108 bytes); set ${envnames.ABBENCH_SERVER_DIR} to a shorter "
                               "one")
-    if not create and not folder.exists():
+    if not create and not os.path.lexists(folder):
         return folder
     try:
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        st = folder.stat()
+        st = folder.lstat()  # not a link's target: another user could point a link in /tmp at a folder of ours
     except OSError as exc:
         raise KeptFolderError(f"{folder}: cannot use it for kept fork servers: {exc}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise KeptFolderError(f"{folder}: kept fork servers need a folder there, not a link or a file; "
+                              f"set ${envnames.ABBENCH_SERVER_DIR} to another")
     if st.st_uid != os.getuid() or st.st_mode & 0o077:
         # Another user could connect and run code as this user's cells: only a private folder will do.
         raise KeptFolderError(f"{folder}: kept fork servers need a folder only this user can open "
@@ -143,12 +147,25 @@ def read_kept(folder: Path) -> tuple[list[KeptServer], list[str]]:
 
 
 def is_server(pid: int) -> bool:
-    """Whether ``pid`` is alive and a fork server (its command line names the server module): a pid reused by
-    another process is never signalled."""
+    """Whether ``pid`` is alive and a fork server that no other server forked: its command line names the
+    server module (a pid reused by another process is never signalled), and so does a cell's, forked from a
+    server, which is why its parent must not."""
+    return _names_server(pid) and not _names_server(_parent(pid))
+
+
+def _names_server(pid: int) -> bool:
     try:
-        return SERVER_MODULE.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+        return pid > 0 and SERVER_MODULE.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
+
+
+def _parent(pid: int) -> int:
+    try:
+        stat_line = Path(f"/proc/{pid}/stat").read_bytes()
+        return int(stat_line[stat_line.rfind(b")") + 2:].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def stop(server: KeptServer) -> bool:

@@ -49,6 +49,7 @@ def positive_seconds(text: str) -> float:
 # --ab-keep-servers auto: how long a session's fork servers wait for the next session on a GPU host, where
 # their imports take 6 to 12 s (torch, Triton, a library's ops); elsewhere they end with the session.
 KEEP_SERVERS_GPU_S = 600.0
+KEEP_SERVERS_MAX_S = 86400.0  # a day: longer is a server nobody remembers, holding memory
 
 
 def keep_servers_option(text: str) -> float | None:
@@ -59,8 +60,8 @@ def keep_servers_option(text: str) -> float | None:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected auto or a number of seconds, got {text!r}") from None
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be >= 0 seconds (0: keep none), got {text!r}")
+    if not 0 <= value <= KEEP_SERVERS_MAX_S:
+        raise argparse.ArgumentTypeError(f"must be 0 to {KEEP_SERVERS_MAX_S:g} seconds (0: keep none), got {text!r}")
     return value
 
 

@@ -108,7 +108,10 @@ class _Lines:
             ready, _, _ = select.select([self.fd], [], [], left)
             if not ready:
                 return None
-            chunk = os.read(self.fd, 65536)
+            try:
+                chunk = os.read(self.fd, 65536)
+            except ConnectionResetError:  # a kept server that closed its socket with this session's hello unread
+                chunk = b""
             if not chunk:
                 rest, self.buffer = self.buffer, b""
                 return rest or b""
@@ -203,6 +206,14 @@ class _Taken:
     def wait_exit(self, timeout_s: float) -> None:
         """Wait until it has left (it ends when this session ends its input), else kill it."""
         deadline = time.monotonic() + timeout_s
+        if not self.pid:  # it never said it was ready: its end is the socket's
+            while not self.closed and time.monotonic() < deadline:
+                ready, _, _ = select.select([self.sock], [], [], max(0.0, deadline - time.monotonic()))
+                try:
+                    if ready and not self.sock.recv(65536):
+                        break
+                except OSError:
+                    break
         while self.pid and keptservers.is_server(self.pid) and time.monotonic() < deadline:
             time.sleep(0.01)
         if self.pid and keptservers.is_server(self.pid):
@@ -235,6 +246,7 @@ class ForkServer:
         self.import_s = 0.0
         self.kept: dict[str, Any] | None = None  # a kept server's ready message says what it was (import_s, ...)
         self.kept_taken = False  # its notice said and its imports counted (``ForkServers.taken_import_s``)
+        self.parked_pid = 0  # once kept (``park``): the process that waits for the next session
         self.last_used = 0.0
 
     @property
@@ -257,7 +269,7 @@ class ForkServer:
         if taken and not message.get("ready"):
             self.close()
             if message.get("stale"):
-                raise KeptUnusable(f"its code is stale: {message['stale']}", say=True)
+                raise KeptUnusable(f"stale: {message['stale']}", say=True)
             raise KeptUnusable("another session holds it" if message.get("busy") else
                                "it did not answer" if line is None else "it ended", say=False)
         if message.get("refused"):
@@ -328,6 +340,7 @@ class ForkServer:
         if not answer.get("parked"):
             self.close()
             return str(answer.get("why", "it said no"))
+        self.parked_pid = int(answer.get("pid", 0))
         if isinstance(self.link, _Taken):
             self.link.release()  # it waits on, for the next session
         else:
@@ -401,7 +414,7 @@ class ForkServers:
         self.keep_s = keep_s
         self.servers: dict[ServerKey, ForkServer] = {}
         self.not_kept: set[ServerKey] = set()  # keys whose kept server could not be taken: start them fresh
-        self.parked: list[str] = []  # labels of the servers kept for a later session
+        self.parked: dict[ServerKey, int] = {}  # the servers this session kept (at a side's last cell, or its end): pid
         self.unparked: list[str] = []  # why one was not kept, for the terminal
         # The imports kept servers this session took had paid when they started: what this session did not pay.
         # The runner moves it into the cell that took them (``ForkSpawn.taken_import_s``).
@@ -428,11 +441,17 @@ class ForkServers:
                 continue
             if server.kept is not None and not server.kept_taken:
                 server.kept_taken = True
-                self.taken_import_s += float(server.kept.get("import_s", 0.0))
-                self.notices.append(
-                    f"{side_words(name)}'s fork server was kept from an earlier session (pid {server.pid}, "
-                    f"session {server.kept.get('sessions')} it serves): no imports; its own took "
-                    f"{float(server.kept.get('import_s', 0.0)):.1f} s when it started")
+                key = server_key(python, env, name, server.imports)
+                if self.parked.get(key) == server.pid:  # this session kept it at its side's last cell
+                    del self.parked[key]
+                    self.notices.append(f"{side_words(name)}'s fork server, kept when its last cell ended, is taken "
+                                        f"again (pid {server.pid}): no imports")
+                else:
+                    self.taken_import_s += float(server.kept.get("import_s", 0.0))
+                    self.notices.append(
+                        f"{side_words(name)}'s fork server was kept from an earlier session (pid {server.pid}, "
+                        f"session {server.kept.get('sessions')} it serves): no imports; its own took "
+                        f"{float(server.kept.get('import_s', 0.0)):.1f} s when it started")
             for module, why in server.skipped:
                 if (server_key(python, env, name), module) in self.failed:
                     continue  # said when this side's first server failed it: a server started again fails again
@@ -527,12 +546,14 @@ class ForkServers:
             return None
         digest = kept_digest(key)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(_KEPT_ANSWER_S)  # a server that cannot accept (stuck) is not waited for
         try:
             sock.connect(str(keptservers.socket_path(folder, digest)))
-            sock.sendall(json.dumps({"hello": digest}).encode() + b"\n")
+            sock.sendall(json.dumps({"hello": digest, "cwd": os.getcwd()}).encode() + b"\n")
         except OSError:
             sock.close()
             return None
+        sock.settimeout(None)
         return ForkServer(python, env, keptservers.log_path(folder, digest), imports, taken=sock)
 
     def _park(self, key: ServerKey, server: ForkServer) -> bool:
@@ -545,7 +566,8 @@ class ForkServers:
         if why is not None:
             self.unparked.append(f"{side_words(key[0])}'s fork server was not kept: {why}")
             return False
-        self.parked.append(key[0])
+        self.parked[key] = server.parked_pid
+        keptservers.trim(folder, keptservers.MAX_KEPT)  # however many sides and campaigns: at most this many wait
         return True
 
     def retire(self, python: str, env: Mapping[str, str], name: str, imports: Sequence[str] = ()) -> bool:
@@ -565,12 +587,16 @@ class ForkServers:
         """End every server, or keep the most recently used (``keep_s``, at most ``MAX_KEPT``) for the next
         session; the lines that say what was kept and what could not be.  Those ended all get end of input
         first, so their exits overlap instead of adding up."""
-        servers = sorted(self.servers.items(), key=lambda item: item[1].last_used, reverse=True)
+        servers = sorted(self.servers.items(), key=lambda item: item[1].last_used)  # the most recent parked last
         self.servers.clear()
         ending = []
         for key, server in servers:
-            if not (self.keep_s > 0 and server.ready and server.alive and len(self.parked) < keptservers.MAX_KEPT
-                    and self._park(key, server)):
+            if self.keep_s > 0 and isinstance(server.link, _Taken) and not server.ready:
+                try:  # taken ahead and never used: it answers in milliseconds, then waits on
+                    server.wait_ready()
+                except ForkServerError:
+                    continue  # it ended (stale, busy, gone)
+            if not (self.keep_s > 0 and server.ready and server.alive and self._park(key, server)):
                 ending.append(server)
         for server in ending:
             server.end_input()
@@ -578,12 +604,10 @@ class ForkServers:
         for server in ending:
             server.wait_exit(max(0.0, deadline - time.monotonic()))
         lines = list(self.unparked)
-        if self.parked:
-            folder = self._folder()
-            if folder is not None:
-                keptservers.trim(folder, keptservers.MAX_KEPT)
-            sides = " and ".join(f"{side_words(name)}'s" for name in sorted(set(self.parked)))
-            lines.append(f"{len(self.parked)} fork server(s) kept for {self.keep_s:g} s ({sides}): a next session of "
+        waiting = sorted(key[0] for key, pid in self.parked.items() if keptservers.is_server(pid))
+        if waiting:
+            sides = " and ".join(f"{side_words(name)}'s" for name in sorted(set(waiting)))
+            lines.append(f"{len(waiting)} fork server(s) kept for {self.keep_s:g} s ({sides}): a next session of "
                          "the same interpreter, folder and environments forks its cells without importing again "
                          "(abbench servers lists them, abbench servers --stop ends them; --ab-keep-servers 0 keeps "
                          "none)")
