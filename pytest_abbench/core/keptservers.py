@@ -121,7 +121,8 @@ class KeptServer:
         left = max(0.0, self.parked_at + self.idle_s - now)
         imports = f" + {', '.join(self.imports)}" if self.imports else ""
         return (f"pid {self.pid} {self.side} ({self.python}{imports}, cwd {self.cwd}): "
-                f"waiting {now - self.parked_at:.0f} s, ends in {left:.0f} s unless a session takes it; imports took {self.import_s:.1f} s; "
+                f"waiting {now - self.parked_at:.0f} s, ends in {left:.0f} s unless a session takes it; "
+                f"imports took {self.import_s:.1f} s; "
                 f"{self.sessions} session(s) served")
 
 
