@@ -6,6 +6,7 @@ import os
 import shutil
 import signal
 import tempfile
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -49,14 +50,25 @@ def kept_servers_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setenv("ABBENCH_SERVER_DIR", str(folder))
     yield folder
     keptservers.trim(folder, 0)
-    # A server still held (a session killed by the test, a cell left hanging) is not listed as waiting: any
-    # process started with this folder in its environment goes.
+    # A server still held (a session killed by the test, a cell left hanging) is not listed as waiting: every
+    # fork server process (a server, or a cell forked from one) started with this folder in its environment goes,
+    # until a pass finds none.
     marker = f"ABBENCH_SERVER_DIR={folder}".encode()
-    for proc in Path("/proc").iterdir():
-        try:
-            if proc.name.isdigit() and int(proc.name) != os.getpid() and \
-                    marker in (proc / "environ").read_bytes().split(b"\0"):
-                os.kill(int(proc.name), signal.SIGKILL)
-        except OSError:
-            pass
+    for _ in range(5):
+        found = []
+        for proc in Path("/proc").iterdir():
+            try:
+                if proc.name.isdigit() and keptservers.SERVER_MODULE.encode() in (proc / "cmdline").read_bytes() \
+                        and marker in (proc / "environ").read_bytes().split(b"\0"):
+                    found.append(int(proc.name))
+            except OSError:
+                pass
+        if not found:
+            break
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.1)
     shutil.rmtree(folder, ignore_errors=True)

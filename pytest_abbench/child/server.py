@@ -44,8 +44,10 @@ in the ready message).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import errno
+import fcntl
 import importlib
 import json
 import os
@@ -55,7 +57,7 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import IO, Any, NoReturn, Sequence
+from typing import IO, Any, Iterator, NoReturn, Sequence
 
 from pytest_abbench.child.forking import fork_and_run
 from pytest_abbench.child.preload import ImportRefused, import_in_server
@@ -63,6 +65,8 @@ from pytest_abbench.core import keptservers
 
 _PR_SET_PDEATHSIG = 1
 _HELLO_TIMEOUT_S = 5.0  # a session that connected says which key it wants at once
+_MTIME_SLACK_S = 2.0  # file dates lag the clock (coarse kernel time, 1-2 s on some filesystems): this much earlier
+# than the server's start still counts as written while it imported
 _KILL_GRACE_S = 10.0  # a dead session's cells get SIGKILL if its SIGTERM has not ended them by then
 
 
@@ -149,7 +153,8 @@ def module_signature(started_at: float) -> dict[str, tuple[int, int]]:
                 st = os.stat(path)
             except OSError:
                 continue
-            files[path] = (-1, -1) if st.st_mtime_ns >= started_at * 1e9 else (st.st_mtime_ns, st.st_size)
+            late = st.st_mtime_ns >= (started_at - _MTIME_SLACK_S) * 1e9
+            files[path] = (-1, -1) if late else (st.st_mtime_ns, st.st_size)
     return files
 
 
@@ -219,8 +224,8 @@ def serve(source: int, reply: IO[str], listener: socket.socket | None = None) ->
             open_input = bool(chunk)
             pending += chunk
             *lines, pending = pending.split(b"\n")
-            if not open_input:  # a last request without its newline
-                lines, pending = [*lines, pending], b""
+            if not open_input:  # a last request without its newline: a kept server's session died writing it
+                lines, pending = ([*lines, pending] if listener is None else lines), b""
                 if listener is not None and running:
                     for pid in running:  # the session is gone: its cells would run untimed
                         _signal_group(pid, signal.SIGTERM)
@@ -273,9 +278,23 @@ def _turn_away(listener: socket.socket) -> None:
             pass
 
 
+@contextlib.contextmanager
+def _name_lock(path: Path) -> Iterator[None]:
+    """Hold the lock of a kept server's name (``<digest>.lock`` beside the socket) while its socket file is
+    bound, probed or removed: two servers of one key keeping themselves at once never remove each other's."""
+    with open(path.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def _bind(path: Path) -> tuple[socket.socket, int] | None:
     """A listening socket at ``path`` and the inode of its file, or None if a live server listens there already
     (one left by a server that was killed is removed)."""
+    with _name_lock(path):
+        return _bind_locked(path)
+
+
+def _bind_locked(path: Path) -> tuple[socket.socket, int] | None:
     for attempt in range(2):
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -292,9 +311,9 @@ def _bind(path: Path) -> tuple[socket.socket, int] | None:
             probe.connect(str(path))
             return None  # a live one (it takes this for a session that said nothing, and waits on)
         except ConnectionRefusedError:
-            path.unlink(missing_ok=True)  # nobody listens: its server was killed
+            path.unlink(missing_ok=True)  # nobody listens (under the lock, nobody is between bind and listen)
         except OSError:
-            return None  # bound by another server this moment (not listening yet), or unreadable: not ours
+            return None  # unreadable: not ours to remove
         finally:
             probe.close()
     return None
@@ -305,6 +324,10 @@ def park(request: dict[str, Any], reply: IO[str], kept: Kept) -> int:
     (``request``: folder, digest, side, idle seconds).  Replies ``{"parked": true, "pid": N}`` (its exit is what
     the session then waits for), or false with why (it ends)."""
     path = keptservers.socket_path(Path(request["folder"]), str(request["digest"]))
+    stale = first_change(kept.signature)
+    if stale is not None:  # no later session could use it: it would only take one of the places
+        _send(reply, {"parked": False, "why": f"stale: {stale}"})
+        return 0
     try:
         bound = _bind(path)
     except OSError as exc:
@@ -316,15 +339,14 @@ def park(request: dict[str, Any], reply: IO[str], kept: Kept) -> int:
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the waiting process, until a session takes it or it times out
         os.setsid()  # out of the session's process group: a Ctrl-C there is not for it
-        reply.close()
-        _wait_for_sessions(*bound, request, kept)
+        _wait_for_sessions(*bound, request, kept, reply)
     bound[0].close()
     _send(reply, {"parked": True, "pid": pid})
     return 0
 
 
-def _wait_for_sessions(listener: socket.socket, inode: int, request: dict[str, Any],
-                       kept: Kept) -> NoReturn:  # pragma: no cover - the kept server, detached
+def _wait_for_sessions(listener: socket.socket, inode: int, request: dict[str, Any], kept: Kept,
+                       session_reply: IO[str]) -> NoReturn:  # pragma: no cover - the kept server, detached
     """Wait for sessions of this key, serve each, end after ``idle_s`` with none, on SIGTERM while waiting, or
     on anything unforeseen (its socket and info file are removed on every way out)."""
     folder, digest = Path(request["folder"]), str(request["digest"])
@@ -337,15 +359,17 @@ def _wait_for_sessions(listener: socket.socket, inode: int, request: dict[str, A
 
     def leave() -> NoReturn:
         try:
-            if os.stat(path).st_ino == inode:  # not the socket of a server that bound the name after a race
-                path.unlink()
-                keptservers.info_path(folder, digest).unlink(missing_ok=True)
+            with _name_lock(path):
+                if os.stat(path).st_ino == inode:  # not a socket another server bound after this one's was removed
+                    keptservers.info_path(folder, digest).unlink(missing_ok=True)  # first: listed means reachable
+                    path.unlink()
         except OSError:
             pass
         os._exit(0)
 
     try:
         # Off the session's pipes and out of its root: this process outlives both.
+        session_reply.close()
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.close(null)
@@ -383,15 +407,19 @@ def _wait_for_sessions(listener: socket.socket, inode: int, request: dict[str, A
                 _log("the session ended its input (it ended, or died); ending")
                 leave()
             request = {**request, **again}
-            if kept.stop_asked:
-                _send(reply, {"parked": False, "why": "it was asked to end (SIGTERM) while this session held it"})
+            stale = "it was asked to end (SIGTERM) while this session held it" if kept.stop_asked else \
+                first_change(kept.signature)
+            if stale is not None:
+                _send(reply, {"parked": False, "why": stale if kept.stop_asked else f"stale: {stale}"})
                 leave()
             _send(reply, {"parked": True, "pid": os.getpid()})
             reply.close()
             conn.close()
     except BaseException as exc:  # whatever it was, the socket must not outlive the server
-        _log(f"ending on {type(exc).__name__}: {exc}")
-        leave()
+        try:
+            _log(f"ending on {type(exc).__name__}: {exc}")
+        finally:
+            leave()
 
 
 def _other_folder(cwd: str) -> str | None:

@@ -54,5 +54,11 @@ PYTHONUNBUFFERED = "PYTHONUNBUFFERED"
 PYTEST_XDIST_WORKER = "PYTEST_XDIST_WORKER"
 # Set by xdist on a worker; spawn/precompile.py reads it: the host's cores are shared over this many workers.
 PYTEST_XDIST_WORKER_COUNT = "PYTEST_XDIST_WORKER_COUNT"
+# Set by xdist on a worker, a new value each run; spawn/forkserver.py keeps it out of a kept server's name.
+PYTEST_XDIST_TESTRUNUID = "PYTEST_XDIST_TESTRUNUID"
+# Set by the login, the shell or the terminal, different from one login or window to the next; read by nothing
+# a fork server imports, so spawn/forkserver.py keeps them out of a kept server's name (--ab-keep-servers).
+LOGIN_SESSION = ("SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY", "XDG_SESSION_ID", "TERM_SESSION_ID", "WINDOWID",
+                 "OLDPWD", "SHLVL", "_")
 # Set by pytest (the running test, i.e. the cell); spawn/forkserver.py keeps it out of a server's key.
 PYTEST_CURRENT_TEST = "PYTEST_CURRENT_TEST"

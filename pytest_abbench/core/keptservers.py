@@ -155,8 +155,10 @@ def is_server(pid: int) -> bool:
 
 
 def _names_server(pid: int) -> bool:
+    """A process of this user whose command line names the server module."""
     try:
-        return pid > 0 and SERVER_MODULE.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+        return pid > 0 and os.stat(f"/proc/{pid}").st_uid == os.getuid() and \
+            SERVER_MODULE.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
 
@@ -175,7 +177,7 @@ def stop(server: KeptServer) -> bool:
         return False
     try:
         os.kill(server.pid, signal.SIGTERM)
-    except ProcessLookupError:
+    except OSError:  # gone meanwhile
         return False
     return True
 

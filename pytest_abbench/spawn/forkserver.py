@@ -82,10 +82,18 @@ def server_key(python: str, env: Mapping[str, str], name: str, imports: Sequence
     return name, python, tuple(sorted((k, v) for k, v in env.items() if k not in PER_CELL_ENV)), tuple(imports)
 
 
+# In a server's environment, but different from one run (xdist's) or one login (a shell's) to the next, and
+# read by nothing a server imports: a kept server's name leaves them out, or no later session would find it.
+# A cell takes its own environment whole from its request either way.
+_NOT_IN_KEPT_NAME = frozenset((envnames.PYTEST_XDIST_TESTRUNUID, *envnames.LOGIN_SESSION))
+
+
 def kept_digest(key: ServerKey) -> str:
-    """The name a server of ``key`` is kept under: the key and the working folder, which a forked cell inherits
-    from its server."""
-    return keptservers.key_digest([*key, os.getcwd()])
+    """The name a server of ``key`` is kept under: the key but for _NOT_IN_KEPT_NAME, and the working folder,
+    which a forked cell inherits from its server."""
+    name, python, env, imports = key
+    return keptservers.key_digest([name, python, [(k, v) for k, v in env if k not in _NOT_IN_KEPT_NAME], imports,
+                                   os.getcwd()])
 
 
 def side_words(name: str) -> str:
@@ -567,7 +575,9 @@ class ForkServers:
             self.unparked.append(f"{side_words(key[0])}'s fork server was not kept: {why}")
             return False
         self.parked[key] = server.parked_pid
-        keptservers.trim(folder, keptservers.MAX_KEPT)  # however many sides and campaigns: at most this many wait
+        # However many sides and campaigns: at most this many wait (this session's older ones may go too).
+        ended = {s.pid for s in keptservers.trim(folder, keptservers.MAX_KEPT)}
+        self.parked = {k: pid for k, pid in self.parked.items() if pid not in ended}
         return True
 
     def retire(self, python: str, env: Mapping[str, str], name: str, imports: Sequence[str] = ()) -> bool:
