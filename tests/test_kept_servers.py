@@ -89,8 +89,14 @@ class Sessions:
 @pytest.fixture
 def sessions(campaign_dir: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Sessions:
     campaign_dir.makepyfile(c=KEPT_CAMPAIGN, helper=HELPER.format(value=1))
+    dated_before_now(campaign_dir.path / "helper.py")
     monkeypatch.setenv("SEEN_FILE", str(tmp_path / "seen"))
     return Sessions(campaign_dir, tmp_path)
+
+
+def dated_before_now(path: Path) -> None:
+    """A file written a minute ago, not while the next server imports it (which would make it stale at once)."""
+    os.utime(path, (time.time() - 60, time.time() - 60))
 
 
 def wait_until(condition: object, timeout_s: float = 10.0) -> bool:
@@ -147,6 +153,7 @@ def test_a_kept_server_serves_the_next_session_and_one_with_changed_code_is_not_
 
     # helper.py changed: the kept servers would fork cells with its old code.  New servers import the new one.
     sessions.pytester.makepyfile(helper=HELPER.format(value=22))
+    dated_before_now(folder / "helper.py")  # stale by its size and date all the same
     third, cells_3 = sessions.run("--ab-keep-servers", "0")
     third.stdout.fnmatch_lines([f"abbench: side A's kept fork server was not used (stale: "
                                 f"{folder / 'helper.py'} changed since it was imported): a new one imports"])

@@ -65,8 +65,10 @@ from pytest_abbench.core import keptservers
 
 _PR_SET_PDEATHSIG = 1
 _HELLO_TIMEOUT_S = 5.0  # a session that connected says which key it wants at once
-_MTIME_SLACK_S = 2.0  # file dates lag the clock (coarse kernel time, 1-2 s on some filesystems): this much earlier
-# than the server's start still counts as written while it imported
+# File dates lag the clock (the kernel's coarse time, a tick or two): a file dated this much before the server's
+# process started still counts as written while it imported.  Not seconds: a file saved just before a run is
+# the usual case, and would make every first server of an edit-run loop unkeepable.
+_MTIME_SLACK_S = 0.1
 _KILL_GRACE_S = 10.0  # a dead session's cells get SIGKILL if its SIGTERM has not ended them by then
 
 
@@ -156,6 +158,19 @@ def module_signature(started_at: float) -> dict[str, tuple[int, int]]:
             late = st.st_mtime_ns >= (started_at - _MTIME_SLACK_S) * 1e9
             files[path] = (-1, -1) if late else (st.st_mtime_ns, st.st_size)
     return files
+
+
+def _process_started_at() -> float:
+    """When this process started (``time.time()`` scale, to a clock tick), before the interpreter read any file;
+    now, where /proc cannot say."""
+    now = time.time()
+    try:
+        stat_line = Path("/proc/self/stat").read_bytes()
+        ticks = int(stat_line[stat_line.rfind(b")") + 2:].split()[19])  # field 22: starttime, after boot
+        uptime = float(Path("/proc/uptime").read_text().split()[0])  # both since boot, to 10 ms
+        return now - max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return now
 
 
 def first_change(signature: dict[str, tuple[int, int]]) -> str | None:
@@ -465,7 +480,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
-    started_at = time.time()
+    started_at = _process_started_at()
     args = parse_args(sys.argv[1:] if argv is None else argv)
     _parent_death_signal(signal.SIGKILL)  # pytest died: so do we (our cells follow through their own signal)
     # The reply pipe is fd 1 as started; anything imports print goes to stderr (the server log) instead.
