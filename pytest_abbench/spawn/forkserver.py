@@ -565,10 +565,12 @@ class ForkServers:
         return ForkServer(python, env, keptservers.log_path(folder, digest), imports, taken=sock)
 
     def _park(self, key: ServerKey, server: ForkServer) -> bool:
-        """Keep ``server`` for a later session (``keep_s``); False when it was not (it has ended; why is said)."""
+        """Keep ``server`` for a later session when this session keeps servers (``keep_s``) and it is ready and
+        alive; False when it was not kept (the caller ends it; why is said where there is one)."""
+        if not (self.keep_s > 0 and server.ready and server.alive):
+            return False
         folder = self._folder()
         if folder is None:
-            server.close()
             return False
         why = server.park(folder, kept_digest(key), key[0], self.keep_s)
         if why is not None:
@@ -581,15 +583,16 @@ class ForkServers:
         return True
 
     def retire(self, python: str, env: Mapping[str, str], name: str, imports: Sequence[str] = ()) -> bool:
-        """End the server for ``python``, ``env`` and side ``name`` (its last cell has ended) and wait for it to be
-        gone; False if there is none.  A server leaves at end of input once its cells have ended, and a retired
-        server's last cell has, so the wait is milliseconds and no retired server is alive when the next cell
-        starts.  A cell that needs it after all starts a new one."""
+        """Keep (``_park``) or end the server for ``python``, ``env`` and side ``name`` (its last cell has ended)
+        and wait for it to be gone from this session; False if there is none.  A server leaves at end of input
+        once its cells have ended, and a retired server's last cell has, so the wait is milliseconds and no
+        retired server is alive when the next cell starts.  A cell that needs it after all takes it again if it
+        was kept, else starts a new one."""
         key = server_key(python, env, name, self.kept_imports(python, env, name, imports))
         server = self.servers.pop(key, None)
         if server is None:
             return False
-        if not (self.keep_s > 0 and server.ready and server.alive and self._park(key, server)):
+        if not self._park(key, server):
             server.close()
         return True
 
@@ -606,7 +609,7 @@ class ForkServers:
                     server.wait_ready()
                 except ForkServerError:
                     continue  # it ended (stale, busy, gone)
-            if not (self.keep_s > 0 and server.ready and server.alive and self._park(key, server)):
+            if not self._park(key, server):
                 ending.append(server)
         for server in ending:
             server.end_input()
