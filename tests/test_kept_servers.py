@@ -254,8 +254,8 @@ def test_an_unreadable_info_file_is_named_and_the_others_listed(kept_servers_dir
     (kept_servers_dir / "4567.json").write_text(json.dumps({"digest": "4567"}))
     waiting, problems = keptservers.read_kept(kept_servers_dir)
     assert waiting == []
-    assert problems[0].startswith(f"{kept_servers_dir / '0123.json'}: unreadable: ")
-    assert problems[1] == f"{kept_servers_dir / '4567.json'}: field 'pid' missing"
+    assert problems[0].startswith(f"{kept_servers_dir / '0123.json'}: not valid JSON (")
+    assert problems[1] == f"{kept_servers_dir / '4567.json'}: field 'pid': missing (expected a whole number)"
 
 
 def test_a_file_written_while_the_server_imported_it_counts_as_changed(tmp_path: Path) -> None:

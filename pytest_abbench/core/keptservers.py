@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from pytest_abbench.core import envnames
+from pytest_abbench.core.fileio import CorruptFileError, read_object, write_json_atomic
 
 SERVER_MODULE = "pytest_abbench.child.server"
 SOCKET_SUFFIX = ".sock"
@@ -111,10 +112,7 @@ class KeptServer:
     sessions: int  # sessions it has served
 
     def write(self, folder: Path) -> None:
-        path = info_path(folder, self.digest)
-        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=1))
-        os.replace(tmp, path)
+        write_json_atomic(info_path(folder, self.digest), asdict(self))
 
     def describe(self, now: float | None = None) -> str:
         now = time.time() if now is None else now
@@ -132,15 +130,14 @@ def read_kept(folder: Path) -> tuple[list[KeptServer], list[str]]:
     found, problems = [], []
     for path in sorted(folder.glob(f"*{INFO_SUFFIX}")):
         try:
-            data = json.loads(path.read_text())
-            server = KeptServer(**{name: data[name] for name in KeptServer.__dataclass_fields__})
+            server = read_object(path).dataclass(KeptServer)
         except FileNotFoundError:
             continue  # taken or ended while listing
-        except (OSError, ValueError, TypeError) as exc:
-            problems.append(f"{path}: unreadable: {exc}")
+        except CorruptFileError as exc:  # names the file and the field
+            problems.append(str(exc))
             continue
-        except KeyError as exc:
-            problems.append(f"{path}: field {exc.args[0]!r} missing")
+        except OSError as exc:
+            problems.append(f"{path}: unreadable: {exc}")
             continue
         if is_server(server.pid) and socket_path(folder, server.digest).exists():
             found.append(server)
