@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 from pytest_abbench.child.forking import leave
 from pytest_abbench.core.cellconfig import CellConfig
+from pytest_abbench.core.procstat import PPID, stat_fields
 
 if TYPE_CHECKING:  # measure imports the campaign machinery: the supervisor loads it in the measuring process only
     from pytest_abbench.child.measure import CampaignLoad
@@ -50,14 +51,11 @@ def descendants(pid: int) -> list[int]:
         if not entry.isdigit():
             continue
         try:
-            with open(f"/proc/{entry}/stat", "rb") as handle:
-                stat = handle.read()
+            fields = stat_fields(entry)
         except OSError:
             continue  # exited meanwhile
-        # The command name (field 2) may hold spaces and parentheses: the ppid follows its last ")".
-        fields = stat[stat.rfind(b")") + 2:].split()
-        if len(fields) > 1:
-            children.setdefault(int(fields[1]), []).append(int(entry))
+        if len(fields) > PPID:
+            children.setdefault(int(fields[PPID]), []).append(int(entry))
     found: list[int] = []
     todo = list(children.get(pid, []))
     while todo:

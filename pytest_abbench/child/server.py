@@ -62,6 +62,7 @@ from typing import IO, Any, Iterator, NoReturn, Sequence
 from pytest_abbench.child.forking import fork_and_run
 from pytest_abbench.child.preload import ImportRefused, import_in_server
 from pytest_abbench.core import keptservers
+from pytest_abbench.core.procstat import START_TICKS, stat_fields
 
 _PR_SET_PDEATHSIG = 1
 _HELLO_TIMEOUT_S = 5.0  # a session that connected says which key it wants at once
@@ -165,8 +166,7 @@ def _process_started_at() -> float:
     now, where /proc cannot say."""
     now = time.time()
     try:
-        stat_line = Path("/proc/self/stat").read_bytes()
-        ticks = int(stat_line[stat_line.rfind(b")") + 2:].split()[19])  # field 22: starttime, after boot
+        ticks = int(stat_fields("self")[START_TICKS])
         uptime = float(Path("/proc/uptime").read_text().split()[0])  # both since boot, to 10 ms
         return now - max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK"))
     except (OSError, ValueError, IndexError):

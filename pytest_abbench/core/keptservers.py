@@ -27,6 +27,7 @@ from typing import Any, Iterable
 
 from pytest_abbench.core import envnames
 from pytest_abbench.core.fileio import CorruptFileError, read_object, write_json_atomic
+from pytest_abbench.core.procstat import PPID, stat_fields
 
 SERVER_MODULE = "pytest_abbench.child.server"
 SOCKET_SUFFIX = ".sock"
@@ -162,8 +163,7 @@ def _names_server(pid: int) -> bool:
 
 def _parent(pid: int) -> int:
     try:
-        stat_line = Path(f"/proc/{pid}/stat").read_bytes()
-        return int(stat_line[stat_line.rfind(b")") + 2:].split()[1])
+        return int(stat_fields(pid)[PPID])
     except (OSError, ValueError, IndexError):
         return 0
 
