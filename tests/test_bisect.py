@@ -141,13 +141,18 @@ def test_bisect_names_the_first_slower_commit_and_skips_the_broken_one(pytester:
     for tree in runs[0].sources:
         first_tree.setdefault(tree.role, tree.commit)
     assert first_tree["A"] == shas[0] and first_tree["B"] == shas[8]
-    assert [(r.shapes[0].verdict, r.shapes[0].within_margin) for r in runs] == [
-        ("slower", False), ("same", False), ("same", False), ("slower", False)]
+    # BAD and the first slower commit: slower beyond the margin.  The two good steps run GOOD's code on both sides;
+    # a few percent between two processes can still be resolved by 2 rounds (-3.0% [-5.6 ~ -0.2] was seen), which
+    # reads "faster" within the +-100% margin: either way not a slowdown, which is what bisect asks of them.
+    verdicts = [(r.shapes[0].verdict, r.shapes[0].within_margin) for r in runs]
+    assert verdicts[0] == verdicts[3] == ("slower", False), verdicts
+    assert all(verdict == "same" or within for verdict, within in verdicts[1:3]), verdicts
 
     shown = pytester.run(sys.executable, "-m", "pytest_abbench.cli", "history", "--op", "add")
     assert shown.ret == 0, shown.stdout.str()
-    shown.stdout.fnmatch_lines([f"*{shas[3][:12]} *same*", f"*{shas[5][:12]} *same*",
-                                f"*{shas[6][:12]} *slower*<- verdict changed: same -> slower (after {shas[5][:12]})",
+    shown.stdout.fnmatch_lines([f"*{shas[3][:12]} *{verdicts[1][0]}*", f"*{shas[5][:12]} *{verdicts[2][0]}*",
+                                f"*{shas[6][:12]} *slower*<- verdict changed: {verdicts[2][0]} -> slower "
+                                f"(after {shas[5][:12]})",
                                 f"*{shas[8][:12]} *slower*"])
 
 
