@@ -306,7 +306,9 @@ def test_a_server_kept_at_its_sides_last_cell_and_taken_again_in_the_session_is_
 def test_an_xdist_workers_kept_servers_serve_the_next_run(sessions: Sessions, kept_servers_dir: Path) -> None:
     """xdist gives each run a new PYTEST_XDIST_TESTRUNUID, in every server's environment: a kept server's name
     leaves it out, or no later run would find one."""
-    _, cells_1 = sessions.run("-n", "1", "--ab-keep-servers", "60")
+    first, cells_1 = sessions.run("-n", "1", "--ab-keep-servers", "60")
+    # The worker's own terminal is not shown: the controller says what it kept.
+    first.stdout.fnmatch_lines(["abbench: gw0: 2 fork server(s) kept for 60 s (side A's and side B's): *"])
     assert wait_until(lambda: len(keptservers.read_kept(kept_servers_dir)[0]) == 2), "their info files are written"
     _, cells_2 = sessions.run("-n", "1", "--ab-keep-servers", "60")
     for side in "AB":

@@ -83,6 +83,7 @@ class AbbenchSession:
         self.gates: dict[str, irgate.GateDecision] = {}
         self.gated_first: set[str] = set()  # ops whose gate the precompile's IR decided before round 1 (no code changed)
         self._runner: CellRunner | None = None
+        self._servers_ended = False
         # The cells this process runs, by node id (a serial session's selected cells; on an xdist worker, those
         # of the ops it was handed so far: ``ops_coming``) and those that ended: a side's fork server ends with
         # its last cell (``CellRunner.cell_ended``).
@@ -311,11 +312,18 @@ class AbbenchSession:
         if reporter is not None:
             reporter.write_line(line)
 
+    def end_servers(self) -> list[str]:
+        """End the session's fork servers, or keep them (``--ab-keep-servers``), once; lines for the terminal on
+        what was kept.  An xdist worker calls it at its session's finish, to hand the lines to the controller."""
+        if self._runner is None or self._servers_ended:
+            return []
+        self._servers_ended = True
+        return self._runner.close()
+
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         """End what the session started: its fork servers and its GPU claim."""
-        if self._runner is not None:
-            # The fork servers; an in-process session (pytester) must not leave them running unless kept.
-            for line in self._runner.close():
-                self.write_line(f"abbench: {line}")
+        # The fork servers; an in-process session (pytester) must not leave them running unless kept.
+        for line in self.end_servers():
+            self.write_line(f"abbench: {line}")
         if self._gpu is not None:
             self._gpu.release()  # an in-process session (pytester) must not keep the GPU after it ends
