@@ -322,3 +322,20 @@ def test_a_server_whose_code_changed_during_the_session_is_not_kept(sessions: Se
                                  f"{sessions.pytester.path / 'helper.py'} changed since it was imported"])
     assert "fork server(s) kept for" not in result.stdout.str()
     assert keptservers.read_kept(kept_servers_dir) == ([], [])
+
+
+def test_each_xdist_worker_keeps_its_sides_servers_beyond_the_single_session_cap(
+        sessions: Sessions, kept_servers_dir: Path) -> None:
+    """Three workers, an op each: six servers, each worker's own (their names differ by worker).  A cap of
+    MAX_KEPT (4) for the host would leave one worker's sides to import again next run."""
+    ops = 'OPS = [Op(name, build=build, shapes={"smoke": [{"n": 4}]}) for name in ("op1", "op2", "op3")]'
+    sessions.pytester.makepyfile(c=KEPT_CAMPAIGN.replace('OPS = [Op("op", build=build, shapes={"smoke": [{"n": 4}]})]',
+                                                         ops))
+    result = sessions.pytester.runpytest_subprocess("c.py", "--ab-root", str(sessions.root(1)), *FAST,
+                                                    "-n", "3", "--ab-keep-servers", "60")
+    result.assert_outcomes(passed=6)
+    kept_by = [line for line in result.stdout.lines if "fork server(s) kept for 60 s" in line]
+    assert len(kept_by) == 3 and all(": 2 fork server(s)" in line for line in kept_by), result.stdout.str()
+    assert keptservers.MAX_KEPT < 6
+    assert wait_until(lambda: len(keptservers.read_kept(kept_servers_dir)[0]) == 6), keptservers.read_kept(
+        kept_servers_dir)

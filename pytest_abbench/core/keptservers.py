@@ -33,8 +33,8 @@ SERVER_MODULE = "pytest_abbench.child.server"
 SOCKET_SUFFIX = ".sock"
 INFO_SUFFIX = ".json"
 LOG_SUFFIX = ".log"
-# How many a session leaves waiting at most (its most recently used): each holds torch and the campaign's
-# libraries in memory, several hundred MB on a GPU host.
+# How many a session leaves waiting at most (its most recently used), or two per xdist worker where the workers
+# are more (most_kept): each holds torch and the campaign's libraries in memory, several hundred MB on a GPU host.
 MAX_KEPT = 4
 # A socket path must fit sockaddr_un's 108 bytes: a folder longer than this falls back to the temporary folder's.
 _MAX_DIR_CHARS = 60
@@ -177,6 +177,14 @@ def stop(server: KeptServer) -> bool:
     except OSError:  # gone meanwhile
         return False
     return True
+
+
+def most_kept() -> int:
+    """How many may wait at once: MAX_KEPT, or two per xdist worker of this run where that is more.  Each worker
+    keeps its own sides' servers (their names differ by worker and GPU), so a fixed cap would leave most of a
+    many-GPU run's workers to import again next time."""
+    workers = os.environ.get(envnames.PYTEST_XDIST_WORKER_COUNT, "")
+    return max(MAX_KEPT, 2 * int(workers)) if workers.isdigit() else MAX_KEPT
 
 
 def trim(folder: Path, keep: int) -> list[KeptServer]:

@@ -578,7 +578,7 @@ class ForkServers:
             return False
         self.parked[key] = server.parked_pid
         # However many sides and campaigns: at most this many wait (this session's older ones may go too).
-        ended = {s.pid for s in keptservers.trim(folder, keptservers.MAX_KEPT)}
+        ended = {s.pid for s in keptservers.trim(folder, keptservers.most_kept())}
         self.parked = {k: pid for k, pid in self.parked.items() if pid not in ended}
         return True
 
@@ -597,7 +597,7 @@ class ForkServers:
         return True
 
     def close(self) -> list[str]:
-        """End every server, or keep the most recently used (``keep_s``, at most ``MAX_KEPT``) for the next
+        """End every server, or keep the most recently used (``keep_s``, at most ``keptservers.most_kept()``) for the next
         session; the lines that say what was kept and what could not be.  Those ended all get end of input
         first, so their exits overlap instead of adding up."""
         servers = sorted(self.servers.items(), key=lambda item: item[1].last_used)  # the most recent parked last
