@@ -368,8 +368,8 @@ def _wait_for_sessions(listener: socket.socket, inode: int, request: dict[str, A
     path = keptservers.socket_path(folder, digest)
 
     def asked_to_end(*_: object) -> NoReturn:
-        _log(f"asked to end (SIGTERM: abbench servers --stop, or a session keeping the {keptservers.MAX_KEPT} most "
-             "recently parked, or 2 per xdist worker where that is more); ending")
+        _log("asked to end (SIGTERM: abbench servers --stop, or a session that parked one more than may wait at "
+             "once); ending")
         leave()
 
     def leave() -> NoReturn:

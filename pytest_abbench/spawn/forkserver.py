@@ -597,8 +597,8 @@ class ForkServers:
         return True
 
     def close(self) -> list[str]:
-        """End every server, or keep the most recently used (``keep_s``, at most ``keptservers.most_kept()``) for the next
-        session; the lines that say what was kept and what could not be.  Those ended all get end of input
+        """End every server, or keep the most recently used (``keep_s``, at most ``keptservers.most_kept()``) for
+        the next session; the lines that say what was kept and what could not be.  Those ended all get end of input
         first, so their exits overlap instead of adding up."""
         servers = sorted(self.servers.items(), key=lambda item: item[1].last_used)  # the most recent parked last
         self.servers.clear()
