@@ -218,6 +218,21 @@ def gpu_timer(fn, warmup=25, rep=100, grad_to_none=None, quantiles=None, return_
     return [ms, ms, ms]
 
 fill.__dict__["do_bench"] = gpu_timer  # where Triton's Autotuner keeps the driver's benchmarker
+if sys.argv[3] in ("once", "short"):
+    # The stand-in is Triton's own benchmarker here, so the pin times one launch of each candidate first; that
+    # timing (device events around one launch) stands in the same way: 64 and 128 take 1.5x the fastest or more.
+    # "short": the fastest launch is under 0.5 ms, too short to rank by, and every candidate is screened.
+    import triton.testing
+    from pytest_abbench.child import autotune_pin
+    ONCE = {16: 0.98, 32: 1.01, 64: 1.5, 128: 2.1}
+    scale = 0.1 if sys.argv[3] == "short" else 1.0
+    def one_launch(fn, quantiles=None):
+        fn()
+        fn()
+        calls.append(["once", current["BLOCK"]])
+        return [ONCE[current["BLOCK"]] * scale] * 3
+    triton.testing.do_bench = gpu_timer
+    autotune_pin.time_one_launch = one_launch
 heard = []  # Triton's autotuning listener (3.9 on): told of a key the pin tuned as of one Triton tuned.  Only
 # screened: Triton's own pass, unscreened, fails in the interpreter to find the JITFunction it tells the listener of.
 if getattr(triton.knobs.autotuning, "listener", "absent") is None and int(sys.argv[2]):
@@ -234,7 +249,7 @@ print(json.dumps({"calls": calls, "lines": lines, "filled": float(x.sum()), "ben
 '''
 
 
-@pytest.mark.parametrize("screen_ms, screen", [(20, "plain"), (20, "nan"), (0, "plain")])
+@pytest.mark.parametrize("screen_ms, screen", [(20, "plain"), (20, "nan"), (0, "plain"), (20, "once"), (20, "short")])
 def test_a_tuning_cell_screens_the_candidates_then_times_those_near_the_fastest_in_full(
         tmp_path: Path, screen_ms: int, screen: str) -> None:
     # A real @triton.autotune kernel in the interpreter, in a process of its own (the pin patches Triton's
@@ -262,7 +277,22 @@ def test_a_tuning_cell_screens_the_candidates_then_times_those_near_the_fastest_
                      r"\d+\.\d\ds,\nbest config selected: BLOCK: 32,", done.stdout), done.stdout
     if out["listener"] and screen_ms:
         assert out["heard"] == [[[100, "torch.float32"], {"BLOCK": 32}]]
-    if screen_ms:
+    if screen == "once":
+        # One launch each; 64 (1.5x the fastest launch) and 128 left out; 16 and 32 screened, then timed in full.
+        assert out["calls"] == [[16, 5, 20], ["once", 16], ["once", 32], ["once", 64], ["once", 128], [16, 5, 20],
+                                [32, 5, 20], [16, 25, 100], [32, 25, 100]]
+        assert out["bench_calls"] == 9
+        assert any(re.search(r"autotune: kernel=.*fill key=\['100', 'torch.float32'\]: 4 candidates timed for one "
+                             r"launch each, 2 at 1.5x the fastest \(0.980 ms\) or slower left out, 2 candidates "
+                             r"screened for 20 ms each, 2 within 5% of the fastest timed in full, in \d+\.\ds; "
+                             r"chose: .*'BLOCK': 32", line) for line in out["lines"]), out["lines"]
+    elif screen == "short":
+        once = [["once", block] for block in (16, 32, 64, 128)]
+        assert out["calls"] == [[16, 5, 20], *once, [16, 5, 20], [32, 5, 20], [64, 5, 20], [128, 5, 20],
+                                [16, 25, 100], [32, 25, 100]]
+        assert any("4 candidates timed for one launch each, the fastest 0.098 ms, under 0.5 ms, too short to rank "
+                   "by: 4 candidates screened for 20 ms each, 2 within 5%" in line for line in out["lines"]), out["lines"]
+    elif screen_ms:
         # With 16's NaN, 32 is the one finalist: chosen without a second timing.
         finalists = [] if screen == "nan" else [[16, 25, 100], [32, 25, 100]]
         assert out["calls"] == [[16, 5, 20], [16, 5, 20], [32, 5, 20], [64, 5, 20], [128, 5, 20]] + finalists

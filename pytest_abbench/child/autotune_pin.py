@@ -42,6 +42,15 @@ TuningKey = tuple[Any, ...]  # what Triton's Autotuner caches a chosen config un
 # screen's repeats is taken not to win: only those within it are timed again for the benchmarker's own warm-up and
 # repeats, and the fastest of that second timing is chosen, as Triton's own pass would choose among them.
 SCREEN_WARMUP_MS = 5
+# Before the screen, where the benchmarker is Triton's own ``do_bench``, each candidate is timed for one launch (after
+# an untimed one that loads it), L2 cleared first as ``do_bench`` clears it: ``do_bench`` launches a candidate at
+# least 8 times however short its repeats (1, then 5 to estimate, then at least 1 warm-up and 1 repeat), which for
+# swiglu_mlp's 12 ms kernels was most of its screen (3.6 s of 32 candidates on an H100).  A candidate whose one
+# launch took PRESCREEN_CUT times the fastest one's or more is taken not to win and is not screened.  Where the
+# fastest launch is under PRESCREEN_MIN_MS, one launch is too short to rank by (event resolution, launch jitter) and
+# the screen then takes every candidate, as it costs little there.
+PRESCREEN_CUT = 1.5
+PRESCREEN_MIN_MS = 0.5
 
 
 class AutotuneRecordError(Exception):
@@ -303,12 +312,13 @@ def bench_by_compiling(autotuner: Any) -> None:
 
 def screened_tuning(autotuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any], pruned: list[Any],
                     screen_ms: int) -> tuple[Any, str] | None:
-    """The config Triton's tuning would choose for this call, found by timing every candidate of ``pruned`` for
-    ``screen_ms`` of repeats, then the ones within ``AUTOTUNE_FINALIST_TOL`` of the fastest for the benchmarker's
-    own warm-up and repeats, each through the autotuner's own ``_bench`` (its hooks, and a candidate that fails to
-    compile timed as infinite).  Sets what Triton's pass sets (``configs_timings``, ``bench_time``, the arguments
-    reset after tuning), tells Triton's listener and print of it (``announce_tuning``), and returns the choice and
-    a line for the log.
+    """The config Triton's tuning would choose for this call, found by timing each candidate of ``pruned`` for one
+    launch where the benchmarker is Triton's own (``launched_once``; those ``PRESCREEN_CUT`` times the fastest or
+    slower are left out), the rest for ``screen_ms`` of repeats, then the ones within ``AUTOTUNE_FINALIST_TOL`` of
+    the fastest for the benchmarker's own warm-up and repeats, each through the autotuner's own ``_bench`` (its
+    hooks, and a candidate that fails to compile timed as infinite).  Sets what Triton's pass sets
+    (``configs_timings``, ``bench_time``, the arguments reset after tuning), tells Triton's listener and print of it
+    (``announce_tuning``), and returns the choice and a line for the log.
 
     None, leaving the tuning to Triton, where the autotuner has a benchmarker of its author's, keeps its results on
     disk (``cache_results``), has one candidate, where its benchmarker takes no warm-up and repeats or repeats for
@@ -335,25 +345,81 @@ def screened_tuning(autotuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any
         # A throw-away timing first: the card may be idle after compiling, and the first candidate's short warm-up
         # would then time it ramping to boost and screen it out.
         autotuner._bench(*args, config=pruned[0], **kwargs)
-        screened = {config: autotuner._bench(*args, config=config, **kwargs) for config in pruned}
+        once = launched_once(autotuner, args, kwargs, pruned, bench)
+        kept, prescreen = prescreened(pruned, once)
+        screened = {config: autotuner._bench(*args, config=config, **kwargs) for config in kept}
     finally:
         autotuner.__dict__["do_bench"] = bench
-    medians = [screened[config][0] for config in pruned]  # Triton's order: the median first
+    medians = [screened[config][0] for config in kept]  # Triton's order: the median first
     finite = [ms for ms in medians if math.isfinite(ms)]
     if not finite:
         return None
     fastest = min(finite)
-    finalists = [config for config, ms in zip(pruned, medians) if ms <= fastest * (1.0 + AUTOTUNE_FINALIST_TOL)]
-    timings = dict(screened)
+    finalists = [config for config, ms in zip(kept, medians) if ms <= fastest * (1.0 + AUTOTUNE_FINALIST_TOL)]
+    timings = {**once, **screened}  # a candidate left out keeps its one launch's time
     if len(finalists) > 1:
         timings.update({config: autotuner._bench(*args, config=config, **kwargs) for config in finalists})
     chosen = min(finalists, key=timings.__getitem__)
     autotuner.bench_time = time.perf_counter() - started
     autotuner.configs_timings = timings
     autotuner.pre_hook({**autotuner.nargs, **kwargs, **chosen.all_kwargs()}, reset_only=True)
-    line = (f"{len(pruned)} candidates screened for {screen_ms} ms each, {len(finalists)} within "
+    line = (f"{prescreen}{len(kept)} candidates screened for {screen_ms} ms each, {len(finalists)} within "
             f"{AUTOTUNE_FINALIST_TOL:.0%} of the fastest timed in full, in {autotuner.bench_time:.1f}s; chose")
     return chosen, line
+
+
+def launched_once(autotuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any], pruned: list[Any],
+                  bench: Any) -> dict[Any, list[float]]:
+    """Each candidate's time for one launch (``time_one_launch``), where ``bench`` is Triton's own ``do_bench``:
+    the one launch is timed as one of its repeats is.  Empty for any other benchmarker."""
+    import triton.testing
+
+    if bench is not triton.testing.do_bench:
+        return {}
+    screening = autotuner.__dict__.get("do_bench")
+    autotuner.__dict__["do_bench"] = time_one_launch
+    try:
+        return {config: autotuner._bench(*args, config=config, **kwargs) for config in pruned}
+    finally:
+        autotuner.__dict__["do_bench"] = screening
+
+
+def prescreened(pruned: list[Any], once: dict[Any, list[float]]) -> tuple[list[Any], str]:
+    """The candidates to screen, and what the one-launch timing did, for the log: those whose one launch took less
+    than ``PRESCREEN_CUT`` times the fastest one's; all of them without one-launch times, where the fastest launch
+    is under ``PRESCREEN_MIN_MS``, or where no launch got a time that is a number.  A candidate whose launch time
+    is not a number (it failed to compile) is left out beside a fastest one."""
+    if not once:
+        return pruned, ""
+    finite = [once[config][0] for config in pruned if math.isfinite(once[config][0])]
+    said = f"{len(pruned)} candidates timed for one launch each, "
+    if not finite:
+        return pruned, said + "none got a time: "
+    fastest = min(finite)
+    if fastest < PRESCREEN_MIN_MS:
+        return pruned, said + f"the fastest {fastest:.3f} ms, under {PRESCREEN_MIN_MS:g} ms, too short to rank by: "
+    kept = [config for config in pruned if once[config][0] < fastest * PRESCREEN_CUT]
+    return kept, said + (f"{len(pruned) - len(kept)} at {PRESCREEN_CUT:g}x the fastest ({fastest:.3f} ms) or "
+                         "slower left out, ")
+
+
+def time_one_launch(fn: Callable[[], Any], quantiles: Any = None, **_: Any) -> Any:
+    """A benchmarker for ``Autotuner._bench``: ``fn`` launched once untimed (it loads the kernel), then once between
+    device events after L2 is cleared, as each of ``triton.testing.do_bench``'s repeats is."""
+    from triton.runtime import driver
+
+    active = driver.active
+    device = active.get_device_interface()
+    fn()
+    device.synchronize()
+    active.clear_cache(active.get_empty_cache_for_benchmark())
+    start, end = device.Event(enable_timing=True), device.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    device.synchronize()
+    ms = float(start.elapsed_time(end))
+    return [ms] * len(quantiles) if quantiles is not None else ms
 
 
 def announce_tuning(autotuner: Any, key: TuningKey, chosen: Any) -> None:
