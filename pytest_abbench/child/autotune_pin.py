@@ -371,7 +371,8 @@ def screened_tuning(autotuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any
 def launched_once(autotuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any], pruned: list[Any],
                   bench: Any) -> dict[Any, list[float]]:
     """Each candidate's time for one launch (``time_one_launch``), where ``bench`` is Triton's own ``do_bench``:
-    the one launch is timed as one of its repeats is.  Empty for any other benchmarker."""
+    the one launch is timed as one of its repeats is, with the driver calls ``do_bench`` itself makes.  Empty for
+    any other benchmarker."""
     import triton.testing
 
     if bench is not triton.testing.do_bench:
