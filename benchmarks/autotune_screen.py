@@ -43,24 +43,28 @@ def load_campaign() -> Any:
 def tune(autotuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any], way: str) -> tuple[float, Any]:
     """One tuning of the key ``args`` make, the way named; its seconds and the config chosen."""
     autotuner.nargs = dict(zip(autotuner.arg_names, args))
-    pruned = autotuner.prune_configs(kwargs)
-    started = time.perf_counter()
-    if way == "triton":
-        timings = {config: autotuner._bench(*args, config=config, **kwargs) for config in pruned}
-        chosen = min(timings, key=timings.__getitem__)
-    else:
-        launched_once = autotune_pin.launched_once
-        if way == "screen":
-            autotune_pin.launched_once = lambda *_: {}
-        try:
-            screened = autotune_pin.screened_tuning(autotuner, args, kwargs, pruned, DEFAULT_AUTOTUNE_SCREEN_MS)
-        finally:
-            autotune_pin.launched_once = launched_once
-        assert screened is not None, "the screen declined this kernel"
-        chosen, line = screened
+    line = ""
+    try:
+        pruned = autotuner.prune_configs(kwargs)
+        started = time.perf_counter()
+        if way == "triton":
+            timings = {config: autotuner._bench(*args, config=config, **kwargs) for config in pruned}
+            chosen = min(timings, key=timings.__getitem__)
+        else:
+            launched_once = autotune_pin.launched_once
+            if way == "screen":
+                autotune_pin.launched_once = lambda *_: {}
+            try:
+                screened = autotune_pin.screened_tuning(autotuner, args, kwargs, pruned, DEFAULT_AUTOTUNE_SCREEN_MS)
+            finally:
+                autotune_pin.launched_once = launched_once
+            assert screened is not None, "the screen declined this kernel"
+            chosen, line = screened
+        seconds = time.perf_counter() - started
+    finally:
+        autotuner.nargs = None
+    if line:
         print(f"    {way}: {line}", flush=True)
-    seconds = time.perf_counter() - started
-    autotuner.nargs = None
     return seconds, chosen
 
 

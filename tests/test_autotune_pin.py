@@ -3,12 +3,14 @@ nothing is launched, the pin is asked for its choice)."""
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
 import pytest
 
-from pytest_abbench.child.autotune_pin import AutotunePin, AutotuneRecordError, kernel_name, kernel_source
+from pytest_abbench.child.autotune_pin import (AutotunePin, AutotuneRecordError, kernel_name, kernel_source,
+                                              prescreened, time_one_launch)
 from pytest_abbench.core.autotunerecord import AutotuneRecord, read_record, write_record
 
 BLOCK_16 = {"kwargs": {"BLOCK": 16}, "num_warps": 4, "num_stages": 3, "num_ctas": 1, "maxnreg": None}
@@ -188,6 +190,7 @@ def test_a_corrupt_recorded_config_is_named_and_never_blamed_on_the_kernel(tmp_p
 
 SCREENED_TUNING = r'''
 import json, sys
+import math
 import re
 from pathlib import Path
 import torch, triton
@@ -219,15 +222,15 @@ def gpu_timer(fn, warmup=25, rep=100, grad_to_none=None, quantiles=None, return_
 
 fill.__dict__["do_bench"] = gpu_timer  # where Triton's Autotuner keeps the driver's benchmarker
 if sys.argv[3] in ("once", "short"):
-    # The stand-in is Triton's own benchmarker here, so the pin times one launch of each candidate first; that
-    # timing (device events around one launch) stands in the same way: 64 and 128 take 1.5x the fastest or more.
-    # "short": the fastest launch is under 0.5 ms, too short to rank by, and every candidate is screened.
+    # The stand-in is Triton's own benchmarker here, so the pin times one launch of each candidate first (after
+    # launching each once untimed); that timing (device events around one launch) stands in the same way: 32 just
+    # under 1.5x the fastest launch, 64 at 1.5x, 128 over.  "short": the fastest launch is under 0.5 ms, too
+    # short to rank by, and every candidate is screened.
     import triton.testing
     from pytest_abbench.child import autotune_pin
-    ONCE = {16: 0.98, 32: 1.01, 64: 1.5, 128: 2.1}
+    ONCE = {16: 1.0, 32: 1.49, 64: 1.5, 128: 2.1}
     scale = 0.1 if sys.argv[3] == "short" else 1.0
     def one_launch(fn, quantiles=None):
-        fn()
         fn()
         calls.append(["once", current["BLOCK"]])
         return [ONCE[current["BLOCK"]] * scale] * 3
@@ -281,17 +284,18 @@ def test_a_tuning_cell_screens_the_candidates_then_times_those_near_the_fastest_
         # One launch each; 64 (1.5x the fastest launch) and 128 left out; 16 and 32 screened, then timed in full.
         assert out["calls"] == [[16, 5, 20], ["once", 16], ["once", 32], ["once", 64], ["once", 128], [16, 5, 20],
                                 [32, 5, 20], [16, 25, 100], [32, 25, 100]]
-        assert out["bench_calls"] == 9
+        assert out["bench_calls"] == 13  # 4 untimed launches (each candidate loaded), then 4 timed ones
         assert any(re.search(r"autotune: kernel=.*fill key=\['100', 'torch.float32'\]: 4 candidates timed for one "
-                             r"launch each, 2 at 1.5x the fastest \(0.980 ms\) or slower left out, 2 candidates "
+                             r"launch each, 2 at 1.5x the fastest \(1.000 ms\) or slower left out, 2 candidates "
                              r"screened for 20 ms each, 2 within 5% of the fastest timed in full, in \d+\.\ds; "
                              r"chose: .*'BLOCK': 32", line) for line in out["lines"]), out["lines"]
     elif screen == "short":
         once = [["once", block] for block in (16, 32, 64, 128)]
         assert out["calls"] == [[16, 5, 20], *once, [16, 5, 20], [32, 5, 20], [64, 5, 20], [128, 5, 20],
                                 [16, 25, 100], [32, 25, 100]]
-        assert any("4 candidates timed for one launch each, the fastest 0.098 ms, under 0.5 ms, too short to rank "
-                   "by: 4 candidates screened for 20 ms each, 2 within 5%" in line for line in out["lines"]), out["lines"]
+        assert any("4 candidates timed for one launch each, the fastest 0.100 ms, under 0.5 ms, too short to rank "
+                   "by: 4 candidates screened for 20 ms each, 2 within 5%" in line
+                   for line in out["lines"]), out["lines"]
     elif screen_ms:
         # With 16's NaN, 32 is the one finalist: chosen without a second timing.
         finalists = [] if screen == "nan" else [[16, 25, 100], [32, 25, 100]]
@@ -303,3 +307,69 @@ def test_a_tuning_cell_screens_the_candidates_then_times_those_near_the_fastest_
     else:
         assert out["calls"] == [[16, 25, 100], [32, 25, 100], [64, 25, 100], [128, 25, 100]]
         assert not any("screened" in line for line in out["lines"])
+
+
+@pytest.mark.parametrize(("once", "kept", "said"), [
+    ({"a": 2.0, "b": 2.99, "c": 3.0, "d": math.inf, "e": math.nan}, ["a", "b"],
+     "5 candidates timed for one launch each, 1 at 1.5x the fastest (2.000 ms) or slower left out, 2 failed, "),
+    ({"a": math.inf, "b": math.nan}, ["a", "b"], "2 candidates timed for one launch each, none got a time: "),
+    ({"a": 0.4, "b": 4.0}, ["a", "b"],
+     "2 candidates timed for one launch each, the fastest 0.400 ms, under 0.5 ms, too short to rank by: "),
+    ({}, ["a", "b"], ""),
+])
+def test_one_launch_leaves_out_the_candidates_well_behind_the_fastest_and_never_a_failed_one(
+        once: dict[str, float], kept: list[str], said: str) -> None:
+    # 3.0 is 1.5x the fastest 2.0 (left out), 2.99 just under (kept); a launch that failed (inf, NaN) is neither
+    # the fastest nor kept, and counted apart; without a finite launch, or the fastest under 0.5 ms, all are kept.
+    pruned = list(once) or ["a", "b"]
+    got, line = prescreened(pruned, {config: [ms] * 3 for config, ms in once.items()})
+    assert (got, line) == (kept, said)
+
+
+def test_one_launch_is_timed_as_one_of_do_benchs_repeats(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A stand-in for the GPU driver (none here): its device interface's events read a clock the launch advances.
+    from triton.runtime import driver
+
+    seen: list[str] = []
+    clock = [0.0]
+
+    class DeviceEvent:  # torch.cuda.Event
+        def __init__(self, enable_timing: bool) -> None:
+            assert enable_timing
+            self.at = 0.0
+
+        def record(self) -> None:
+            seen.append("record")
+            self.at = clock[0]
+
+        def elapsed_time(self, end: DeviceEvent) -> float:
+            return end.at - self.at
+
+    class Device:  # torch.cuda
+        Event = DeviceEvent
+
+        @staticmethod
+        def synchronize() -> None:
+            seen.append("sync")
+
+    class Driver:
+        @staticmethod
+        def get_device_interface() -> type[Device]:
+            return Device
+
+        @staticmethod
+        def get_empty_cache_for_benchmark() -> str:
+            seen.append("alloc")
+            return "l2 buffer"
+
+        @staticmethod
+        def clear_cache(cache: str) -> None:
+            seen.append(f"clear {cache}")
+
+    def launch() -> None:
+        seen.append("launch")
+        clock[0] += 2.5
+
+    monkeypatch.setattr(type(driver), "active", property(lambda _: Driver))
+    assert time_one_launch(launch, quantiles=(0.5, 0.2, 0.8)) == [2.5, 2.5, 2.5]
+    assert seen == ["sync", "alloc", "clear l2 buffer", "record", "launch", "record", "sync"]

@@ -42,8 +42,8 @@ TuningKey = tuple[Any, ...]  # what Triton's Autotuner caches a chosen config un
 # screen's repeats is taken not to win: only those within it are timed again for the benchmarker's own warm-up and
 # repeats, and the fastest of that second timing is chosen, as Triton's own pass would choose among them.
 SCREEN_WARMUP_MS = 5
-# Before the screen, where the benchmarker is Triton's own ``do_bench``, each candidate is timed for one launch (after
-# an untimed one that loads it), L2 cleared first as ``do_bench`` clears it: ``do_bench`` launches a candidate at
+# Before the screen, where the benchmarker is Triton's own ``do_bench``, each candidate is launched once untimed (it
+# loads), then each is timed for one launch, back to back, L2 cleared first as ``do_bench`` clears it: ``do_bench`` launches a candidate at
 # least 8 times however short its repeats (1, then 5 to estimate, then at least 1 warm-up and 1 repeat), which for
 # swiglu_mlp's 12 ms kernels was most of its screen (3.6 s of 32 candidates on an H100).  A candidate whose one
 # launch took PRESCREEN_CUT times the fastest one's or more is taken not to win and is not screened.  Where the
@@ -314,9 +314,10 @@ def screened_tuning(autotuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any
                     screen_ms: int) -> tuple[Any, str] | None:
     """The config Triton's tuning would choose for this call, found by timing each candidate of ``pruned`` for one
     launch where the benchmarker is Triton's own (``launched_once``; those ``PRESCREEN_CUT`` times the fastest or
-    slower are left out), the rest for ``screen_ms`` of repeats, then the ones within ``AUTOTUNE_FINALIST_TOL`` of
-    the fastest for the benchmarker's own warm-up and repeats, each through the autotuner's own ``_bench`` (its
-    hooks, and a candidate that fails to compile timed as infinite).  Sets what Triton's pass sets
+    slower are left out, unless the fastest launch is under ``PRESCREEN_MIN_MS``), the rest for ``screen_ms`` of
+    repeats, then the ones within ``AUTOTUNE_FINALIST_TOL`` of the fastest for the benchmarker's own warm-up and
+    repeats, each through the autotuner's own ``_bench`` (its hooks, and a candidate that fails to compile timed as
+    infinite).  Sets what Triton's pass sets
     (``configs_timings``, ``bench_time``, the arguments reset after tuning), tells Triton's listener and print of it
     (``announce_tuning``), and returns the choice and a line for the log.
 
@@ -370,26 +371,33 @@ def screened_tuning(autotuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any
 
 def launched_once(autotuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any], pruned: list[Any],
                   bench: Any) -> dict[Any, list[float]]:
-    """Each candidate's time for one launch (``time_one_launch``), where ``bench`` is Triton's own ``do_bench``:
-    the one launch is timed as one of its repeats is, with the driver calls ``do_bench`` itself makes.  Empty for
-    any other benchmarker."""
+    """Each candidate's time for one launch, where ``bench`` is Triton's own ``do_bench``; empty for any other
+    benchmarker.  Every candidate is launched once untimed first (``launch_untimed``: it loads, or compiles where
+    the cache misses), so that the timed launches (``time_one_launch``) then run back to back on a busy card, none
+    just after an idle gap; a candidate that failed there (timed as infinite) is not launched again."""
     import triton.testing
 
     if bench is not triton.testing.do_bench:
         return {}
-    screening = autotuner.__dict__.get("do_bench")
-    autotuner.__dict__["do_bench"] = time_one_launch
+    screening = autotuner.__dict__.pop("do_bench", None)
     try:
-        return {config: autotuner._bench(*args, config=config, **kwargs) for config in pruned}
+        autotuner.__dict__["do_bench"] = launch_untimed
+        loaded = {config: autotuner._bench(*args, config=config, **kwargs) for config in pruned}
+        autotuner.__dict__["do_bench"] = time_one_launch
+        return {config: autotuner._bench(*args, config=config, **kwargs) if math.isfinite(loaded[config][0])
+                else loaded[config] for config in pruned}
     finally:
-        autotuner.__dict__["do_bench"] = screening
+        if screening is None:
+            autotuner.__dict__.pop("do_bench", None)
+        else:
+            autotuner.__dict__["do_bench"] = screening
 
 
 def prescreened(pruned: list[Any], once: dict[Any, list[float]]) -> tuple[list[Any], str]:
     """The candidates to screen, and what the one-launch timing did, for the log: those whose one launch took less
     than ``PRESCREEN_CUT`` times the fastest one's; all of them without one-launch times, where the fastest launch
-    is under ``PRESCREEN_MIN_MS``, or where no launch got a time that is a number.  A candidate whose launch time
-    is not a number (it failed to compile) is left out beside a fastest one."""
+    is under ``PRESCREEN_MIN_MS``, or where no launch got a finite time.  A candidate whose launch time is not
+    finite (it failed to compile or launch) is left out beside a fastest one, and counted as failed."""
     if not once:
         return pruned, ""
     finite = [once[config][0] for config in pruned if math.isfinite(once[config][0])]
@@ -400,18 +408,26 @@ def prescreened(pruned: list[Any], once: dict[Any, list[float]]) -> tuple[list[A
     if fastest < PRESCREEN_MIN_MS:
         return pruned, said + f"the fastest {fastest:.3f} ms, under {PRESCREEN_MIN_MS:g} ms, too short to rank by: "
     kept = [config for config in pruned if once[config][0] < fastest * PRESCREEN_CUT]
-    return kept, said + (f"{len(pruned) - len(kept)} at {PRESCREEN_CUT:g}x the fastest ({fastest:.3f} ms) or "
-                         "slower left out, ")
+    failed = len(pruned) - len(finite)
+    return kept, said + (f"{len(pruned) - len(kept) - failed} at {PRESCREEN_CUT:g}x the fastest ({fastest:.3f} ms) "
+                         "or slower left out, " + (f"{failed} failed, " if failed else ""))
+
+
+def launch_untimed(fn: Callable[[], Any], quantiles: Any = None, **_: Any) -> Any:
+    """A benchmarker for ``Autotuner._bench`` that only launches ``fn`` once (loading or compiling the candidate)
+    and times nothing: 0 ms."""
+    fn()
+    return [0.0] * len(quantiles) if quantiles is not None else 0.0
 
 
 def time_one_launch(fn: Callable[[], Any], quantiles: Any = None, **_: Any) -> Any:
-    """A benchmarker for ``Autotuner._bench``: ``fn`` launched once untimed (it loads the kernel), then once between
-    device events after L2 is cleared, as each of ``triton.testing.do_bench``'s repeats is."""
+    """A benchmarker for ``Autotuner._bench``: ``fn``, already launched once (``launch_untimed``), launched once
+    between device events after L2 is cleared, as each of ``triton.testing.do_bench``'s repeats is, with the driver
+    calls it makes."""
     from triton.runtime import driver
 
     active = driver.active
     device = active.get_device_interface()
-    fn()
     device.synchronize()
     active.clear_cache(active.get_empty_cache_for_benchmark())
     start, end = device.Event(enable_timing=True), device.Event(enable_timing=True)
