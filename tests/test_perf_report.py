@@ -365,3 +365,23 @@ def test_ir_triage_reads_a_tutorial_form_script_without_a_gpu(campaign_dir: pyte
                                                "-p", "no:cacheprovider")
     assert result.ret == 0, result.stdout.str()
     result.stdout.fnmatch_lines(["== vector-add: rounds 0/1, *IR gate no_diff (compiled at core for cuda:90)"])
+
+
+def test_the_stand_in_do_bench_shows_the_originals_arguments() -> None:
+    """The autotune pin's screen reads warm-up and repeats off the autotuner's benchmarker, which in a perf_report
+    cell is the stand-in; before, the stand-in showed (*args, **kwargs), and the screen left every tuning in those
+    cells to Triton's full pass.  In a process of its own: the stand-ins replace triton.testing's functions."""
+    import subprocess
+    import sys
+
+    probe = ("import inspect, triton.testing\n"
+             "original = inspect.signature(triton.testing.do_bench)\n"
+             "from pytest_abbench.campaign.perf_report import install_stand_ins\n"
+             "install_stand_ins()\n"
+             "shown = inspect.signature(triton.testing.do_bench)\n"
+             "print(triton.testing.do_bench.__doc__.startswith('pytest-abbench'), shown == original,"
+             " list(shown.parameters))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    stand_in, same, parameters = done.stdout.split(" ", 2)
+    assert (stand_in, same) == ("True", "True") and "'warmup'" in parameters and "'rep'" in parameters, done.stdout

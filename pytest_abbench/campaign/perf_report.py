@@ -268,6 +268,9 @@ def _stand_in(name: str, original: Callable[..., Any], triton_dir: str) -> Calla
 
     do_bench.__name__ = do_bench.__qualname__ = name
     do_bench.__doc__ = f"pytest-abbench's stand-in for triton.testing.{name}: keeps the callable, times nothing"
+    # Shown as the original's: the autotune pin's screen reads the benchmarker's warm-up and repeats from it (the
+    # autotuner's do_bench is this stand-in in a perf_report cell), and declines a benchmarker without them.
+    do_bench.__signature__ = signature  # type: ignore[attr-defined]
     return do_bench
 
 
