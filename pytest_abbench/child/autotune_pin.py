@@ -43,12 +43,12 @@ TuningKey = tuple[Any, ...]  # what Triton's Autotuner caches a chosen config un
 # repeats, and the fastest of that second timing is chosen, as Triton's own pass would choose among them.
 SCREEN_WARMUP_MS = 5
 # Before the screen, where the benchmarker is Triton's own ``do_bench``, each candidate is launched once untimed (it
-# loads), then each is timed for one launch, back to back, L2 cleared first as ``do_bench`` clears it: ``do_bench`` launches a candidate at
-# least 8 times however short its repeats (1, then 5 to estimate, then at least 1 warm-up and 1 repeat), which for
-# swiglu_mlp's 12 ms kernels was most of its screen (3.6 s of 32 candidates on an H100).  A candidate whose one
-# launch took PRESCREEN_CUT times the fastest one's or more is taken not to win and is not screened.  Where the
-# fastest launch is under PRESCREEN_MIN_MS, one launch is too short to rank by (event resolution, launch jitter) and
-# the screen then takes every candidate, as it costs little there.
+# loads), then each is timed for one launch, back to back, L2 cleared first as ``do_bench`` clears it: ``do_bench``
+# launches a candidate at least 8 times however short its repeats (1, then 5 to estimate, then at least 1 warm-up
+# and 1 repeat), which for swiglu_mlp's 12 ms kernels was most of its screen (3.6 s of 32 candidates on an H100).
+# A candidate whose one launch took PRESCREEN_CUT times the fastest one's or more is taken not to win and is not
+# screened.  Where the fastest launch is under PRESCREEN_MIN_MS, one launch is too short to rank by (event
+# resolution, launch jitter) and the screen then takes every candidate, as it costs little there.
 PRESCREEN_CUT = 1.5
 PRESCREEN_MIN_MS = 0.5
 
@@ -298,16 +298,17 @@ class AutotunePin:
 _BENCHMARKING = [0]
 
 
-def _compile_once(kernel_call: Callable[[], Any], quantiles: Any = None, **_: Any) -> Any:
-    """A benchmarker that launches once (compile-only: compiles, runs nothing) and times nothing."""
+def launch_untimed(kernel_call: Callable[[], Any], quantiles: Any = None, **_: Any) -> Any:
+    """A benchmarker that launches once and times nothing (0 ms): in a compile-only process the launch compiles
+    and runs nothing; on a GPU it loads (or compiles) the candidate before ``time_one_launch`` times it."""
     kernel_call()
     return [0.0] * len(quantiles) if quantiles else 0.0
 
 
 def bench_by_compiling(autotuner: Any) -> None:
-    """Make ``autotuner`` time each candidate by one compile-only launch (``_compile_once``)."""
-    autotuner._do_bench = _compile_once
-    autotuner.__dict__["do_bench"] = _compile_once  # Triton caches do_bench on the instance
+    """Make ``autotuner`` time each candidate by one compile-only launch (``launch_untimed``)."""
+    autotuner._do_bench = launch_untimed
+    autotuner.__dict__["do_bench"] = launch_untimed  # Triton caches do_bench on the instance
 
 
 def screened_tuning(autotuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any], pruned: list[Any],
@@ -317,9 +318,9 @@ def screened_tuning(autotuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any
     slower are left out, unless the fastest launch is under ``PRESCREEN_MIN_MS``), the rest for ``screen_ms`` of
     repeats, then the ones within ``AUTOTUNE_FINALIST_TOL`` of the fastest for the benchmarker's own warm-up and
     repeats, each through the autotuner's own ``_bench`` (its hooks, and a candidate that fails to compile timed as
-    infinite).  Sets what Triton's pass sets
-    (``configs_timings``, ``bench_time``, the arguments reset after tuning), tells Triton's listener and print of it
-    (``announce_tuning``), and returns the choice and a line for the log.
+    infinite).  Sets what Triton's pass sets (``configs_timings``, ``bench_time``, the arguments reset after
+    tuning), tells Triton's listener and print of it (``announce_tuning``), and returns the choice and a line for
+    the log.
 
     None, leaving the tuning to Triton, where the autotuner has a benchmarker of its author's, keeps its results on
     disk (``cache_results``), has one candidate, where its benchmarker takes no warm-up and repeats or repeats for
@@ -411,13 +412,6 @@ def prescreened(pruned: list[Any], once: dict[Any, list[float]]) -> tuple[list[A
     failed = len(pruned) - len(finite)
     return kept, said + (f"{len(pruned) - len(kept) - failed} at {PRESCREEN_CUT:g}x the fastest ({fastest:.3f} ms) "
                          "or slower left out, " + (f"{failed} failed, " if failed else ""))
-
-
-def launch_untimed(fn: Callable[[], Any], quantiles: Any = None, **_: Any) -> Any:
-    """A benchmarker for ``Autotuner._bench`` that only launches ``fn`` once (loading or compiling the candidate)
-    and times nothing: 0 ms."""
-    fn()
-    return [0.0] * len(quantiles) if quantiles is not None else 0.0
 
 
 def time_one_launch(fn: Callable[[], Any], quantiles: Any = None, **_: Any) -> Any:
