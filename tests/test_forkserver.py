@@ -540,6 +540,32 @@ def test_a_module_a_server_cannot_import_is_said_once_however_often_the_server_s
         servers.close()
 
 
+def test_a_forked_cell_inherits_tritons_compiler_key_from_its_server(tmp_path: Path) -> None:
+    """Triton hashes its compiler files and libtriton (over 400 MB) once per process, at its first compile or
+    cache load: the server computes it before any fork, so a forked cell's first kernel does not pay it again."""
+    seen = tmp_path / "seen"
+    (tmp_path / "probe_key.py").write_text(
+        "import triton.runtime.cache\n\n"
+        "def main(argv):\n"
+        f"    open({str(seen)!r}, 'w').write(str(triton.runtime.cache.triton_key.cache_info().currsize))\n"
+        "    return 0\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    env.pop("TRITON_INTERPRET", None)
+    servers = ForkServers(tmp_path / "servers")
+    try:
+        for side, interpret, cached, log in (("A", None, "1", "side-A-1.log"), ("B", "1", "0", "side-B-2.log")):
+            side_env = env if interpret is None else {**env, "TRITON_INTERPRET": interpret}
+            server = servers.server(sys.executable, side_env, f"side-{side}")
+            assert server.spawn(["probe_key"], side_env, tmp_path / "run.log").wait(timeout=60) == 0, \
+                (tmp_path / "run.log").read_text()
+            # "1": in the function's cache before the cell called it; "0": interpreter cells compile nothing
+            assert seen.read_text() == cached, side
+            said = "Triton's compiler key hashed in" in (tmp_path / "servers" / log).read_text()
+            assert said == (cached == "1"), side
+    finally:
+        servers.close()
+
+
 # Each cell writes which fork servers of its own xdist worker are alive: the server's parent is the worker.
 WORKER_SERVERS_CAMPAIGN = textwrap.dedent('''
     import json, os

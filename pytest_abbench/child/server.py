@@ -61,7 +61,7 @@ from typing import IO, Any, Iterator, NoReturn, Sequence
 
 from pytest_abbench.child.forking import fork_and_run
 from pytest_abbench.child.preload import ImportRefused, import_in_server
-from pytest_abbench.core import keptservers
+from pytest_abbench.core import envnames, keptservers
 from pytest_abbench.core.procstat import START_TICKS, stat_fields
 
 _PR_SET_PDEATHSIG = 1
@@ -478,6 +478,25 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def hash_compiler_once() -> float | None:
+    """Compute Triton's compiler key (``triton.runtime.cache.triton_key``) here, before any fork; its seconds.
+
+    The key hashes Triton's compiler sources and its libtriton (over 400 MB), once per process, at the first
+    kernel a process compiles or loads from the cache: every forked cell and compile share paid about 0.5 s for
+    it.  Computed here, each inherits the answer (the function's cache), as Triton's own compile pool hands it
+    to its workers.  The key cannot go stale under a kept server unnoticed: one whose imported files (libtriton
+    among them) changed is refused as stale.  None where this Triton has no such function (nothing is computed).
+    """
+    import triton.runtime.cache
+
+    key = getattr(triton.runtime.cache, "triton_key", None)
+    if key is None:
+        return None
+    started = time.monotonic()
+    key()
+    return time.monotonic() - started
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     started_at = _process_started_at()
@@ -506,6 +525,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"[abbench] fork server: refused {exc.module}: {exc.why}", file=sys.stderr, flush=True)
         _send(reply, {"refused": exc.module, "why": exc.why})
         return 3
+    # Interpreter cells compile nothing (the runner sets TRITON_INTERPRET in their side's environment, so here too).
+    hashed_s = None if os.environ.get(envnames.TRITON_INTERPRET) == "1" else hash_compiler_once()
+    if hashed_s is not None:
+        print(f"[abbench] fork server: Triton's compiler key hashed in {hashed_s:.2f}s, once for every cell forked "
+              "from here", file=sys.stderr, flush=True)
     import_s = round(time.monotonic() - started, 3)
     _send(reply, {"ready": True, "pid": os.getpid(), "import_s": import_s, "skipped": skipped})
     kept = Kept(args.modules, import_s, skipped, started_at)
