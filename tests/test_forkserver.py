@@ -466,10 +466,16 @@ def test_a_server_two_campaigns_share_after_a_refusal_is_kept_for_the_second(
     assert len(list((root / "servers").iterdir())) == 4, sorted(p.name for p in (root / "servers").iterdir())
 
 
+def importing_from(folder: Path) -> dict[str, str]:
+    """This process's environment with ``folder`` first on PYTHONPATH: a server started with it imports the
+    modules a test writes there."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(folder), os.environ.get("PYTHONPATH", "")])}
+
+
 def test_a_server_refuses_a_module_that_reads_a_per_cell_variable(tmp_path: Path) -> None:
     """A module that reads FLAGGEMS_CACHE_DIR at import would keep the server's value (none) for every cell."""
     (tmp_path / "reads_cell_env.py").write_text("import os\nCACHE = os.environ.get('FLAGGEMS_CACHE_DIR')\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    env = importing_from(tmp_path)
     servers = ForkServers(tmp_path / "servers")
     try:
         server = servers.server(sys.executable, env, "side-B", ("reads_cell_env",))
@@ -491,7 +497,7 @@ def test_a_server_refuses_a_module_after_which_torch_refuses_cuda_in_a_fork(tmp_
     (tmp_path / "poisons_fork.py").write_text(
         "import os\nimport torch.cuda\n"
         "os.register_at_fork(after_in_child=lambda: setattr(torch.cuda, '_is_in_bad_fork', lambda: True))\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    env = importing_from(tmp_path)
     servers = ForkServers(tmp_path / "servers")
     try:
         server = servers.server(sys.executable, env, "side-A", ("poisons_fork",))
@@ -512,7 +518,7 @@ def test_a_server_imports_with_torch_asking_nvml_whether_cuda_is_there(tmp_path:
     (tmp_path / "asks_cuda.py").write_text(
         f"import os\nimport torch\nopen({str(seen)!r}, 'w').write(os.environ.get('PYTORCH_NVML_BASED_CUDA_CHECK', "
         "'unset'))\nAVAILABLE = torch.cuda.is_available()\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    env = importing_from(tmp_path)
     env.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)
     servers = ForkServers(tmp_path / "servers")
     try:
@@ -549,7 +555,7 @@ def test_a_forked_cell_inherits_tritons_compiler_key_from_its_server(tmp_path: P
         "def main(argv):\n"
         f"    open({str(seen)!r}, 'w').write(str(triton.runtime.cache.triton_key.cache_info().currsize))\n"
         "    return 0\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    env = importing_from(tmp_path)
     env.pop("TRITON_INTERPRET", None)
     servers = ForkServers(tmp_path / "servers")
     try:
