@@ -572,6 +572,29 @@ def test_a_forked_cell_inherits_tritons_compiler_key_from_its_server(tmp_path: P
         servers.close()
 
 
+def test_a_server_that_cannot_hash_tritons_compiler_key_still_serves_and_says_why(tmp_path: Path) -> None:
+    """breaks_key stands for an unreadable libtriton: Triton's key function raises OSError.  The server is not
+    the place to fail for it: it says why in its log and forks the cells, which hash (and fail) themselves."""
+    (tmp_path / "breaks_key.py").write_text(
+        "import triton.runtime.cache\n\n"
+        "def unreadable():\n"
+        "    raise PermissionError(13, 'Permission denied', 'libtriton.so')\n\n"
+        "triton.runtime.cache.triton_key = unreadable\n\n"
+        "def main(argv):\n"
+        "    return 0\n")
+    env = importing_from(tmp_path)
+    env.pop("TRITON_INTERPRET", None)
+    servers = ForkServers(tmp_path / "servers")
+    try:
+        server = servers.server(sys.executable, env, "side-A", ("breaks_key",))
+        assert server.imports == ("breaks_key",) and servers.said == []
+        assert server.spawn(["breaks_key"], env, tmp_path / "run.log").wait(timeout=60) == 0  # a cell was forked
+        log = (tmp_path / "servers" / "side-A-1.log").read_text()
+        assert "Triton's compiler key not hashed here: [Errno 13] Permission denied: 'libtriton.so'" in log, log
+    finally:
+        servers.close()
+
+
 # Each cell writes which fork servers of its own xdist worker are alive: the server's parent is the worker.
 WORKER_SERVERS_CAMPAIGN = textwrap.dedent('''
     import json, os

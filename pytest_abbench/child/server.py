@@ -485,7 +485,8 @@ def hash_compiler_once() -> float | None:
     kernel a process compiles or loads from the cache: every forked cell and compile share paid about 0.5 s for
     it.  Computed here, each inherits the answer (the function's cache), as Triton's own compile pool hands it
     to its workers.  The key cannot go stale under a kept server unnoticed: one whose imported files (libtriton
-    among them) changed is refused as stale.  None where this Triton has no such function (nothing is computed).
+    among them) changed is refused as stale.  None where this Triton has no such function, or a file it hashes
+    cannot be read: the cells then hash it themselves, and the first to compile says what is wrong.
     """
     import triton.runtime.cache
 
@@ -493,7 +494,11 @@ def hash_compiler_once() -> float | None:
     if key is None:
         return None
     started = time.monotonic()
-    key()
+    try:
+        key()
+    except OSError as exc:
+        print(f"[abbench] fork server: Triton's compiler key not hashed here: {exc}", file=sys.stderr, flush=True)
+        return None
     return time.monotonic() - started
 
 
