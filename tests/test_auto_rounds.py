@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -69,6 +70,10 @@ def test_a_settled_op_stops_early_an_unsettled_one_runs_to_the_cap_and_resume_de
     assert "== planted: rounds 3 of up to 4 (every shape settled)" in out
     assert "== seesaw: rounds 4 of up to 4 (the cap reached: 1 shape(s) unsettled)" in out
     assert "abbench: exit 0" in out  # skipped rounds are neither missing nor failed
+    # The time left: the rounds every op runs, then the most the rest may take (tests/test_progress.py has figures).
+    assert re.search(r"round 1 done, .* about \S+ left \(rough: [^)]*\), up to \S+ if ops need all 4 rounds "
+                     r"\(--ab-rounds auto\)", out), out
+    assert re.search(r"round 3 done, .* elapsed, up to \S+ left if ops need all 4 rounds \(--ab-rounds auto\)", out)
     report = json.loads((root / "report.json").read_text())
     assert report["complete"] and not report["failed_cells"]
     ops = {o["op"]: o for o in report["ops"]}

@@ -72,6 +72,28 @@ def test_after_round_1_the_time_left_leaves_out_its_compile_seconds() -> None:
         "(rough: round 1 without its 3m00s of compiling and tuning)")
 
 
+def test_under_auto_rounds_the_time_left_is_the_rounds_every_op_runs_then_the_most() -> None:
+    """--ab-rounds auto (3 to 10): after round 1 the rounds every op runs are 2 and 3; the rest run only while a
+    shape is unsettled, so they are the most it can take, not the time left (a Liger-Kernel run said 2m06s
+    left with 28 s to go).  Once an op's later round is skipped as settled, its rounds cost nothing."""
+    cells = [CellKey(r, op, side) for r in range(1, 11) for op in ("one", "two") for side in "AB"]
+    progress = RoundProgress(cells, rounds=10, started=0.0, auto_min=3)
+    lines = [progress.cell_done(key, now=10.0 * (n + 1), elapsed_s=10.0) for n, key in enumerate(cells[:12])]
+    assert lines[3] == ("abbench: round 1 done, 1 of 10 rounds (4 of 40 cells), 40s elapsed, about 1m20s left "
+                        "(rough: from round 1), up to 6m00s if ops need all 10 rounds (--ab-rounds auto)")
+    assert lines[11] == ("abbench: round 3 done, 3 of 10 rounds (12 of 40 cells), 2m00s elapsed, up to 4m40s left "
+                         "if ops need all 10 rounds (--ab-rounds auto)")
+    # Round 4: op "one" settled (its cells skipped in no time), "two" ran on.
+    line = None
+    for key in cells[12:16]:
+        line = progress.cell_done(key, now=130.0, elapsed_s=0.0 if key.op == "one" else 10.0, gated={"one"})
+    assert line == ("abbench: round 4 done, 4 of 10 rounds (16 of 40 cells), 2m10s elapsed, up to 2m00s left "
+                    "if ops need all 10 rounds (--ab-rounds auto)")
+    fixed = RoundProgress(cells, rounds=10, started=0.0)  # a fixed number of rounds: every one runs
+    assert [fixed.cell_done(key, now=10.0 * (n + 1), elapsed_s=10.0) for n, key in enumerate(cells[:4])][3] == (
+        "abbench: round 1 done, 1 of 10 rounds (4 of 40 cells), 40s elapsed, about 6m00s left (rough: from round 1)")
+
+
 def test_the_time_left_adds_up_each_ops_own_cost() -> None:
     """Ops differ in cost: a FlagGems mm cell took 25 s where its layer norm took 7, and the IR gate skipped the
     layer norm after round 1.  The cells left are mm's, so they cost what mm's cells cost (12.5 s each without

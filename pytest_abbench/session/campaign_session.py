@@ -305,7 +305,8 @@ class AbbenchSession:
     def start_progress(self, keys: Iterable[CellKey], workers: int = 1) -> None:
         """Count rounds over the selected cells (the controller's, or a serial session's; never a worker's);
         ``workers``: the cells that run at once (xdist's)."""
-        self.progress = RoundProgress(keys, self.plan.rounds, self.started, workers=max(1, workers))
+        self.progress = RoundProgress(keys, self.plan.rounds, self.started, workers=max(1, workers),
+                                      auto_min=self.plan.auto_min)
 
     def write_line(self, line: str) -> None:
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")

@@ -12,6 +12,12 @@ they reported compiling and tuning (``report.cost``; round 1 side A tunes, and
 side B tunes the keys only it has): the line then says the estimate is rough.
 The sum is shared among the workers and scaled by the session's wall time per
 second of cell time (pytest and the plugin between cells).
+
+Under ``--ab-rounds auto`` an op's rounds after the first look (``auto_min``)
+run only while a shape is unsettled: the line gives the time for the rounds
+every op runs, and, apart, the most it can take if ops need every round.  An op
+auto rounds stopped (its cells skipped as settled or over budget) costs nothing
+from then on, as a gated op does.
 """
 
 from __future__ import annotations
@@ -35,9 +41,11 @@ def duration(seconds: float) -> str:
 class RoundProgress:
     """The selected cells of a session, and one line each time a round's last cell reports."""
 
-    def __init__(self, cells: Iterable[CellKey], rounds: int, started: float | None = None, workers: int = 1) -> None:
+    def __init__(self, cells: Iterable[CellKey], rounds: int, started: float | None = None, workers: int = 1,
+                 auto_min: int | None = None) -> None:
         self.expected = set(cells)
         self.rounds = rounds
+        self.auto_min = auto_min  # --ab-rounds auto: the rounds every op runs; None: every planned round runs
         self.started = time.monotonic() if started is None else started
         self.workers = max(1, workers)  # cells running at once (xdist workers)
         self.done: set[CellKey] = set()
@@ -52,7 +60,8 @@ class RoundProgress:
         """Record ``key`` as done; the progress line when that finished its round, else None.
 
         ``elapsed_s``: the cell's seconds (None: not run by this session, a resumed cell; its cost says nothing);
-        ``compile_s``: how many of them compiled or tuned.  ``gated``: ops the IR gate skips from now on."""
+        ``compile_s``: how many of them compiled or tuned.  ``gated``: ops skipped from now on (the IR gate's,
+        and those auto rounds stopped)."""
         if key not in self.expected or key in self.done:
             return None
         self.done.add(key)
@@ -72,10 +81,23 @@ class RoundProgress:
         left = [k for k in self.expected - self.done if k.op not in gated]
         eta = ""
         if len(self.done) < len(self.expected):
-            seconds, rough = self.time_left(left, elapsed)
-            eta = f", about {duration(seconds)} left{rough}"
+            eta = self.eta(left, elapsed)
         return (f"abbench: round {key.round} done, {len(self.rounds_done)} of {len({k.round for k in self.expected})} "
                 f"rounds ({len(self.done)} of {len(self.expected)} cells), {duration(elapsed)} elapsed{eta}")
+
+    def eta(self, left: Collection[CellKey], elapsed: float) -> str:
+        """The line's words for the time the cells ``left`` take: under auto rounds, what the rounds every op runs
+        take, then the most the rest can."""
+        seconds, rough = self.time_left(left, elapsed)
+        sure = [k for k in left if self.auto_min is None or k.round <= self.auto_min]
+        if len(sure) == len(left):
+            return f", about {duration(seconds)} left{rough}"
+        most = f"up to {duration(seconds)}{' left' if not sure else ''} if ops need all {self.rounds} rounds " \
+               "(--ab-rounds auto)"
+        if not sure:
+            return f", {most}{rough}"
+        sure_s, sure_rough = self.time_left(sure, elapsed)
+        return f", about {duration(sure_s)} left{sure_rough}, {most}"
 
     def time_left(self, left: Collection[CellKey], elapsed: float) -> tuple[float, str]:
         """Seconds for the cells ``left``, and the words that say when that rests on round 1's cells."""

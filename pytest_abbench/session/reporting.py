@@ -18,7 +18,7 @@ import pytest
 
 from pytest_abbench.core import envnames
 from pytest_abbench.core.layout import CellKey, cell_key, run_log
-from pytest_abbench.core.outcome import NO_IR_DIFF, OUTCOME_PROPERTY, CellOutcome
+from pytest_abbench.core.outcome import NO_IR_DIFF, NOT_NEEDED, OUTCOME_PROPERTY, CellOutcome
 from pytest_abbench.core.fileio import CorruptFileError
 from pytest_abbench.core.plan import CampaignPlan, read_plan
 from pytest_abbench.core.wording import count
@@ -42,6 +42,7 @@ class ReportHooks:
         self.landed: set[CellKey] = set()
         self.landed_gates: set[str] = set()
         self.workers_seen: set[str] = set()  # xdist workers that reported a cell (the controller's idle time)
+        self.stopped_ops: set[str] = set()  # ops --ab-rounds auto stopped: their later rounds cost nothing
         self.final: Report | None = None
         self.plots: list[Path] = []
         self.history_line: str | None = None  # what recording the run into the history file gave
@@ -106,8 +107,8 @@ class ReportHooks:
             self.workers_seen.add(str(node.gateway.id))
         if report.when == "teardown" and self.session.progress is not None and not self.session.is_worker:
             key = cell_key(report.nodeid)
-            gated = [] if self.session.settings.allow_no_ir_diff else \
-                [op for op, gate in self.session.gates.items() if gate.state == "no_diff"]
+            gated = {*self.stopped_ops, *([] if self.session.settings.allow_no_ir_diff else
+                                          [op for op, gate in self.session.gates.items() if gate.state == "no_diff"])}
             line = None
             if key is not None:
                 elapsed_s, compile_s = self.cell_cost(key)
@@ -130,6 +131,8 @@ class ReportHooks:
             self.session.write_line(f"abbench: {run_log(measured.cell_dir)}: {outcome.non_utf8_sequences} byte sequence(s) "
                             "not UTF-8 (kept as written)")
         self.session.outcomes[outcome.key] = outcome
+        if outcome.status in NOT_NEEDED:  # once stopped an op stays stopped (session.autorounds)
+            self.stopped_ops.add(outcome.key.op)
         if not self.session.plan.ops.get(outcome.key.op):
             self.session.plan.ops[outcome.key.op] = outcome.campaign
         for line in json.loads(str(props.get(CALIBER_PROPERTY, "[]"))):
