@@ -75,7 +75,8 @@ def test_after_round_1_the_time_left_leaves_out_its_compile_seconds() -> None:
 def test_under_auto_rounds_the_time_left_is_the_rounds_every_op_runs_then_the_most() -> None:
     """--ab-rounds auto (3 to 10): after round 1 the rounds every op runs are 2 and 3; the rest run only while a
     shape is unsettled, so they are the most it can take, not the time left (a Liger-Kernel run said 2m06s
-    left with 28 s to go).  Once an op's later round is skipped as settled, its rounds cost nothing."""
+    left with 28 s to go).  Once an op's later round is skipped as settled, its rounds cost nothing, and a round
+    every op skipped prints no line of its own."""
     cells = [CellKey(r, op, side) for r in range(1, 11) for op in ("one", "two") for side in "AB"]
     progress = RoundProgress(cells, rounds=10, started=0.0, auto_min=3)
     lines = [progress.cell_done(key, now=10.0 * (n + 1), elapsed_s=10.0) for n, key in enumerate(cells[:12])]
@@ -89,6 +90,14 @@ def test_under_auto_rounds_the_time_left_is_the_rounds_every_op_runs_then_the_mo
         line = progress.cell_done(key, now=130.0, elapsed_s=0.0 if key.op == "one" else 10.0, gated={"one"})
     assert line == ("abbench: round 4 done, 4 of 10 rounds (16 of 40 cells), 2m10s elapsed, up to 2m00s left "
                     "if ops need all 10 rounds (--ab-rounds auto)")
+    # "two" settles at round 5: rounds 6 to 9 skip every cell and say nothing; the last round's line counts them.
+    lines = [progress.cell_done(key, now=150.0, elapsed_s=10.0 if key.op == "two" else 0.0, gated={"one"})
+             for key in cells[16:20]]
+    assert lines[3] == ("abbench: round 5 done, 5 of 10 rounds (20 of 40 cells), 2m30s elapsed, up to 1m40s left "
+                        "if ops need all 10 rounds (--ab-rounds auto)")
+    lines = [progress.cell_done(key, now=151.0, elapsed_s=0.0, gated={"one", "two"}) for key in cells[20:]]
+    assert [line for line in lines if line] == [
+        "abbench: round 10 done, 10 of 10 rounds (40 of 40 cells), 2m31s elapsed"]
     fixed = RoundProgress(cells, rounds=10, started=0.0)  # a fixed number of rounds: every one runs
     assert [fixed.cell_done(key, now=10.0 * (n + 1), elapsed_s=10.0) for n, key in enumerate(cells[:4])][3] == (
         "abbench: round 1 done, 1 of 10 rounds (4 of 40 cells), 40s elapsed, about 6m00s left (rough: from round 1)")

@@ -17,7 +17,9 @@ Under ``--ab-rounds auto`` an op's rounds after the first look (``auto_min``)
 run only while a shape is unsettled: the line gives the time for the rounds
 every op runs, and, apart, the most it can take if ops need every round.  An op
 auto rounds stopped (its cells skipped as settled or over budget) costs nothing
-from then on, as a gated op does.
+from then on, as a gated op does.  A round whose every cell was skipped so
+(a 10-round plan whose ops settled at round 3) prints no line of its own; the
+last round's line counts it.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ class RoundProgress:
         self.first_costs: dict[str, list[float]] = {}  # op -> its cells' seconds before that, without those
         self.later_costs: dict[str, list[float]] = {}  # op -> its cells' seconds since
         self.cells_s = 0.0  # the seconds of every cell with a known cost
+        self.live_rounds: set[int] = set()  # rounds with a cell of an op not skipped (gated, stopped) when it ended
 
     def cell_done(self, key: CellKey, now: float | None = None, elapsed_s: float | None = None,
                   compile_s: float = 0.0, gated: Collection[str] = ()) -> str | None:
@@ -65,6 +68,8 @@ class RoundProgress:
         if key not in self.expected or key in self.done:
             return None
         self.done.add(key)
+        if key.op not in gated:
+            self.live_rounds.add(key.round)
         if elapsed_s is not None:
             self.cells_s += elapsed_s
             if self.rounds_done:  # after the first round: its cells load what round 1 compiled
@@ -76,6 +81,8 @@ class RoundProgress:
         if not round_cells <= self.done:
             return None
         self.rounds_done.add(key.round)
+        if key.round not in self.live_rounds and len(self.done) < len(self.expected):
+            return None  # every cell skipped at once (the IR gate, auto rounds): the session's last line says it
         now = time.monotonic() if now is None else now
         elapsed = now - self.started
         left = [k for k in self.expected - self.done if k.op not in gated]
