@@ -81,14 +81,12 @@ class RoundProgress:
         if not round_cells <= self.done:
             return None
         self.rounds_done.add(key.round)
-        if key.round not in self.live_rounds and len(self.done) < len(self.expected):
+        last = len(self.done) == len(self.expected)
+        if key.round not in self.live_rounds and not last:
             return None  # every cell skipped at once (the IR gate, auto rounds): the session's last line says it
         now = time.monotonic() if now is None else now
         elapsed = now - self.started
-        left = [k for k in self.expected - self.done if k.op not in gated]
-        eta = ""
-        if len(self.done) < len(self.expected):
-            eta = self.eta(left, elapsed)
+        eta = "" if last else self.eta([k for k in self.expected - self.done if k.op not in gated], elapsed)
         return (f"abbench: round {key.round} done, {len(self.rounds_done)} of {len({k.round for k in self.expected})} "
                 f"rounds ({len(self.done)} of {len(self.expected)} cells), {duration(elapsed)} elapsed{eta}")
 

@@ -107,8 +107,9 @@ class ReportHooks:
             self.workers_seen.add(str(node.gateway.id))
         if report.when == "teardown" and self.session.progress is not None and not self.session.is_worker:
             key = cell_key(report.nodeid)
-            gated = {*self.stopped_ops, *([] if self.session.settings.allow_no_ir_diff else
-                                          [op for op, gate in self.session.gates.items() if gate.state == "no_diff"])}
+            gated = set(self.stopped_ops)
+            if not self.session.settings.allow_no_ir_diff:
+                gated.update(op for op, gate in self.session.gates.items() if gate.state == "no_diff")
             line = None
             if key is not None:
                 elapsed_s, compile_s = self.cell_cost(key)
