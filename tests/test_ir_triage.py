@@ -31,6 +31,7 @@ from helpers import ADD_KERNEL_SOURCE, BUILD_DOT_SOURCE, DOT_SOURCE, ROWSUM_LAYO
 from pytest_abbench.checks import irgate
 
 from pytest_abbench.spawn import precompile
+from pytest_abbench.core import envnames
 from pytest_abbench.core.cellconfig import CHILD_MODULE, CellConfig
 from pytest_abbench.child.ircapture import PassDump, split_pass_dump
 from pytest_abbench.checks.irgate import first_pass_difference, ttgir_files
@@ -118,7 +119,7 @@ def test_ir_only_cells_compile_their_shapes_in_shares_and_report_what_one_proces
     pytester.makepyfile(tilecamp=TWO_TILES_CAMPAIGN)
     reports = {}
     for jobs in ("1", "2"):
-        monkeypatch.setenv(precompile.COMPILE_JOBS_ENV, jobs)
+        monkeypatch.setenv(envnames.ABBENCH_COMPILE_JOBS, jobs)
         result = pytester.runpytest_subprocess("tilecamp.py", "--ab-ir-only", "--ab-ir-target", "cuda:90",
                                                "--ab-root", str(tmp_path / f"jobs{jobs}"), *FAST)
         result.assert_outcomes(passed=2)
@@ -167,7 +168,7 @@ def test_a_failing_share_fails_its_cell_and_is_named_in_the_log(pytester: pytest
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     pytester.makeini("[pytest]\n")
     pytester.makepyfile(sharecamp=FAILING_SHARE_CAMPAIGN)
-    monkeypatch.setenv(precompile.COMPILE_JOBS_ENV, "2")
+    monkeypatch.setenv(envnames.ABBENCH_COMPILE_JOBS, "2")
     root = tmp_path / "root"
     result = pytester.runpytest_subprocess("sharecamp.py", "--ab-ir-only", "--ab-ir-target", "cuda:90",
                                            "--ab-root", str(root), *FAST)

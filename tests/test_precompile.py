@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 
 from pytest_abbench.spawn import precompile
+from pytest_abbench.core import envnames
+from pytest_abbench.core.cores import worker_share
 from pytest_abbench.core.cellconfig import CHILD_MODULE, CellConfig
 
 AUTOTUNED_CAMPAIGN = '''
@@ -210,12 +212,12 @@ def test_shard_values_are_checked() -> None:
 
 
 def test_a_bad_compile_job_count_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(precompile.COMPILE_JOBS_ENV, "3")
-    assert precompile.worker_share() == 3
+    monkeypatch.setenv(envnames.ABBENCH_COMPILE_JOBS, "3")
+    assert worker_share() == 3
     for bad in ("0", "two", "-1"):
-        monkeypatch.setenv(precompile.COMPILE_JOBS_ENV, bad)
+        monkeypatch.setenv(envnames.ABBENCH_COMPILE_JOBS, bad)
         with pytest.raises(ValueError, match=f"ABBENCH_COMPILE_JOBS={bad!r}: not a whole number >= 1"):
-            precompile.worker_share()
+            worker_share()
 
 
 def test_the_ops_pooled_ahead_are_this_process_round_1_ops_not_finished_before(tmp_path: Path) -> None:

@@ -59,9 +59,12 @@ import time
 from pathlib import Path
 from typing import IO, Any, Iterator, NoReturn, Sequence
 
+from pytest_abbench.campaign.model import kept_out_name
+from pytest_abbench.child import bytecode
 from pytest_abbench.child.forking import fork_and_run
 from pytest_abbench.child.preload import ImportRefused, import_in_server
 from pytest_abbench.core import envnames, keptservers
+from pytest_abbench.core.cores import worker_share
 from pytest_abbench.core.procstat import START_TICKS, stat_fields
 
 _PR_SET_PDEATHSIG = 1
@@ -502,14 +505,9 @@ def hash_compiler_once() -> float | None:
     return time.monotonic() - started
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    started = time.monotonic()
-    started_at = _process_started_at()
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    _parent_death_signal(signal.SIGKILL)  # pytest died: so do we (our cells follow through their own signal)
-    # The reply pipe is fd 1 as started; anything imports print goes to stderr (the server log) instead.
-    reply = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)
+def _import_all(args: argparse.Namespace, reply: IO[str]) -> list[list[str]] | None:
+    """torch, Triton, the cell code and the campaign's modules; those that failed to import (module, why), or None
+    when the server cannot serve (the parent was told why)."""
     import torch
     import triton  # noqa: F401
 
@@ -519,7 +517,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
         # A forked child cannot use a CUDA context its parent created.
         _send(reply, {"error": "CUDA was initialised while importing torch and triton; fork cannot be used"})
-        return 3
+        return None
     skipped = []
     try:
         for module, failed in import_in_server(args.modules, [v for v in args.per_cell.split(",") if v]):
@@ -529,6 +527,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ImportRefused as exc:
         print(f"[abbench] fork server: refused {exc.module}: {exc.why}", file=sys.stderr, flush=True)
         _send(reply, {"refused": exc.module, "why": exc.why})
+        return None
+    return skipped
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    started = time.monotonic()
+    started_at = _process_started_at()
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    _parent_death_signal(signal.SIGKILL)  # pytest died: so do we (our cells follow through their own signal)
+    # The reply pipe is fd 1 as started; anything imports print goes to stderr (the server log) instead.
+    reply = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    try:
+        cores = worker_share()
+    except ValueError as exc:  # the session refused the value before starting cells: a server started by hand
+        print(f"[abbench] fork server: {exc}", file=sys.stderr, flush=True)
+        cores = 1
+    prepared, why = bytecode.start(["torch", "triton", *(m for m in args.modules if kept_out_name(m) is None)],
+                                   os.environ, cores)
+    try:
+        skipped = _import_all(args, reply)
+    finally:  # before any fork: the pool's threads and processes end here
+        said = prepared.finish() if prepared is not None else f"[abbench] fork server: bytecode as Python finds it ({why})"
+        print(said, file=sys.stderr, flush=True)
+    if skipped is None:
         return 3
     # Interpreter cells compile nothing (the runner sets TRITON_INTERPRET in their side's environment, so here too).
     hashed_s = None if os.environ.get(envnames.TRITON_INTERPRET) == "1" else hash_compiler_once()

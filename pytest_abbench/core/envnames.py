@@ -18,7 +18,7 @@ GITHUB_STEP_SUMMARY = "GITHUB_STEP_SUMMARY"
 ABBENCH_SERVER_DIR = "ABBENCH_SERVER_DIR"
 # Set by the login session (XDG); core/keptservers.py reads it: kept fork servers wait in a folder under it.
 XDG_RUNTIME_DIR = "XDG_RUNTIME_DIR"
-# Set by the user; spawn/precompile.py reads it: compile processes at once, instead of cores over workers.
+# Set by the user; core/cores.py reads it: compile processes at once, instead of cores over workers.
 ABBENCH_COMPILE_JOBS = "ABBENCH_COMPILE_JOBS"
 # Set by spawn/runner.py; child/measure.py reads it: when the parent started the child (its start-up cost).
 ABBENCH_SPAWN_TIME = "ABBENCH_SPAWN_TIME"
@@ -32,8 +32,11 @@ ABBENCH_PASS_DUMP = "ABBENCH_PASS_DUMP"
 ABBENCH_EXACT_DRAWS = "ABBENCH_EXACT_DRAWS"
 # Set by spawn/runner.py; child/measure.py and FlagGems' LibTuner read it: the cell's library tuner cache.
 FLAGGEMS_CACHE_DIR = "FLAGGEMS_CACHE_DIR"
-# Set by the user (XDG); core/kernelcache.py reads it: the persistent kernel cache's default folder is under it.
+# Set by the user (XDG); core/usercache.py reads it: the kernel cache's and the bytecode's default folders.
 XDG_CACHE_HOME = "XDG_CACHE_HOME"
+# Set by the user; child/bytecode.py reads it in a fork server: "off", or the folder for the bytecode of what the
+# server imports (used even where the packages keep their own); unset: the user's cache, where torch keeps none.
+ABBENCH_BYTECODE = "ABBENCH_BYTECODE"
 # Set by the user; session/options.py reads it: the persistent kernel cache's folder, or "off" (--ab-kernel-cache).
 ABBENCH_KERNEL_CACHE = "ABBENCH_KERNEL_CACHE"
 # Set by spawn/runner.py; Triton reads it: each side's own compile cache (many switches are not in its key).

@@ -29,6 +29,7 @@ from typing import Any, Mapping
 
 from pytest_abbench.core import envnames
 from pytest_abbench.core.fileio import SCHEMA_FIELD, write_json_atomic
+from pytest_abbench.core.usercache import user_cache
 
 OFF = "off"
 AUTO = "auto"
@@ -63,12 +64,8 @@ def kernel_file_option(text: str) -> Path:
 
 
 def default_base(environ: Mapping[str, str] | None = None) -> Path:
-    """``$XDG_CACHE_HOME/pytest-abbench/kernels``, ``~/.cache/pytest-abbench/kernels`` without it (XDG rules:
-    a relative XDG_CACHE_HOME is ignored)."""
-    env = os.environ if environ is None else environ
-    xdg = env.get(envnames.XDG_CACHE_HOME, "")
-    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
-    return base / "pytest-abbench" / "kernels"
+    """``$XDG_CACHE_HOME/pytest-abbench/kernels``, ``~/.cache/pytest-abbench/kernels`` without it."""
+    return user_cache(environ) / "kernels"
 
 
 def resolve_base(option: str) -> Path | None:

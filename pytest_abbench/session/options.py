@@ -325,7 +325,7 @@ def resolve(config: pytest.Config) -> Settings:
             f"{same_code} without --ab-switch-env: both sides would run the same code, and the IR gate would skip "
             "every op after round 1; give --ab-switch-env NAME=VALUE (what side B changes), or "
             "--ab-allow-no-ir-diff to time an A/A comparison on purpose")
-    from pytest_abbench.spawn.precompile import worker_share
+    from pytest_abbench.core.cores import worker_share
 
     try:
         worker_share()  # ABBENCH_COMPILE_JOBS is read when cells compile: a bad value is refused before any runs

@@ -20,7 +20,6 @@ all, and nothing compiles while a cell is timed.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import time
@@ -51,26 +50,6 @@ def gpu_target(gpu: str | None) -> str | None:
         return f"cuda:{int(major)}{int(minor)}"
     except (OSError, subprocess.SubprocessError, ValueError, IndexError):
         return None
-
-
-# Compile processes one pytest process runs at once, instead of its share of the cores: fewer where
-# memory is short (one unrolled kernel's LLVM codegen can take gigabytes), or a fixed count in tests.
-COMPILE_JOBS_ENV = envnames.ABBENCH_COMPILE_JOBS
-
-
-def worker_share() -> int:
-    """Compile processes this pytest process may run at once: the host's cores over its xdist workers.
-
-    ``ABBENCH_COMPILE_JOBS=N`` sets the count instead; a value that is not a whole number >= 1 is refused.
-    """
-    forced = os.environ.get(COMPILE_JOBS_ENV, "")
-    if forced:
-        if not (forced.isascii() and forced.isdigit()) or int(forced) < 1:  # '²'.isdigit() is True
-            raise ValueError(f"environment variable {COMPILE_JOBS_ENV}={forced!r}: not a whole number >= 1")
-        return int(forced)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    workers = int(os.environ.get(envnames.PYTEST_XDIST_WORKER_COUNT) or 1)
-    return max(1, cores // max(1, workers))
 
 
 @dataclass

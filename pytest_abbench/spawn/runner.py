@@ -22,6 +22,7 @@ from pytest_abbench.core import tunercache
 from pytest_abbench.campaign.model import Campaign, source_hash
 from pytest_abbench.spawn.kernelcache import KernelCaches
 from pytest_abbench.core import autotunerecord, envnames, kernelcache
+from pytest_abbench.core.cores import worker_share
 from pytest_abbench.core.cellconfig import CellConfig, autotune_mode_for, side_record_mode_for
 from pytest_abbench.spawn.cellrun import ChildResult, log_tail
 from pytest_abbench.core.exitcodes import describe, status_word
@@ -265,7 +266,7 @@ class CellRunner:
         if s.ir_only:
             # An IR-only cell compiles its shapes in parallel, one share each: the op's cells run one after
             # another, so one cell may use every core of this worker.  A level the op lacks: the child says so.
-            shares = max(1, min(len(op_shapes.get(ir_level or level) or ()), precompile.worker_share()))
+            shares = max(1, min(len(op_shapes.get(ir_level or level) or ()), worker_share()))
         return CellConfig(
             campaign=campaign.path, campaign_module=campaign.module.__name__, op=key.op, round_no=key.round, side=key.side, role=key.role, out=cell_dir,
             backend=s.backend, timer=side_opts.get("timer") or s.timer, level=level,
@@ -388,7 +389,7 @@ class CellRunner:
                 log.write("[abbench] precompile skipped: nvidia-smi did not give the GPU's compute capability\n")
             return
         started = time.monotonic()
-        parallel = precompile.worker_share()
+        parallel = worker_share()
         for side in SIDES:  # both sides' servers (if any) import at once; the jobs below wait for each
             self._start_server(campaign, CellKey(1, key.op, side), self.layout.precompile(key.op) / side)
         groups = {key.op: self._precompile_jobs(campaign, key.op, target, parallel)}
