@@ -169,6 +169,55 @@ def test_compile_all_shares_a_kernels_candidates_between_processes_and_counts_th
         {k: alone_counts[k] for k in ("loaded", "compiled")}
 
 
+# Two shapes whose kernels specialize alike (neither n is a multiple of 16): the same four kernels for both.  Each
+# shape's share waits in build() until the other's has come, so that both compile at the same moment, as the forked
+# shares of one side do.
+TWO_SHAPES_CAMPAIGN = TUNED_CAMPAIGN.replace('shapes={"smoke": [{"n": 40}]}', 'shapes={"smoke": [{"n": 40}, {"n": 56}]}')
+TWO_SHAPES_CAMPAIGN = TWO_SHAPES_CAMPAIGN.replace("def build(shape, device):\n", """def build(shape, device):
+    import os, time
+    barrier = os.environ["ABBENCH_TEST_BARRIER"]
+    open(os.path.join(barrier, str(shape["n"])), "w").close()
+    deadline = time.monotonic() + 120
+    while len(os.listdir(barrier)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.005)
+""")
+
+
+def test_the_shares_of_one_side_compile_each_candidate_once_where_their_shapes_compile_the_same_kernels(
+        tmp_path: Path) -> None:
+    """Before, each share compiled all four candidates for its shape, so the side compiled each of them twice (on
+    the H100, swiglu_mlp's two shapes: 128 compiles for 64 kernels, most of a cold run's 13 s precompile)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from pytest_abbench.core.cellconfig import CHILD_MODULE, CellConfig
+
+    (tmp_path / "tuned.py").write_text(TWO_SHAPES_CAMPAIGN)
+    (tmp_path / "barrier").mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(TRITON_CACHE_DIR=str(tmp_path / "triton-cache"), ABBENCH_PASS_DUMP="0",
+               ABBENCH_TEST_BARRIER=str(tmp_path / "barrier"))
+    children = []
+    for share in ("0/2", "1/2"):
+        out = tmp_path / f"share-{share[0]}"
+        config = CellConfig(campaign=tmp_path / "tuned.py", op="addone", round_no=1, side="A", role="A", out=out,
+                            backend="interpreter", timer="wall", level="smoke", ir_target="cuda:90", ir_only=True,
+                            autotune_mode="compile-all", candidate_procs=2, shard=share)
+        children.append((out, subprocess.Popen([sys.executable, "-m", CHILD_MODULE, *config.to_argv()], env=env,
+                                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
+    counts, variants = [], []
+    for out, child in children:
+        log = child.communicate(timeout=300)[0]
+        assert child.returncode == 0, log
+        counts.append(json.loads((out / "kernel_counts.json").read_text()))
+        variants.append({p.name for p in (out / "ir").rglob("*.ttgir")})
+    assert sum(c["compiled"] for c in counts) == 4, counts  # each candidate once for the side
+    assert [c["compiled"] + c["loaded"] for c in counts] == [4, 4], counts  # each share has every one
+    assert len(variants[0]) == 4 and variants[0] == variants[1]  # and its IR, for the gate
+
+
 @pytest.mark.parametrize(("bad", "named"), [
     ({**BLOCK_16, "num_warps": "four"}, "field 'entries[0].config.num_warps': expected a whole number or null, "
                                          "got 'four'"),

@@ -16,18 +16,22 @@ cell child only.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import hashlib
 import inspect
 import math
 import os
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from pytest_abbench.child.compilecount import CompileCounter
+from pytest_abbench.core import envnames
 from pytest_abbench.core.autotunerecord import AutotuneRecord, Ident, read_record, write_record
 from pytest_abbench.core.cellconfig import (AUTOTUNE_FINALIST_TOL, AUTOTUNE_MODES, DEFAULT_AUTOTUNE_SCREEN_MS,
                                             SIDE_RECORD_MODES)
@@ -504,14 +508,57 @@ def compile_candidates_aside(autotuner: Any, args: tuple[Any, ...], kwargs: dict
 
 
 def _compile_slice(autotuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any], configs: list[Any]) -> None:
-    """Each config of ``configs`` compiled once, as the autotuner's benchmark would (compile-only: nothing runs)."""
+    """Each config of ``configs`` compiled once, as the autotuner's benchmark would (compile-only: nothing runs).
+
+    The side's other shares compile the same candidates for their own shapes, at the same moment, and most
+    shapes specialize a kernel alike (Liger-Kernel's swiglu_mlp: both shapes' 32 candidates are the same 32
+    kernels): a candidate another process holds is left for last, when it waits for that process and loads what it
+    compiled from the side's kernel cache, so each is compiled once and the processes share the work.
+    """
     bench_by_compiling(autotuner)
     autotuner.nargs = dict(zip(autotuner.arg_names, args))
     try:
+        later = []
         for config in configs:
-            autotuner._bench(*args, config=config, **kwargs)
+            with candidate_lock(autotuner, config, wait=False) as held:
+                if held:
+                    autotuner._bench(*args, config=config, **kwargs)
+                else:
+                    later.append(config)
+        for config in later:
+            with candidate_lock(autotuner, config, wait=True):
+                autotuner._bench(*args, config=config, **kwargs)
     finally:
         autotuner.nargs = None
+
+
+@contextlib.contextmanager
+def candidate_lock(autotuner: Any, config: Any, wait: bool) -> Iterator[bool]:
+    """Hold the lock of one candidate of ``autotuner`` in this side's kernel cache (``TRITON_CACHE_DIR``); yields
+    False where another process holds it and ``wait`` is False.  Without a cache folder, or where no lock file can
+    be made, yields True: the lock only saves work (Triton's cache lookup before compiling is what is correct)."""
+    cache = os.environ.get(envnames.TRITON_CACHE_DIR)
+    if not cache:
+        yield True
+        return
+    name = hashlib.sha256(repr((os.path.abspath(cache), kernel_name(autotuner), kernel_source(autotuner),
+                                config_to_dict(config))).encode()).hexdigest()[:32]
+    folder = Path(tempfile.gettempdir()) / f"abbench-candidate-locks-{os.getuid()}"
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        fd = os.open(folder / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError:
+        yield True
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)  # and with it the lock
 
 
 def benchmarking() -> bool:
