@@ -49,6 +49,19 @@ SWITCH = Switch(env_b={"ABBENCH_TEST_SWITCH": "1"})
 '''
 
 
+def test_rounds_auto_rounds_skip_whole_print_no_progress_line_of_their_own(campaign_dir: pytest.Pytester,
+                                                                          tmp_path: Path) -> None:
+    """The session hands the ops auto rounds stopped to the progress line: planted settles at round 3, and round
+    4 of 5, every cell of it skipped, says nothing (round 5, the last, says the session's end)."""
+    campaign_dir.makepyfile(c=CAMPAIGN)
+    result = campaign_dir.runpytest_subprocess("c.py", "-k", "planted", "--ab-rounds", "auto:3-5", "--ab-root",
+                                               str(tmp_path / "root"), *FAST)
+    result.assert_outcomes(passed=6, skipped=4)
+    out = result.stdout.str()
+    assert "abbench: round 3 done" in out and "abbench: round 5 done, 5 of 5 rounds" in out
+    assert "abbench: round 4 done" not in out, out
+
+
 def _rows(root: Path) -> dict[tuple[int, str, str], str]:
     """(round, op, side) -> status, the last row of each cell."""
     return {(r.round, r.op, r.side): r.status for r in read_status(root)}

@@ -112,6 +112,20 @@ def test_unchanged_op_skips_later_rounds_changed_and_ir_less_ops_run_all(pyteste
     assert timing["ir_capture_s"] > 0.5 and timing["exit_s"] < timing["ir_capture_s"], timing
 
 
+def test_rounds_the_ir_gate_skips_whole_print_no_progress_line_of_their_own(pytester: pytest.Pytester,
+                                                                           tmp_path: Path) -> None:
+    """The session hands the ops the gate decided no_diff to the progress line: round 2 of an op it skips is
+    done at once and says nothing (round 3, the last, says the session's end)."""
+    pytester.makeini("[pytest]\n")
+    pytester.makepyfile(ircamp=IR_CAMPAIGN)
+    result = pytester.runpytest_subprocess("ircamp.py", "-k", "add", "--ab-rounds", "3",
+                                           "--ab-root", str(tmp_path / "root"), *FAST)
+    result.assert_outcomes(passed=2, skipped=4)
+    out = result.stdout.str()
+    assert "abbench: round 1 done" in out and "abbench: round 3 done, 3 of 3 rounds" in out
+    assert "abbench: round 2 done" not in out, out
+
+
 def test_override_runs_every_round(pytester: pytest.Pytester, tmp_path: Path,
                                    monkeypatch: pytest.MonkeyPatch) -> None:
     pytester.makeini("[pytest]\n")
