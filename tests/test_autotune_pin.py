@@ -218,6 +218,31 @@ def test_the_shares_of_one_side_compile_each_candidate_once_where_their_shapes_c
     assert len(variants[0]) == 4 and variants[0] == variants[1]  # and its IR, for the gate
 
 
+def test_a_candidate_lock_is_held_in_a_private_folder_and_skipped_in_anyone_elses(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another user's (or an open) lock folder could hold a candidate for ever: the lock is then not taken, and
+    each process compiles what it needs, as before locks."""
+    import os
+    import tempfile
+
+    from pytest_abbench.child.autotune_pin import candidate_lock
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
+    kernel = _kernel()
+    config = kernel.configs[0]  # type: ignore[attr-defined]
+    folder = tmp_path / f"abbench-candidate-locks-{os.getuid()}"
+    with candidate_lock(kernel, config, wait=False) as held:
+        with candidate_lock(kernel, config, wait=False) as again:
+            assert (held, again) == (True, False)  # a second open of the same candidate finds it held
+    assert list(folder.iterdir()) == []  # the file goes once the candidate is compiled
+    folder.chmod(0o777)
+    with candidate_lock(kernel, config, wait=False) as held:
+        with candidate_lock(kernel, config, wait=False) as again:
+            assert (held, again) == (True, True)
+    assert list(folder.iterdir()) == []
+
+
 @pytest.mark.parametrize(("bad", "named"), [
     ({**BLOCK_16, "num_warps": "four"}, "field 'entries[0].config.num_warps': expected a whole number or null, "
                                          "got 'four'"),

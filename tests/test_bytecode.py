@@ -14,10 +14,12 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import process_alive
 
 from pytest_abbench.spawn.forkserver import ForkServers
 
@@ -31,12 +33,20 @@ PROBE = textwrap.dedent('''
         return original(self, data, path, *args, **kwargs)
     importlib.machinery.SourceFileLoader.source_to_code = counted
     from pytest_abbench.child import bytecode
+    mode = sys.argv[4]
+    def die(chunk):
+        os._exit(1)
+    if mode == "break":  # every pool process dies at its first chunk, as one the OOM killer takes
+        bytecode._compile_chunk = die
     done, why = bytecode.start(sys.argv[1].split(","), os.environ, int(sys.argv[3]))
+    if mode == "die":  # the server killed while it imports: the pool never shut down
+        print(json.dumps(sorted(done.pool._processes)), flush=True)
+        os._exit(0)
     line = None if done is None else done.finish()  # the pool first, so that what the imports compile is certain
     compiled.clear()
     for name in sys.argv[2].split(","):
         __import__(name)
-    keep = ("distributions", "compiled", "copied", "current", "failed", "processes", "busy")
+    keep = ("distributions", "compiled", "copied", "current", "failed", "processes", "busy", "broken")
     print(json.dumps({"why": why, "prefix": sys.pycache_prefix, "compiled_at_import": sorted(compiled),
                       "done": None if done is None else {k: getattr(done, k) for k in keep}, "line": line}))
 ''')
@@ -71,15 +81,15 @@ def site(tmp_path: Path) -> Path:
     return site
 
 
-def probe(site: Path, tmp_path: Path, prepare: str, then: str, cores: int = 8, **env: str) -> dict[str, Any]:
+def probe(site: Path, tmp_path: Path, prepare: str, then: str, cores: int = 8, mode: str = "", **env: str) -> Any:
     environ = {k: v for k, v in os.environ.items() if k not in ("ABBENCH_BYTECODE", "PYTHONPYCACHEPREFIX")}
     environ.update(PYTHONPATH=os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
-                   PYTHONDONTWRITEBYTECODE="1", XDG_CACHE_HOME=str(tmp_path / "cache"), **env)
-    out = subprocess.run([sys.executable, "-c", PROBE, prepare, then, str(cores)], env=environ, capture_output=True, text=True,
+                   PYTHONDONTWRITEBYTECODE="1", XDG_CACHE_HOME=str(tmp_path / "cache"))
+    environ.update(env)
+    out = subprocess.run([sys.executable, "-c", PROBE, prepare, then, str(cores), mode], env=environ, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr
-    result: dict[str, Any] = json.loads(out.stdout)
-    return result
+    return json.loads(out.stdout)
 
 
 def caches_in(site: Path) -> list[str]:
@@ -160,7 +170,7 @@ def test_a_fork_server_prepares_before_its_imports_and_its_cells_read_from_the_s
     seen = tmp_path / "seen"
     (site / "probe_prefix.py").write_text(
         "import sys\n\ndef main(argv):\n"
-        f"    open({str(seen)!r}, 'w').write(str(sys.pycache_prefix))\n    return 0\n")
+        f"    open({str(seen)!r}, 'w').write(f'{{sys.pycache_prefix}} {{sys.dont_write_bytecode}}')\n    return 0\n")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPYCACHEPREFIX"}
     env.update(PYTHONPATH=os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]), PYTHONDONTWRITEBYTECODE="1",
                ABBENCH_BYTECODE=str(tmp_path / "bytecode"), ABBENCH_COMPILE_JOBS="8")
@@ -170,10 +180,38 @@ def test_a_fork_server_prepares_before_its_imports_and_its_cells_read_from_the_s
         assert server.imports == ("apkg",) and servers.said == []
         assert server.spawn(["probe_prefix"], env, tmp_path / "run.log").wait(timeout=60) == 0, \
             (tmp_path / "run.log").read_text()
-        assert seen.read_text() == str(tmp_path / "bytecode")
+        # Reads there; writes as its interpreter was told (PYTHONDONTWRITEBYTECODE): the folder is the server's.
+        assert seen.read_text() == f"{tmp_path / 'bytecode'} True"
         log = (tmp_path / "servers" / "side-A-1.log").read_text()
         assert f"bytecode read from {tmp_path / 'bytecode'} (ABBENCH_BYTECODE): " in log, log
-        assert ": 0 sources of apkg, deppkg, " in log and " already there, 4 compiled and " in log, log
+        assert " already there, 4 compiled and " in log, log  # apkg's and deppkg's; torch's and the rest copied
+        assert (tmp_path / "bytecode" / str(site).lstrip("/") / "apkg" / f"one.{sys.implementation.cache_tag}.pyc"
+                ).is_file()
         assert caches_in(site) == []
     finally:
         servers.close()
+
+
+def test_a_pool_that_breaks_or_a_folder_that_cannot_be_made_costs_only_the_head_start(
+        site: Path, tmp_path: Path) -> None:
+    broken = probe(site, tmp_path, "apkg", "apkg.one", mode="break")
+    assert broken["done"]["broken"].startswith("BrokenProcessPool"), broken
+    assert "; compiling ahead failed (BrokenProcessPool" in broken["line"], broken["line"]
+    assert broken["compiled_at_import"] == ["apkg/__init__.py", "apkg/one.py", "deppkg/__init__.py",
+                                            "deppkg/two.py"]  # the imports did it, into the folder
+    (tmp_path / "not-a-folder").write_text("")
+    unmade = probe(site, tmp_path, "apkg", "apkg.one", XDG_CACHE_HOME=str(tmp_path / "not-a-folder"))
+    assert unmade["why"].startswith("no bytecode folder: [Errno 20] Not a directory: "), unmade["why"]
+    assert unmade["prefix"] is None and unmade["done"] is None
+
+
+def test_the_pools_processes_end_with_a_server_killed_while_it_imports(site: Path, tmp_path: Path) -> None:
+    """Killed before it could shut its pool down (pytest gone, a module that crashes the import), the server
+    leaves no process behind: each dies with it (a parent-death signal)."""
+    pids = probe(site, tmp_path, "apkg", "apkg.one", mode="die")
+    assert len(pids) == 4  # one per source
+    deadline = time.monotonic() + 20
+    while any(process_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(process_alive(pid) for pid in pids), pids
+

@@ -23,6 +23,7 @@ import hashlib
 import inspect
 import math
 import os
+import stat
 import sys
 import tempfile
 import time
@@ -534,19 +535,21 @@ def _compile_slice(autotuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 
 @contextlib.contextmanager
 def candidate_lock(autotuner: Any, config: Any, wait: bool) -> Iterator[bool]:
-    """Hold the lock of one candidate of ``autotuner`` in this side's kernel cache (``TRITON_CACHE_DIR``); yields
-    False where another process holds it and ``wait`` is False.  Without a cache folder, or where no lock file can
-    be made, yields True: the lock only saves work (Triton's cache lookup before compiling is what is correct)."""
+    """Hold the lock of one candidate of ``autotuner`` for this side's kernel cache (``TRITON_CACHE_DIR``); yields
+    False where another process holds it and ``wait`` is False.  Yields True without holding anything where there
+    is no cache folder, no private lock folder or no lock: the lock only saves work (Triton's cache lookup before
+    it compiles is what is correct).  The lock file goes once the candidate is in the cache: a process that opens
+    it afresh then finds the kernel there."""
     cache = os.environ.get(envnames.TRITON_CACHE_DIR)
-    if not cache:
+    folder = _lock_folder()
+    if not cache or folder is None:
         yield True
         return
     name = hashlib.sha256(repr((os.path.abspath(cache), kernel_name(autotuner), kernel_source(autotuner),
                                 config_to_dict(config))).encode()).hexdigest()[:32]
-    folder = Path(tempfile.gettempdir()) / f"abbench-candidate-locks-{os.getuid()}"
+    path = folder / f"{name}.lock"
     try:
-        folder.mkdir(mode=0o700, exist_ok=True)
-        fd = os.open(folder / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     except OSError:
         yield True
         return
@@ -556,9 +559,28 @@ def candidate_lock(autotuner: Any, config: Any, wait: bool) -> Iterator[bool]:
         except BlockingIOError:
             yield False
             return
+        except OSError:  # no locks on this file system (ENOLCK): each process compiles what it needs
+            yield True
+            return
         yield True
+        with contextlib.suppress(OSError):
+            os.unlink(path)  # while held: whoever opened it before waits on this one, and finds the kernel cached
     finally:
         os.close(fd)  # and with it the lock
+
+
+def _lock_folder() -> Path | None:
+    """``<temporary folder>/abbench-candidate-locks-<uid>``, made private; None where it is not this user's own
+    folder (another user could otherwise hold a candidate's lock for ever)."""
+    folder = Path(tempfile.gettempdir()) / f"abbench-candidate-locks-{os.getuid()}"
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        st = folder.lstat()
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        return None
+    return folder
 
 
 def benchmarking() -> bool:

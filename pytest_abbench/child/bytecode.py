@@ -12,7 +12,8 @@ environment on the machine shares it; Python checks each file against its source
 The packages' own folders are never written.  The next server on the machine finds it all there.
 
 ``ABBENCH_BYTECODE``: ``off`` leaves Python as it is; a folder is used even where the packages keep their own
-bytecode (it is copied there, as the prefix hides it).  A ``PYTHONPYCACHEPREFIX`` of the user's own is left as it is.
+bytecode (which the prefix hides: on 8 cores or more it is copied there).  A ``PYTHONPYCACHEPREFIX`` of the user's own
+is left as it is.  The cells forked from the server read the folder and write as their interpreter was told.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import os
 import py_compile
 import re
 import shutil
+import signal
 import sys
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -33,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from pytest_abbench.child.forking import parent_death_signal
 from pytest_abbench.core import envnames
 from pytest_abbench.core.usercache import user_cache
 
@@ -122,22 +125,30 @@ class Prepared:
     pool: ProcessPoolExecutor | None = None
     lock: int | None = None  # the lock file, held while the pool compiles
     busy: bool = False  # another server's pool held the lock: this one only imports
+    broken: str = ""  # why the pool failed, if it did
 
     def chunk_done(self, _: Future[tuple[int, int, int]]) -> None:
         self.ended = max(self.ended, time.monotonic())
 
     def finish(self) -> str:
-        """Wait for the pool (before any fork: none of its threads may be left) and say what was done."""
-        if self.pool is not None:
+        """Wait for the pool (before any fork: none of its threads may be left) and say what was done.  Never
+        raises: a pool that broke (a process killed) costs only the head start it was to give."""
+        try:
             for future in self.pending:
-                compiled, copied, failed = future.result()
+                try:
+                    compiled, copied, failed = future.result()
+                except Exception as exc:  # noqa: BLE001  (BrokenProcessPool, or a chunk that raised)
+                    self.broken = f"{type(exc).__name__}: {exc}"[:200]
+                    continue
                 self.compiled, self.copied, self.failed = (self.compiled + compiled, self.copied + copied,
                                                            self.failed + failed)
-            self.pool.shutdown()
-            self.pool = None
-        if self.lock is not None:
-            os.close(self.lock)  # the pool's processes closed their copies: the lock is free
-            self.lock = None
+        finally:
+            if self.pool is not None:
+                self.pool.shutdown(wait=True, cancel_futures=True)
+                self.pool = None
+            if self.lock is not None:
+                os.close(self.lock)  # the pool's processes closed their copies: the lock is free
+                self.lock = None
         if self.busy:
             what = "another server's processes are compiling there; the imports read what they wrote"
         elif not self.distributions:
@@ -149,7 +160,8 @@ class Prepared:
                     f"copied there by {self.processes} processes beside the imports in "
                     f"{max(0.0, self.ended - self.started):.1f}s")
         return (f"[abbench] fork server: bytecode read from {self.folder} ({self.why}): {what}"
-                + (f"; {self.failed} do not compile (left to the import)" if self.failed else ""))
+                + (f"; {self.failed} not compiled or not written (left to the import)" if self.failed else "")
+                + (f"; compiling ahead failed ({self.broken}): the imports compiled the rest" if self.broken else ""))
 
 
 def folder_for(environ: Mapping[str, str], first: str) -> tuple[Path | None, str]:
@@ -168,37 +180,49 @@ def folder_for(environ: Mapping[str, str], first: str) -> tuple[Path | None, str
     return user_cache(environ) / "bytecode", f"{first} keeps no bytecode beside its sources"
 
 
-def start(modules: Sequence[str], environ: Mapping[str, str], cores: int) -> tuple[Prepared | None, str]:
+def start(modules: Sequence[str], environ: Mapping[str, str], cores: int,
+          close_in_pool: Sequence[int] = ()) -> tuple[Prepared | None, str]:
     """Point this process at a bytecode folder for ``modules`` (the first decides, see ``folder_for``) and, with
     ``AHEAD_MIN_CORES`` or more, start compiling their distributions' sources into it while this process imports
     them (``Prepared.finish`` waits); None and why not.  Python writes what else it imports there too, even under
-    PYTHONDONTWRITEBYTECODE: the folder is this tool's, not the packages'."""
-    folder, why = folder_for(environ, modules[0])
-    if folder is None:
-        return None, why
+    PYTHONDONTWRITEBYTECODE: the folder is this tool's, not the packages'.  ``close_in_pool``: descriptors of this
+    process a pool process must not keep (the server's reply pipe).  Never raises: the folder only saves time."""
     try:
+        folder, why = folder_for(environ, modules[0])
+        if folder is None:
+            return None, why
         folder.mkdir(parents=True, exist_ok=True)
         lock = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
-    except OSError as exc:
-        return None, f"{folder}: {exc.strerror or exc}"
+    except (OSError, RuntimeError) as exc:  # RuntimeError: no home folder (a uid without a passwd entry)
+        return None, f"no bytecode folder: {exc}"
+    done = Prepared(folder, why)
+    try:
+        if cores >= AHEAD_MIN_CORES:
+            _start_pool(done, lock, modules, cores, close_in_pool)
+    except Exception as exc:  # noqa: BLE001  (broken metadata, a pool that cannot start: the imports compile)
+        done.broken = f"{type(exc).__name__}: {exc}"[:200]
+    finally:
+        if done.lock is None:  # not taken by a pool (``finish`` closes it)
+            os.close(lock)
     sys.pycache_prefix = str(folder)
     sys.dont_write_bytecode = False
-    done = Prepared(folder, why)
-    if cores < AHEAD_MIN_CORES:
-        os.close(lock)
-        return done, why
-    try:  # one server's pool at a time: the other side's server, started with it, imports what the pool wrote
+    return done, why
+
+
+def _start_pool(done: Prepared, lock: int, modules: Sequence[str], cores: int, close_in_pool: Sequence[int]) -> None:
+    """Take the folder's lock and start the pool on the sources not there yet; another server's pool holding the
+    lock: nothing (the other side's server, started with it, imports what that pool writes)."""
+    try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
-        os.close(lock)
         done.busy = True
-        return done, why
+        return
     done.lock = lock
     sources = distributions_of(modules)
     done.distributions = sorted(sources, key=str.lower)
     todo = []
     for source in (path for name in sources for path in sources[name]):  # the first module's first
-        if _is_current(importlib.util.cache_from_source(source), source):
+        if _is_current(_in_folder(done.folder, source), source):
             done.current += 1
         else:
             todo.append(source)
@@ -207,23 +231,56 @@ def start(modules: Sequence[str], environ: Mapping[str, str], cores: int) -> tup
         done.processes = min(cores - 1, len(todo))  # one core imports
         count = min(len(todo), done.processes * _CHUNKS_PER_PROCESS)
         done.pool = ProcessPoolExecutor(done.processes, mp_context=multiprocessing.get_context("fork"),
-                                        initializer=os.close, initargs=(lock,))
+                                        initializer=_pool_process,
+                                        initargs=(os.getpid(), str(done.folder), (lock, *close_in_pool)))
         done.pending = [done.pool.submit(_compile_chunk, todo[i::count]) for i in range(count)]
         for future in done.pending:
             future.add_done_callback(done.chunk_done)
-    return done, why
 
 
-def _is_current(target: str, source: str) -> bool:
+def _in_folder(folder: Path, source: str) -> str:
+    """Where Python reads ``source``'s bytecode with ``folder`` as its prefix."""
+    prefix, sys.pycache_prefix = sys.pycache_prefix, str(folder)
     try:
-        return os.stat(target).st_mtime >= os.stat(source).st_mtime
+        return importlib.util.cache_from_source(source)
+    finally:
+        sys.pycache_prefix = prefix
+
+
+def _pool_process(server: int, folder: str, close: Sequence[int]) -> None:
+    """A pool process: ends with its server (killed while importing, it never shuts the pool down), keeps none of
+    its descriptors (the lock, the reply pipe), and writes to the server's folder."""
+    parent_death_signal(signal.SIGKILL)
+    if os.getppid() != server:
+        os._exit(1)  # the server died before the signal was asked for
+    for fd in close:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    sys.pycache_prefix = folder
+
+
+def _is_current(bytecode: str, source: str) -> bool:
+    """Whether ``bytecode`` is what Python would accept for ``source``: its header's date and size are the
+    source's (or it is checked against the source's hash when read)."""
+    try:
+        with open(bytecode, "rb") as file:
+            header = file.read(16)
+        stat = os.stat(source)
     except OSError:
         return False
+    if len(header) < 16 or header[:4] != importlib.util.MAGIC_NUMBER:
+        return False
+    if int.from_bytes(header[4:8], "little"):  # hash-based: the import compares it with the source's hash
+        return True
+    return (int.from_bytes(header[8:12], "little") == int(stat.st_mtime) & 0xFFFFFFFF
+            and int.from_bytes(header[12:16], "little") == stat.st_size & 0xFFFFFFFF)
 
 
 def _compile_chunk(sources: list[str]) -> tuple[int, int, int]:
-    """In a pool process (forked: the prefix is set): each source's bytecode into the prefix, copied from beside it
-    where it is as new as the source, else compiled; (compiled, copied, failed)."""
+    """In a pool process (its prefix is the folder): each source's bytecode into the folder, copied from beside it
+    where that is current, else compiled; (compiled, copied, not compiled or not written)."""
     compiled = copied = failed = 0
     for source in sources:
         target = importlib.util.cache_from_source(source)

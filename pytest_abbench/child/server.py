@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import errno
 import fcntl
 import importlib
@@ -61,26 +60,18 @@ from typing import IO, Any, Iterator, NoReturn, Sequence
 
 from pytest_abbench.campaign.model import kept_out_name
 from pytest_abbench.child import bytecode
-from pytest_abbench.child.forking import fork_and_run
+from pytest_abbench.child.forking import fork_and_run, parent_death_signal
 from pytest_abbench.child.preload import ImportRefused, import_in_server
 from pytest_abbench.core import envnames, keptservers
 from pytest_abbench.core.cores import worker_share
 from pytest_abbench.core.procstat import START_TICKS, stat_fields
 
-_PR_SET_PDEATHSIG = 1
 _HELLO_TIMEOUT_S = 5.0  # a session that connected says which key it wants at once
 # File dates lag the clock (the kernel's coarse time, a tick or two): a file dated this much before the server's
 # process started still counts as written while it imported.  Not seconds: a file saved just before a run is
 # the usual case, and would make every first server of an edit-run loop unkeepable.
 _MTIME_SLACK_S = 0.1
 _KILL_GRACE_S = 10.0  # a dead session's cells get SIGKILL if its SIGTERM has not ended them by then
-
-
-def _parent_death_signal(sig: int) -> None:
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
 
 
 def _send(reply: IO[str], message: dict[str, Any]) -> None:
@@ -104,7 +95,7 @@ def _run_cell(request: dict[str, Any], server_pid: int, reply_fd: int, wakeup: t
         listener.close()  # a kept server's socket: the next session talks to the server, never to a cell
     os.setsid()
     # The cell's supervisor turns SIGTERM into a kill of all it started (child/__main__.py guard_group).
-    _parent_death_signal(signal.SIGTERM)
+    parent_death_signal(signal.SIGTERM)
     if os.getppid() != server_pid:
         return 1  # the server died between fork and prctl: nobody waits for this cell
     os.close(reply_fd)
@@ -117,6 +108,8 @@ def _run_cell(request: dict[str, Any], server_pid: int, reply_fd: int, wakeup: t
     os.close(log)
     os.environ.clear()
     os.environ.update(request["env"])  # putenv too: CUDA reads CUDA_VISIBLE_DEVICES from the C environment
+    # The server may write bytecode to its folder (child/bytecode.py); a cell writes as its interpreter was told.
+    sys.dont_write_bytecode = bool(sys.flags.dont_write_bytecode)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     module, *argv = request["argv"]  # what follows ``python -m``: the cell's module (CellConfig.module), its flags
@@ -535,7 +528,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     started_at = _process_started_at()
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    _parent_death_signal(signal.SIGKILL)  # pytest died: so do we (our cells follow through their own signal)
+    parent_death_signal(signal.SIGKILL)  # pytest died: so do we (our cells follow through their own signal)
     # The reply pipe is fd 1 as started; anything imports print goes to stderr (the server log) instead.
     reply = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
@@ -545,7 +538,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"[abbench] fork server: {exc}", file=sys.stderr, flush=True)
         cores = 1
     prepared, why = bytecode.start(["torch", "triton", *(m for m in args.modules if kept_out_name(m) is None)],
-                                   os.environ, cores)
+                                   os.environ, cores, close_in_pool=(reply.fileno(),))
     try:
         skipped = _import_all(args, reply)
     finally:  # before any fork: the pool's threads and processes end here
