@@ -117,7 +117,7 @@ class Prepared:
     compiled: int = 0
     copied: int = 0  # bytecode the packages keep beside their sources, copied (the prefix hides it)
     current: int = 0  # already there, as new as its source
-    failed: int = 0  # sources Python cannot compile (a test file in another Python's syntax): left to the import
+    failed: int = 0  # not compiled (a test file in another Python's syntax) or not written: left to the import
     processes: int = 0  # compiling beside the imports; 0: none (too few cores, or another server's pool is at it)
     started: float = field(default_factory=time.monotonic)
     ended: float = 0.0  # when the pool's last chunk was done
@@ -151,6 +151,8 @@ class Prepared:
                 self.lock = None
         if self.busy:
             what = "another server's processes are compiling there; the imports read what they wrote"
+        elif self.broken and not self.distributions:
+            what = "the imports compile there what it lacks"
         elif not self.distributions:
             what = f"the imports compile there what it lacks (no compiling ahead on fewer than {AHEAD_MIN_CORES} cores)"
         else:
