@@ -172,7 +172,8 @@ def test_compile_all_shares_a_kernels_candidates_between_processes_and_counts_th
 # Two shapes whose kernels specialize alike (neither n is a multiple of 16): the same four kernels for both.  Each
 # shape's share waits in build() until the other's has come, so that both compile at the same moment, as the forked
 # shares of one side do.
-TWO_SHAPES_CAMPAIGN = TUNED_CAMPAIGN.replace('shapes={"smoke": [{"n": 40}]}', 'shapes={"smoke": [{"n": 40}, {"n": 56}]}')
+TWO_SHAPES_CAMPAIGN = TUNED_CAMPAIGN.replace('shapes={"smoke": [{"n": 40}]}',
+                                             'shapes={"smoke": [{"n": 40}, {"n": 56}]}')
 TWO_SHAPES_CAMPAIGN = TWO_SHAPES_CAMPAIGN.replace("def build(shape, device):\n", """def build(shape, device):
     import os, time
     barrier = os.environ["ABBENCH_TEST_BARRIER"]

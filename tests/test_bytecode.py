@@ -86,8 +86,8 @@ def probe(site: Path, tmp_path: Path, prepare: str, then: str, cores: int = 8, m
     environ.update(PYTHONPATH=os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
                    PYTHONDONTWRITEBYTECODE="1", XDG_CACHE_HOME=str(tmp_path / "cache"))
     environ.update(env)
-    out = subprocess.run([sys.executable, "-c", PROBE, prepare, then, str(cores), mode], env=environ, capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run([sys.executable, "-c", PROBE, prepare, then, str(cores), mode], env=environ,
+                         capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 

@@ -542,7 +542,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         skipped = _import_all(args, reply)
     finally:  # before any fork: the pool's threads and processes end here
-        said = prepared.finish() if prepared is not None else f"[abbench] fork server: bytecode as Python finds it ({why})"
+        if prepared is not None:
+            said = prepared.finish()
+        else:
+            said = f"[abbench] fork server: bytecode as Python finds it ({why})"
         print(said, file=sys.stderr, flush=True)
     if skipped is None:
         return 3
