@@ -5,9 +5,9 @@ its packages' sources, so every process compiles all it imports, every time: on 
 ``import torch, triton, liger_kernel.ops`` compiled torch's 991 modules, sympy's 419 and more, and took 8.7-13.9 s
 of a cold Liger-Kernel run's first cell.  Where torch (which every server imports first, and which is most of its
 import) has none, the server points Python at a bytecode folder in the user's cache (``sys.pycache_prefix``, what
-``PYTHONPYCACHEPREFIX`` sets) and, before importing, compiles the sources of the distributions it will import, and
-of those they require, into it with a process per core (``prepare``); what it imports beyond them is written there
-as it goes.  The folder mirrors the sources' absolute paths, and each file is named for its interpreter, so every
+``PYTHONPYCACHEPREFIX`` sets) and, on 8 cores or more, compiles the sources of the distributions it will import, and
+of those they require, into it with a process per core while it imports them (``start``, then ``Prepared.finish``
+before any fork); what it imports beyond them is written there as it goes.  The folder mirrors the sources' absolute paths, and each file is named for its interpreter, so every
 environment on the machine shares it; Python checks each file against its source's date and size when it loads it.
 The packages' own folders are never written.  The next server on the machine finds it all there.
 
@@ -59,12 +59,13 @@ def lacks_bytecode(module: str) -> bool:
     origin = spec.origin if spec is not None else None
     if origin is None or not origin.endswith(".py"):
         return False  # not found, a namespace package or an extension: nothing to compile
-    return not os.path.exists(_beside(origin))
+    return not os.path.exists(_bytecode_path(origin, None))
 
 
-def _beside(source: str) -> str:
-    """Where the bytecode of ``source`` lies in its own ``__pycache__`` (whatever prefix is in force)."""
-    prefix, sys.pycache_prefix = sys.pycache_prefix, None
+def _bytecode_path(source: str, folder: Path | None) -> str:
+    """Where Python reads ``source``'s bytecode with ``folder`` as its prefix; None: in the source's own
+    ``__pycache__`` (whatever prefix is in force)."""
+    prefix, sys.pycache_prefix = sys.pycache_prefix, None if folder is None else str(folder)
     try:
         return importlib.util.cache_from_source(source)
     finally:
@@ -224,7 +225,7 @@ def _start_pool(done: Prepared, lock: int, modules: Sequence[str], cores: int, c
     done.distributions = sorted(sources, key=str.lower)
     todo = []
     for source in (path for name in sources for path in sources[name]):  # the first module's first
-        if _is_current(_in_folder(done.folder, source), source):
+        if _is_current(_bytecode_path(source, done.folder), source):
             done.current += 1
         else:
             todo.append(source)
@@ -238,15 +239,6 @@ def _start_pool(done: Prepared, lock: int, modules: Sequence[str], cores: int, c
         done.pending = [done.pool.submit(_compile_chunk, todo[i::count]) for i in range(count)]
         for future in done.pending:
             future.add_done_callback(done.chunk_done)
-
-
-def _in_folder(folder: Path, source: str) -> str:
-    """Where Python reads ``source``'s bytecode with ``folder`` as its prefix."""
-    prefix, sys.pycache_prefix = sys.pycache_prefix, str(folder)
-    try:
-        return importlib.util.cache_from_source(source)
-    finally:
-        sys.pycache_prefix = prefix
 
 
 def _pool_process(server: int, folder: str, close: Sequence[int]) -> None:
@@ -286,7 +278,7 @@ def _compile_chunk(sources: list[str]) -> tuple[int, int, int]:
     compiled = copied = failed = 0
     for source in sources:
         target = importlib.util.cache_from_source(source)
-        beside = _beside(source)
+        beside = _bytecode_path(source, None)
         try:
             if _is_current(beside, source):
                 os.makedirs(os.path.dirname(target), exist_ok=True)
