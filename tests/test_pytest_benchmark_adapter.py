@@ -272,3 +272,42 @@ def test_the_ir_gate_compiles_the_captured_kernel_though_the_test_cannot_check_i
     assert ("the test failed in its call: AssertionError: Tensor-likes are not close! (compile-only: its outputs "
             "are not computed, so it is not held against the op)") in compile_log
     assert list((root / "r1_A" / "test_add_kernel" / "ir").rglob("*.ttgir"))
+
+
+# The public form: arrays as parameters under ids=, as a test timing torch.einsum does, and torch objects (a dtype,
+# a tensor, a callable).  None of them is JSON data, and numpy prints a 1000x1000 array over many lines.
+NOT_JSON_PARAMETERS = textwrap.dedent('''
+    import numpy as np
+    import pytest
+    import torch
+
+    ARRAYS = [np.random.rand(n, n) for n in (8, 16, 1000)]
+
+
+    @pytest.mark.parametrize("arr", ARRAYS, ids=["small", "medium", "large"])
+    def test_einsum(benchmark, arr):
+        t = torch.from_numpy(arr[:8, :8].copy())
+        benchmark(torch.einsum, "ij,jk->ik", t, t)
+
+
+    @pytest.mark.parametrize("dtype,x,fn", [(torch.float16, torch.ones(2, 3), torch.neg)], ids=["f16"])
+    def test_objects(benchmark, dtype, x, fn):
+        benchmark(fn, x.to(dtype))
+''')
+
+
+def test_parameters_that_are_not_json_are_summarized_and_shapes_named_by_their_ids(campaign_dir: pytest.Pytester,
+                                                                                    tmp_path: Path) -> None:
+    campaign_dir.makepyfile(test_bench=NOT_JSON_PARAMETERS)
+    root = tmp_path / "root"
+    result = campaign_dir.runpytest_subprocess("test_bench.py", "--ab-pytest-benchmark", "--ab-rounds", "1",
+                                               "--ab-root", str(root), *SWITCH, *FAST, "-p", "no:xdist")
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines(["== test_einsum: rounds 1/1, *", "   small *", "   medium *", "   large *"])
+    einsum = {r.shape: dict(r.params) for r in read_results(root / "r1_B" / "test_einsum" / "results.jsonl")}
+    assert einsum == {"small": {"arr": "ndarray(8x8, float64)"}, "medium": {"arr": "ndarray(16x16, float64)"},
+                      "large": {"arr": "ndarray(1000x1000, float64)"}}
+    objects = [(r.shape, dict(r.params), r.status)
+               for r in read_results(root / "r1_A" / "test_objects" / "results.jsonl")]
+    assert objects == [("f16", {"dtype": "torch.float16", "x": "Tensor(2x3, float32)",
+                                "fn": "<built-in method neg of type object>"}, "ok")]

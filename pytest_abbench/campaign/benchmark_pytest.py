@@ -16,6 +16,7 @@ import json
 import os
 import re
 import sys
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -30,6 +31,7 @@ from pytest_abbench.campaign.model import digest
 BLOCKED_PLUGINS = ("abbench", "benchmark", "xdist", "cacheprovider", "timeout")
 _NOT_REWRITTEN = "Module already imported so cannot be rewritten; pytest_abbench"
 _ADDRESS = re.compile(r" at 0x[0-9A-Fa-f]+")
+SUMMARY_CHARS = 80  # a parameter that is not JSON data is kept as a line this long at most (param_summary)
 
 
 @dataclass(frozen=True)
@@ -83,12 +85,26 @@ class CollectedTest:
 
 
 def json_param(value: Any) -> Any:
-    """A parameter as JSON data: itself when it is, else its ``str`` without object addresses (which differ between
-    processes, and would make the two sides' shape sets differ)."""
+    """A parameter as JSON data: itself when it is, else ``param_summary`` of it (the shape is named by its pytest
+    id either way)."""
     try:
         return json.loads(json.dumps(value, allow_nan=False))
     except (TypeError, ValueError):
-        return _ADDRESS.sub("", str(value))
+        return param_summary(value)
+
+
+def param_summary(value: Any) -> str:
+    """A parameter that is not JSON data as one short line: an array or tensor by its class, dims and dtype
+    (``ndarray(1000x1000, float64)``, never its printed values), anything else by its ``str`` on one line, without
+    object addresses (which differ between processes, and would make the two sides' shape sets differ) and cut
+    to ``SUMMARY_CHARS``."""
+    shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+    if isinstance(shape, tuple) and dtype is not None and not isinstance(value, type):
+        dims = "x".join(str(d) for d in shape) or "scalar"
+        return f"{type(value).__name__}({dims}, {str(dtype).removeprefix('torch.')})"
+    text = " ".join(_ADDRESS.sub("", str(value)).split())  # newlines and tabs: one line
+    text = "".join(c if unicodedata.category(c) != "Cc" else "?" for c in text)
+    return text if len(text) <= SUMMARY_CHARS else text[:SUMMARY_CHARS - 3] + "..."
 
 
 def _describe(item: pytest.Item) -> CollectedTest:
