@@ -385,3 +385,76 @@ def test_the_stand_in_do_bench_shows_the_originals_arguments() -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     stand_in, same, parameters = done.stdout.split(" ", 2)
     assert (stand_in, same) == ("True", "True") and "'warmup'" in parameters and "'rep'" in parameters, done.stdout
+
+
+# The tutorials' form as published: the driver asked at import for properties, target and capability, the kernel
+# checked at import, a list of Benchmarks (one without the torch provider), and a dtype among the args.
+DRIVER_AT_IMPORT = KERNEL + '''
+from triton.runtime import driver
+
+properties = driver.active.utils.get_device_properties(DEVICE.index)
+NUM_SM, WARP_SIZE = properties["multiprocessor_count"], properties["warpSize"]
+TARGET = triton.runtime.driver.active.get_current_target()
+assert (TARGET.backend, TARGET.arch, NUM_SM, WARP_SIZE) == ("cuda", 90, 132, 32), (TARGET, properties)
+assert torch.cuda.get_device_capability()[0] == 9
+x = torch.rand(16, device=DEVICE)
+assert torch.allclose(add(x, x), x + x)
+
+
+def _bench(name, providers, dtype):
+    return triton.testing.Benchmark(x_names=['size'], x_vals=[16], line_arg='provider', line_vals=providers,
+                                    line_names=providers, ylabel='GB/s', plot_name=name, args={'dtype': dtype})
+
+
+@triton.testing.perf_report([_bench('add-f32', ['torch', 'triton'], torch.float32),
+                             _bench('add-f16', ['triton'], torch.float16)])
+def bench(size, provider, dtype):
+    x = torch.rand(size, device=DEVICE, dtype=dtype)
+    ms = triton.testing.do_bench(lambda: add(x, x) if provider == 'triton' else x + x)
+    return 3 * x.numel() * x.element_size() * 1e-9 / (ms * 1e-3)
+'''
+
+
+def test_a_script_that_asks_the_driver_at_import_runs_without_a_gpu(campaign_dir: pytest.Pytester) -> None:
+    campaign_dir.makepyfile(bench=DRIVER_AT_IMPORT)
+    timed = campaign_dir.runpytest_subprocess("bench.py", "--ab-perf-report", "--ab-providers", "torch,triton",
+                                              "--ab-root", "timed", *FAST)
+    assert timed.ret == 0, timed.stdout.str()
+    timed.stdout.fnmatch_lines(["abbench: bench.py: op add-f16 (bench.py:*) has no 'torch' among its line_vals "
+                                "[[]'triton'[]]: left out", "== add-f32: rounds 2/2, *"])
+    # IR triage compiles in processes that launch nothing: the kernel the script launched at import is the one
+    # its shapes use, and it is captured (Triton's in-memory cache had hidden it from a capture put in later).
+    triage = campaign_dir.runpytest_subprocess("bench.py", "--ab-perf-report", "--ab-provider", "triton",
+                                               "--ab-switch-env", "DISABLE_MMA_V3=1", "--ab-ir-only",
+                                               "--ab-root", "triage", "-p", "no:cacheprovider")
+    assert triage.ret == 0, triage.stdout.str()
+    triage.stdout.fnmatch_lines(["== add-f16: rounds 0/1, *IR gate no_diff (compiled at core for cuda:90)",
+                                 "== add-f32: rounds 0/1, *IR gate no_diff (compiled at core for cuda:90)"])
+
+
+# A backward pass timed with grad_to_none: the callable checks that do_bench's clearing happened before each call.
+BACKWARD = KERNEL + '''
+@triton.testing.perf_report(triton.testing.Benchmark(x_names=['n'], x_vals=[8], line_arg='provider',
+                            line_vals=['a'], line_names=['A'], ylabel='ms', plot_name='backward', args={}))
+def backward(n, provider):
+    x = torch.rand(n, device=DEVICE, requires_grad=True)
+    y = (x * 3).sum()
+
+    def step():
+        assert x.grad is None, "x.grad was not cleared before this call: gradients accumulate"
+        y.backward(retain_graph=True)
+
+    return triton.testing.do_bench(step, grad_to_none=[x])
+'''
+
+
+def test_grad_to_none_is_cleared_before_every_call(campaign_dir: pytest.Pytester) -> None:
+    campaign_dir.makepyfile(backward=BACKWARD)
+    result = campaign_dir.runpytest_subprocess("backward.py", "--ab-perf-report", "--ab-provider", "a",
+                                               "--ab-switch-env", "ABBENCH_TEST_SWITCH=1", "--ab-root", "root",
+                                               "--ab-rounds", "1", "--ab-ir-target", "none", "-p", "no:cacheprovider")
+    rows = read_status(campaign_dir.path / "root")
+    assert sorted((r.side, r.status, r.success, r.failed) for r in rows) == [("A", "ok", 1, 0), ("B", "ok", 1, 0)], \
+        result.stdout.str()
+    log = (campaign_dir.path / "root" / "r1_A" / "backward" / "run.log").read_text()
+    assert "before each call .grad is set to None on the 1 tensor(s) of its grad_to_none, as do_bench does" in log

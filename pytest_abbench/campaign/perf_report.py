@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from pytest_abbench.campaign.probe import run_probe
+from pytest_abbench.core import envnames, standin_driver
 from pytest_abbench.campaign.model import (TEST_MODULE_PREFIXES, Campaign, CampaignError, Case, Op, Shape, Switch, Work, check_shapes,
                                            digest, import_campaign_file, module_name_for, validate_name)
 
@@ -219,6 +220,23 @@ class Captured:
     timer: str  # do_bench or do_bench_cudagraph
     site: str  # file:line of the call
     ignored: list[str] = field(default_factory=list)
+    cleared: int = 0  # how many tensors' .grad are set to None before each call (grad_to_none)
+
+
+def with_grads_cleared(fn: Callable[[], Any], grad_to_none: Any) -> Callable[[], Any]:
+    """``fn`` with ``x.grad = None`` for each ``x`` of ``grad_to_none`` before every call, as do_bench and
+    do_bench_cudagraph do: a backward pass then writes its gradients instead of adding to them, and the cells time
+    the kernels the script's own timing times (no accumulation kernel)."""
+    tensors = list(grad_to_none or ())
+    if not tensors:
+        return fn
+
+    def run() -> Any:
+        for x in tensors:
+            x.grad = None
+        return fn()
+
+    return run
 
 
 _CAPTURES: list[list[Captured]] = []  # the calls of the build in progress (empty: not capturing)
@@ -258,9 +276,11 @@ def _stand_in(name: str, original: Callable[..., Any], triton_dir: str) -> Calla
             return original(*args, **kwargs)
         bound = signature.bind(*args, **kwargs)
         given = {k: v for k, v in bound.arguments.items() if k != "fn"}
-        ignored = [k for k, v in given.items() if v is not None and v != signature.parameters[k].default]
-        _CAPTURES[-1].append(Captured(bound.arguments["fn"], name,
-                                      f"{Path(caller.f_code.co_filename).name}:{caller.f_lineno}", ignored))
+        ignored = [k for k, v in given.items()
+                   if k != "grad_to_none" and v is not None and v != signature.parameters[k].default]
+        run = with_grads_cleared(bound.arguments["fn"], given.get("grad_to_none"))
+        _CAPTURES[-1].append(Captured(run, name, f"{Path(caller.f_code.co_filename).name}:{caller.f_lineno}",
+                                      ignored, cleared=len(given.get("grad_to_none") or ())))
         quantiles = given.get("quantiles")
         if quantiles is not None:
             return [Ms(1.0) for _ in quantiles]
@@ -381,7 +401,9 @@ def _cell_build(op: BenchmarkOp, provider: str, log: Callable[[str], None]) -> C
         work, units = read_units(returned, op.ylabel)
         ignored = (f"; its {', '.join(call.ignored)} argument{'s are' if len(call.ignored) > 1 else ' is'} ignored "
                    "(the cell takes its own samples with its own timer)") if call.ignored else ""
-        log(f"[abbench] {what}: timing the callable given to {call.timer} at {call.site}{ignored}; {units}")
+        cleared = (f"; before each call .grad is set to None on the {call.cleared} tensor(s) of its grad_to_none, "
+                   "as do_bench does") if call.cleared else ""
+        log(f"[abbench] {what}: timing the callable given to {call.timer} at {call.site}{ignored}{cleared}; {units}")
         return Case(run=call.run, work=work)
 
     build.__name__ = f"build_{op.name}"
@@ -398,31 +420,17 @@ def _not_in_this_process(op: BenchmarkOp) -> Callable[[Shape, str], Case]:
     return build
 
 
-class _InterpreterDevice:
-    """Triton's active driver under its interpreter on a machine without a GPU driver, for scripts in the tutorials'
-    form (``DEVICE = triton.runtime.driver.active.get_active_torch_device()``): their tensors go to the CPU, where
-    the interpreter runs the kernels.  Anything else asked of it fails as a missing driver does."""
-
-    def get_active_torch_device(self) -> Any:
-        import torch
-
-        return torch.device("cpu")
-
-    def __getattr__(self, name: str) -> Any:
-        raise RuntimeError(f"Triton's interpreter runs on the CPU: there is no GPU driver to ask for {name!r}")
-
-
 def _answer_for_interpreter() -> None:
-    """Under ``TRITON_INTERPRET=1`` with no active GPU driver, make the active driver ``_InterpreterDevice``."""
-    if os.environ.get("TRITON_INTERPRET") != "1":
+    """Under ``TRITON_INTERPRET=1`` with no GPU driver, make the active driver answer for the IR target
+    (``core/standin_driver.py``): the tutorials ask it for their device, target and properties at import."""
+    if os.environ.get(envnames.TRITON_INTERPRET) != "1":
         return
     from triton.runtime import driver
 
     try:
         driver.active
     except RuntimeError:  # "0 active drivers": no GPU here
-        stand_in: Any = _InterpreterDevice()
-        driver.set_active(stand_in)
+        standin_driver.install(standin_driver.target_text())
 
 
 def import_script(path: Path, module_name: str, import_timeout_s: float | None) -> tuple[list[BenchmarkOp], list[str]]:
@@ -476,15 +484,17 @@ def load_for_cell(path: Path, module_name: str, spec: str, side: str,
 
 
 def describe_script(path: Path, rootdir: Path | None, providers: Providers, import_timeout_s: float,
-                    interpreter: bool) -> tuple[Campaign, list[str]]:
+                    interpreter: bool, ir_target: str | None = None) -> tuple[Campaign, list[str]]:
     """The script as a campaign for pytest's process, read by a probe process; the notices to show at collection.
 
-    ``interpreter``: the probe imports it as the cells will, under Triton's interpreter (no GPU here).
+    ``interpreter``: the probe imports it as the cells will, under Triton's interpreter (no GPU here), where the
+    driver's answers are those of ``ir_target``.
     """
     path = Path(path).resolve()
     module_name = module_name_for(path, rootdir)
     answer = run_probe(path, lambda out: ["-m", __name__, str(path), module_name, str(out), repr(import_timeout_s)],
-                       "reading its perf_report functions", import_timeout_s, interpreter, cwd=path.parent)
+                       "reading its perf_report functions", import_timeout_s, interpreter, cwd=path.parent,
+                       ir_target=ir_target)
     ops = [BenchmarkOp(**fields) for fields in answer["ops"]]
     campaign, left = _campaign(path, module_name, ops, providers, _not_in_this_process)
     notices = [f"abbench: {path.name}: {where} calls benchmark.run(...) at import: skipped under --ab-perf-report "

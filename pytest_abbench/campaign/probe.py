@@ -15,19 +15,23 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pytest_abbench.campaign.model import CampaignError
+from pytest_abbench.core import envnames
 
 PROBE_SECONDS = 120.0  # starting Python and importing torch and Triton, on top of the file's own --ab-import-timeout
 
 
 def run_probe(path: Path, argv_for: Callable[[Path], list[str]], what: str, import_timeout_s: float,
-              interpreter: bool, cwd: Path | None = None) -> dict[str, Any]:
+              interpreter: bool, cwd: Path | None = None, ir_target: str | None = None) -> dict[str, Any]:
     """Run ``sys.executable`` with ``argv_for(answer_file)`` and return the answer; ``what`` names the probe's work in
-    errors ("reading its perf_report functions").  ``interpreter``: under Triton's interpreter (no GPU here)."""
+    errors ("reading its perf_report functions").  ``interpreter``: under Triton's interpreter (no GPU here), whose
+    driver queries answer for ``ir_target`` (``core/standin_driver.py``)."""
     env = dict(os.environ)
     if interpreter:
-        env["TRITON_INTERPRET"] = "1"
+        env[envnames.TRITON_INTERPRET] = "1"
     else:
-        env.pop("TRITON_INTERPRET", None)
+        env.pop(envnames.TRITON_INTERPRET, None)
+    if ir_target:
+        env[envnames.ABBENCH_IR_TARGET] = ir_target
     package_parent = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH", "")) if p)
     limit = import_timeout_s + PROBE_SECONDS

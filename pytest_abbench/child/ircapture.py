@@ -15,6 +15,7 @@ can say which stage and which pass first produced different code.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -23,12 +24,12 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from pytest_abbench.child import standin_draws
 from pytest_abbench.child.autotune_pin import benchmarking
 from pytest_abbench.checks.irgate import PASSES_SUFFIX, stage_fingerprint, stage_order, strip_locations
-from pytest_abbench.core import envnames
+from pytest_abbench.core import envnames, standin_driver
 from pytest_abbench.core.tritoncompat import PASS_DUMP_HEADER, PASS_DUMP_HEADER_RE, triton_version, without_stages_hook_entry
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.\-]")
@@ -314,45 +315,23 @@ def merge_ir(share_ir: Path, ir_dir: Path) -> None:
     share_ir.rmdir()
 
 
-def parse_target(text: str) -> Any:
-    """``cuda:90`` -> GPUTarget('cuda', 90, 32); ``hip:gfx942`` -> GPUTarget('hip', 'gfx942', 64)."""
-    from triton.backends.compiler import GPUTarget
-
-    backend, sep, arch = text.partition(":")
-    if not sep or backend not in ("cuda", "hip") or not arch:
-        raise ValueError(f"IR target {text!r} is not BACKEND:ARCH such as cuda:90 or hip:gfx942")
-    if backend == "cuda":
-        if not arch.isdigit():
-            raise ValueError(f"IR target {text!r}: a CUDA arch is a number such as 90")
-        return GPUTarget("cuda", int(arch), 32)
-    return GPUTarget("hip", arch, 64)
-
-
-class _TargetOnlyDriver:
-    """Stands in for a GPU driver when compiling for a target this machine does not have."""
-
-    def __init__(self, target: Any) -> None:
-        self.target = target
-
-    def is_active(self) -> bool:
-        return True
-
-    def get_current_device(self) -> int:
-        return 0
-
-    def get_current_stream(self, device: int | None = None) -> int:
-        return 0
-
-    def get_current_target(self) -> Any:
-        return self.target
-
-    def get_active_torch_device(self) -> Any:
-        import torch
-
-        return torch.device("cpu")
-
-
 _pass_dump_wanted = False  # enter_compile_only switched Triton's dump on for this process
+_interpreting_launches = False  # launches_interpreted(): a compile-only launch also runs in Triton's interpreter
+
+
+@contextlib.contextmanager
+def launches_interpreted() -> Iterator[None]:
+    """In a compile-only process, launches inside also run in Triton's interpreter, on the CPU tensors.
+
+    For importing a script: Triton's tutorials check their kernel's output at import (``assert torch.allclose``),
+    and a launch that only compiles leaves the output unwritten.  The shapes' own launches stay compile-only.
+    """
+    global _interpreting_launches
+    _interpreting_launches = True
+    try:
+        yield
+    finally:
+        _interpreting_launches = False
 
 
 def _cpu_tensors_select_no_gpu() -> None:
@@ -391,20 +370,24 @@ def enter_compile_only(target_text: str) -> None:
     own (``MLIR_ENABLE_DUMP``, ``MLIR_DUMP_PATH``) or sets ``ABBENCH_PASS_DUMP=0``.
     """
     from triton.runtime import jit
-    from triton.runtime.driver import driver
 
     global _pass_dump_wanted
     if not ({envnames.MLIR_ENABLE_DUMP, envnames.MLIR_DUMP_PATH} & set(os.environ)) and os.environ.get(envnames.ABBENCH_PASS_DUMP) != "0":
         os.environ[envnames.MLIR_ENABLE_DUMP] = "1"  # read by Triton's pass managers at each compile
         _pass_dump_wanted = True
         _no_dump_in_llir()
-    driver.set_active(_TargetOnlyDriver(parse_target(target_text)))
+    standin_driver.install(target_text)
     _cpu_tensors_select_no_gpu()
     if os.environ.get(envnames.ABBENCH_EXACT_DRAWS) != "1":
         standin_draws.install()
     original_run = jit.JITFunction.run
 
     def compile_only_run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
-        return original_run(self, *args, grid=grid, warmup=True, **kwargs)
+        kernel = original_run(self, *args, grid=grid, warmup=True, **kwargs)
+        if _interpreting_launches and not warmup:
+            from triton.runtime.interpreter import InterpretedFunction
+
+            InterpretedFunction(self.fn).run(*args, grid=grid, warmup=False, **kwargs)
+        return kernel
 
     jit.JITFunction.run = compile_only_run

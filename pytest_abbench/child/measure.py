@@ -30,7 +30,8 @@ from pytest_abbench.child.gpustate import GpuSampler, open_sampler
 from pytest_abbench.child.identity import build_identity, write_identity, write_side_record_hash
 from pytest_abbench.child.preload import import_in_cell, kept_out_only
 from pytest_abbench.child import standin_draws
-from pytest_abbench.child.ircapture import enter_compile_only, fingerprints_stages, install_capture, merge_ir
+from pytest_abbench.child.ircapture import (enter_compile_only, fingerprints_stages, install_capture, launches_interpreted,
+                                            merge_ir)
 from pytest_abbench.child.layout_shift import hold_pads, pad_sizes
 from pytest_abbench.child.compilecount import CompileCounter
 from pytest_abbench.child.outputcheck import OutputRecord, check_output
@@ -108,16 +109,6 @@ def measure(config: CellConfig, load: CampaignLoad = load_cell_campaign) -> int:
     if config.backend == "cuda" and not torch.cuda.is_available():
         log("[abbench] backend cuda requested but torch.cuda.is_available() is False")
         return EXIT_SETUP_ERROR
-    campaign = load(config, log, False)
-    # Those its fork server did not import (an exec'd cell, a refused module) are imported here, as start-up.
-    imports = import_in_cell(campaign.server_imports) if campaign.server_imports else None
-    op = campaign.op(config.op)
-    shapes = op.shapes_for(config.level)
-    hook = campaign.switch.setup(config.side)
-    if hook is not None:
-        log(f"[abbench] side {config.side}: running switch setup {hook.__name__}()")
-        hook()
-
     # Shapes an earlier process of this cell measured: non-empty after a poisoned-capture restart.
     already = done_shape_ids(out / RESULTS_FILE)
     try:
@@ -130,9 +121,22 @@ def measure(config: CellConfig, load: CampaignLoad = load_cell_campaign) -> int:
     except AutotuneRecordError as exc:
         log(f"[abbench] {exc}")
         return EXIT_SETUP_ERROR
+    # In place before the campaign is imported: a script that launches kernels at import (Triton's tutorials
+    # check their kernel there) tunes under the pin and compiles under the capture, and Triton's in-memory
+    # caches would otherwise hide those kernels from both for the rest of the cell.
     install(pin)
     ir_written = (install_capture(out / IR_DIR, fingerprints_stages(config.round_no)) if config.backend == "cuda"
                   else [])
+
+    campaign = load(config, log, False)
+    # Those its fork server did not import (an exec'd cell, a refused module) are imported here, as start-up.
+    imports = import_in_cell(campaign.server_imports) if campaign.server_imports else None
+    op = campaign.op(config.op)
+    shapes = op.shapes_for(config.level)
+    hook = campaign.switch.setup(config.side)
+    if hook is not None:
+        log(f"[abbench] side {config.side}: running switch setup {hook.__name__}()")
+        hook()
 
     tuner_dir = pinned_tuner_cache(config)
     tuner_rows_before = tunercache.row_counts(tuner_dir) if tuner_dir else {}
@@ -339,12 +343,6 @@ def run_ir_only(config: CellConfig, load: CampaignLoad = load_cell_campaign) -> 
     if config.shard is None and not os.environ.get(envnames.ABBENCH_IR_CAPTURE):  # a share writes its cell's
         _count_markers_into(out)
     enter_compile_only(config.ir_target)
-    campaign = load(config, log, True)
-    kept_out_only(campaign.server_imports)  # forked from a server they are out already; exec'd, from here on
-    op = campaign.op(config.op)
-    hook = campaign.switch.setup(config.side)
-    if hook is not None:
-        hook()
     record = config.autotune_file
     mode = config.autotune_mode if config.autotune_mode == "compile-all" else \
         "replay" if record and record.exists() else "off"
@@ -356,6 +354,15 @@ def run_ir_only(config: CellConfig, load: CampaignLoad = load_cell_campaign) -> 
     install(pin)
     counter = CompileCounter().install()
     written = install_capture(out / IR_DIR, fingerprints_stages(config.round_no))
+    # Loaded under the pin and the capture: kernels a script launches at import are compiled and captured once,
+    # and run in the interpreter, for the script's own checks of their output.
+    with launches_interpreted():
+        campaign = load(config, log, True)
+    kept_out_only(campaign.server_imports)  # forked from a server they are out already; exec'd, from here on
+    op = campaign.op(config.op)
+    hook = campaign.switch.setup(config.side)
+    if hook is not None:
+        hook()
     shard, shards = config.shard_of()
     who = f"{out.name}: " if config.shard is not None else ""  # which share, in a log the shares write together
     for index, shape in enumerate(op.shapes_for(config.level)):

@@ -22,6 +22,9 @@ XDG_RUNTIME_DIR = "XDG_RUNTIME_DIR"
 ABBENCH_COMPILE_JOBS = "ABBENCH_COMPILE_JOBS"
 # Set by spawn/runner.py; child/measure.py reads it: when the parent started the child (its start-up cost).
 ABBENCH_SPAWN_TIME = "ABBENCH_SPAWN_TIME"
+# Set by spawn/runner.py and campaign/probe.py; core/standin_driver.py reads it: the IR target a process without a
+# GPU answers Triton's driver queries for (--ab-ir-target).
+ABBENCH_IR_TARGET = "ABBENCH_IR_TARGET"
 # Set for the compile-only run a measured interpreter cell starts to capture IR: its marker lines are not the
 # cell's measurement (the measured run already printed any replay miss) and are not counted.
 ABBENCH_IR_CAPTURE = "ABBENCH_IR_CAPTURE"

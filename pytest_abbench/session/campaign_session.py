@@ -172,7 +172,8 @@ class AbbenchSession:
 
             assert self.settings.perf_report is not None
             campaign, notices = describe_script(path, self.config.rootpath, Providers(*self.settings.perf_report),
-                                                self.settings.import_timeout_s, interpreter=interpreter)
+                                                self.settings.import_timeout_s, interpreter=interpreter,
+                                                ir_target=self.settings.ir_target)
         elif kind == PYTEST_BENCHMARK:
             from pytest_abbench.campaign.benchmark_tests import describe_tests
 

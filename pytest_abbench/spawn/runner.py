@@ -237,6 +237,8 @@ class CellRunner:
             env[envnames.TRITON_INTERPRET] = "1"
         else:
             env.pop(envnames.TRITON_INTERPRET, None)
+        if self.settings.ir_target:  # what Triton's driver answers without a GPU (core/standin_driver.py)
+            env[envnames.ABBENCH_IR_TARGET] = self.settings.ir_target
         env[envnames.PYTHONPATH] = os.pathsep.join(p for p in (PACKAGE_PARENT, env.get(envnames.PYTHONPATH, "")) if p)
         env[envnames.PYTHONUNBUFFERED] = "1"
         if self.gpu is not None:

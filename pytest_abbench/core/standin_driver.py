@@ -1,0 +1,154 @@
+"""Triton's active driver where this process has no GPU to ask: Triton's interpreter on a CPU, or a compile-only
+process compiling for an IR target (``--ab-ir-only``, the gate's capture without a GPU).
+
+Scripts in the form of Triton's tutorials ask the driver at import: ``get_active_torch_device()`` for their
+tensors' device, ``get_current_target()`` for the backend and architecture, ``utils.get_device_properties(i)``
+for SM count, shared memory, registers and warp size, and ``torch.cuda.get_device_capability()``.  Here each
+answers for the IR target (``--ab-ir-target``, default ``cuda:90``): the target itself, and that GPU's datasheet
+values, keyed as the CUDA driver's ``cuDeviceGetAttribute`` answers reach Triton.  Anything else asked of it
+fails with a message that says why, not as a missing attribute.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from pytest_abbench.core import envnames
+
+DEFAULT_TARGET = "cuda:90"  # --ab-ir-target's default
+
+# Per IR target: the GPU its datasheet values come from, and the values as Triton's CUDA driver names them
+# (max_shared_mem: the opt-in maximum per block; clock rates in kHz; the bus width in bits).
+DATASHEETS: dict[str, tuple[str, dict[str, int]]] = {
+    "cuda:80": ("NVIDIA A100 SXM4 80GB", {
+        "max_shared_mem": 166912, "max_num_regs": 65536, "multiprocessor_count": 108, "warpSize": 32,
+        "sm_clock_rate": 1410000, "mem_clock_rate": 1593000, "mem_bus_width": 5120}),
+    "cuda:90": ("NVIDIA H100 80GB HBM3 (SXM5)", {
+        "max_shared_mem": 232448, "max_num_regs": 65536, "multiprocessor_count": 132, "warpSize": 32,
+        "sm_clock_rate": 1980000, "mem_clock_rate": 2619000, "mem_bus_width": 5120}),
+}
+
+
+def parse_target(text: str) -> Any:
+    """``cuda:90`` -> GPUTarget('cuda', 90, 32); ``hip:gfx942`` -> GPUTarget('hip', 'gfx942', 64)."""
+    from triton.backends.compiler import GPUTarget
+
+    backend, sep, arch = text.partition(":")
+    if not sep or backend not in ("cuda", "hip") or not arch:
+        raise ValueError(f"IR target {text!r} is not BACKEND:ARCH such as cuda:90 or hip:gfx942")
+    if backend == "cuda":
+        if not arch.isdigit():
+            raise ValueError(f"IR target {text!r}: a CUDA arch is a number such as 90")
+        return GPUTarget("cuda", int(arch), 32)
+    return GPUTarget("hip", arch, 64)
+
+
+def target_text() -> str:
+    """The IR target this process answers for: the session's (``ABBENCH_IR_TARGET``), else the default."""
+    return os.environ.get(envnames.ABBENCH_IR_TARGET) or DEFAULT_TARGET
+
+
+def device_properties(target: str) -> dict[str, int]:
+    """``utils.get_device_properties`` for ``target``: its datasheet values."""
+    sheet = DATASHEETS.get(target)
+    if sheet is None:
+        raise RuntimeError(f"no GPU here to ask for device properties, and none are known for the IR target "
+                           f"{target!r} (known: {', '.join(DATASHEETS)}; --ab-ir-target)")
+    return dict(sheet[1])
+
+
+class NoGpuHere(AttributeError):
+    """What the stand-in says to a query only a GPU answers.  An AttributeError, so that ``hasattr`` and
+    ``getattr(..., default)`` (Triton's own probes of a driver) still read it as absent."""
+
+
+class _Utils:
+    """``driver.active.utils``: the device properties; anything else needs a GPU."""
+
+    def __init__(self, target: str) -> None:
+        self._target = target
+
+    def get_device_properties(self, device: Any = None) -> dict[str, int]:
+        return device_properties(self._target)
+
+    def __getattr__(self, name: str) -> Any:
+        raise NoGpuHere(f"there is no GPU here: driver.active.utils.{name} needs one (this process answers "
+                           f"for the IR target {self._target} without a GPU)")
+
+
+class StandInDriver:
+    """Triton's active driver for the IR target ``target`` (text such as ``cuda:90``), on a machine without one:
+    tensors go to the CPU, where the interpreter runs the kernels or nothing runs (compile-only)."""
+
+    def __init__(self, target: str) -> None:
+        self.target_text = target
+        self.target = parse_target(target)
+        self.utils = _Utils(target)
+
+    def is_active(self) -> bool:
+        return True
+
+    def get_current_device(self) -> int:
+        return 0
+
+    def set_current_device(self, device: int) -> None:
+        pass  # one stand-in device: nothing to select
+
+    def get_current_stream(self, device: int | None = None) -> int:
+        return 0
+
+    def get_current_target(self) -> Any:
+        return self.target
+
+    def get_active_torch_device(self) -> Any:
+        import torch
+
+        return torch.device("cpu")
+
+    def get_benchmarker(self) -> Any:
+        """What Triton's autotuner times its candidates with: one call each by the wall clock (an interpreted kernel
+        runs for milliseconds to seconds: one call tells which is faster on this CPU, which is all it can tell)."""
+        return wall_bench
+
+    def __getattr__(self, name: str) -> Any:
+        raise NoGpuHere(f"there is no GPU here: the driver's {name!r} needs one (this process answers for the IR "
+                           f"target {self.target_text} without a GPU)")
+
+
+def wall_bench(fn: Any, warmup: Any = None, rep: Any = None, grad_to_none: Any = None, quantiles: Any = None,
+               return_mode: str = "mean") -> Any:
+    """``do_bench``'s answer for one call of ``fn`` timed by the wall clock, in ms."""
+    import time
+
+    start = time.perf_counter()
+    fn()
+    ms = (time.perf_counter() - start) * 1e3
+    if quantiles is not None:
+        return [ms for _ in quantiles]
+    return [ms] if return_mode == "all" else ms
+
+
+def answer_torch_capability(target: str) -> None:
+    """Where torch has no CUDA, ``torch.cuda.get_device_capability()`` answers the CUDA IR target's (9, 0 for
+    ``cuda:90``), as scripts that pick a kernel by architecture ask it (Triton's fused-attention tutorial)."""
+    import torch
+
+    if torch.cuda.is_available() or not target.startswith("cuda:"):
+        return
+    arch = int(target.partition(":")[2])
+
+    def get_device_capability(device: Any = None) -> tuple[int, int]:
+        return arch // 10, arch % 10
+
+    torch.cuda.get_device_capability = get_device_capability
+
+
+def install(target: str) -> StandInDriver:
+    """Make a ``StandInDriver`` for ``target`` Triton's active driver (and torch's capability answer it)."""
+    from triton.runtime.driver import driver
+
+    stand_in = StandInDriver(target)
+    driver.set_active(stand_in)
+    answer_torch_capability(target)
+    return stand_in
