@@ -6,7 +6,7 @@ source "$(dirname "$0")/gpu_env.sh"
 ROOT=${ROOT:-/tmp/abbench-gpu}
 nvidia-smi --query-gpu=name,driver_version,uuid --format=csv | tee "$OUT/env.txt"
 python3 -c "import torch, triton, numpy; print('torch', torch.__version__, 'triton', triton.__version__, 'numpy', numpy.__version__)" | tee -a "$OUT/env.txt"
-python3 benchmarks/capture_failure_gpu.py 2>&1 | tee "$OUT/capture_failure.txt"
+python3 -m pytest -p pytest_abbench.plugin tests/test_capture_gpu.py -p no:cacheprovider -q 2>&1 | tee "$OUT/capture_failure.txt"
 start=$(date +%s)
 python3 -m pytest -p pytest_abbench.plugin campaigns --ab-rounds "${ROUNDS:-2}" --ab-level core --ab-root "$ROOT" \
   --cell-timeout 300 -p no:cacheprovider -v -rs "$@" 2>&1 | tee "$OUT/pytest.txt"

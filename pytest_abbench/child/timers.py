@@ -158,6 +158,42 @@ def _estimate_ms(fn: Callable[[], Any], before: Callable[[], None] = lambda: Non
     return float(start.elapsed_time(end)) / 5
 
 
+def capture_or_restore(fn: Callable[[], Any], calls: int) -> Any:
+    """A CUDA graph of ``calls`` calls of ``fn``; where capturing fails, the process is left as it was before.
+
+    A capture that fails (a backward pass whose kernels run on another stream, a ``torch.cuda.synchronize()``
+    in ``fn``) ends inside ``CUDAGraph.capture_end``, which raises before it does its own cleanup: the default
+    CUDA generator stays marked as capturing (every later ``torch.rand`` then fails with "Offset increment outside
+    graph capture encountered unexpectedly"), the capture stream stays the current stream, and the caching
+    allocator keeps routing that stream's allocations to the graph's private pool.  Each is undone here: the
+    generator gets a copy of its state taken before the capture, the stream before it is made current again, and
+    the pool's routing is ended.  The direct timer's fallback, the next point and the next shape then run as if no
+    capture had been tried.
+    """
+    import torch
+
+    device = torch.cuda.current_device()
+    generator = torch.cuda.default_generators[device]
+    saved = generator.clone_state()
+    stream = torch.cuda.current_stream()
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                fn()
+    except BaseException:
+        generator.graphsafe_set_state(saved)
+        torch.cuda.set_stream(stream)
+        end_pool = getattr(torch._C, "_cuda_endAllocateToPool", None)
+        if end_pool is not None:
+            try:
+                end_pool(device, graph.pool())
+            except RuntimeError:
+                pass  # capture_end got as far as ending it
+        raise
+    return graph
+
+
 class GraphWindows:
     """A CUDA graph of as many calls as fill ``window_ms`` (triton's do_bench_cudagraph, captured once); a window
     is one timed replay and gives one sample, the replay's time per call."""
@@ -176,10 +212,7 @@ class GraphWindows:
             fn()
             estimate = _estimate_ms(fn)
             self.calls = 1000 if estimate == 0 else max(1, int(window_ms / estimate))
-            self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph):
-                for _ in range(self.calls):
-                    fn()
+            self.graph = capture_or_restore(fn, self.calls)
             torch.cuda.synchronize()
             # What a replay takes, for the warm-up and the tail of ``windows``: the estimate from plain launches is
             # no guide for a small kernel, whose launches cost more than it does.  The first replay also uploads
@@ -322,8 +355,9 @@ class DirectWindows:
 def cuda_health_probe() -> None:
     """Raise if the CUDA context or the current stream is no longer usable.
 
-    A failed capture can leave a sticky error or a stream still in capture
-    mode; a synchronize plus one tiny kernel round trip exposes both.
+    A failed capture can leave a sticky error, a stream still in capture
+    mode or the generator marked as capturing; a synchronize, one tiny kernel
+    round trip and one random draw expose each.
     """
     import torch
 
@@ -333,6 +367,7 @@ def cuda_health_probe() -> None:
     probe = torch.ones(16, device="cuda") * 2
     if float(probe.sum().item()) != 32.0:
         raise RuntimeError("health probe kernel returned a wrong value")
+    torch.rand(16, device="cuda")  # the CUDA generator: a capture that failed must not have left it capturing
 
 
 def prepare_with_fallback(
