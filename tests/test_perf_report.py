@@ -287,8 +287,10 @@ def test_the_switch_line_names_the_argument_the_providers_are_passed_as(campaign
 def test_scripts_the_adapter_cannot_read_are_collection_errors_naming_what(campaign_dir: pytest.Pytester) -> None:
     campaign_dir.makepyfile(bad_x_vals=BAD_X_VALS, no_provider=NO_PROVIDER,
                             no_function="import triton\n# mentions perf_report in a comment only\n",
-                            broken="import triton\nperf_report = 1\nraise ValueError('broken on import')\n")
+                            broken="import triton\nperf_report = 1\nraise ValueError('broken on import')\n",
+                            exits="import sys\nimport triton  # perf_report\nif True:\n    sys.exit(3)\n")
     result = campaign_dir.runpytest_subprocess("bad_x_vals.py", "no_provider.py", "no_function.py", "broken.py",
+                                               "exits.py",
                                                "--ab-perf-report", "--ab-provider", "a", "--ab-switch-env",
                                                "ABBENCH_TEST_SWITCH=1", "-p", "no:cacheprovider")
     assert result.ret == 2
@@ -298,6 +300,8 @@ def test_scripts_the_adapter_cannot_read_are_collection_errors_naming_what(campa
         "its line_vals *'torch', 'cuda-graphs'*",
         "*no_function.py: no @triton.testing.perf_report function at its top level*",
         "*broken.py: importing it raised ValueError: broken on import*",
+        # Before: "the process reading its perf_report functions exited 3 without an answer:" and an empty line.
+        "*exits.py: importing it called sys.exit(3) at exits.py:4, so it defines nothing to run*",
     ])
 
 

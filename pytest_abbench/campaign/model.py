@@ -571,6 +571,15 @@ def _exec_bounded(exec_module: Callable[[], None], path: Path, timeout_s: float)
         raise failure[0]
 
 
+def _exit_line(exc: SystemExit) -> str:
+    """`` at FILE:LINE`` of the innermost frame that raised ``exc`` (the sys.exit call), or ""."""
+    tb = exc.__traceback__
+    frame = None
+    while tb is not None:
+        frame, tb = tb, tb.tb_next
+    return f" at {Path(frame.tb_frame.f_code.co_filename).name}:{frame.tb_lineno}" if frame is not None else ""
+
+
 def import_campaign_file(path: str | Path, rootdir: Path | None = None, module_name: str | None = None,
                          import_timeout_s: float | None = None) -> tuple[ModuleType, list[str]]:
     """Import the Python file at ``path`` as a campaign module: (the module, the threads its import started).
@@ -601,6 +610,12 @@ def import_campaign_file(path: str | Path, rootdir: Path | None = None, module_n
     except CampaignError:
         sys.modules.pop(name, None)
         raise
+    except SystemExit as exc:  # sys.exit() or exit() at the file's top level: its import never finished
+        del sys.modules[name]
+        line = _exit_line(exc)
+        raise CampaignError(f"{path}: importing it called sys.exit({exc.code!r}){line}, so it defines nothing to "
+                            "run (a script's checks or argument parsing at import belong under "
+                            "`if __name__ == '__main__':`)") from None
     except Exception as exc:
         del sys.modules[name]
         raise CampaignError(import_failure(path, exc)) from None
