@@ -41,5 +41,18 @@ for run in ${RUNS:-}; do
     matmul-mma) DISABLE=1 step matmul-mma 03-matrix-multiplication.py --ab-provider triton --ab-switch-env DISABLE_MMA_V3=1 ${ARGS:-};;
     softmax) step softmax 02-fused-softmax.py --ab-providers torch,triton ${ARGS:-}; own softmax 02-fused-softmax.py;;
     attention) step attention 06-fused-attention.py --ab-provider triton-fp16 --ab-switch-env DISABLE_MMA_V3=1 ${ARGS:-};;
+    einsum)  # a public pytest-benchmark file (under-Peter/OMEinsum-Benchmarks), its device index 4 made 0
+      P=.thirdparty/pytest-benchmark/under-Peter__OMEinsum-Benchmarks; mkdir -p /tmp/pb/einsum
+      sed -e 's/cuda(4)/cuda(0)/g' -e '/^raise NameError/d' "$P/torchgpubenchmark.py" >/tmp/pb/einsum/torchgpubenchmark.py
+      F=/tmp/pb/einsum/torchgpubenchmark.py K=${K:-test_matmul}
+      timed einsum-abbench python3 -m pytest -p pytest_abbench.plugin "$F" --rootdir /tmp/pb/einsum -k "$K" \
+        --ab-pytest-benchmark --ab-switch-env TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 --ab-root /tmp/pb/einsum/root \
+        -p no:cacheprovider ${ARGS:-}
+      { echo "## einsum"; cat /tmp/pb/einsum/root/report.md 2>/dev/null; echo; } >>"$OUT/tut_reports.md"
+      timed einsum-own-A python3 -m pytest "$F" --rootdir /tmp/pb/einsum -k "$K" --benchmark-only \
+        --benchmark-storage=/tmp/pb/einsum/store --benchmark-save=A -p no:cacheprovider
+      TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 timed einsum-own-B python3 -m pytest "$F" --rootdir /tmp/pb/einsum \
+        -k "$K" --benchmark-only --benchmark-storage=/tmp/pb/einsum/store --benchmark-compare \
+        --benchmark-columns=min,median,mean -p no:cacheprovider;;
   esac
 done

@@ -74,7 +74,7 @@ def test_a_failed_round_1_says_what_the_gate_did_and_which_cells_lack_a_result(c
     result.stdout.fnmatch_lines([
         "== add: *, IR gate no_diff (compiled at smoke for cuda:90): round 2 skipped (round 1 showed the same code on both sides), but a round-1 "
         "cell did not finish ok, so the op is not reported as unchanged",
-        "   no verdict: 3 of 4 planned cells have no result to compare: r1-B FAILED_SHAPES, "
-        "r2-A SWITCH_NO_IR_DIFF, r2-B SWITCH_NO_IR_DIFF",
+        # r1-B's failed shape costs that shape, not the cell: its results file is read (tests/test_failed_shapes.py).
+        "   no verdict: 2 of 4 planned cells have no result to compare: r2-A SWITCH_NO_IR_DIFF, r2-B SWITCH_NO_IR_DIFF",
     ])
     assert "overridden" not in result.stdout.str() and "reads exactly like" not in result.stdout.str()

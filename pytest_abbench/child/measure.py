@@ -221,9 +221,13 @@ def measure_shapes(config: CellConfig, op: Op, shapes: Sequence[Shape], results:
     gpu = gpu or open_sampler(config.backend)  # NVML at each timed window's edges (child/regime.py)
     log(f"[abbench] GPU state: {gpu.describe()}" + ("; the timed windows' edges are not read (--ab-gpu-state off)"
                                                      if config.edges_unread else ""))
+    skipped = config.skipped()
+    if skipped:
+        log(f"[abbench] not run in this cell: {', '.join(sorted(skipped))}: each failed alike on both sides in round 1 "
+            "(the report names the error)")
     for index, shape in enumerate(shapes):
         todo = [r for r in cell_regimes(config.regime) if {(shape.id, r), (shape.id, None)}.isdisjoint(already)]
-        if not todo:
+        if not todo or shape.id in skipped:
             continue
         base = ShapeResult(shape.id, "", dict(shape.params), index, work=shape_work(op, shape))
         pads: list[Any] = []

@@ -11,6 +11,7 @@ imports neither torch nor triton, nor anything from ``pytest_abbench.child``.
 from __future__ import annotations
 
 import argparse
+import json
 from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -72,6 +73,22 @@ def side_record_mode_for(round_no: int, role: str) -> str | None:
     if role != SUPPLEMENT_SIDE:
         return None
     return "record" if round_no == 1 else "replay"
+
+
+def _shape_ids(text: str) -> list[str]:
+    """``--skip-shapes``: a JSON list of shape ids (ids hold commas and spaces: ``M=512,N=512``)."""
+    try:
+        ids = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise argparse.ArgumentTypeError("expected a JSON list of shape ids (strings)")
+    return ids
+
+
+def skip_shapes_arg(shapes: "Sequence[str]") -> str | None:
+    """``CellConfig.skip_shapes`` for ``shapes`` (None for none)."""
+    return json.dumps(sorted(shapes)) if shapes else None
 
 
 @dataclass(frozen=True)
@@ -155,6 +172,9 @@ class CellConfig:
     campaign_module: str | None = field(default=None, metadata=_flag(
         "--campaign-module", help="the campaign's module name as the session loaded it (from its path relative to "
                                   "the rootdir): autotune records key kernels by it"))
+    skip_shapes: str | None = field(default=None, metadata=_flag(
+        "--skip-shapes", lambda text: _shape_ids(text) and text,
+        help="a JSON list of shape ids this cell does not run: they failed alike on both sides in round 1"))
     adapter: str | None = field(default=None, metadata=_flag(
         "--adapter", help="how the file is read as a campaign when it is not one (campaign/adapters.py), e.g. "
                           "perf-report:torch,triton"))
@@ -211,6 +231,10 @@ class CellConfig:
             except ValueError as exc:
                 parser.error(f"--shard {config.shard!r}: {exc}")
         return config
+
+    def skipped(self) -> frozenset[str]:
+        """The shape ids of ``--skip-shapes`` (none without it)."""
+        return frozenset(_shape_ids(self.skip_shapes)) if self.skip_shapes else frozenset()
 
     def shard_of(self) -> tuple[int, int]:
         """(I, N) of ``--shard I/N``; (0, 1) without one."""

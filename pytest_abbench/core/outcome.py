@@ -33,7 +33,9 @@ NO_ROW = "NO_STATUS_ROW"  # a cell folder on disk without a status.tsv row: cras
 # answer; a budget may have grown), so neither counts as finished there; neither is a failure.
 SETTLED = "ROUND_SETTLED"  # every shape of the op settled at an earlier round
 OVER_BUDGET = "ROUND_OVER_BUDGET"  # --ab-rounds-budget was spent before this round began
-NOT_NEEDED = (SETTLED, OVER_BUDGET)
+# Any plan: every shape of the op raised the same error on both sides in round 1, so no later round runs it.
+ALL_FAILED = "ROUND_ALL_SHAPES_FAILED"
+NOT_NEEDED = (SETTLED, OVER_BUDGET, ALL_FAILED)
 # A cell with one of these needs no new run on --ab-resume; its files are what a rerun would make.
 FINISHED = (OK, NO_IR_DIFF, IR_ONLY)
 
@@ -62,7 +64,8 @@ class CellOutcome:
 
     @property
     def not_needed(self) -> bool:
-        """A round ``--ab-rounds auto`` skipped: not run, and no failure."""
+        """A round not run and no failure of its own: ``--ab-rounds auto`` skipped it, or round 1 failed every shape
+        alike on both sides (that failure is round 1's)."""
         return self.status in NOT_NEEDED
 
     @property

@@ -335,3 +335,24 @@ def read_results(path: Path, on_bad: Callable[[CorruptFileError], None] | None =
             if on_bad is None:
                 raise
             on_bad(exc)
+
+
+ERROR = "error"  # the shape's build or call raised: ``error`` holds the exception's type and message
+
+
+def failed_alike(results_a: Path, results_b: Path) -> dict[str, str]:
+    """The shapes that raised the same exception (type and message) on both sides of one round, with that error.
+
+    A round-1 failure that both sides share is the script's or the inputs', not the switch's: later rounds would
+    fail it again at the same cost, so they skip it (``--skip-shapes``) and the report names it once.  A shape
+    that failed on one side only, differently, or poisoned the CUDA context (a fresh process may time it) is not
+    among them.  A missing or unreadable file gives none.
+    """
+    def errors(path: Path) -> dict[str, str]:
+        try:
+            return {r.shape: r.error or "" for r in read_results(path, lambda _: None) if r.status == ERROR}
+        except OSError:
+            return {}
+
+    a, b = errors(results_a), errors(results_b)
+    return {shape: error for shape, error in a.items() if b.get(shape) == error}

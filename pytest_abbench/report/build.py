@@ -30,7 +30,8 @@ from pytest_abbench.report.flags import Finding, ShapeSeries
 from pytest_abbench.report.stats import (ALPHA, aa_bias, bh_adjust, bh_adjust_beyond, cv_pct, interval, judge,
                                          median_or_none, median_se, pct, robust_cv, sign_flip, spread_floor, stdev,
                                          t_test_above_p, t_test_p)
-from pytest_abbench.core.outcome import IR_ONLY, NO_IR_DIFF, NO_ROW, OK, OVER_BUDGET, SETTLED, CellOutcome
+from pytest_abbench.core.outcome import (ALL_FAILED, FAILED_SHAPES, IR_ONLY, NO_IR_DIFF, NO_ROW, OK, OVER_BUDGET, SETTLED,
+                                        CellOutcome)
 from pytest_abbench.core.exitcodes import NO_ROW_SUFFIX, UNREADABLE_SUFFIX
 from pytest_abbench.core.plan import CampaignPlan, read_plan
 from pytest_abbench.core.regimes import BOTH, BURST, REGIMES, STEADY
@@ -72,13 +73,19 @@ def plan_of(layout: RootLayout, outcomes: list[CellOutcome], problems: list[str]
     return CampaignPlan(rounds, control=any(o.key.role == CONTROL for o in outcomes))
 
 
-def read_results(folder: Path, regime: str = "", unreadable: list[str] | None = None) -> dict[str, dict[str, Any]]:
+def read_results(folder: Path, regime: str = "", unreadable: list[str] | None = None,
+                 failed: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
     """shape -> {median_ms, timer, cv, ...} of the records timed under ``regime`` ("": every record, a root from
     before regimes); samples are reduced here so memory stays flat in rounds.  A record that cannot be read raises
-    naming file, line and field, or, with ``unreadable``, is named there and left out (its shape has no result)."""
+    naming file, line and field, or, with ``unreadable``, is named there and left out (its shape has no result).
+    ``failed``, where given, gets each failed shape's status and error."""
     out: dict[str, dict[str, Any]] = {}
     on_bad = None if unreadable is None else (lambda exc: unreadable.append(str(exc)))
     for rec in shape_results(results_file(folder), on_bad):
+        if regime and rec.regime is not None and rec.regime != regime:
+            continue
+        if not rec.ok and failed is not None:
+            failed[rec.shape] = f"{rec.status}: {rec.error}" if rec.error else rec.status
         if not rec.ok or not rec.median_ms or (regime and rec.regime != regime):
             continue
         out[rec.shape] = {"median_ms": rec.median_ms, "timer": rec.timer, "cv": robust_cv(rec.samples_ms),
@@ -172,7 +179,7 @@ def _incomplete_cells(by_round: _CellsByRound, rounds: int, roles: tuple[str, ..
         for s in roles:
             if s not in sides:
                 bad.append(f"r{rnd}-{s} missing")
-            elif sides[s].status != OK:
+            elif sides[s].status not in (OK, FAILED_SHAPES):  # a failed shape costs itself, not the op's others
                 bad.append(f"r{rnd}-{s} {'has no status row' if sides[s].status == NO_ROW else sides[s].status}")
             elif not identity_file(sides[s].cell_dir).exists():
                 bad.append(f"r{rnd}-{s} has no {IDENTITY_FILE}: nothing says what its numbers mean")
@@ -226,23 +233,37 @@ def _read_rounds(rep: OpReport, by_round: _CellsByRound) -> dict[str, _ShapeRoun
     None (and ``rep.reason``) when a results file cannot be read.
     """
     per_shape: dict[str, _ShapeRounds] = {}
+    failures: dict[str, dict[str, str]] = {}  # shape -> cell (r1-A) -> its status and error
     for rnd in range(1, rep.rounds_expected + 1):
         results: dict[str, dict[str, dict[str, Any]]] = {}
         for role in ("A", "B", CONTROL) if rep.control else ("A", "B"):
             cell = by_round[rnd][role]
             unreadable: list[str] = []
+            failed: dict[str, str] = {}
             try:
-                results[role] = read_results(cell.cell_dir, rep.regime, unreadable)
+                results[role] = read_results(cell.cell_dir, rep.regime, unreadable, failed)
             except OSError as exc:
                 rep.reason = f"no verdict: {exc}"
                 return None
             if unreadable:  # a damaged record costs its shape this round, not the op's other shapes
                 rep.unreadable.setdefault(str(cell.key), []).extend(unreadable)
+            for shape, error in failed.items():
+                failures.setdefault(shape, {})[f"r{rnd}-{role}"] = error
         results_a, results_b, results_control = results["A"], results["B"], results.get(CONTROL, {})
         mixed = caliber.compare_shape_timers(rep.op, results_a, results_b)
         rep.mixed_timer_shapes += [f"r{rnd}: {m.text()}" for m in mixed]
         _add_round(per_shape, results_a, results_b, results_control, {m.shape for m in mixed})
+    rep.failed_shapes = [failed_line(shape, cells) for shape, cells in failures.items()]
     return per_shape
+
+
+def failed_line(shape: str, cells: dict[str, str]) -> str:
+    """A failed shape in one line: which cells it failed in, and each distinct error once."""
+    errors = list(dict.fromkeys(cells.values()))
+    if set(cells) == {"r1-A", "r1-B"} and len(errors) == 1:
+        return f"{shape}: failed alike on both sides in round 1, so later rounds did not run it: {errors[0]}"
+    where = ", ".join(cells)
+    return f"{shape}: failed in {where}: " + "; ".join(errors)
 
 
 def _pct_pair(ci: tuple[float, float] | None) -> tuple[float, float] | None:
@@ -331,17 +352,17 @@ def _op_geomean(rep: OpReport, per_shape: dict[str, _ShapeRounds]) -> None:
         rep.aa_geomean_ci_pct = _pct_pair(interval(aa_rounds))
 
 
-_STOPPED_BY = {SETTLED: "settled", OVER_BUDGET: "budget"}  # the status of a skipped round -> OpReport.stopped
+# the status of a skipped round -> OpReport.stopped
+_STOPPED_BY = {SETTLED: "settled", OVER_BUDGET: "budget", ALL_FAILED: "failed"}
 
 
 def _auto_rounds(cells: list[CellOutcome], plan: CampaignPlan) -> tuple[int, str]:
-    """The rounds an op of an auto plan ran, and why they ended (``OpReport.stopped``): before its first round
-    skipped as not needed, settled or over the budget; else the cap.  ``(plan.rounds, "")`` for a fixed plan."""
-    if not plan.auto:
-        return plan.rounds, ""
+    """The rounds an op ran, and why they ended (``OpReport.stopped``): before its first round skipped as not
+    needed (settled or over the budget of an auto plan; every shape failed alike in round 1, any plan); else the
+    cap of an auto plan, or ``(plan.rounds, "")`` for a fixed plan."""
     skipped = sorted((c.key.round, c.status) for c in cells if c.not_needed)
     if not skipped:
-        return plan.rounds, "cap"
+        return plan.rounds, "cap" if plan.auto else ""
     first, status = skipped[0]
     return max(1, first - 1), _STOPPED_BY[status]
 

@@ -57,6 +57,8 @@ def op_line(o: OpReport, report: Report) -> str:
         parts.append(f"flags {flags}")
     if o.unreadable:
         parts.append(f"unreadable results in {', '.join(sorted(o.unreadable))} (report.md names them)")
+    if o.failed_shapes:
+        parts.append(f"{len(o.failed_shapes)} shape(s) failed (report.md names them)")
     parts.append(f"rounds {o.rounds_completed}/{o.rounds_expected}")
     return f"== {render.op_title(o, report)}: {'; '.join(parts)}"
 

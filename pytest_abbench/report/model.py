@@ -150,6 +150,8 @@ class OpReport:
     # cell ("op[r2-B]") -> its results records that could not be read ("<file>:<line>: why"): those shapes' rounds
     # are left out, the other shapes keep theirs, and the cell counts as failed in the exit code
     unreadable: dict[str, list[str]] = field(default_factory=dict)
+    # each shape that failed in a cell, in one line: where, and each distinct error once (report/build.py failed_line)
+    failed_shapes: list[str] = field(default_factory=list)
 
 
 @dataclass

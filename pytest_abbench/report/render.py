@@ -119,7 +119,8 @@ def header_lines(report: Report) -> list[str]:
     return lines
 
 
-STOPPED_TEXT = {"settled": "every shape settled", "cap": "the cap reached", "budget": "the --ab-rounds-budget spent"}
+STOPPED_TEXT = {"settled": "every shape settled", "cap": "the cap reached", "budget": "the --ab-rounds-budget spent",
+                "failed": "every shape failed alike in round 1"}
 
 
 def auto_line(report: Report) -> str:
@@ -329,6 +330,11 @@ def _unreadable_lines(o: OpReport) -> list[str]:
             for cell, records in sorted(o.unreadable.items()) for record in records]
 
 
+def _failed_lines(o: OpReport) -> list[str]:
+    """Each shape that failed in a cell: where, and its error once."""
+    return [f"failed shape {line}" for line in o.failed_shapes]
+
+
 def _shapes_left_out(o: OpReport) -> list[str]:
     return [f"no verdict for {m} (timer differs between sides or shape missing)" for m in o.mixed_timer_shapes]
 
@@ -342,7 +348,8 @@ def op_notes(o: OpReport, header_said: bool = False) -> list[str]:
     if o.autotune:
         lines.append(o.autotune)
     if o.state != "verdict":
-        return lines + [o.reason] + _unreadable_lines(o) + _shapes_left_out(o) + ([o.reference] if o.reference else [])
+        return (lines + [o.reason] + _unreadable_lines(o) + _failed_lines(o) + _shapes_left_out(o)
+                + ([o.reference] if o.reference else []))
     counts = ", ".join(f"{k} {v}" for k, v in sorted(o.verdicts.items()))
     lines.append(f"geomean delta {_fmt(o.geomean_pct)} [{interval_text(o.geomean_ci_pct)}]; verdicts: {counts}")
     if o.reference:
@@ -360,6 +367,7 @@ def op_notes(o: OpReport, header_said: bool = False) -> list[str]:
                          if biased else "no shape shows a bias"))
     lines += o.findings
     lines += _unreadable_lines(o)
+    lines += _failed_lines(o)
     withheld = [name for name in WITHHOLDING if o.flags.get(name)]  # the GPU's flags are on the GPU line
     if withheld:
         lines.append("flagged (no plain verdict where the condition could have made it): "

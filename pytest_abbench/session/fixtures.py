@@ -26,7 +26,7 @@ import pytest
 
 from pytest_abbench.core.exitcodes import TIMEOUT, status_word
 from pytest_abbench.core.layout import SIDES, CellKey, ir_dir, run_log
-from pytest_abbench.core.outcome import IMPORT_REFUSED, NO_GPU, NO_IR_DIFF, CellOutcome
+from pytest_abbench.core.outcome import ALL_FAILED, IMPORT_REFUSED, NO_GPU, NO_IR_DIFF, CellOutcome
 from pytest_abbench.session.campaign_session import SHIPPED_KEY, AbbenchSession, session_of
 from pytest_abbench.session.cells import CALIBER_PROPERTY, GATE_PROPERTY, NOTICE_PROPERTY, PlannedCell
 
@@ -80,6 +80,9 @@ class Cell:
             self.record(finished)
             return finished  # finished before the crash: its files are read from disk, not measured again
         not_needed = session.auto_rounds.round_not_needed(self.key)
+        all_failed = session.runner().all_failed(self.campaign, self.key)
+        if all_failed is not None:  # round 1 failed every shape alike: a later round would fail them again
+            not_needed = ALL_FAILED, all_failed
         if not_needed is not None:  # --ab-rounds auto: the op settled, or the budget is spent
             status, why = not_needed
             self.record(CellOutcome(self.key, self.folder, status, self.campaign.switch.describe(),

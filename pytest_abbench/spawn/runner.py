@@ -23,7 +23,7 @@ from pytest_abbench.campaign.model import Campaign, source_hash
 from pytest_abbench.spawn.kernelcache import KernelCaches
 from pytest_abbench.core import autotunerecord, envnames, kernelcache
 from pytest_abbench.core.cores import worker_share
-from pytest_abbench.core.cellconfig import CellConfig, autotune_mode_for, side_record_mode_for
+from pytest_abbench.core.cellconfig import CellConfig, autotune_mode_for, side_record_mode_for, skip_shapes_arg
 from pytest_abbench.spawn.cellrun import ChildResult, log_tail
 from pytest_abbench.core.exitcodes import describe, status_word
 from pytest_abbench.spawn.forkserver import ForkServerError, ServerKey, server_key
@@ -31,13 +31,13 @@ from pytest_abbench.spawn.strategy import CellSpawn, ExecSpawn, ForkSpawn
 from pytest_abbench.core.fileio import CorruptFileError
 from pytest_abbench.core.cellfiles import (KERNEL_COUNTS_FILE, CellTiming, KernelCounts, add_counts, read_timing,
                                            write_timing)
-from pytest_abbench.core.results import read_results
+from pytest_abbench.core.results import failed_alike, read_results
 from pytest_abbench.checks.irgate import ttgir_files
 from pytest_abbench.core.layout import (SHARES_FILE, SIDES, TIMING_FILE, CellKey, RootLayout, ir_dir, markers_log,
                                         results_file, run_log)
 from pytest_abbench.core.markers import count_markers, count_undecodable
 from pytest_abbench.core.settings import Settings
-from pytest_abbench.core.outcome import FAILED_SHAPES, IR_ONLY, NO_SHAPES, OK, CellOutcome
+from pytest_abbench.core.outcome import ALL_FAILED, FAILED_SHAPES, IR_ONLY, NO_SHAPES, OK, CellOutcome
 
 PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])  # the folder holding pytest_abbench/, for cells of another Python
 
@@ -284,8 +284,29 @@ class CellRunner:
             switch=campaign.switch.describe(), tuner_cache=self.tuner_cache(campaign, key.side), ir_target=ir_target,
             ir_only=s.ir_only, layout_shift=s.layout_shift,
             ir_level=ir_level, shares=shares, spawn=s.spawn, regime=s.regime, edges_unread=not s.gpu_state,
-            adapter=campaign.adapter,
+            adapter=campaign.adapter, skip_shapes=skip_shapes_arg(self.failed_alike(key)),
         )
+
+    def all_failed(self, campaign: Campaign, key: CellKey) -> str | None:
+        """Why ``key`` need not run: every shape it would run failed alike on both sides in round 1 (None: some
+        shape is left to run)."""
+        failed = self.failed_alike(key)
+        if not failed:
+            return None
+        level = campaign.switch.options(key.side).get("level") or self.settings.level
+        ids = [shape.id for shape in campaign.op(key.op).shapes_for(level)]
+        if not set(ids) <= set(failed):
+            return None
+        return (f"{ALL_FAILED}: every shape of {key.op} ({', '.join(ids)}) failed alike on both sides in round 1; "
+                "the report names the error")
+
+    def failed_alike(self, key: CellKey) -> list[str]:
+        """The shapes a cell after round 1 leaves out: those that raised the same error on both sides in round 1
+        (``core.results.failed_alike``); none for round 1 and for an IR-only cell."""
+        if key.round == 1 or self.settings.ir_only:
+            return []
+        first = [results_file(self.layout.cell(CellKey(1, key.op, side))) for side in SIDES]
+        return sorted(failed_alike(*first))
 
     def autotune_seed(self, campaign: Campaign, key: CellKey, cell_dir: Path) -> Path | None:
         """For round 1 side A, the record whose configs it carries instead of tuning: the op's in
