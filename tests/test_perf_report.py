@@ -462,3 +462,33 @@ def test_grad_to_none_is_cleared_before_every_call(campaign_dir: pytest.Pytester
         result.stdout.str()
     log = (campaign_dir.path / "root" / "r1_A" / "backward" / "run.log").read_text()
     assert "before each call .grad is set to None on the 1 tensor(s) of its grad_to_none, as do_bench does" in log
+
+
+# A tutorial's sweep: 31 points of x_vals.
+SWEEP = KERNEL + '''
+@triton.testing.perf_report(triton.testing.Benchmark(x_names=['n'], x_vals=[128 * i for i in range(2, 33)],
+                            line_arg='provider', line_vals=['a'], line_names=['A'], ylabel='ms', plot_name='sweep',
+                            args={}))
+def sweep(n, provider):
+    x = torch.rand(n, device=DEVICE)
+    return triton.testing.do_bench(lambda: add(x, x))
+'''
+
+
+@pytest.mark.parametrize("level, shapes", [("core", 8), ("comprehensive", 31)])
+def test_the_core_level_takes_a_spread_subset_of_a_long_sweep(campaign_dir: pytest.Pytester, level: str,
+                                                               shapes: int) -> None:
+    campaign_dir.makepyfile(sweep=SWEEP)
+    result = campaign_dir.runpytest_subprocess("sweep.py", "--ab-perf-report", "--ab-provider", "a",
+                                               "--ab-switch-env", "ABBENCH_TEST_SWITCH=1", "--ab-level", level,
+                                               "--ab-rounds", "1", "--collect-only", "-q", "-p", "no:cacheprovider")
+    assert result.ret == 0, result.stdout.str()
+    notice = ("abbench: sweep.py: op sweep: the core level times 8 of its 31 points, spread from the first to the "
+              "last (n=256, n=768, n=1408, n=1920, n=2432, n=2944, n=3584, n=4096); --ab-level comprehensive times "
+              "them all")
+    assert (notice in result.stdout.str()) == (level == "core")
+    from pytest_abbench.campaign.perf_report import BenchmarkOp
+
+    op = BenchmarkOp("sweep", "sweep", "sweep.py:1", ["n"], [{"n": 128 * i} for i in range(2, 33)], "provider",
+                     ["a"], ["A"], "ms", "")
+    assert len(op.shapes()[level]) == shapes and op.shapes()[level][-1].id == "n=4096"

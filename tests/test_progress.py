@@ -12,7 +12,7 @@ import pytest
 from helpers import simple_campaign
 from pytest_abbench.core.layout import CellKey
 from pytest_abbench.core.status import COLUMNS
-from pytest_abbench.session.progress import RoundProgress, duration
+from pytest_abbench.session.progress import CELL_START_S, STEADY_SHAPE_S, RoundProgress, duration, estimate_before_round_1
 from pytest_abbench.report import cost
 
 FAST = ("--ab-ir-target", "none", "--ab-samples", "1", "-p", "no:cacheprovider")
@@ -241,3 +241,16 @@ def test_the_precompiles_wait_for_its_jobs_to_start_is_start_up_and_the_rest_com
     assert sum(parts.values()) == pytest.approx(22.0)
     older = cost.cell_parts({k: v for k, v in timing.items() if k != "precompile_wait_s"}, 22.0, "ok")
     assert older is not None and older["compile_s"] == pytest.approx(16.8)  # a root written before the split
+
+
+def test_before_round_1_the_estimate_adds_up_each_cells_shapes() -> None:
+    # Two ops of 31 and 8 shapes, 2 sides, auto rounds 3 to 10.
+    cells = [(CellKey(rnd, op, side), n) for rnd in range(1, 11) for op, n in (("mm", 31), ("add", 8)) for side in "AB"]
+    per_round = 2 * (2 * CELL_START_S + (31 + 8) * STEADY_SHAPE_S)
+    line = estimate_before_round_1(cells, 3, 1)
+    assert line.startswith(f"abbench: estimate before round 1: about {duration(3 * per_round)} for the 3 rounds "
+                           f"every op runs, at most {duration(10 * per_round)} if every op needs every round (from "
+                           "about 1.5 s per shape and 2 s per cell under steady, as measured on the H200"), line
+    # Fixed rounds, two workers sharing the cells.
+    fixed = estimate_before_round_1(cells, None, 2)
+    assert fixed.startswith(f"abbench: estimate before round 1: about {duration(10 * per_round / 2)} (from"), fixed

@@ -31,7 +31,11 @@ from pytest_abbench.campaign.model import (TEST_MODULE_PREFIXES, Campaign, Campa
                                            digest, import_campaign_file, module_name_for, validate_name)
 
 KIND = "perf-report"  # the adapter's name in a cell's --adapter spec
-SMOKE_POINTS = 2  # the smoke level (the interpreter's) takes the first points of x_vals; core and comprehensive all
+SMOKE_POINTS = 2  # the smoke level (the interpreter's) takes the first points of x_vals
+# The core level (a GPU's default) takes at most this many points of a longer x_vals, spread from its first to its
+# last; comprehensive takes them all.  A tutorial's sweep of 31 points costs a cell about 31 settlings and window
+# sets; 8 spread points keep its range and its shape (where a kernel overtakes another) at about a quarter.
+CORE_POINTS = 8
 _TEXT = re.compile(r"\bperf_report\b")
 
 
@@ -98,10 +102,21 @@ class BenchmarkOp:
 
     def shapes(self) -> dict[str, list[Shape]]:
         shapes = [Shape.coerce(point) for point in self.points]
-        return {"smoke": shapes[:SMOKE_POINTS], "core": shapes, "comprehensive": shapes}
+        return {"smoke": shapes[:SMOKE_POINTS], "core": spread(shapes, CORE_POINTS), "comprehensive": shapes}
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in vars(self).items() if k not in ("fn", "bench")}
+
+
+def spread(items: Sequence[Any], most: int) -> list[Any]:
+    """At most ``most`` of ``items``, evenly spread from the first to the last, in order (all where there are no
+    more than ``most``)."""
+    if len(items) <= most:
+        return list(items)
+    if most < 2:
+        return list(items[:most])
+    picked = sorted({round(i * (len(items) - 1) / (most - 1)) for i in range(most)})
+    return [items[i] for i in picked]
 
 
 def benchmark_ops(module: Any, path: Path) -> list[BenchmarkOp]:
@@ -484,11 +499,13 @@ def load_for_cell(path: Path, module_name: str, spec: str, side: str,
 
 
 def describe_script(path: Path, rootdir: Path | None, providers: Providers, import_timeout_s: float,
-                    interpreter: bool, ir_target: str | None = None) -> tuple[Campaign, list[str]]:
+                    interpreter: bool, ir_target: str | None = None, level: str | None = None
+                    ) -> tuple[Campaign, list[str]]:
     """The script as a campaign for pytest's process, read by a probe process; the notices to show at collection.
 
     ``interpreter``: the probe imports it as the cells will, under Triton's interpreter (no GPU here), where the
-    driver's answers are those of ``ir_target``.
+    driver's answers are those of ``ir_target``.  ``level``: the session's, for the notice of an op whose core
+    level times a subset of its points.
     """
     path = Path(path).resolve()
     module_name = module_name_for(path, rootdir)
@@ -500,6 +517,11 @@ def describe_script(path: Path, rootdir: Path | None, providers: Providers, impo
     notices = [f"abbench: {path.name}: {where} calls benchmark.run(...) at import: skipped under --ab-perf-report "
                "(the cells time the benchmarks)" for where in answer["skipped_runs"]]
     notices += [f"abbench: {path.name}: op {why}: left out" for why in left]
+    notices += [f"abbench: {path.name}: op {op.name}: the core level times {CORE_POINTS} of its {len(op.points)} "
+                f"points, spread from the first to the last ({', '.join(s.id for s in op.shapes()['core'])}); "
+                "--ab-level comprehensive times them all"
+                for op in ops if level == "core" and len(op.points) > CORE_POINTS
+                and any(o.name == op.name for o in campaign.ops)]
     return campaign, notices
 
 

@@ -17,9 +17,11 @@ from pytest_abbench.campaign.benchmark_tests import KIND as PYTEST_BENCHMARK, No
 from pytest_abbench.campaign.model import Campaign, CampaignError, CampaignSkipped, why_not_campaign
 from pytest_abbench.campaign.perf_report import looks_like_perf_report
 from pytest_abbench.core.layout import run_log
+from pytest_abbench.core.regimes import STEADY
 from pytest_abbench.core.wording import count
 from pytest_abbench.session.campaign_session import CELL_MARK, AbbenchSession, session_of
 from pytest_abbench.session.cells import CELL_TEST_ATTR, PlannedCell, cell_test_for
+from pytest_abbench.session.progress import estimate_before_round_1
 from pytest_abbench.session.root import op_fingerprints
 
 
@@ -244,10 +246,16 @@ class CollectionHooks:
         if not cells:
             return notices
         ops = {p.key.op for p in cells}
-        return notices + [f"abbench: {count(len(cells), 'cell')}, {count(len(ops), 'op')}, "
-                f"{count(self.session.settings.rounds, 'round')}, "
-                f"backend {self.session.settings.backend}, cell timeout {self.session.settings.cell_timeout_s:g}s "
-                f"({self.session.settings.sources['cell_timeout']})"]
+        settings = self.session.settings
+        lines = [f"abbench: {count(len(cells), 'cell')}, {count(len(ops), 'op')}, {count(settings.rounds, 'round')}, "
+                 f"backend {settings.backend}, cell timeout {settings.cell_timeout_s:g}s "
+                 f"({settings.sources['cell_timeout']})"]
+        if settings.backend == "cuda" and settings.regime == STEADY and not settings.ir_only:
+            shapes = [(p.key, len(self.session.campaign(p.campaign_path).op(p.key.op).shapes_for(settings.level)))
+                      for p in cells]
+            lines.append(estimate_before_round_1(shapes, self.session.plan.auto_min,
+                                                 self.session.progress.workers if self.session.progress else 1))
+        return notices + lines
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:

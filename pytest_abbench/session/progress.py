@@ -30,6 +30,31 @@ from typing import Collection, Iterable
 from pytest_abbench.core.layout import CellKey
 
 
+# A cell's cost before any of it ran, measured on the H200 under steady (docs/explanation/cost.md): a shape's
+# settling, its ten 50 ms windows and its first call took about 1.5 s; a cell's start from a fork server about 2 s.
+# Round 1's compiling and tuning come on top; after round 1 the progress line measures instead of assuming.
+STEADY_SHAPE_S = 1.5
+CELL_START_S = 2.0
+
+
+def estimate_before_round_1(shapes: Iterable[tuple[CellKey, int]], auto_min: int | None, workers: int) -> str:
+    """The line printed before round 1 on a GPU under steady: what the planned cells (each with its shape count)
+    should take, for the rounds every op runs and, under auto rounds, at the cap."""
+    sure = most = 0.0
+    for key, count in shapes:
+        cost = CELL_START_S + count * STEADY_SHAPE_S
+        most += cost
+        if auto_min is None or key.round <= auto_min:
+            sure += cost
+    workers = max(1, workers)
+    basis = (f"(from about {STEADY_SHAPE_S:g} s per shape and {CELL_START_S:g} s per cell under steady, as measured "
+             "on the H200; round 1's compiling and tuning come on top)")
+    if auto_min is None or most == sure:
+        return f"abbench: estimate before round 1: about {duration(sure / workers)} {basis}"
+    return (f"abbench: estimate before round 1: about {duration(sure / workers)} for the {auto_min} rounds every op "
+            f"runs, at most {duration(most / workers)} if every op needs every round {basis}")
+
+
 def duration(seconds: float) -> str:
     """``45s``, ``3m05s``, ``2h07m``."""
     seconds = max(0, int(round(seconds)))
