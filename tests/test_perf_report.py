@@ -492,3 +492,44 @@ def test_the_core_level_takes_a_spread_subset_of_a_long_sweep(campaign_dir: pyte
     op = BenchmarkOp("sweep", "sweep", "sweep.py:1", ["n"], [{"n": 128 * i} for i in range(2, 33)], "provider",
                      ["a"], ["A"], "ms", "")
     assert len(op.shapes()[level]) == shapes and op.shapes()[level][-1].id == "n=4096"
+
+
+# The fused-softmax tutorial's form: at import the kernel is compiled (warmup), asked for its registers and shared
+# memory, launched as a compiled kernel, and its output checked; the kernel calls triton.language's own @jit
+# helpers (tl.max, tl.sum).
+COMPILED_AT_IMPORT = KERNEL + '''
+@triton.jit
+def row_max_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.arange(0, BLOCK)
+    row = tl.load(x_ptr + tl.program_id(0) * n + offsets, mask=offsets < n, other=-float("inf"))
+    tl.store(out_ptr + tl.program_id(0), tl.max(row, axis=0) + tl.sum(row * 0, axis=0))
+
+
+def row_max(x):
+    out = torch.empty(x.shape[0], device=x.device)
+    kernel = row_max_kernel.warmup(x, out, x.shape[1], BLOCK=16, num_warps=1, grid=(1,))
+    kernel._init_handles()
+    assert kernel.n_regs > 0 and kernel.n_spills == 0 and kernel.metadata.shared >= 0, kernel.n_regs
+    kernel[(x.shape[0], 1, 1)](x, out, x.shape[1], 16)
+    return out
+
+
+x = torch.rand(3, 16, device=DEVICE)
+assert torch.equal(row_max(x), x.max(dim=1).values), "the kernel's output at import"
+
+
+@triton.testing.perf_report(triton.testing.Benchmark(x_names=['rows'], x_vals=[2], line_arg='provider',
+                            line_vals=['triton'], line_names=['Triton'], ylabel='ms', plot_name='row-max', args={}))
+def bench(rows, provider):
+    x = torch.rand(rows, 16, device=DEVICE)
+    return triton.testing.do_bench(lambda: row_max(x))
+'''
+
+
+def test_ir_triage_runs_a_script_that_compiles_and_checks_its_kernel_at_import(campaign_dir: pytest.Pytester) -> None:
+    campaign_dir.makepyfile(bench=COMPILED_AT_IMPORT)
+    result = campaign_dir.runpytest_subprocess("bench.py", "--ab-perf-report", "--ab-provider", "triton",
+                                               "--ab-switch-env", "DISABLE_MMA_V3=1", "--ab-ir-only",
+                                               "-p", "no:cacheprovider")
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["== row-max: rounds 0/1, *IR gate no_diff (compiled at core for cuda:90)"])

@@ -445,7 +445,7 @@ def _answer_for_interpreter() -> None:
     try:
         driver.active
     except RuntimeError:  # "0 active drivers": no GPU here
-        standin_driver.install(standin_driver.target_text())
+        standin_driver.install(standin_driver.target_text(), interpreter=True)
 
 
 def import_script(path: Path, module_name: str, import_timeout_s: float | None) -> tuple[list[BenchmarkOp], list[str]]:
@@ -499,19 +499,21 @@ def load_for_cell(path: Path, module_name: str, spec: str, side: str,
 
 
 def describe_script(path: Path, rootdir: Path | None, providers: Providers, import_timeout_s: float,
-                    interpreter: bool, ir_target: str | None = None, level: str | None = None
-                    ) -> tuple[Campaign, list[str]]:
+                    interpreter: bool, ir_target: str | None = None, level: str | None = None,
+                    ir_only: bool = False) -> tuple[Campaign, list[str]]:
     """The script as a campaign for pytest's process, read by a probe process; the notices to show at collection.
 
     ``interpreter``: the probe imports it as the cells will, under Triton's interpreter (no GPU here), where the
     driver's answers are those of ``ir_target``.  ``level``: the session's, for the notice of an op whose core
-    level times a subset of its points.
+    level times a subset of its points.  ``ir_only`` (with ``ir_target``): the probe imports it as an IR-only cell
+    does, compiling for the target (``child/compile_probe.py``).
     """
     path = Path(path).resolve()
     module_name = module_name_for(path, rootdir)
-    answer = run_probe(path, lambda out: ["-m", __name__, str(path), module_name, str(out), repr(import_timeout_s)],
-                       "reading its perf_report functions", import_timeout_s, interpreter, cwd=path.parent,
-                       ir_target=ir_target)
+    module = ["pytest_abbench.child.compile_probe", ir_target] if ir_only and ir_target else [__name__]
+    answer = run_probe(path, lambda out: ["-m", *module, str(path), module_name, str(out), repr(import_timeout_s)],
+                       "reading its perf_report functions", import_timeout_s, interpreter and not ir_only,
+                       cwd=path.parent, ir_target=ir_target)
     ops = [BenchmarkOp(**fields) for fields in answer["ops"]]
     campaign, left = _campaign(path, module_name, ops, providers, _not_in_this_process)
     notices = [f"abbench: {path.name}: {where} calls benchmark.run(...) at import: skipped under --ab-perf-report "
@@ -525,7 +527,7 @@ def describe_script(path: Path, rootdir: Path | None, providers: Providers, impo
     return campaign, notices
 
 
-def _probe(path: Path, module_name: str, out: Path, import_timeout_s: float) -> None:
+def probe(path: Path, module_name: str, out: Path, import_timeout_s: float) -> None:
     """The probe process: import the script as a cell would and write its ops (or the error) to ``out``."""
     try:
         ops, skipped = import_script(path, module_name, import_timeout_s)
@@ -538,6 +540,6 @@ def _probe(path: Path, module_name: str, out: Path, import_timeout_s: float) -> 
 
 
 if __name__ == "__main__":
-    _probe(Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3]), float(sys.argv[4]))
+    probe(Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3]), float(sys.argv[4]))
     sys.stdout.flush()
     os._exit(0)  # threads the script started may still run; the answer is written

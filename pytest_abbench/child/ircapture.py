@@ -15,7 +15,6 @@ can say which stage and which pass first produced different code.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -24,7 +23,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from pytest_abbench.child import standin_draws
 from pytest_abbench.child.autotune_pin import benchmarking
@@ -316,22 +315,6 @@ def merge_ir(share_ir: Path, ir_dir: Path) -> None:
 
 
 _pass_dump_wanted = False  # enter_compile_only switched Triton's dump on for this process
-_interpreting_launches = False  # launches_interpreted(): a compile-only launch also runs in Triton's interpreter
-
-
-@contextlib.contextmanager
-def launches_interpreted() -> Iterator[None]:
-    """In a compile-only process, launches inside also run in Triton's interpreter, on the CPU tensors.
-
-    For importing a script: Triton's tutorials check their kernel's output at import (``assert torch.allclose``),
-    and a launch that only compiles leaves the output unwritten.  The shapes' own launches stay compile-only.
-    """
-    global _interpreting_launches
-    _interpreting_launches = True
-    try:
-        yield
-    finally:
-        _interpreting_launches = False
 
 
 def _cpu_tensors_select_no_gpu() -> None:
@@ -384,10 +367,8 @@ def enter_compile_only(target_text: str) -> None:
 
     def compile_only_run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
         kernel = original_run(self, *args, grid=grid, warmup=True, **kwargs)
-        if _interpreting_launches and not warmup:
-            from triton.runtime.interpreter import InterpretedFunction
-
-            InterpretedFunction(self.fn).run(*args, grid=grid, warmup=False, **kwargs)
+        if standin_driver.runs_launches() and not warmup:
+            standin_driver.interpret(self.fn, grid, args, kwargs)
         return kernel
 
     jit.JITFunction.run = compile_only_run

@@ -19,7 +19,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from pytest_abbench.core import envnames, regimes, tunercache
+from pytest_abbench.core import envnames, regimes, standin_driver, tunercache
 from pytest_abbench.core.regimes import cell_regimes
 from pytest_abbench.campaign.adapters import load_for_cell
 from pytest_abbench.campaign.model import Campaign, CampaignError, Case, Op, Shape, shape_set_hash
@@ -30,8 +30,7 @@ from pytest_abbench.child.gpustate import GpuSampler, open_sampler
 from pytest_abbench.child.identity import build_identity, write_identity, write_side_record_hash
 from pytest_abbench.child.preload import import_in_cell, kept_out_only
 from pytest_abbench.child import standin_draws
-from pytest_abbench.child.ircapture import (enter_compile_only, fingerprints_stages, install_capture, launches_interpreted,
-                                            merge_ir)
+from pytest_abbench.child.ircapture import enter_compile_only, fingerprints_stages, install_capture, merge_ir
 from pytest_abbench.child.layout_shift import hold_pads, pad_sizes
 from pytest_abbench.child.compilecount import CompileCounter
 from pytest_abbench.child.outputcheck import OutputRecord, check_output
@@ -360,7 +359,7 @@ def run_ir_only(config: CellConfig, load: CampaignLoad = load_cell_campaign) -> 
     written = install_capture(out / IR_DIR, fingerprints_stages(config.round_no))
     # Loaded under the pin and the capture: kernels a script launches at import are compiled and captured once,
     # and run in the interpreter, for the script's own checks of their output.
-    with launches_interpreted():
+    with standin_driver.launches_run():
         campaign = load(config, log, True)
     kept_out_only(campaign.server_imports)  # forked from a server they are out already; exec'd, from here on
     op = campaign.op(config.op)

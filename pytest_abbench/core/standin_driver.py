@@ -11,10 +11,12 @@ fails with a message that says why, not as a missing attribute.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from typing import Any
+from typing import Any, Iterator, Sequence
 
 from pytest_abbench.core import envnames
+from pytest_abbench.core.cubin import kernel_resources
 
 DEFAULT_TARGET = "cuda:90"  # --ab-ir-target's default
 
@@ -72,6 +74,18 @@ class _Utils:
     def get_device_properties(self, device: Any = None) -> dict[str, int]:
         return device_properties(self._target)
 
+    def load_binary(self, name: str, kernel: bytes, shared: int, device: int) -> tuple[int, int, int, int, int]:
+        """What loading a compiled kernel tells Triton, read from its cubin here (no module is loaded): no handles,
+        registers per thread, local memory per thread / 4 (Triton's ``n_spills``), and the most threads per block
+        the registers allow on the target's datasheet register file (at most 1024)."""
+        if not self._target.startswith("cuda:"):
+            raise NoGpuHere(f"there is no GPU here to load {name!r} on, and only a CUDA kernel's cubin can be read "
+                            f"without one (IR target {self._target})")
+        used = kernel_resources(kernel, name)
+        registers = device_properties(self._target)["max_num_regs"]
+        max_threads = min(1024, registers // max(used.registers, 1) // 32 * 32)
+        return 0, 0, used.registers, used.frame_bytes // 4, max_threads
+
     def __getattr__(self, name: str) -> Any:
         raise NoGpuHere(f"there is no GPU here: driver.active.utils.{name} needs one (this process answers "
                            f"for the IR target {self._target} without a GPU)")
@@ -106,6 +120,11 @@ class StandInDriver:
 
         return torch.device("cpu")
 
+    def launcher_cls(self, src: Any, metadata: Any) -> Any:
+        """A compiled kernel's launcher: runs the kernel in Triton's interpreter where launches run here
+        (``launches_run``), else nothing (a compile-only process)."""
+        return _Launcher(src)
+
     def get_benchmarker(self) -> Any:
         """What Triton's autotuner times its candidates with: one call each by the wall clock (an interpreted kernel
         runs for milliseconds to seconds: one call tells which is faster on this CPU, which is all it can tell)."""
@@ -114,6 +133,75 @@ class StandInDriver:
     def __getattr__(self, name: str) -> Any:
         raise NoGpuHere(f"there is no GPU here: the driver's {name!r} needs one (this process answers for the IR "
                            f"target {self.target_text} without a GPU)")
+
+
+_run_launches = False  # whether a launch through the stand-in runs the kernel (in the interpreter)
+
+
+@contextlib.contextmanager
+def launches_run() -> Iterator[None]:
+    """Inside, kernels launched without a GPU also run, in Triton's interpreter, on the CPU tensors.
+
+    The interpreter runs them anyway; a compile-only process turns this on while it imports a script: Triton's
+    tutorials check their kernel's output at import (``assert torch.allclose``), and a launch that only compiles
+    leaves the output unwritten.  Its shapes' own launches stay compile-only.
+    """
+    global _run_launches
+    before, _run_launches = _run_launches, True
+    try:
+        yield
+    finally:
+        _run_launches = before
+
+
+def runs_launches() -> bool:
+    return _run_launches
+
+
+def interpret(fn: Any, grid: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
+    """Run the ``@triton.jit`` function ``fn`` (its Python function) on ``grid`` in Triton's interpreter.
+
+    In a process that is not the interpreter's, ``triton.language``'s own ``@jit`` helpers (``tl.max``'s combine
+    function) are compiled functions, which refuse a call outside a kernel: while this runs, such a call runs
+    its function in the interpreter, as it would under ``TRITON_INTERPRET=1``.
+    """
+    from triton.runtime import interpreter
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    interpreted: dict[Any, Any] = {}
+
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        helper = interpreted.get(self.fn)
+        if helper is None:
+            helper = interpreted[self.fn] = InterpretedFunction(self.fn)
+        # The helper's module gets the interpreter's language, undone after the call (InterpretedFunction's own
+        # call leaves it: under TRITON_INTERPRET=1 nothing compiles afterwards, here the shapes do).
+        scope = interpreter._patch_lang(self.fn)
+        try:
+            return helper.rewrite()(*args, **kwargs)
+        finally:
+            if scope is not None:
+                scope.restore()
+
+    original = JITFunction.__call__
+    JITFunction.__call__ = call
+    try:
+        InterpretedFunction(fn).run(*args, grid=grid, warmup=False, **kwargs)
+    finally:
+        JITFunction.__call__ = original
+
+
+class _Launcher:
+    """What ``launcher_cls`` makes: Triton's launcher arguments, the kernel's own arguments last."""
+
+    def __init__(self, src: Any) -> None:
+        self.fn = src.fn.fn  # the ASTSource's JITFunction's Python function
+
+    def __call__(self, grid_x: int, grid_y: int, grid_z: int, stream: Any, function: Any, packed_metadata: Any,
+                 launch_metadata: Any, enter_hook: Any, exit_hook: Any, *args: Any) -> None:
+        if _run_launches:
+            interpret(self.fn, (grid_x, grid_y, grid_z), args, {})
 
 
 def wall_bench(fn: Any, warmup: Any = None, rep: Any = None, grad_to_none: Any = None, quantiles: Any = None,
@@ -129,12 +217,18 @@ def wall_bench(fn: Any, warmup: Any = None, rep: Any = None, grad_to_none: Any =
     return [ms] if return_mode == "all" else ms
 
 
-def answer_torch_capability(target: str) -> None:
-    """Where torch has no CUDA, ``torch.cuda.get_device_capability()`` answers the CUDA IR target's (9, 0 for
-    ``cuda:90``), as scripts that pick a kernel by architecture ask it (Triton's fused-attention tutorial)."""
+def answer_torch_queries(target: str) -> None:
+    """Where torch has no CUDA: ``torch.cuda.get_device_capability()`` answers the CUDA IR target's (9, 0 for
+    ``cuda:90``), as scripts that pick a kernel by architecture ask it (Triton's fused-attention tutorial), and
+    ``torch.cpu.set_stream`` exists, a no-op as torch's other CPU stream functions are (they "exist to facilitate
+    device-agnostic code", and the fused-softmax tutorial calls ``getattr(torch, DEVICE.type).set_stream``)."""
     import torch
 
-    if torch.cuda.is_available() or not target.startswith("cuda:"):
+    if torch.cuda.is_available():
+        return
+    if not hasattr(torch.cpu, "set_stream"):
+        setattr(torch.cpu, "set_stream", lambda stream: None)
+    if not target.startswith("cuda:"):
         return
     arch = int(target.partition(":")[2])
 
@@ -144,11 +238,15 @@ def answer_torch_capability(target: str) -> None:
     torch.cuda.get_device_capability = get_device_capability
 
 
-def install(target: str) -> StandInDriver:
-    """Make a ``StandInDriver`` for ``target`` Triton's active driver (and torch's capability answer it)."""
+def install(target: str, interpreter: bool = False) -> StandInDriver:
+    """Make a ``StandInDriver`` for ``target`` Triton's active driver (and torch's capability answer it);
+    ``interpreter``: under Triton's interpreter, where every launch runs."""
+    global _run_launches
     from triton.runtime.driver import driver
 
     stand_in = StandInDriver(target)
     driver.set_active(stand_in)
-    answer_torch_capability(target)
+    answer_torch_queries(target)
+    if interpreter:
+        _run_launches = True
     return stand_in

@@ -173,7 +173,8 @@ class AbbenchSession:
             assert self.settings.perf_report is not None
             campaign, notices = describe_script(path, self.config.rootpath, Providers(*self.settings.perf_report),
                                                 self.settings.import_timeout_s, interpreter=interpreter,
-                                                ir_target=self.settings.ir_target, level=self.settings.level)
+                                                ir_target=self.settings.ir_target, level=self.settings.level,
+                                                ir_only=self.settings.ir_only)
         elif kind == PYTEST_BENCHMARK:
             from pytest_abbench.campaign.benchmark_tests import describe_tests
 
