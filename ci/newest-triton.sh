@@ -14,7 +14,8 @@ TESTS=(
   tests/test_harness.py       # Autotuner.run pin (record/replay), identities, every campaign in the interpreter
   tests/test_autotune_pin.py  # Autotuner._bench and nargs: a kernel's candidates compiled in several processes
   tests/test_two_tritons.py   # skips on any Triton but 3.6.0, saying so
-  tests/test_perf_report.py   # triton.testing's do_bench signatures, Mark and Benchmark, the active driver
+  tests/test_perf_report.py   # triton.testing's do_bench signatures, Mark and Benchmark, the active driver, launcher and interpreter
+  tests/test_cubin.py         # the cubin a compile for cuda:90 writes, against its ptxas -v
   tests/test_forkserver.py::test_a_forked_cell_inherits_tritons_compiler_key_from_its_server  # runtime.cache.triton_key
 )
 python3 -m venv "$VENV"

@@ -51,7 +51,7 @@ from pytest_abbench.core.settings import (GATE_SHAPES, HISTORY_OFF, add_report_o
 from pytest_abbench.history.bisect import DEFAULT_MAX_ROUNDS, DEFAULT_SHARE
 from pytest_abbench.history.bisect import DEFAULT_ROUNDS as DEFAULT_BISECT_ROUNDS
 from pytest_abbench.core.plan import CampaignPlan
-from pytest_abbench.report.build import discover
+from pytest_abbench.report.build import disagreements, discover
 
 EXIT_USAGE = 2
 
@@ -257,9 +257,14 @@ def root_report(root: Path) -> report.Report | str:
         return (f"{layout.report_json} is older than {layout.status}: the last session on this root did not "
                 f"finish its report (abbench summary {layout.root} writes it again from the cells)")
     try:
-        return report.read_report(layout.report_json)
+        found = report.read_report(layout.report_json)
     except CorruptFileError as exc:  # not JSON, another schema_version, a field of the wrong type: named
         return str(exc)
+    differ = disagreements(found, layout.root)
+    if differ:
+        return (f"{layout.report_json} disagrees with {layout.status}: {'; '.join(differ)}. The report is not the "
+                f"run's own record: abbench summary {layout.root} rebuilds it from the cells")
+    return found
 
 
 def gate(args: argparse.Namespace) -> int:

@@ -375,3 +375,20 @@ def test_a_q_session_prints_the_compact_report(campaign_dir: pytest.Pytester, mo
                                  "   one[[]n=8[]]: inconclusive, delta *", "*",
                                  "compact report of 2 ops: every shape and column in report.md; -v prints it here"])
     assert "delta med [min ~ max]" not in result.stdout.str()
+
+
+def test_the_gate_refuses_a_report_edited_to_hide_failed_cells(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    synthetic_root(tmp_path / "failed", {"s": [0.0, 0.001, -0.001]}, failed=(2, "B"))
+    assert main(["summary", str(tmp_path / "failed")]) == 1
+    report_json = tmp_path / "failed" / "report.json"
+    # The two edits that passed the gate before: failed_cells emptied, exit_code set to 0.
+    forged = {**json.loads(report_json.read_text()), "failed_cells": [], "exit_code": 0}
+    report_json.write_text(json.dumps(forged))
+    capsys.readouterr()
+    assert main(["gate", str(tmp_path / "failed")]) == 2
+    err = capsys.readouterr().err
+    assert (f"abbench gate: exit 2: {report_json} disagrees with {tmp_path / 'failed' / 'status.tsv'}: status.tsv "
+            "has failed cell(s) that report.json's failed_cells lacks: op[r2-B]. The report is not the run's own "
+            f"record: abbench summary {tmp_path / 'failed'} rebuilds it from the cells") in err, err
+    assert main(["comment", str(tmp_path / "failed")]) == 2

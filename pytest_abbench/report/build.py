@@ -58,6 +58,27 @@ def discover(layout: RootLayout, problems: list[str]) -> list[CellOutcome]:
     return list(cells.values())
 
 
+def failed_cell_names(cells: Iterable[CellOutcome]) -> list[str]:
+    """``Report.failed_cells`` as the cells' rows give it: each cell that neither finished nor was skipped as not
+    needed, ``op[r2-B]`` (a folder without a row marked so)."""
+    return sorted(str(c.key) + (NO_ROW_SUFFIX if c.status == NO_ROW else "") for c in cells
+                  if not (c.finished or c.not_needed))
+
+
+def disagreements(rep: Report, root: Path) -> list[str]:
+    """Where ``rep`` (a report.json as read) says other than the root's status.tsv: a failed cell it does not list
+    (from which its exit code follows).  A report edited by hand, or written by anything but a session or
+    ``abbench summary``, shows here; ``abbench gate`` and ``comment`` refuse it."""
+    layout = RootLayout(root)
+    problems: list[str] = []
+    cells = discover(layout, problems)
+    found = []
+    hidden = [name for name in failed_cell_names(cells) if name not in rep.failed_cells]
+    if hidden:
+        found.append(f"status.tsv has failed cell(s) that report.json's failed_cells lacks: {', '.join(hidden)}")
+    return found
+
+
 def plan_of(layout: RootLayout, outcomes: list[CellOutcome], problems: list[str]) -> CampaignPlan:
     """The plan in the root's campaign.json; for a root written before plans were kept, the cells present."""
     try:
@@ -696,8 +717,7 @@ def build_report(root: Path, outcomes: Iterable[CellOutcome] | None = None, plan
     source = "--ab-margin" if margin_pct is not None else "default"
     planned = {key for op in by_op for key in plan.cells(op)}
     ran = {c.key for c in cells}
-    failed = sorted(str(c.key) + (NO_ROW_SUFFIX if c.status == NO_ROW else "") for c in cells
-                    if not (c.finished or c.not_needed))
+    failed = failed_cell_names(cells)
     # A cell whose results cannot all be read finished, but some of what it measured is lost: not a clean run.
     failed += sorted({cell + UNREADABLE_SUFFIX for o in ops for cell in o.unreadable if cell not in failed})
     return Report(SCHEMA_VERSION, str(root), margin, source, ops, [f.line() for f in result.findings],
