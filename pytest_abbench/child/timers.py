@@ -174,7 +174,8 @@ def capture_or_restore(fn: Callable[[], Any], calls: int) -> Any:
 
     device = torch.cuda.current_device()
     generator = torch.cuda.default_generators[device]
-    saved = generator.clone_state()
+    clone = getattr(generator, "clone_state", None)  # torch 2.4 and later, with graphsafe_set_state
+    saved = clone() if clone is not None else None
     stream = torch.cuda.current_stream()
     graph = torch.cuda.CUDAGraph()
     try:
@@ -182,14 +183,19 @@ def capture_or_restore(fn: Callable[[], Any], calls: int) -> Any:
             for _ in range(calls):
                 fn()
     except BaseException:
-        generator.graphsafe_set_state(saved)
-        torch.cuda.set_stream(stream)
+        # Each step on its own: one that cannot be undone here is caught by the health probe after this
+        # (``cuda_health_probe`` draws a random number), which moves the rest of the cell to a fresh process.
+        undo: list[Callable[[], Any]] = [lambda: torch.cuda.set_stream(stream)]
+        if saved is not None:
+            undo.append(lambda: generator.graphsafe_set_state(saved))
         end_pool = getattr(torch._C, "_cuda_endAllocateToPool", None)
         if end_pool is not None:
+            undo.append(lambda: end_pool(device, graph.pool()))  # raises where capture_end got as far as it
+        for step in undo:
             try:
-                end_pool(device, graph.pool())
-            except RuntimeError:
-                pass  # capture_end got as far as ending it
+                step()
+            except Exception:
+                pass
         raise
     return graph
 
