@@ -169,7 +169,12 @@ def test_an_exported_side_seeds_an_empty_cache_and_a_changed_key_is_refused(
     assert seeded["A"] == {"loaded": first["A"]["compiled"], "compiled": 0}, seeded
     assert seeded["B"]["compiled"] == first["B"]["compiled"], seeded
     log = (campaign_dir.path / "root2" / "r1_A" / "add" / "run.log").read_text()
-    assert f"kernel cache: imported {exported['A']} into {empty}" in log, log
+    import hashlib
+
+    sha = hashlib.sha256(exported["A"].read_bytes()).hexdigest()
+    assert (f"kernel cache: imported {exported['A']} (sha256 {sha}; made by campaign kc, side A, triton 3."
+            in log and f"device interpreter, switch none) into {empty}{os.sep}kc-A-" in log), log
+    assert "a kernel file is native code that Triton loads: import only files you would run" in log, log
 
     # Side B's file under another switch: refused before any cell starts, naming the field and the side.
     result = campaign_dir.runpytest_subprocess("kc.py", "--ab-root", str(campaign_dir.path / "root3"), *ARGS,
@@ -270,3 +275,48 @@ def test_unpacking_keeps_the_files_a_cache_holds(tmp_path: Path) -> None:
     assert (folder / "abc" / "add_kernel.cubin").read_bytes() == b"old"
     assert (folder / "def" / "add_kernel.cubin").read_bytes() == b"other"
     assert sorted(p.name for p in folder.rglob("*") if p.name.startswith(".")) == []  # no temporary file left
+
+
+def test_a_member_over_the_size_limit_is_refused_by_its_header_before_anything_is_read(tmp_path: Path) -> None:
+    import gzip
+    import io
+    import tarfile
+
+    from pytest_abbench.core.kernelarchive import KernelArchiveError, read_archive, unpack
+
+    # 200 MiB of zeros in a file of about 200 KB: a decompression bomb by the member's own header.
+    bomb = tmp_path / "bomb.tgz"
+    with gzip.open(bomb, "wb", compresslevel=1) as raw, tarfile.open(fileobj=raw, mode="w") as tar:
+        key = json.dumps(KEY).encode()
+        info = tarfile.TarInfo("abbench-key.json")
+        info.size = len(key)
+        tar.addfile(info, io.BytesIO(key))
+        info = tarfile.TarInfo("abc/zeros.cubin")
+        info.size = 200 << 20
+        tar.addfile(info, io.BytesIO(bytes(200 << 20)))
+    assert bomb.stat().st_size < 1 << 20
+    with pytest.raises(KernelArchiveError, match=r"member 'abc/zeros.cubin' is 209715200 bytes, over the 67108864 a "
+                                                 r"member may be: refused, nothing unpacked"):
+        read_archive(bomb)
+    # Unpacking checks the same headers again: nothing lands in the folder.
+    from pytest_abbench.core.kernelarchive import KernelArchive
+
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    with pytest.raises(KernelArchiveError, match="over the 67108864"):
+        unpack(KernelArchive(bomb, KEY, 1, 1), folder)
+    assert list(folder.iterdir()) == []
+
+
+def test_kernel_files_that_are_not_regular_files_or_clash_are_named(tmp_path: Path) -> None:
+    from pytest_abbench.core.kernelarchive import KernelArchiveError, read_archive
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path, kind in ((Path("/dev/zero"), "a device"), (fifo, "a FIFO"), (tmp_path, "a folder")):
+        with pytest.raises(KernelArchiveError, match=f"^{path}: {kind}, not a kernel file"):
+            read_archive(path)  # before: /dev/zero and a FIFO were "no such file" (or a read that never ends)
+    clash = kernel_file(tmp_path / "clash.tgz", {"kx": b"file", "kx/inner.bin": b"inside"})
+    with pytest.raises(KernelArchiveError, match="member 'kx' is a file and the folder of another member: refused, "
+                                                 "nothing unpacked"):
+        read_archive(clash)

@@ -18,13 +18,15 @@ folder while others write it, and a kernel is whole once its group file is.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import stat
 import tarfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 from pytest_abbench.core.cellfiles import read_origin
 from pytest_abbench.core.fileio import CorruptFileError, Fields, atomic_file, read_object
@@ -34,6 +36,14 @@ from pytest_abbench.core.layout import SIDES, RootLayout, origin_file
 GROUP_PREFIX = "__grp__"  # Triton's group file: names a kernel's files, written after them
 KEY_FIELDS = ("campaign", "side", "triton", "switch_env", "env", "campaign_source", "device")
 _CHUNK = 1 << 20
+# What a kernel file may hold, checked from each member's header before its bytes are read.  A Triton cache entry
+# is a kernel's IR stages, cubin and metadata: the largest seen here were a few MB (topk's side B: 40.8 MB of IR
+# over five kernels, every stage); 64 MiB a member and 4 GiB in all leave room for kernels many times larger.  A
+# 204 KB file of one 200 MiB member of zeros was accepted, and each member was read whole into memory three times.
+MAX_MEMBER_BYTES = 64 << 20
+MAX_TOTAL_BYTES = 4 << 30
+MAX_MEMBERS = 200_000
+MAX_KEY_BYTES = 1 << 20  # abbench-key.json: a few hundred bytes
 
 
 class KernelArchiveError(ValueError):
@@ -48,6 +58,16 @@ class KernelArchive:
     key: dict[str, Any]  # abbench-key.json without its format version: ``KernelCacheKey.to_json``
     files: int
     kernels: int
+    sha256: str = ""  # of the whole file, as read
+    size: int = 0  # bytes its members unpack to
+
+    def made_by(self) -> str:
+        """What the file says made it: campaign, side, Triton, device, the switch's variables."""
+        switch = ", ".join(f"{k}={v}" for k, v in sorted(dict(self.key.get("switch_env") or {}).items())) or "none"
+        triton = self.key.get("triton")
+        version = triton.get("version") if isinstance(triton, Mapping) else triton
+        return (f"campaign {self.key.get('campaign')}, side {self.key.get('side')}, triton {version}, "
+                f"device {self.key.get('device')}, switch {switch}")
 
     @property
     def side(self) -> str:
@@ -80,8 +100,8 @@ def write_archive(folder: Path, dest: Path) -> tuple[int, int]:
         with tarfile.open(fileobj=handle, mode="w:gz") as tar:
             for path in (folder / KEY_FILE, *files):
                 info = tarfile.TarInfo(path.relative_to(folder).as_posix())
-                stat = path.stat()
-                info.size, info.mtime, info.mode = stat.st_size, int(stat.st_mtime), 0o644
+                found = path.stat()
+                info.size, info.mtime, info.mode = found.st_size, int(found.st_mtime), 0o644
                 with open(path, "rb") as data:
                     tar.addfile(info, data)
     kernels = {path.relative_to(folder).parts[0] for path in files if path.parent != folder}
@@ -124,6 +144,16 @@ def member_problem(member: tarfile.TarInfo) -> str | None:
 
 def _open(path: Path) -> tarfile.TarFile:
     try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise KernelArchiveError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise KernelArchiveError(f"{path}: cannot be read ({exc.strerror})") from None
+    if not stat.S_ISREG(mode):  # /dev/zero, a FIFO, a folder: never a kernel file, and reading one may not end
+        kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else \
+            "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
+        raise KernelArchiveError(f"{path}: {kind}, not a kernel file `abbench kernels export` wrote")
+    try:
         return tarfile.open(path, mode="r:*")
     except FileNotFoundError:
         raise KernelArchiveError(f"{path}: no such file") from None
@@ -132,26 +162,45 @@ def _open(path: Path) -> tarfile.TarFile:
 
 
 def _members(path: Path, tar: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
-    """The archive's members, each checked (``member_problem``); a torn or corrupt archive raises naming ``path``."""
+    """The archive's members, each checked (``member_problem``) and within the limits by its header; a torn or
+    corrupt archive raises naming ``path``."""
+    total = count = 0
     try:
         for member in tar:
             problem = member_problem(member)
             if problem is not None:
                 raise KernelArchiveError(f"{path}: member {member.name!r} is {problem}: refused, nothing unpacked")
+            count += 1
+            total += member.size
+            limit = MAX_KEY_BYTES if member.name == KEY_FILE else MAX_MEMBER_BYTES
+            if member.size > limit:
+                raise KernelArchiveError(f"{path}: member {member.name!r} is {member.size} bytes, over the "
+                                         f"{limit} a member may be: refused, nothing unpacked")
+            if total > MAX_TOTAL_BYTES or count > MAX_MEMBERS:
+                raise KernelArchiveError(f"{path}: over {MAX_TOTAL_BYTES} bytes or {MAX_MEMBERS} members in all at "
+                                         f"member {member.name!r}: refused, nothing unpacked")
             yield member
     except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
         raise KernelArchiveError(f"{path}: truncated or corrupt ({exc})") from None
 
 
-def _read_member(path: Path, tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
+def _chunks(path: Path, tar: tarfile.TarFile, member: tarfile.TarInfo) -> Iterator[bytes]:
+    """A member's bytes in chunks, never more than its header said; a short one raises naming it."""
+    got = 0
     try:
         handle = tar.extractfile(member)
-        data = handle.read() if handle is not None else b""
+        while handle is not None and (chunk := handle.read(_CHUNK)):
+            got += len(chunk)
+            yield chunk
     except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
         raise KernelArchiveError(f"{path}: member {member.name!r} is truncated or corrupt ({exc})") from None
-    if len(data) != member.size:
-        raise KernelArchiveError(f"{path}: member {member.name!r} is truncated ({len(data)} of {member.size} bytes)")
-    return data
+    if got != member.size:
+        raise KernelArchiveError(f"{path}: member {member.name!r} is truncated ({got} of {member.size} bytes)")
+
+
+def _read_member(path: Path, tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
+    """A member whole (the key, a group file: small by the limits ``_members`` applies)."""
+    return b"".join(_chunks(path, tar, member))
 
 
 def _read_to_end(path: Path, tar: tarfile.TarFile) -> None:
@@ -185,23 +234,41 @@ def read_archive(path: Path) -> KernelArchive:
     """Read a kernel file whole: every member checked and read (a torn file is found before anything is
     unpacked), its key parsed.  Raises KernelArchiveError naming the file."""
     key: dict[str, Any] | None = None
-    files, kernels = 0, set()
+    files, size, kernels = 0, 0, set()
+    names: set[str] = set()
+    folders: set[str] = set()
     with _open(path) as tar:
         for member in _members(path, tar):
             if not member.isfile():
                 continue
-            data = _read_member(path, tar, member)
             parts = PurePosixPath(member.name).parts
             if member.name == KEY_FILE:
-                key = _parse_key(path, data)
+                key = _parse_key(path, _read_member(path, tar, member))
                 continue
+            for _ in _chunks(path, tar, member):  # read to check it, never held
+                pass
             files += 1
+            size += member.size
+            names.add(member.name)
+            folders.update(PurePosixPath(*parts[:i]).as_posix() for i in range(1, len(parts)))
             if len(parts) > 1:
                 kernels.add(parts[0])
         _read_to_end(path, tar)
+    clash = sorted(names & folders)
+    if clash:  # unpacking would write the file, then fail on the member inside it
+        raise KernelArchiveError(f"{path}: member {clash[0]!r} is a file and the folder of another member: refused, "
+                                 "nothing unpacked")
     if key is None:
         raise KernelArchiveError(f"{path}: holds no {KEY_FILE}: not a kernel file `abbench kernels export` wrote")
-    return KernelArchive(path, key, files, len(kernels))
+    return KernelArchive(path, key, files, len(kernels), _sha256(path), size)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def key_differences(file_key: Mapping[str, Any], session_key: Mapping[str, Any]) -> list[str]:
@@ -230,16 +297,21 @@ def _inside(folder: Path, target: Path) -> bool:
     return os.path.realpath(target).startswith(real + os.sep)
 
 
-def _place(folder: Path, name: str, data: bytes) -> bool:
-    """Write ``data`` at ``folder/name`` through a temporary file and ``os.replace``; False where the folder holds
+def _place(folder: Path, name: str, chunks: Iterable[bytes]) -> bool:
+    """Write ``chunks`` at ``folder/name`` through a temporary file and ``os.replace``; False where the folder holds
     the file already (it is left as it is: the same key's file, maybe being read)."""
     target = folder / name
     if not _inside(folder, target):  # a folder of the cache that is a link out of it
         raise KernelArchiveError(f"{target}: outside {folder} (a link in the cache folder): refused")
     if target.exists():
         return False
+    for parent in reversed(target.relative_to(folder).parents):
+        here = folder / parent
+        if here.exists() and not here.is_dir():  # a member named like a folder another member needs
+            raise KernelArchiveError(f"{here}: a file where a member needs a folder ({name}): refused")
     with atomic_file(target) as handle:
-        handle.write(data)
+        for chunk in chunks:
+            handle.write(chunk)
     return True
 
 
@@ -254,14 +326,14 @@ def unpack(archive: KernelArchive, folder: Path) -> int:
         for member in _members(archive.path, tar):
             if not member.isfile() or member.name == KEY_FILE:
                 continue
-            data = _read_member(archive.path, tar, member)
             if PurePosixPath(member.name).name.startswith(GROUP_PREFIX):
-                groups.append((member.name, data))  # last: a kernel is whole once its group file is there
+                # last: a kernel is whole once its group file is there
+                groups.append((member.name, _read_member(archive.path, tar, member)))
                 continue
-            written += _place(folder, member.name, data)
+            written += _place(folder, member.name, _chunks(archive.path, tar, member))
         _read_to_end(archive.path, tar)
     for name, data in groups:
-        written += _place(folder, name, data)
+        written += _place(folder, name, [data])
     return written
 
 

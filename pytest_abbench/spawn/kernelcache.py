@@ -151,8 +151,10 @@ class KernelCaches:
                 self._import_problem = self._import_problem or f"--ab-kernel-import: {exc}"
                 continue
             self._imported.add(archive.path)
-            self.notices.append(f"kernel cache: imported {archive.path} into {folder} ({archive.kernels} "
-                                f"kernel(s), {archive.files} file(s): {written} written, the others were there)")
+            self.notices.append(f"kernel cache: imported {archive.path} (sha256 {archive.sha256}; made by "
+                                f"{archive.made_by()}) into {folder} ({archive.kernels} kernel(s), {archive.files} "
+                                f"file(s), {archive.size} bytes: {written} written, the others were there); a kernel "
+                                "file is native code that Triton loads: import only files you would run")
 
     def import_refusal(self, campaign_path: Path, session_campaigns: AbstractSet[str]) -> str | None:
         """Why the cells of ``campaign_path`` must not run with the kernel files given, once both its sides' keys
