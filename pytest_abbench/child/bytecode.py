@@ -38,6 +38,7 @@ from typing import Mapping, Sequence
 from pytest_abbench.child.forking import parent_death_signal
 from pytest_abbench.core import envnames
 from pytest_abbench.core.usercache import user_cache
+from pytest_abbench.core.private import open_no_follow, private_folder
 
 OFF = "off"
 LOCK_FILE = ".abbench-compile.lock"  # held while one server's pool compiles; another server's imports read its work
@@ -194,8 +195,9 @@ def start(modules: Sequence[str], environ: Mapping[str, str], cores: int,
         folder, why = folder_for(environ, modules[0])
         if folder is None:
             return None, why
-        folder.mkdir(parents=True, exist_ok=True)
-        lock = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+        # Python runs what it finds there: a folder another user can write is never used (a planted .pyc).
+        private_folder(folder)
+        lock = open_no_follow(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
     except (OSError, RuntimeError) as exc:  # RuntimeError: no home folder (a uid without a passwd entry)
         return None, f"no bytecode folder: {exc}"
     done = Prepared(folder, why)

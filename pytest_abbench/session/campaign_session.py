@@ -99,10 +99,13 @@ class AbbenchSession:
         self.seed = dict(workerinput.get(SEED_INPUT) or {}) if workerinput is not None else {}
         if workerinput is not None:
             # A worker measures into a private root of its own host; the controller alone writes the campaign root.
-            path = scratch_root(settings.worker_scratch, self.worker)
+            path, scratch_note = scratch_root(settings.worker_scratch, self.worker)
         else:
-            path = settings.root.resolve() if settings.root is not None else default_root(config.rootpath)
+            path, scratch_note = (settings.root.resolve() if settings.root is not None
+                                  else default_root(config.rootpath)), None
         self.root = CampaignRoot(path, settings.resume is not None, self.write_line)
+        if scratch_note is not None:
+            self.root.notices.append(scratch_note)
         self.auto_rounds = AutoRounds(self.root.path, self.plan, self.outcomes, settings.margin_pct,
                                       settings.rounds_budget_s)  # --ab-rounds auto
         # An xdist controller finds the campaign files its workers ran among its own (rsync'd folders included).

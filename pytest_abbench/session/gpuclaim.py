@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from pytest_abbench.core.private import open_no_follow
+
 LOCK_DIR = Path("/tmp")  # host-local on every machine the plugin runs on; never a shared mount
 
 
@@ -38,10 +40,12 @@ class GpuClaim:
 
 
 def _open(path: Path) -> int:
+    """The lock file, never through a symbolic link (a planted one would have its target rewritten) and only a
+    regular file; read-only where it is another user's (flock works on a read-only descriptor)."""
     try:
-        return os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        return open_no_follow(path, os.O_RDWR | os.O_CREAT, 0o666)
     except PermissionError:
-        return os.open(path, os.O_RDONLY)  # another user's lock file: flock works on a read-only descriptor
+        return open_no_follow(path, os.O_RDONLY)
 
 
 def claim_gpu(gpus: Sequence[str], who: str, lock_dir: Path = LOCK_DIR) -> GpuClaim:
@@ -67,8 +71,9 @@ def claim_gpu(gpus: Sequence[str], who: str, lock_dir: Path = LOCK_DIR) -> GpuCl
             continue
         note = who.encode()
         try:
-            os.pwrite(fd, note, 0)
-            os.ftruncate(fd, len(note))
+            if os.fstat(fd).st_uid == os.geteuid():  # another user's file keeps its content: only the lock is ours
+                os.pwrite(fd, note, 0)
+                os.ftruncate(fd, len(note))
         except OSError:
             pass  # read-only: the lock holds, only the holder's name is not written
         return GpuClaim(gpu, None, fd)

@@ -33,6 +33,7 @@ from pytest_abbench.core.layout import (AUTOTUNE_DIR, GATE_DIR, IDENTITY_FILE, R
                                         TUNER_RECORD_DIR, CellKey, RootLayout, ir_dir, log_tail_file, origin_file, run_log)
 from pytest_abbench.core.outcome import CellOutcome
 from pytest_abbench.core.tunercache import CONFIG_DIR
+from pytest_abbench.core.private import private_folder
 
 if TYPE_CHECKING:
     from pytest_abbench.session.root import CampaignRoot
@@ -247,16 +248,31 @@ def land(shipped: ShippedCell, root: "CampaignRoot", campaign: str | None = None
 
 
 # -- the worker's own root ------------------------------------------------------
-def scratch_root(base: Path | None, worker: str) -> Path:
-    """A worker's private root on its host: ``<base>/abbench-scratch/<time>-<worker>-<pid>``, new per session.
+def scratch_root(base: Path | None, worker: str) -> tuple[Path, str | None]:
+    """A worker's private root on its host, ``<base>/abbench-scratch/<time>-<worker>-<pid>``, new per session, and
+    a line where the base could not be used.
 
-    ``base`` is --ab-worker-scratch; by default the host's temporary folder.
+    ``base`` is --ab-worker-scratch; by default the host's temporary folder.  The scratch folder must be this
+    user's alone (``core.private``): one another user made or can write (a pre-created 0777 folder, a link) would
+    let them swap the root under the session.  Then the root goes into a new private folder of the temporary
+    folder, and the line says why.
     """
+    folder = scratch_base(base)
+    note = None
+    try:
+        private_folder(folder)
+    except OSError as exc:
+        folder = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_DIR}-{os.getuid()}-"))
+        note = f"abbench: worker scratch {exc.strerror or exc}; this worker's root is in {folder} instead"
+    return folder / f"{time.strftime('%Y%m%d-%H%M%S')}-{worker}-{os.getpid()}", note
+
+
+def scratch_base(base: Path | None) -> Path:
+    """The folder workers' roots go into: ``--ab-worker-scratch``'s ``abbench-scratch``, else the temporary
+    folder's ``abbench-scratch-<uid>``."""
     if base is None:
-        base = Path(tempfile.gettempdir()) / f"{SCRATCH_DIR}-{os.getuid()}"
-    else:
-        base = base / SCRATCH_DIR
-    return (base / f"{time.strftime('%Y%m%d-%H%M%S')}-{worker}-{os.getpid()}").resolve()
+        return Path(tempfile.gettempdir()).resolve() / f"{SCRATCH_DIR}-{os.getuid()}"
+    return base.resolve() / SCRATCH_DIR
 
 
 def resume_seed(layout: RootLayout, cell_files: bool = False) -> dict[str, Blob]:

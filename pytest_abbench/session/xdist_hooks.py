@@ -25,7 +25,7 @@ from pytest_abbench.core.settings import visible_gpus
 from pytest_abbench.session.campaign_session import SEED_INPUT, AbbenchSession
 from pytest_abbench.core.status import StatusFormatError
 from pytest_abbench.session.transport import (SHIPPED_ATTR, CampaignLocator, ShippedCell, campaign_name, resume_seed,
-                                              scratch_root)
+                                              scratch_base)
 
 WORKER_GPU = "abbench_gpu"  # a worker's workeroutput key: the GPU it pinned its cells to
 # A worker's workeroutput key: its lines on the fork servers it kept (a worker's own terminal output is not shown).
@@ -109,7 +109,7 @@ class XdistHooks:
         """This host's workers measure into --ab-worker-scratch (default: the temporary folder): one they cannot
         write is a usage error naming it, before any worker starts (each worker would die at its first cell,
         seen here only as "worker died: lost")."""
-        base = scratch_root(self.session.settings.worker_scratch, "check").parent
+        base = scratch_base(self.session.settings.worker_scratch)
         try:
             base.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryFile(dir=base):
