@@ -84,3 +84,14 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def test_a_foreign_kernel_cache_folder_is_not_used(tmp_path: Path) -> None:
+    from pytest_abbench.core.layout import RootLayout
+    from pytest_abbench.spawn.kernelcache import KernelCaches
+
+    planted = foreign_folder(tmp_path / "team-cache")
+    caches = KernelCaches(str(planted), RootLayout(tmp_path / "root"), "interpreter", None)
+    assert caches.base is None and caches.notices and f"kernel cache: {planted}: " in caches.notices[0]
+    assert caches.folder(tmp_path / "c.py", "0", "A", sys.executable, {}, {}) == tmp_path / "root" / "cache" / "triton_A"
+    assert list(planted.iterdir()) == []

@@ -21,6 +21,7 @@ from pytest_abbench.core import envnames, kernelarchive, kernelcache
 from pytest_abbench.core.kernelarchive import KernelArchive, KernelArchiveError
 from pytest_abbench.core.kernelcache import KernelCacheKey
 from pytest_abbench.core.layout import RootLayout
+from pytest_abbench.core.private import private_folder
 
 # Run with the side's interpreter: where its Triton is, which version, and its library's size and time (a
 # rebuilt Triton of the same version is another build).  Finding a package does not import it.
@@ -98,6 +99,13 @@ class KernelCaches:
         self._archives: list[KernelArchive] | None = None  # read at the first key
         self._import_problem: str | None = None  # a kernel file that could not be read or unpacked
         self._imported: set[Path] = set()  # the kernel files unpacked into the folder of their key
+        if self.base is not None:
+            try:  # Triton loads native code (launchers, cubins) from it: this user's alone, or not used
+                private_folder(self.base)
+            except OSError as exc:
+                self.notices.append(f"kernel cache: {exc.strerror or exc}; Triton loads native code from it, so "
+                                    "this session compiles into the root's own cache per side instead")
+                self.base = None
 
     def device(self) -> str:
         if self._device is None:
