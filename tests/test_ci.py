@@ -392,3 +392,19 @@ def test_the_gate_refuses_a_report_edited_to_hide_failed_cells(tmp_path: Path,
             "has failed cell(s) that report.json's failed_cells lacks: op[r2-B]. The report is not the run's own "
             f"record: abbench summary {tmp_path / 'failed'} rebuilds it from the cells") in err, err
     assert main(["comment", str(tmp_path / "failed")]) == 2
+
+
+@pytest.mark.parametrize("option", [False, True], ids=["variable-only", "with-summary-md"])
+def test_a_step_summary_that_cannot_be_written_is_blamed_on_the_variable(campaign_dir: pytest.Pytester,
+                                                                         tmp_path: Path, option: bool,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    campaign_dir.makepyfile(c=simple_campaign('"one"'))
+    folder = tmp_path / "a-folder"
+    folder.mkdir()
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(folder))
+    given = ["--ab-summary-md", str(tmp_path / "s.md")] if option else []
+    result = campaign_dir.runpytest_subprocess("c.py", *FAST.split(), *given)
+    assert result.ret == 0, result.stdout.str()
+    # Before: "abbench: --ab-summary-md: ..." although the option was not given.
+    result.stdout.fnmatch_lines([f"abbench: $GITHUB_STEP_SUMMARY: {folder}: not written (Is a directory)"])
+    assert "--ab-summary-md:" not in result.stdout.str()

@@ -192,7 +192,7 @@ class ReportHooks:
         step_summary = os.environ.get(envnames.GITHUB_STEP_SUMMARY, "")
         target = settings.summary_md or (Path(step_summary) if step_summary else None)
         if target is not None:
-            self.summary_line = summary_md_line(self.final, target)
+            self.summary_line = summary_md_line(self.final, target, given=settings.summary_md is not None)
         self.session.root.release()
         if settings.history is not None:
             self.history_line = self.record_history(settings.history, int(session.exitstatus))
@@ -265,12 +265,17 @@ class ReportHooks:
         terminalreporter.write_line(self.final.exit_line())
 
 
-def summary_md_line(final: Report, path: Path) -> str:
-    """Write --ab-summary-md's markdown; the line that says where it went.  A file that cannot be written is that
-    line, never another exit code: the report files and the exit code are the run's own."""
+def summary_md_line(final: Report, path: Path, given: bool = True) -> str:
+    """Write the markdown summary to ``path`` (``given``: by --ab-summary-md; else it is $GITHUB_STEP_SUMMARY's
+    file); the line that says where it went.  A file that cannot be written is that line, naming what asked for it
+    (the option, or the variable), never another exit code: the report files and the exit code are the run's own."""
     from pytest_abbench.report.markdown import write_markdown
 
     try:
         return f"summary: {', '.join(write_markdown(final, path))}"
     except OSError as exc:
-        return f"abbench: --ab-summary-md: {exc.filename or path}: not written ({exc.strerror or exc})"
+        failed = Path(exc.filename) if exc.filename else path
+        step_summary = os.environ.get(envnames.GITHUB_STEP_SUMMARY, "")
+        source = (f"${envnames.GITHUB_STEP_SUMMARY}" if step_summary and failed == Path(step_summary)
+                  else "--ab-summary-md" if given else f"${envnames.GITHUB_STEP_SUMMARY}")
+        return f"abbench: {source}: {failed}: not written ({exc.strerror or exc})"
