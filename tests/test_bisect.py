@@ -411,3 +411,60 @@ def test_a_difference_of_two_samples_is_welchs() -> None:
     assert d.df == pytest.approx(6.19, abs=0.01)
     assert d.p_above() < 0.001 < 0.999 < d.p_below()
     assert difference([1.0], y, 1.0) is None
+
+
+def test_a_mistyped_campaign_path_is_a_usage_error_with_the_steps_own_reason(pytester: pytest.Pytester,
+                                                                             tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    first = commit(repo, "one")
+    second = commit(repo, "two")
+    pytester.makeini("[pytest]\n")
+    result = pytester.run(sys.executable, "-m", "pytest_abbench.cli", "bisect", first, second, "--repo", str(repo),
+                          "--", "campp.py", "-p", "no:cacheprovider")
+    # Before: exit 1 and an Errno about the step's report.json, the cause only in the step's log.
+    assert result.ret == 2, result.stdout.str()
+    result.stdout.fnmatch_lines(["abbench bisect: the step's session stopped at a usage error (exit 4), so the "
+                                 "arguments after -- are wrong; the end of its log (*):",
+                                 "*file or directory not found: campp.py*"])
+
+
+SLEEPS = CAMPAIGN.replace("        import torch\n", "        import time, torch\n        time.sleep(60)\n")
+
+
+def test_sigterm_ends_the_steps_session_and_prints_the_steps_so_far(pytester: pytest.Pytester,
+                                                                    tmp_path: Path) -> None:
+    import os
+    import signal
+    import time
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    first = commit(repo, "one")
+    second = commit(repo, "two")
+    pytester.makeini("[pytest]\n")
+    pytester.makepyfile(camp=SLEEPS)
+    out = tmp_path / "bisect.out"
+    with open(out, "w") as handle:
+        bisect = subprocess.Popen([sys.executable, "-m", "pytest_abbench.cli", "bisect", first, second, "--repo",
+                                   str(repo), "--", "camp.py", "--ab-ir-target", "none", "-p", "no:cacheprovider"],
+                                  cwd=pytester.path, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 120
+        while "rounds into" not in out.read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        step_root = next(line for line in out.read_text().splitlines() if "rounds into" in line).split()[-1]
+        while not (Path(step_root) / "r1_A").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)  # until the step's session is in its first cell (whose build sleeps a minute)
+        time.sleep(1)
+        bisect.send_signal(signal.SIGTERM)
+        code = bisect.wait(timeout=90)
+    said = out.read_text()
+    assert code == 128 + signal.SIGTERM, said  # before: killed by the signal, the step's session left running
+    assert "abbench bisect: stopped by SIGTERM; its step's session was ended" in said and "abbench bisect: steps" \
+        in said, said
+    assert "'two': stopped (its session ended by SIGTERM)" in said, said
+    assert "KeyboardInterrupt" in Path(step_root + ".log").read_text()  # it got the SIGTERM and ended itself
+    survivors = subprocess.run(["pgrep", "-f", step_root], capture_output=True, text=True).stdout.split()
+    assert [pid for pid in survivors if int(pid) != os.getpid()] == [], survivors

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+from pytest_abbench.child.forking import parent_death_signal
 from pytest_abbench.core.exitcodes import EXIT_SLOWER
 from pytest_abbench.core.fileio import CorruptFileError
 from pytest_abbench.core.layout import ABBENCH_DIR, BISECT_DIR, RootLayout
@@ -44,6 +46,39 @@ BISECT_STEP_FAILED = 1  # a step's session failed (a cell, a caliber mismatch, i
 BISECT_USAGE = 2  # bad arguments, unknown commits, GOOD not an ancestor of BAD, GOOD does not build
 BISECT_UNDECIDED = 3  # a step inconclusive at --max-rounds or split by its regimes; or several candidates left
 BISECT_NOT_SLOWER = 5  # BAD is not slower than GOOD: nothing to find
+PYTEST_USAGE_ERROR = 4  # a step session's exit code for bad arguments (pytest's ExitCode.USAGE_ERROR)
+END_SESSION_S = 60.0  # how long a stopped step's session may take to write its report before it is killed
+
+
+class StepUsage(Exception):
+    """A step's session refused the pytest arguments: the bisection's arguments are wrong, not a commit."""
+
+
+class Stopped(Exception):
+    """SIGTERM reached the bisection: its step's session is ended and the steps so far printed."""
+
+
+def _stop_on_sigterm(signum: int, frame: object) -> None:
+    raise Stopped()
+
+
+def end_session(child: subprocess.Popen[bytes], forward: bool) -> None:
+    """End a step's session that was stopped: SIGTERM where this process got it alone (``forward``; a Ctrl-C
+    reaches the whole process group, the session included), then wait for its report, then kill it."""
+    if forward and child.poll() is None:
+        child.send_signal(signal.SIGTERM)
+    try:
+        child.wait(timeout=END_SESSION_S)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+
+
+def _tail(log: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-lines:])
+    except OSError as exc:
+        return f"(unreadable: {exc.strerror or exc})"
 
 GOOD, BAD, SKIP, INCONCLUSIVE, FAILED = "good", "bad", "skip", "inconclusive", "failed"
 SPLIT = "split"  # --ab-regime both: slower under one regime and not under the other
@@ -277,9 +312,23 @@ class Bisection:
         if problem:
             self.say(f"abbench bisect: {problem}")
             return BISECT_USAGE
+        previous = signal.signal(signal.SIGTERM, _stop_on_sigterm)
         try:
             return self.search()
+        except StepUsage as exc:
+            self.say(f"abbench bisect: {exc}")
+            return BISECT_USAGE
+        except (KeyboardInterrupt, Stopped) as exc:
+            name = "SIGTERM" if isinstance(exc, Stopped) else "SIGINT"
+            for step in self.steps:
+                if not step.answer:  # the step under way
+                    step.answer, step.why = "stopped", f"its session ended by {name}"
+            self.say(f"\nabbench bisect: stopped by {name}; its step's session was ended and left its root "
+                     "(abbench summary ROOT reads it)")
+            self.say_steps()
+            return 128 + (signal.SIGTERM if isinstance(exc, Stopped) else signal.SIGINT)
         finally:
+            signal.signal(signal.SIGTERM, previous)
             self.remove_trees()
 
     def prepare(self) -> str | None:
@@ -360,8 +409,8 @@ class Bisection:
                 return self.finish(step, lo, hi, skipped)
         return self.finish(None, lo, hi, skipped)
 
-    def finish(self, stopped: Step | None, lo: int, hi: int, skipped: set[int]) -> int:
-        """Print the result and the evidence; the exit code."""
+    def say_steps(self) -> None:
+        """Each step so far: its answer, root, rounds and evidence."""
         self.say("")
         self.say("abbench bisect: steps")
         for step in self.steps:
@@ -372,6 +421,10 @@ class Bisection:
             several = len({e.regime for e in step.evidence}) > 1
             for e in step.evidence:
                 self.say(f"      {e.line(regime=several)}")
+
+    def finish(self, stopped: Step | None, lo: int, hi: int, skipped: set[int]) -> int:
+        """Print the result and the evidence; the exit code."""
+        self.say_steps()
         remaining = [self.commits[i][0][:12] for i in range(lo + 1, hi + 1)]
         if stopped is not None:
             code = BISECT_STEP_FAILED if stopped.answer == FAILED else BISECT_UNDECIDED
@@ -419,7 +472,13 @@ class Bisection:
             try:
                 report = read_report(RootLayout(step.root).report_json)
             except (OSError, CorruptFileError) as exc:
-                step.answer, step.why = FAILED, f"exit {step.exit_code}, no readable report ({exc})"
+                log = step.root.with_name(step.root.name + ".log")
+                if step.exit_code == PYTEST_USAGE_ERROR:  # the arguments after --, not the commit
+                    raise StepUsage(f"the step's session stopped at a usage error (exit {step.exit_code}), so the "
+                                    f"arguments after -- are wrong; the end of its log ({log}):\n"
+                                    f"{_tail(log)}") from None
+                step.answer, step.why = FAILED, (f"exit {step.exit_code}, no readable report ({exc}); the end of its "
+                                                 f"log ({log}): {_tail(log, 3)}")
                 break
             step.answer, step.why, step.evidence = self.judge(report)
             if step.exit_code not in (0, EXIT_SLOWER) and step.answer != FAILED:  # 7: a --ab-fail-if-slower given
@@ -471,8 +530,15 @@ class Bisection:
         with open(log, "a", encoding="utf-8") as out:
             out.write(f"$ {' '.join(argv)}\n")
             out.flush()
-            done = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        return done.returncode
+            # The session dies with this process (SIGTERM from the kernel where this one is killed): an orphaned
+            # step would hold the GPU for the next session.
+            child = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     preexec_fn=lambda: parent_death_signal(signal.SIGTERM))
+            try:
+                return child.wait()
+            except BaseException as exc:
+                end_session(child, forward=isinstance(exc, Stopped))
+                raise
 
     def build(self, index: int, tree: Path) -> tuple[float, bool] | None:
         """Run the build command in ``tree``: (seconds, succeeded); None without a build command."""
