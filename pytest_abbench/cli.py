@@ -51,6 +51,7 @@ from pytest_abbench.core.settings import (GATE_SHAPES, HISTORY_OFF, add_report_o
 from pytest_abbench.history.bisect import DEFAULT_MAX_ROUNDS, DEFAULT_SHARE
 from pytest_abbench.history.bisect import DEFAULT_ROUNDS as DEFAULT_BISECT_ROUNDS
 from pytest_abbench.core.plan import CampaignPlan
+from pytest_abbench.core.status import read_status
 from pytest_abbench.report.build import disagreements, discover
 
 EXIT_USAGE = 2
@@ -250,6 +251,11 @@ def root_report(root: Path) -> report.Report | str:
         return (f"root {layout.root} does not exist or is not a folder: no session wrote it (a mistyped option or "
                 "a bad environment variable stops pytest before the root is made)")
     if not layout.report_json.is_file():
+        rows = len(read_status(layout.root, on_bad_line=lambda exc: None)) if layout.status.is_file() else 0
+        if rows:  # cells ran: the session got past its options and collection, then ended without its report
+            return (f"no {layout.report_json.name} in {layout.root}, whose {layout.status.name} holds {rows} "
+                    "cell row(s): the session was killed or crashed before its report (abbench summary "
+                    f"{layout.root} writes the report from its cells; --ab-resume {layout.root} runs the rest)")
         return (f"no {layout.report_json.name} in {layout.root}: the session stopped before its report (a "
                 "mistyped option, a bad environment variable, a collection error: its own output says which)")
     # A later session on this root (a resume) that died after running cells left the report of an earlier one.

@@ -219,7 +219,12 @@ def test_the_gate_refuses_a_root_whose_report_is_missing_stale_or_unreadable(
     root = tmp_path / "root"
     synthetic_root(root, {"s": [0.0, 0.001, -0.001]})
     assert main(["gate", str(root)]) == 2  # cells, but no report: the session never reached its end
-    assert f"abbench gate: exit 2: no report.json in {root}" in capsys.readouterr().err
+    said = capsys.readouterr().err
+    # A killed session ran cells: not "a mistyped option", and abbench summary is the way on.
+    assert (f"abbench gate: exit 2: no report.json in {root}, whose status.tsv holds 6 cell row(s): the session was "
+            f"killed or crashed before its report (abbench summary {root} writes the report from its cells; "
+            f"--ab-resume {root} runs the rest)") in said, said
+    assert "mistyped" not in said
     assert main(["summary", str(root)]) == 0
     assert main(["gate", str(root)]) == 0
     # A later session appended a row and died before its report: the report is an earlier session's.
