@@ -165,3 +165,22 @@ def test_resuming_without_the_roots_allow_no_ir_diff_is_refused_naming_how(campa
     same = campaign_dir.runpytest_subprocess("c.py", "-k", "one", "--ab-rounds", "2", "--ab-resume", str(root),
                                              "--ab-allow-no-ir-diff", *FAST)
     assert same.ret == 0, same.stdout.str()[-2000:]
+
+
+def test_resuming_a_root_another_campaign_wrote_is_refused(campaign_dir: pytest.Pytester, tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    campaign_dir.makepyfile(c=two_ops(8), d=two_ops(8).replace('"one"', '"three"').replace('"two"', '"four"'))
+    campaign_dir.runpytest_subprocess("c.py", "--ab-rounds", "1", "--ab-root", str(root),
+                                      *FAST).assert_outcomes(passed=4)
+    status = (root / "status.tsv").read_text()
+    other = campaign_dir.runpytest_subprocess("d.py", "--ab-resume", str(root), "--ab-rounds", "1", *FAST)
+    # Before: one notice line, the other campaign's cells run into the root, exit 0.
+    assert other.ret == 6, other.stdout.str()
+    other.stdout.fnmatch_lines([f"*cannot resume {root}: it was written by *c.py (ops one, two), and this "
+                                "session's *d.py shares no campaign file and no op with it; give the root this "
+                                "campaign wrote, or a new --ab-root*"])
+    other.assert_outcomes()
+    assert (root / "status.tsv").read_text() == status
+    # The same campaign, or a subset of its ops, still resumes.
+    campaign_dir.runpytest_subprocess("c.py", "-k", "one", "--ab-resume", str(root), "--ab-rounds", "1",
+                                      *FAST).assert_outcomes(passed=2)

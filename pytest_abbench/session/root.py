@@ -180,6 +180,9 @@ class CampaignRoot:
                         return (f"cannot resume {self.path}: it was written with {what} {was!r}, this session "
                                 f"has {now!r}; resume with the same campaign and switch, or start a new root")
             else:
+                unrelated = self._unrelated(before, manifest)
+                if unrelated is not None:
+                    return unrelated
                 self._reconcile(before, manifest, plan, planned)
         write_manifest(self.layout.manifest, manifest)
         return None
@@ -191,6 +194,17 @@ class CampaignRoot:
             return count(rows, "status row")
         folders = sum(1 for _ in self.layout.cell_folders())
         return count(folders, "cell folder") if folders else ""
+
+    def _unrelated(self, before: CampaignManifest, manifest: CampaignManifest) -> str | None:
+        """Why resuming would only add a campaign to a root made by another (a mistyped --ab-resume): no campaign
+        file and no op in common; None where they share one (a subset of the ops, a campaign added to a folder)."""
+        files_before, files_now = set(before.campaign_files or ()), set(manifest.campaign_files or ())
+        ops_before, ops_now = set(before.op_fingerprints or ()), set(manifest.op_fingerprints or ())
+        if not files_before or not files_now or files_before & files_now or ops_before & ops_now:
+            return None
+        return (f"cannot resume {self.path}: it was written by {', '.join(sorted(files_before))} (ops "
+                f"{', '.join(sorted(ops_before)) or 'none'}), and this session's {', '.join(sorted(files_now))} "
+                "shares no campaign file and no op with it; give the root this campaign wrote, or a new --ab-root")
 
     def _reconcile(self, before: CampaignManifest, manifest: CampaignManifest, plan: CampaignPlan,
                    planned: CampaignPlan | None) -> None:
