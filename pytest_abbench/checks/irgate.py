@@ -313,6 +313,11 @@ def diff_kernels(ir_a: Path, ir_b: Path, files_a: list[Path], files_b: list[Path
     return diffs
 
 
+# What a changed kernel's line compares of its first variant's metadata (child/ircapture.py writes it): registers and
+# spills from its cubin, shared memory, launch shape, the MMA its TTGIR lays out; then its variants and Triton.
+RESOURCE_FIELDS = ("registers", "spills", "shared", "num_warps", "num_stages", "num_ctas", "mma", "variants", "triton")
+RESOURCE_LABELS = {"registers": "regs"}
+
 GATE_SCHEMA = 1  # the version of ``irgate/<op>.json`` and of the decision a test report carries
 
 
@@ -356,10 +361,10 @@ class GateDecision:
             moved = [f"{op.split('.')[-1]} {k.ops_a.get(op, 0)} -> {k.ops_b.get(op, 0)} "
                      f"({k.ops_b.get(op, 0) - k.ops_a.get(op, 0):+d})"
                      for op in WATCHED_OPS if k.ops_a.get(op, 0) != k.ops_b.get(op, 0)]
-            for meta in ("shared", "num_warps", "variants", "triton"):
+            for meta in RESOURCE_FIELDS:
                 va, vb = k.meta_a.get(meta), k.meta_b.get(meta)
                 if va != vb:
-                    moved.append(f"{meta} {va} -> {vb}")
+                    moved.append(f"{RESOURCE_LABELS.get(meta, meta)} {va} -> {vb}")
             line = f"{k.kernel}: " + (", ".join(moved) if moved else "changed (no watched op count moved)")
             lines.append(f"{line}; {k.first_diff}" if k.first_diff else line)
         return lines

@@ -29,6 +29,7 @@ from pytest_abbench.child import standin_draws
 from pytest_abbench.child.autotune_pin import benchmarking
 from pytest_abbench.checks.irgate import PASSES_SUFFIX, stage_fingerprint, stage_order, strip_locations
 from pytest_abbench.core import envnames, standin_driver
+from pytest_abbench.core.cubin import CubinError, kernel_resources
 from pytest_abbench.core.tritoncompat import PASS_DUMP_HEADER, PASS_DUMP_HEADER_RE, triton_version, without_stages_hook_entry
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.\-]")
@@ -269,7 +270,9 @@ def install_capture(ir_dir: Path, stages: bool = True) -> list[str]:
                     "kernel": fn.name,
                     "num_warps": getattr(meta, "num_warps", None),
                     "num_stages": getattr(meta, "num_stages", None),
+                    "num_ctas": getattr(meta, "num_ctas", None),
                     "shared": getattr(meta, "shared", None),
+                    **compiled_resources(asm, getattr(meta, "name", fn.name), ttgir),
                     "target": str(getattr(meta, "target", "")),
                     # Compiled as an autotune candidate: the IR gate counts it only if the other side has it.
                     "autotune_candidate": benchmarking(),
@@ -287,6 +290,27 @@ def install_capture(ir_dir: Path, stages: bool = True) -> list[str]:
 
     knobs.runtime.jit_post_compile_hook = capture
     return written
+
+
+_MMA_VERSION = re.compile(r"nvidia_mma<\{versionMajor = (\d+)")
+
+
+def compiled_resources(asm: dict[str, Any], name: str, ttgir: str) -> dict[str, Any]:
+    """What a compiled kernel uses, for the IR line's resource diff: registers per thread and spills (local memory
+    per thread / 4, as Triton counts ``n_spills``) from its cubin (``core/cubin.py``; none where there is no cubin,
+    a HIP kernel), and the MMA its TTGIR lays out (``mma v3`` is Hopper's wgmma, ``mma v2`` Ampere's mma.sync)."""
+    found: dict[str, Any] = {}
+    cubin = asm.get("cubin")
+    if isinstance(cubin, bytes):
+        try:
+            used = kernel_resources(cubin, name)
+            found.update(registers=used.registers, spills=used.frame_bytes // 4)
+        except CubinError:
+            pass  # a cubin of another layout: the diff shows what the other fields say
+    versions = sorted(set(_MMA_VERSION.findall(ttgir)))
+    if versions:
+        found["mma"] = "+".join(f"v{v}" for v in versions)
+    return found
 
 
 def merge_ir(share_ir: Path, ir_dir: Path) -> None:
