@@ -413,13 +413,17 @@ def test_a_difference_of_two_samples_is_welchs() -> None:
     assert difference([1.0], y, 1.0) is None
 
 
-def test_a_mistyped_campaign_path_is_a_usage_error_with_the_steps_own_reason(pytester: pytest.Pytester,
-                                                                             tmp_path: Path) -> None:
+def two_commits(tmp_path: Path) -> tuple[Path, str, str]:
+    """A repository of two commits of the library: its folder, GOOD and BAD."""
     repo = tmp_path / "repo"
     repo.mkdir()
     git(repo, "init", "-q")
-    first = commit(repo, "one")
-    second = commit(repo, "two")
+    return repo, commit(repo, "one"), commit(repo, "two")
+
+
+def test_a_mistyped_campaign_path_is_a_usage_error_with_the_steps_own_reason(pytester: pytest.Pytester,
+                                                                             tmp_path: Path) -> None:
+    repo, first, second = two_commits(tmp_path)
     pytester.makeini("[pytest]\n")
     result = pytester.run(sys.executable, "-m", "pytest_abbench.cli", "bisect", first, second, "--repo", str(repo),
                           "--", "campp.py", "-p", "no:cacheprovider")
@@ -439,11 +443,7 @@ def test_sigterm_ends_the_steps_session_and_prints_the_steps_so_far(pytester: py
     import signal
     import time
 
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    git(repo, "init", "-q")
-    first = commit(repo, "one")
-    second = commit(repo, "two")
+    repo, first, second = two_commits(tmp_path)
     pytester.makeini("[pytest]\n")
     pytester.makepyfile(camp=SLEEPS)
     out = tmp_path / "bisect.out"

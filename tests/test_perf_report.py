@@ -361,16 +361,6 @@ def test_the_probe_keeps_pytests_process_free_of_torch_and_triton(campaign_dir: 
     result.stdout.fnmatch_lines(["*<Function vector-add[[]r1-A[]]>*", "heavy modules: []"])
 
 
-def test_ir_triage_reads_a_tutorial_form_script_without_a_gpu(campaign_dir: pytest.Pytester) -> None:
-    # The script asks Triton's active driver for its device at import, which a machine without a GPU lacks.
-    campaign_dir.makepyfile(vector_add=VECTOR_ADD)
-    result = campaign_dir.runpytest_subprocess("vector_add.py", "--ab-perf-report", "--ab-provider", "triton",
-                                               "--ab-switch-env", "DISABLE_MMA_V3=1", "--ab-ir-only",
-                                               "-p", "no:cacheprovider")
-    assert result.ret == 0, result.stdout.str()
-    result.stdout.fnmatch_lines(["== vector-add: rounds 0/1, *IR gate no_diff (compiled at core for cuda:90)"])
-
-
 def test_the_stand_in_do_bench_shows_the_originals_arguments() -> None:
     """The autotune pin's screen reads warm-up and repeats off the autotuner's benchmarker, which in a perf_report
     cell is the stand-in; before, the stand-in showed (*args, **kwargs), and the screen left every tuning in those
@@ -526,10 +516,15 @@ def bench(rows, provider):
 '''
 
 
-def test_ir_triage_runs_a_script_that_compiles_and_checks_its_kernel_at_import(campaign_dir: pytest.Pytester) -> None:
-    campaign_dir.makepyfile(bench=COMPILED_AT_IMPORT)
+# The vector-add script asks Triton's active driver for its device at import, which a machine without a GPU lacks;
+# the row-max one compiles, asks and checks its kernel at import.
+@pytest.mark.parametrize("script, op", [(VECTOR_ADD, "vector-add"), (COMPILED_AT_IMPORT, "row-max")],
+                         ids=["device-at-import", "kernel-checked-at-import"])
+def test_ir_triage_reads_a_tutorial_form_script_without_a_gpu(campaign_dir: pytest.Pytester, script: str,
+                                                              op: str) -> None:
+    campaign_dir.makepyfile(bench=script)
     result = campaign_dir.runpytest_subprocess("bench.py", "--ab-perf-report", "--ab-provider", "triton",
                                                "--ab-switch-env", "DISABLE_MMA_V3=1", "--ab-ir-only",
                                                "-p", "no:cacheprovider")
     assert result.ret == 0, result.stdout.str()
-    result.stdout.fnmatch_lines(["== row-max: rounds 0/1, *IR gate no_diff (compiled at core for cuda:90)"])
+    result.stdout.fnmatch_lines([f"== {op}: rounds 0/1, *IR gate no_diff (compiled at core for cuda:90)"])
