@@ -413,3 +413,20 @@ def test_a_step_summary_that_cannot_be_written_is_blamed_on_the_variable(campaig
     # Before: "abbench: --ab-summary-md: ..." although the option was not given.
     result.stdout.fnmatch_lines([f"abbench: $GITHUB_STEP_SUMMARY: {folder}: not written (Is a directory)"])
     assert "--ab-summary-md:" not in result.stdout.str()
+
+
+def test_the_gate_takes_a_report_that_already_says_it_is_not_clean_and_a_cell_folder_without_a_row(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A session's report covers its own cells: an interrupted one's rowless folder, or a resume that stopped
+    before rerunning an earlier failed cell, is not a forged report."""
+    synthetic_root(tmp_path / "ok", {"s": [0.0, 0.001, -0.001]})
+    assert main(["summary", str(tmp_path / "ok")]) == 0
+    (tmp_path / "ok" / "r4_A" / "op").mkdir(parents=True)  # a cell cut off before its row
+    assert main(["gate", str(tmp_path / "ok")]) == 0
+    synthetic_root(tmp_path / "failed", {"s": [0.0, 0.001, -0.001]}, failed=(2, "B"))
+    assert main(["summary", str(tmp_path / "failed")]) == 1
+    report_json = tmp_path / "failed" / "report.json"
+    # A report that names a failure, though not this one (complete: False, as an interrupted session's is).
+    report_json.write_text(json.dumps({**json.loads(report_json.read_text()), "failed_cells": [], "complete": False}))
+    capsys.readouterr()
+    assert main(["gate", str(tmp_path / "failed")]) == 1

@@ -81,3 +81,15 @@ def test_a_shape_failing_alike_in_round_1_is_not_run_again_and_the_op_keeps_its_
                                  "*failed shape kind=alike: failed alike on both sides in round 1*"])
     # The failures still fail the run: they are not hidden, only not repeated.
     assert result.ret == 1
+
+
+def test_a_shape_left_out_after_round_1_is_named_even_where_round_1_later_passed() -> None:
+    from pytest_abbench.report.build import failed_line
+
+    skipped = "skipped: it failed alike on both sides in round 1"
+    # A resume ran round 1 again and the shape passed there; rounds 2 and 3 had left it out.
+    line = failed_line("n=8", {"r2-A": skipped, "r2-B": skipped, "r3-A": skipped, "r3-B": skipped})
+    assert line == ("n=8: not run in r2-A, r2-B, r3-A, r3-B, where round 1 had failed it alike on both sides (start a "
+                    "new root to time it in every round)")
+    alike = failed_line("n=8", {"r1-A": "error: E: x", "r1-B": "error: E: x", "r2-A": skipped, "r2-B": skipped})
+    assert alike == "n=8: failed alike on both sides in round 1, so later rounds did not run it: error: E: x"

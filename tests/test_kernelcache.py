@@ -320,3 +320,25 @@ def test_kernel_files_that_are_not_regular_files_or_clash_are_named(tmp_path: Pa
     with pytest.raises(KernelArchiveError, match="member 'kx' is a file and the folder of another member: refused, "
                                                  "nothing unpacked"):
         read_archive(clash)
+
+
+def test_a_huge_pax_header_is_refused_before_tarfile_reads_it(tmp_path: Path) -> None:
+    """tarfile reads a PAX header's payload whole before a caller sees the member: the bound is on each read."""
+    import gzip
+    import tarfile
+
+    from pytest_abbench.core.kernelarchive import KernelArchiveError, read_archive
+
+    bomb = tmp_path / "pax.tgz"
+    size = 200 << 20
+    header = tarfile.TarInfo("././@PaxHeader")
+    header.type, header.size = tarfile.XHDTYPE, size
+    with gzip.open(bomb, "wb", compresslevel=1) as raw:
+        raw.write(header.tobuf(format=tarfile.USTAR_FORMAT))
+        zeros = bytes(1 << 20)
+        for _ in range(size >> 20):
+            raw.write(zeros)
+    assert bomb.stat().st_size < 1 << 20
+    with pytest.raises(KernelArchiveError, match=r"a tar header asks to read \d+ bytes at once, over the \d+ a "
+                                                 r"member may be: refused, nothing unpacked"):
+        read_archive(bomb)

@@ -95,3 +95,11 @@ def test_a_foreign_kernel_cache_folder_is_not_used(tmp_path: Path) -> None:
     assert caches.base is None and caches.notices and f"kernel cache: {planted}: " in caches.notices[0]
     assert caches.folder(tmp_path / "c.py", "0", "A", sys.executable, {}, {}) == tmp_path / "root" / "cache" / "triton_A"
     assert list(planted.iterdir()) == []
+
+
+def test_a_fifo_planted_at_a_gpu_lock_is_refused_without_waiting(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "abbench-gpu-0.lock", 0o644)
+    if os.geteuid() == 0:
+        os.chown(tmp_path / "abbench-gpu-0.lock", NOBODY, NOBODY)
+    claim = claim_gpu(["0"], "pid 1 (main on this host)", lock_dir=tmp_path)  # before: an open that never returned
+    assert claim.gpu is None and claim.problem is not None and "not a regular file: refused" in claim.problem

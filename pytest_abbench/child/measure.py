@@ -42,7 +42,7 @@ from pytest_abbench.core.cellfiles import (KERNEL_COUNTS_FILE, KernelCounts, Sha
 from pytest_abbench.checks.irgate import ttgir_files
 from pytest_abbench.core.layout import IR_DIR, RESULTS_FILE, SHARES_FILE, TIMING_FILE, markers_log, share_dir
 from pytest_abbench.core.markers import AUTOTUNE_REPLAY_FALLBACK, is_marker_line
-from pytest_abbench.core.results import ShapeResult, append_result, read_results
+from pytest_abbench.core.results import SKIPPED, SKIPPED_WHY, ShapeResult, append_result, read_results
 
 EXIT_SETUP_ERROR = 3  # the campaign, the switch hook or the autotune record could not be used
 
@@ -222,13 +222,16 @@ def measure_shapes(config: CellConfig, op: Op, shapes: Sequence[Shape], results:
                                                      if config.edges_unread else ""))
     skipped = config.skipped()
     if skipped:
-        log(f"[abbench] not run in this cell: {', '.join(sorted(skipped))}: each failed alike on both sides in round 1 "
-            "(the report names the error)")
+        log(f"[abbench] not run in this cell: {', '.join(sorted(skipped))}: {SKIPPED_WHY} (the report names the "
+            "error)")
     for index, shape in enumerate(shapes):
         todo = [r for r in cell_regimes(config.regime) if {(shape.id, r), (shape.id, None)}.isdisjoint(already)]
-        if not todo or shape.id in skipped:
+        if not todo:
             continue
         base = ShapeResult(shape.id, "", dict(shape.params), index, work=shape_work(op, shape))
+        if shape.id in skipped:
+            append_result(results, dataclasses.replace(base, status=SKIPPED, error=SKIPPED_WHY))
+            continue
         pads: list[Any] = []
         if config.layout_shift:
             sizes = pad_sizes(config.op, config.round_no, config.role, index)

@@ -178,8 +178,9 @@ def capture_or_restore(fn: Callable[[], Any], calls: int) -> Any:
     saved = clone() if clone is not None else None
     stream = torch.cuda.current_stream()
     graph = torch.cuda.CUDAGraph()
+    pool = torch.cuda.graph_pool_handle()  # named here: a graph whose capture failed cannot tell its pool
     try:
-        with torch.cuda.graph(graph):
+        with torch.cuda.graph(graph, pool=pool):
             for _ in range(calls):
                 fn()
     except BaseException:
@@ -190,7 +191,7 @@ def capture_or_restore(fn: Callable[[], Any], calls: int) -> Any:
             undo.append(lambda: generator.graphsafe_set_state(saved))
         end_pool = getattr(torch._C, "_cuda_endAllocateToPool", None)
         if end_pool is not None:
-            undo.append(lambda: end_pool(device, graph.pool()))  # raises where capture_end got as far as it
+            undo.append(lambda: end_pool(device, pool))  # raises where capture_end got as far as it
         for step in undo:
             try:
                 step()

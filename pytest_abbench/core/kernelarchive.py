@@ -18,6 +18,8 @@ folder while others write it, and a kernel is whole once its group file is.
 
 from __future__ import annotations
 
+import contextlib
+import gzip
 import hashlib
 import json
 import os
@@ -142,7 +144,33 @@ def member_problem(member: tarfile.TarInfo) -> str | None:
     return None
 
 
-def _open(path: Path) -> tarfile.TarFile:
+class _BoundedReads:
+    """The decompressed stream of a kernel file, refusing any one read over ``limit`` bytes.
+
+    tarfile reads a PAX or GNU long-name header's payload whole, in one read, before a caller sees the header: a
+    small file whose first member is a header of gigabytes of zeros would allocate them in pytest's own process.
+    Member data is read in ``_CHUNK`` pieces (``_chunks``), so no read of a sound file comes near the limit.
+    """
+
+    def __init__(self, stream: Any, path: Path, limit: int) -> None:
+        self.stream, self.path, self.limit = stream, path, limit
+
+    def read(self, size: int = -1) -> bytes:
+        if size is None or size < 0 or size > self.limit:
+            raise KernelArchiveError(f"{self.path}: a tar header asks to read {size} bytes at once, over the "
+                                     f"{self.limit} a member may be: refused, nothing unpacked")
+        return bytes(self.stream.read(size))
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return int(self.stream.seek(offset, whence))
+
+    def tell(self) -> int:
+        return int(self.stream.tell())
+
+
+@contextlib.contextmanager
+def _open(path: Path) -> Iterator[tarfile.TarFile]:
+    """The kernel file as a tar (gzip'd, as ``write_archive`` makes it, or plain), read through ``_BoundedReads``."""
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
@@ -153,12 +181,19 @@ def _open(path: Path) -> tarfile.TarFile:
         kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else \
             "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
         raise KernelArchiveError(f"{path}: {kind}, not a kernel file `abbench kernels export` wrote")
-    try:
-        return tarfile.open(path, mode="r:*")
-    except FileNotFoundError:
-        raise KernelArchiveError(f"{path}: no such file") from None
-    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
-        raise KernelArchiveError(f"{path}: not a kernel file `abbench kernels export` wrote ({exc})") from None
+    with contextlib.ExitStack() as stack:
+        try:
+            raw = stack.enter_context(open(path, "rb"))
+            gzipped = raw.read(2) == b"\x1f\x8b"
+            raw.seek(0)
+            stream = stack.enter_context(gzip.GzipFile(fileobj=raw)) if gzipped else raw
+            bounded: Any = _BoundedReads(stream, path, MAX_MEMBER_BYTES + _CHUNK)  # the file API tarfile uses
+            tar = stack.enter_context(tarfile.open(fileobj=bounded, mode="r:"))
+        except FileNotFoundError:
+            raise KernelArchiveError(f"{path}: no such file") from None
+        except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
+            raise KernelArchiveError(f"{path}: not a kernel file `abbench kernels export` wrote ({exc})") from None
+        yield tar
 
 
 def _members(path: Path, tar: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
@@ -249,7 +284,7 @@ def read_archive(path: Path) -> KernelArchive:
                 pass
             files += 1
             size += member.size
-            names.add(member.name)
+            names.add(PurePosixPath(member.name).as_posix())  # "./x" is "x"
             folders.update(PurePosixPath(*parts[:i]).as_posix() for i in range(1, len(parts)))
             if len(parts) > 1:
                 kernels.add(parts[0])

@@ -28,7 +28,8 @@ def problem(info: os.stat_result, folder: bool) -> str | None:
     if info.st_uid != os.geteuid():
         return f"owned by uid {info.st_uid}, not by this user (uid {os.geteuid()})"
     if info.st_mode & 0o022:
-        return f"writable by other users (mode {stat.S_IMODE(info.st_mode):04o})"
+        return (f"writable by other users (mode {stat.S_IMODE(info.st_mode):04o}; `chmod go-w` it if it is yours "
+                "and nothing was planted in it)")
     return None
 
 
@@ -49,7 +50,8 @@ def open_no_follow(path: Path, flags: int, mode: int = 0o600) -> int:
     """``os.open`` that never follows a symbolic link at ``path`` and refuses anything but a regular file; the
     descriptor.  Raises NotPrivate naming the path where it is a link or no regular file."""
     try:
-        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+        # O_NONBLOCK: a FIFO planted there would block the open until a writer came (no effect on a file).
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode)
     except OSError as exc:
         if exc.errno == 40:  # ELOOP: the last component is a symbolic link
             raise NotPrivate(f"{path}: a symbolic link: refused") from None

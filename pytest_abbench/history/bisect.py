@@ -65,13 +65,16 @@ def _stop_on_sigterm(signum: int, frame: object) -> None:
 def end_session(child: subprocess.Popen[bytes], forward: bool) -> None:
     """End a step's session that was stopped: SIGTERM where this process got it alone (``forward``; a Ctrl-C
     reaches the whole process group, the session included), then wait for its report, then kill it."""
-    if forward and child.poll() is None:
-        child.send_signal(signal.SIGTERM)
     try:
+        if forward and child.poll() is None:
+            child.send_signal(signal.SIGTERM)
         child.wait(timeout=END_SESSION_S)
     except subprocess.TimeoutExpired:
-        child.kill()
-        child.wait()
+        pass
+    finally:  # also where a second Ctrl-C or SIGTERM cut the wait short: never leave it running
+        if child.poll() is None:
+            child.kill()
+            child.wait()
 
 
 def _tail(log: Path, lines: int = 15) -> str:
@@ -537,6 +540,7 @@ class Bisection:
             try:
                 return child.wait()
             except BaseException as exc:
+                step.answer = ""  # stopped in its session: run() names it so, whatever an earlier look said
                 end_session(child, forward=isinstance(exc, Stopped))
                 raise
 

@@ -35,7 +35,7 @@ from pytest_abbench.core.outcome import (ALL_FAILED, FAILED_SHAPES, IR_ONLY, NO_
 from pytest_abbench.core.exitcodes import NO_ROW_SUFFIX, UNREADABLE_SUFFIX
 from pytest_abbench.core.plan import CampaignPlan, read_plan
 from pytest_abbench.core.regimes import BOTH, BURST, REGIMES, STEADY
-from pytest_abbench.core.results import shape_energy
+from pytest_abbench.core.results import SKIPPED, shape_energy
 from pytest_abbench.core.results import read_results as shape_results
 from pytest_abbench.core.status import read_status
 from pytest_abbench.core.wording import count
@@ -66,12 +66,16 @@ def failed_cell_names(cells: Iterable[CellOutcome]) -> list[str]:
 
 
 def disagreements(rep: Report, root: Path) -> list[str]:
-    """Where ``rep`` (a report.json as read) says other than the root's status.tsv: a failed cell it does not list
-    (from which its exit code follows).  A report edited by hand, or written by anything but a session or
+    """Where ``rep`` (a report.json as read) claims a clean run and the root's status.tsv holds a failed row it does
+    not list (from which its exit code follows).  A report edited by hand, or written by anything but a session or
     ``abbench summary``, shows here; ``abbench gate`` and ``comment`` refuse it."""
     layout = RootLayout(root)
     problems: list[str] = []
-    cells = discover(layout, problems)
+    # A report that already says the run is not clean (stopped, a cell failed) stands: an interrupted or resumed
+    # session's report covers its own cells, and the root may hold more failed rows than it names.
+    if rep.offline_exit() != 0:
+        return []
+    cells = [c for c in discover(layout, problems) if c.status != NO_ROW]  # a folder without a row: a cell cut off
     found = []
     hidden = [name for name in failed_cell_names(cells) if name not in rep.failed_cells]
     if hidden:
@@ -279,12 +283,18 @@ def _read_rounds(rep: OpReport, by_round: _CellsByRound) -> dict[str, _ShapeRoun
 
 
 def failed_line(shape: str, cells: dict[str, str]) -> str:
-    """A failed shape in one line: which cells it failed in, and each distinct error once."""
-    errors = list(dict.fromkeys(cells.values()))
-    if set(cells) == {"r1-A", "r1-B"} and len(errors) == 1:
+    """A failed shape in one line: which cells it failed in, and each distinct error once; the cells that left it
+    out (``--skip-shapes``) are said apart."""
+    skipped = [cell for cell, error in cells.items() if error.startswith(f"{SKIPPED}:")]
+    failed = {cell: error for cell, error in cells.items() if cell not in skipped}
+    errors = list(dict.fromkeys(failed.values()))
+    if set(failed) == {"r1-A", "r1-B"} and len(errors) == 1:
         return f"{shape}: failed alike on both sides in round 1, so later rounds did not run it: {errors[0]}"
-    where = ", ".join(cells)
-    return f"{shape}: failed in {where}: " + "; ".join(errors)
+    said = [f"failed in {', '.join(failed)}: " + "; ".join(errors)] if failed else []
+    if skipped:  # round 1 ran it again since (a resume) and it did not fail there: say why it has no verdict
+        said.append(f"not run in {', '.join(skipped)}, where round 1 had failed it alike on both sides (start a new "
+                    "root to time it in every round)")
+    return f"{shape}: " + "; ".join(said)
 
 
 def _pct_pair(ci: tuple[float, float] | None) -> tuple[float, float] | None:

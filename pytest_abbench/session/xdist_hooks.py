@@ -24,6 +24,7 @@ from pytest_abbench.session.root import op_fingerprints
 from pytest_abbench.core.settings import visible_gpus
 from pytest_abbench.session.campaign_session import SEED_INPUT, AbbenchSession
 from pytest_abbench.core.status import StatusFormatError
+from pytest_abbench.core.private import NotPrivate, private_folder
 from pytest_abbench.session.transport import (SHIPPED_ATTR, CampaignLocator, ShippedCell, campaign_name, resume_seed,
                                               scratch_base)
 
@@ -110,6 +111,12 @@ class XdistHooks:
         write is a usage error naming it, before any worker starts (each worker would die at its first cell,
         seen here only as "worker died: lost")."""
         base = scratch_base(self.session.settings.worker_scratch)
+        try:
+            private_folder(base)
+        except NotPrivate:
+            return  # not this user's alone: each worker measures in a private folder of its own and says so
+        except OSError:
+            pass  # cannot be made: said below, with the OS's reason
         try:
             base.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryFile(dir=base):

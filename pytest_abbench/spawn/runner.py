@@ -31,7 +31,7 @@ from pytest_abbench.spawn.strategy import CellSpawn, ExecSpawn, ForkSpawn
 from pytest_abbench.core.fileio import CorruptFileError
 from pytest_abbench.core.cellfiles import (KERNEL_COUNTS_FILE, CellTiming, KernelCounts, add_counts, read_timing,
                                            write_timing)
-from pytest_abbench.core.results import failed_alike, read_results
+from pytest_abbench.core.results import SKIPPED, failed_alike, read_results
 from pytest_abbench.checks.irgate import ttgir_files
 from pytest_abbench.core.layout import (SHARES_FILE, SIDES, TIMING_FILE, CellKey, RootLayout, ir_dir, markers_log,
                                         results_file, run_log)
@@ -627,6 +627,8 @@ def count_shapes(cell_dir: Path) -> tuple[int, int, list[str]]:
         for rec in read_results(path):
             if rec.ok:
                 success += 1
+            elif rec.status == SKIPPED:  # --skip-shapes: round 1's failure, not this cell's
+                continue
             else:
                 failed += 1
                 problems.append(f"shape {rec.shape}: {rec.status}: {rec.error or ''}")
