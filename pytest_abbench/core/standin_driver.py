@@ -5,8 +5,9 @@ Scripts in the form of Triton's tutorials ask the driver at import: ``get_active
 tensors' device, ``get_current_target()`` for the backend and architecture, ``utils.get_device_properties(i)``
 for SM count, shared memory, registers and warp size, and ``torch.cuda.get_device_capability()``.  Here each
 answers for the IR target (``--ab-ir-target``, default ``cuda:90``): the target itself, and that GPU's datasheet
-values, keyed as the CUDA driver's ``cuDeviceGetAttribute`` answers reach Triton.  Anything else asked of it
-fails with a message that says why, not as a missing attribute.
+values, keyed as the CUDA driver's ``cuDeviceGetAttribute`` answers reach Triton.  A compiled kernel is "loaded" by
+reading its cubin (registers, spills) and launched in the interpreter where launches run (``launches_run``).
+Anything else asked of it fails with a message that says why (an AttributeError, as Triton's own probes expect).
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ class _Utils:
 
     def __getattr__(self, name: str) -> Any:
         raise NoGpuHere(f"there is no GPU here: driver.active.utils.{name} needs one (this process answers "
-                           f"for the IR target {self._target} without a GPU)")
+                        f"for the IR target {self._target} without a GPU)")
 
 
 class StandInDriver:
@@ -132,7 +133,7 @@ class StandInDriver:
 
     def __getattr__(self, name: str) -> Any:
         raise NoGpuHere(f"there is no GPU here: the driver's {name!r} needs one (this process answers for the IR "
-                           f"target {self.target_text} without a GPU)")
+                        f"target {self.target_text} without a GPU)")
 
 
 _run_launches = False  # whether a launch through the stand-in runs the kernel (in the interpreter)
