@@ -143,10 +143,12 @@ def test_bisect_names_the_first_slower_commit_and_skips_the_broken_one(pytester:
     assert first_tree["A"] == shas[0] and first_tree["B"] == shas[8]
     # BAD and the first slower commit: slower beyond the margin.  The two good steps run GOOD's code on both sides;
     # a few percent between two processes can still be resolved by 2 rounds (-3.0% [-5.6 ~ -0.2] was seen), which
-    # reads "faster" within the +-100% margin: either way not a slowdown, which is what bisect asks of them.
+    # reads "faster" within the +-100% margin, and one disturbed round of two leaves the interval open on a shared
+    # 2-core machine (+1.4% [-75.1 ~ +308.4], inconclusive, was seen in CI): either way no direction beyond the
+    # margin, which is what bisect asks of them (its own answer, "good", is checked above).
     verdicts = [(r.shapes[0].verdict, r.shapes[0].within_margin) for r in runs]
     assert verdicts[0] == verdicts[3] == ("slower", False), verdicts
-    assert all(verdict == "same" or within for verdict, within in verdicts[1:3]), verdicts
+    assert all(verdict in ("same", "inconclusive") or within for verdict, within in verdicts[1:3]), verdicts
 
     shown = pytester.run(sys.executable, "-m", "pytest_abbench.cli", "history", "--op", "add")
     assert shown.ret == 0, shown.stdout.str()
