@@ -38,6 +38,7 @@ from pytest_abbench.core.layout import ABBENCH_DIR, BISECT_DIR, RootLayout
 from pytest_abbench.core.settings import HISTORY_OFF
 from pytest_abbench.history import git
 from pytest_abbench.report.model import Report, read_report
+from pytest_abbench.spawn.cellrun import log_tail
 from pytest_abbench.report.stats import ALPHA, difference, pct
 
 # Exit codes of ``abbench bisect`` (docs/guide/history.md).
@@ -78,10 +79,8 @@ def end_session(child: subprocess.Popen[bytes], forward: bool) -> None:
 
 
 def _tail(log: Path, lines: int = 15) -> str:
-    try:
-        return "\n".join(log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-lines:])
-    except OSError as exc:
-        return f"(unreadable: {exc.strerror or exc})"
+    """The last ``lines`` lines of a step's log (``cellrun.log_tail`` reads only its end: a session logs a lot)."""
+    return "\n".join(log_tail(log).strip().splitlines()[-lines:])
 
 GOOD, BAD, SKIP, INCONCLUSIVE, FAILED = "good", "bad", "skip", "inconclusive", "failed"
 SPLIT = "split"  # --ab-regime both: slower under one regime and not under the other
