@@ -497,21 +497,23 @@ def row_max_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 def row_max(x):
     out = torch.empty(x.shape[0], device=x.device)
-    kernel = row_max_kernel.warmup(x, out, x.shape[1], BLOCK=16, num_warps=1, grid=(1,))
+    block = triton.next_power_of_2(x.shape[1])
+    kernel = row_max_kernel.warmup(x, out, x.shape[1], BLOCK=block, num_warps=1, grid=(1,))
     kernel._init_handles()
     assert kernel.n_regs > 0 and kernel.n_spills == 0 and kernel.metadata.shared >= 0, kernel.n_regs
-    kernel[(x.shape[0], 1, 1)](x, out, x.shape[1], 16)
+    kernel[(x.shape[0], 1, 1)](x, out, x.shape[1], block)
     return out
 
 
-x = torch.rand(3, 16, device=DEVICE)
-assert torch.equal(row_max(x), x.max(dim=1).values), "the kernel's output at import"
+for columns in (16, 32):  # the second compiles after the first ran
+    x = torch.rand(3, columns, device=DEVICE)
+    assert torch.equal(row_max(x), x.max(dim=1).values), "the kernel's output at import"
 
 
 @triton.testing.perf_report(triton.testing.Benchmark(x_names=['rows'], x_vals=[2], line_arg='provider',
                             line_vals=['triton'], line_names=['Triton'], ylabel='ms', plot_name='row-max', args={}))
 def bench(rows, provider):
-    x = torch.rand(rows, 16, device=DEVICE)
+    x = torch.rand(rows, 64, device=DEVICE)  # another block size: the kernel compiles again
     return triton.testing.do_bench(lambda: row_max(x))
 '''
 
@@ -528,3 +530,14 @@ def test_ir_triage_reads_a_tutorial_form_script_without_a_gpu(campaign_dir: pyte
                                                "-p", "no:cacheprovider")
     assert result.ret == 0, result.stdout.str()
     result.stdout.fnmatch_lines([f"== {op}: rounds 0/1, *IR gate no_diff (compiled at core for cuda:90)"])
+
+
+def test_a_kernel_compiled_by_warmup_is_timed_in_the_interpreter(campaign_dir: pytest.Pytester) -> None:
+    # Under the interpreter, warmup compiles for the IR target (registers and shared memory as on that GPU) and the
+    # compiled kernel's launch runs interpreted; a compile after an interpreted launch sees the language unpatched.
+    campaign_dir.makepyfile(bench=COMPILED_AT_IMPORT)
+    result = campaign_dir.runpytest_subprocess("bench.py", "--ab-perf-report", "--ab-provider", "triton",
+                                               "--ab-switch-env", "ABBENCH_TEST_SWITCH=1", "--ab-rounds", "1",
+                                               "-p", "no:cacheprovider")
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["== row-max: rounds 1/1, *"])

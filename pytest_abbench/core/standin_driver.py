@@ -250,4 +250,105 @@ def install(target: str, interpreter: bool = False) -> StandInDriver:
     answer_torch_queries(target)
     if interpreter:
         _run_launches = True
+        _compile_on_warmup()
     return stand_in
+
+
+@contextlib.contextmanager
+def _compilable_helpers(kernel: Any) -> Iterator[None]:
+    """While a kernel compiles in the interpreter's process, ``triton.language`` is as without the interpreter:
+
+    - the ``@jit`` functions a kernel may call (``triton.language``'s own, such as ``tl.max``, and those of the
+      kernel's module) are compiled functions: under ``TRITON_INTERPRET=1`` they were made interpreted functions,
+      which the compiler would call as Python;
+    - the language's builtins are its own: an interpreted ``@jit`` helper's call patches them for the interpreter
+      and leaves them patched (Triton restores only a kernel launch's patches).
+    """
+    import sys
+
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    modules: list[Any] = [m for name, m in list(sys.modules.items()) if name == "triton.language" or
+                          name.startswith("triton.language.")]
+    modules.append(sys.modules.get(kernel.__module__))
+    swapped: list[tuple[Any, str, Any]] = []
+    for obj, name, original in list(_pristine.values()):
+        swapped.append((obj, name, getattr(obj, name, _ABSENT)))
+        _set_or_delete(obj, name, original)
+    for module in modules:
+        for name, value in list(vars(module).items()) if module is not None else []:
+            if isinstance(value, InterpretedFunction):
+                swapped.append((module, name, value))
+                setattr(module, name, _compiled_twin(value, JITFunction))
+    try:
+        yield
+    finally:
+        for obj, name, value in reversed(swapped):
+            _set_or_delete(obj, name, value)
+
+
+_ABSENT = object()
+# Each attribute the interpreter ever patched in this process, with its value before the first patch.
+_pristine: dict[tuple[int, str], tuple[Any, str, Any]] = {}
+
+
+def _set_or_delete(obj: Any, name: str, value: Any) -> None:
+    if value is _ABSENT:
+        if hasattr(obj, name):
+            delattr(obj, name)
+    else:
+        setattr(obj, name, value)
+
+
+def _note_pristine_values() -> None:
+    """Record the value each interpreter patch replaces, the first time it is replaced (``_compilable_helpers``)."""
+    from triton.runtime import interpreter
+
+    scope_cls = getattr(interpreter, "_LangPatchScope", None)
+    if scope_cls is None or getattr(scope_cls.set_attr, "notes_pristine", False):
+        return
+    set_attr = scope_cls.set_attr
+
+    def noting_set_attr(self: Any, obj: object, name: str, value: object) -> None:
+        _pristine.setdefault((id(obj), name), (obj, name, getattr(obj, name, _ABSENT)))
+        set_attr(self, obj, name, value)
+
+    setattr(noting_set_attr, "notes_pristine", True)
+    scope_cls.set_attr = noting_set_attr
+
+
+_twins: dict[Any, Any] = {}  # an interpreted function's compiled twin, made once (it caches what it compiles)
+
+
+def _compiled_twin(interpreted: Any, jit_function: Any) -> Any:
+    twin = _twins.get(interpreted.fn)
+    if twin is None:
+        twin = _twins[interpreted.fn] = jit_function(interpreted.fn, **interpreted.kwargs)
+    return twin
+
+
+def _compile_on_warmup() -> None:
+    """Under the interpreter, ``kernel.warmup(...)`` compiles the kernel for the IR target, as it would on that GPU,
+    instead of returning None: Triton's fused-softmax tutorial reads ``n_regs`` and ``metadata.shared`` from what
+    ``warmup`` returns to size its grid, then launches it (here: in the interpreter, through ``_Launcher``)."""
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    if getattr(InterpretedFunction.run, "compiles_on_warmup", False):
+        return
+    _note_pristine_values()
+    original = InterpretedFunction.run
+    compilable: dict[Any, Any] = {}
+
+    def run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
+        if not warmup:
+            return original(self, *args, grid=grid, warmup=warmup, **kwargs)
+        jit = compilable.get(self.fn)
+        if jit is None:
+            jit = compilable[self.fn] = JITFunction(self.fn)
+        with _compilable_helpers(self.fn):
+            return jit.run(*args, grid=grid, warmup=True, **kwargs)
+
+    setattr(run, "compiles_on_warmup", True)
+    setattr(InterpretedFunction, "run", run)
