@@ -18,6 +18,8 @@ EVIDENCE = REPO / "docs" / "evidence"
 LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 # docs/evidence/NAME in prose or code: a glob such as h200-scale-2gpu*.txt is no single file and is not matched.
 EVIDENCE_MENTION = re.compile(r"docs/evidence/((?:archive/)?[\w.+-]+\.\w+)(?![\w*])")
+# A raw file's own name, as the evidence index and tables of runs give it: the card (or cpu), then the run.
+RAW_NAME = re.compile(r"(?<![\w/*-])((?:h100|h200|cpu)-[\w.+-]*?\.(?:txt|md|json|jsonl|tsv|csv))(?![\w*])")
 FENCE = re.compile(r"^(```|~~~).*?^\1", re.DOTALL | re.MULTILINE)
 
 
@@ -54,6 +56,12 @@ def missing_evidence(page: Path, evidence: Path = EVIDENCE) -> list[str]:
     return sorted({name for name in EVIDENCE_MENTION.findall(text) if not (evidence / name).is_file()})
 
 
+def unknown_raw_names(page: Path, evidence: Path = EVIDENCE) -> list[str]:
+    """Raw-file names a page mentions that are neither in docs/evidence/ nor in its archive/."""
+    kept = {path.name for path in evidence.rglob("*") if path.is_file()}
+    return sorted(set(RAW_NAME.findall(page.read_text(encoding="utf-8"))) - kept)
+
+
 @pytest.mark.parametrize("page", pages(), ids=lambda page: str(page.relative_to(REPO)))
 def test_every_relative_link_names_a_file_that_exists(page: Path) -> None:
     assert broken_links(page) == [], f"{page.relative_to(REPO)} links to files that do not exist"
@@ -62,6 +70,7 @@ def test_every_relative_link_names_a_file_that_exists(page: Path) -> None:
 @pytest.mark.parametrize("page", pages(), ids=lambda page: str(page.relative_to(REPO)))
 def test_every_evidence_file_a_page_names_exists(page: Path) -> None:
     assert missing_evidence(page) == [], f"{page.relative_to(REPO)} names evidence files that do not exist"
+    assert unknown_raw_names(page) == [], f"{page.relative_to(REPO)} names raw runs kept nowhere under docs/evidence/"
 
 
 def test_a_broken_link_and_a_missing_evidence_file_are_found(tmp_path: Path) -> None:
@@ -73,6 +82,8 @@ def test_a_broken_link_and_a_missing_evidence_file_are_found(tmp_path: Path) -> 
     page.write_text("[gone](evidence/no-such-run.txt), [here](index.md#top), [raw](evidence/run.txt),\n"
                     "[web](https://example.org/x.md), [anchor](#top), [out](../../elsewhere.md),\n"
                     "`docs/evidence/no-such-run.txt`, `docs/evidence/run.txt`, `docs/evidence/h200-scale-2gpu*.txt`\n"
+                    "a run by its name: h200-gone-run.txt, h200-run*.txt\n"
                     "```\n[in a fence](nowhere.md)\n```\n", encoding="utf-8")
     assert broken_links(page, tmp_path) == ["evidence/no-such-run.txt", "../../elsewhere.md (outside the repository)"]
     assert missing_evidence(page, tmp_path / "docs" / "evidence") == ["no-such-run.txt"]
+    assert unknown_raw_names(page, tmp_path / "docs" / "evidence") == ["h200-gone-run.txt"]
