@@ -341,8 +341,9 @@ BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
 def load_benchmark(name: str) -> ModuleType:
-    """``benchmarks/<name>.py`` imported as module ``name`` (the scripts are no package)."""
-    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    """``benchmarks/<room>/<name>.py`` imported as module ``name`` (the scripts are no package)."""
+    (path,) = BENCHMARKS.glob(f"*/{name}.py")  # one script of that name across the rooms
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses look their module up by name

@@ -1,4 +1,4 @@
-"""benchmarks/nvml_energy.py on the CPU: its figures from a made-up counter trace (CI has no GPU), and its exit
+"""benchmarks/regimes/nvml_energy.py on the CPU: its figures from a made-up counter trace (CI has no GPU), and its exit
 without one."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from helpers import BENCHMARKS, load_benchmark
 
-SCRIPT = BENCHMARKS / "nvml_energy.py"
+SCRIPT = BENCHMARKS / "regimes" / "nvml_energy.py"
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""benchmarks/regime_reference.py on the CPU: its statistics and its line, its burst and steady loops driven by a
+"""benchmarks/regimes/regime_reference.py on the CPU: its statistics and its line, its burst and steady loops driven by a
 stand-in for the H200 (CI has no GPU: the stand-in's clocks, power and reasons are the card's, its windows take no
 time), and its dry run in a real subprocess."""
 
@@ -18,7 +18,7 @@ from helpers import BENCHMARKS, load_benchmark
 from pytest_abbench.core import regimes
 from pytest_abbench.report.stats import interval, pct
 
-SCRIPT = BENCHMARKS / "regime_reference.py"
+SCRIPT = BENCHMARKS / "regimes" / "regime_reference.py"
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
-"""benchmarks/settle_replay.py on the CPU: a settling recorded from a stand-in for the H200's NVML (CI has no GPU:
-the stand-in's clocks, power, counter and temperature are the test's) replays to the moment the live settling
+"""benchmarks/regimes/settle_replay.py on the CPU: a settling recorded from a stand-in for the H200's NVML (CI has
+no GPU: the stand-in's clocks, power, counter and temperature are the test's) replays to the moment the live settling
 ended, a changed constant moves it, and the script's command line names a bad constant."""
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from test_regimes import FakeClock, QueueingKernel, StandInGpu, counter
 
 from pytest_abbench.child import regime
 from pytest_abbench.core import regimes
+
+SCRIPT = BENCHMARKS / "regimes" / "settle_replay.py"
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +48,7 @@ def recorded(replay: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
     monkeypatch.setattr(regime, "judge", original)
     assert seen[0][4], "a queueing timer's settling polls the counter"
     path = tmp_path / "settle.jsonl"
-    monkeypatch.syspath_prepend(str(BENCHMARKS))  # the script imports its neighbours, as run from benchmarks/
+    monkeypatch.syspath_prepend(str(BENCHMARKS / "regimes"))  # the script imports its neighbours, as run from its room
     load_benchmark("settle_trace").record(path, "stand-in", 1, 0.0, seen[0])  # as --record writes it on a GPU
     return path, settling.waited_s
 
@@ -68,25 +70,25 @@ def test_a_recorded_settling_replays_to_where_the_live_one_ended_and_a_changed_c
 def test_the_command_line_replays_a_file_and_names_a_bad_constant(
         replay: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     path, live_s = recorded(replay, monkeypatch, tmp_path)
-    run = subprocess.run([sys.executable, str(BENCHMARKS / "settle_replay.py"), str(path),
+    run = subprocess.run([sys.executable, str(SCRIPT), str(path),
                           "--set", "STEADY_TEMP_SLOPE_C_S=5"], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert "; STEADY_TEMP_SLOPE_C_S=5" in run.stdout and "-- stand-in: 1 of 1 settled, mean" in run.stdout
     # A span set for the whole regime carries to the constants derived from it, as core/regimes.py derives them.
-    run = subprocess.run([sys.executable, str(BENCHMARKS / "settle_replay.py"), str(path),
+    run = subprocess.run([sys.executable, str(SCRIPT), str(path),
                           "--set", "STEADY_POWER_SPAN_S=0.5"], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0 and run.stdout.splitlines()[0].endswith(
         "; STEADY_CAP_POWER_SPAN_S=0.5, STEADY_MIN_S=1.1, STEADY_POWER_SPAN_S=0.5"), run.stdout + run.stderr
     for bad, said in (("NO_SUCH=1", "NO_SUCH is not a numeric constant"), ("STEADY_MIN_S=x", "'x' is not a number"),
                       ("STEADY_LAST_K=5.7", "STEADY_LAST_K is a whole number")):
-        run = subprocess.run([sys.executable, str(BENCHMARKS / "settle_replay.py"), str(path), "--set", bad],
+        run = subprocess.run([sys.executable, str(SCRIPT), str(path), "--set", bad],
                              capture_output=True, text=True, timeout=120)
         assert run.returncode == 1 and said in run.stderr, (bad, run.stderr)
     good = json.loads(path.read_text())
     for field, value in (("readings", 3), ("times", good["times"][:-1]), ("counter", [[1.0, 2.0]]),
                          ("counter", 5)):
         (tmp_path / "bad.jsonl").write_text(json.dumps({**good, field: value}) + "\n")
-        run = subprocess.run([sys.executable, str(BENCHMARKS / "settle_replay.py"), str(tmp_path / "bad.jsonl")],
+        run = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "bad.jsonl")],
                              capture_output=True, text=True, timeout=120)
         assert run.returncode == 2 and run.stderr.startswith(
             f"settle_replay: {tmp_path / 'bad.jsonl'}:1: field '{field}'"), (field, run.stderr)

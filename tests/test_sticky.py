@@ -2,7 +2,7 @@
 
 Without a GPU no CUDA context can be poisoned, so the first shape's build raises the
 error text CUDA gives for an out-of-bounds write (a fake standing for the real
-fault; the H200 check is benchmarks/gpu_sticky.sh).  A device out-of-memory
+fault; the H200 check is benchmarks/gpu/gpu_sticky.sh).  A device out-of-memory
 error is not sticky: the shapes after it run in the same process.
 """
 

@@ -1,4 +1,4 @@
-"""The verdict rule's properties on the seeded simulator's quick grid (benchmarks/verdict_sim.py).
+"""The verdict rule's properties on the seeded simulator's quick grid (benchmarks/sim/verdict_sim.py).
 
 Each setting is a root written as cells write it and scored by build_report, the
 code `abbench summary` runs; the full grid and its table are in docs/verdicts.md.
