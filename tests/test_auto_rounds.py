@@ -81,7 +81,9 @@ def test_a_settled_op_stops_early_an_unsettled_one_runs_to_the_cap_and_resume_de
     assert "every shape of planted settled after 3 rounds" in out  # the skip's reason (-rs)
     assert "rounds auto, 3 to 4" in out and "ops stopped: 1 every shape settled, 1 the cap reached" in out
     assert "== planted: rounds 3 of up to 4 (every shape settled)" in out
-    assert "== seesaw: rounds 4 of up to 4 (the cap reached: 1 shape(s) unsettled)" in out
+    # The op held to the cap names its shape and the rule that held it.
+    assert re.search(r"== seesaw: rounds 4 of up to 4 \(the cap reached; held by 1 shape\(s\): n=1 \(inconclusive, "
+                     r"90% interval \d+\.\d points wide > margin 2\)\)", out), out
     assert "abbench: exit 0" in out  # skipped rounds are neither missing nor failed
     # The time left: the rounds every op runs, then the most the rest may take (tests/test_progress.py has figures).
     assert re.search(r"round 1 done, .* about \S+ left \(rough: [^)]*\), up to \S+ if ops need all 4 rounds "
@@ -91,7 +93,7 @@ def test_a_settled_op_stops_early_an_unsettled_one_runs_to_the_cap_and_resume_de
     assert report["complete"] and not report["failed_cells"]
     ops = {o["op"]: o for o in report["ops"]}
     assert ops["planted"]["shapes"][0]["verdict"] == "slower" and ops["planted"]["stopped"] == "settled"
-    assert ops["seesaw"]["stopped"] == "cap" and ops["seesaw"]["unsettled"] == ["n=1"]
+    assert ops["seesaw"]["stopped"] == "cap" and [u.split()[0] for u in ops["seesaw"]["unsettled"]] == ["n=1"]
     assert report["auto_rounds"] == {"first": 3, "last": 4, "rounds_run": 7, "settled": 1, "cap": 1, "budget": 0}
     # The plan keeps the energy target the looks used, so a later report judges with it (no energy here: the CPU).
     assert json.loads((root / "campaign.json").read_text())["plan"]["energy_target_pct"] == 5.0
@@ -103,7 +105,7 @@ def test_a_settled_op_stops_early_an_unsettled_one_runs_to_the_cap_and_resume_de
     rows = _rows(root)
     assert [rows[(r, "planted", s)] for r in (4, 5) for s in ("A", "B")] == [SETTLED] * 4
     assert [rows[(5, "seesaw", s)] for s in ("A", "B")] == ["ok", "ok"]
-    assert "== seesaw: rounds 5 of up to 5 (the cap reached: 1 shape(s) unsettled)" in resumed.stdout.str()
+    assert "== seesaw: rounds 5 of up to 5 (the cap reached; held by 1 shape(s): n=1 (" in resumed.stdout.str()
     assert "== planted: rounds 3 of up to 5 (every shape settled)" in resumed.stdout.str()
 
 

@@ -267,7 +267,7 @@ def test_auto_rounds_add_a_round_while_a_shapes_energy_interval_is_wider_than_th
     assert mm.verdict == "slower" and mm.energy_ci_pct is not None
     half = (mm.energy_ci_pct[1] - mm.energy_ci_pct[0]) / 2
     assert half > 5.0
-    assert look.judged and not look.settled and look.unsettled == [f"mm (energy per call +-{half:.1f}%)"]
+    assert look.judged and not look.settled and look.unsettled == [f"mm (energy per call +-{half:.1f}% > +-5%)"]
     for off in (0.0, None, half + 0.1):  # the target off, or wide enough
         assert settled_after(tmp_path, "op", cells, dataclasses.replace(plan, energy_target_pct=off), None, 3).settled
     # The session's question before round 4: its plan's target decides.
@@ -279,7 +279,8 @@ def test_auto_rounds_add_a_round_while_a_shapes_energy_interval_is_wider_than_th
     assert stopped is not None and stopped[0] == SETTLED
     # An op that ran to the cap with only its energy unsettled: the report's rounds line counts that shape.
     capped = build_op("op", cells, None, dataclasses.replace(plan, rounds=3), 2.0, caliber.CaliberResult())
-    assert _rounds_text(capped, 3) == "rounds 3 of up to 3 (the cap reached: 1 shape(s) unsettled)"
+    assert _rounds_text(capped, 3) == (f"rounds 3 of up to 3 (the cap reached; held by 1 shape(s): mm (energy per "
+                                       f"call +-{half:.1f}% > +-5%))")
     # The option: a percentage, and only where rounds are added.
     result = pytester.runpytest("--ab-rounds", "6", "--ab-energy-target", "5", "-p", "no:cacheprovider")
     result.stderr.fnmatch_lines(["*--ab-energy-target 5: a target that adds rounds needs --ab-rounds auto*"])

@@ -362,7 +362,8 @@ def _judge_shapes(rep: OpReport, per_shape: dict[str, _ShapeRounds], margin_pct:
     for (shape, values), p_adjusted, own, aa_p in zip(judged.items(), adjusted, own_findings, aa_adjusted):
         rep.shapes.append(_shape_report(shape, values, rep.rounds_expected, margin_pct, p_adjusted, of_op + own, aa_p,
                                         rep.alpha))
-    rep.unsettled = [s.shape for s in rep.shapes if not sequential.shape_settled(s.verdict, s.ci90_pct, margin_pct)]
+    rep.unsettled = [_margin_unsettled(s, margin_pct) for s in rep.shapes
+                     if not sequential.shape_settled(s.verdict, s.ci90_pct, margin_pct)]
     for name in flags.FLAGS:
         carrying = sum(1 for s in rep.shapes if name in s.flags)
         if carrying:
@@ -484,11 +485,21 @@ def build_op(op: str, cells: list[CellOutcome], gate: irgate.GateDecision | None
     return rep
 
 
+def _margin_unsettled(s: ShapeReport, margin_pct: float) -> str:
+    """An unsettled shape and the rule that holds it (``sequential.shape_settled``): ``shape (inconclusive, 90%
+    interval 2.6 points wide > margin 2)``."""
+    if s.ci90_pct is None:
+        return f"{s.shape} ({s.verdict}, no interval)"
+    width = s.ci90_pct[1] - s.ci90_pct[0]
+    return f"{s.shape} ({s.verdict}, 90% interval {width:.1f} points wide > margin {margin_pct:g})"
+
+
 def _energy_unsettled(rep: OpReport, target_pct: float | None) -> list[str]:
     """The shapes with a settled verdict whose energy per call interval is wider than ``target_pct``
     (``shape (energy per call +-9.9%)``): under --ab-rounds auto they add rounds too."""
-    return [f"{s.shape} (energy per call +-{sequential.half_width(s.energy_ci_pct):.1f}%)"
-            for s in rep.shapes if s.shape not in rep.unsettled and s.energy_ci_pct is not None
+    held = {entry.partition(" (")[0] for entry in rep.unsettled}
+    return [f"{s.shape} (energy per call +-{sequential.half_width(s.energy_ci_pct):.1f}% > +-{target_pct:g}%)"
+            for s in rep.shapes if s.shape not in held and s.energy_ci_pct is not None
             and not sequential.energy_settled(s.energy_ci_pct, target_pct)]
 
 

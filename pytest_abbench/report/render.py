@@ -136,11 +136,16 @@ def auto_line(report: Report) -> str:
             f"{ALPHA:.0%}); ops stopped: {why}{mean}")
 
 
+UNSETTLED_SHOWN = 3  # the unsettled shapes an op's rounds line names; the rest are counted
+
+
 def _rounds_text(o: OpReport, rounds_planned: int) -> str:
     """``rounds 4/6``; with auto rounds ``rounds 4 of up to 10 (every shape settled)``."""
     if not o.stopped:
         return f"rounds {o.rounds_completed}/{o.rounds_expected}"
-    unsettled = f": {len(o.unsettled)} shape(s) unsettled" if o.unsettled else ""
+    shown = o.unsettled[:UNSETTLED_SHOWN] + ([f"{len(o.unsettled) - UNSETTLED_SHOWN} more"]
+                                            if len(o.unsettled) > UNSETTLED_SHOWN else [])
+    unsettled = f"; held by {len(o.unsettled)} shape(s): {', '.join(shown)}" if o.unsettled else ""
     return f"rounds {o.rounds_completed} of up to {rounds_planned} ({STOPPED_TEXT[o.stopped]}{unsettled})"
 
 
