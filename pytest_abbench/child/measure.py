@@ -29,7 +29,7 @@ from pytest_abbench.child.forking import fork_and_run
 from pytest_abbench.child.gpustate import GpuSampler, open_sampler
 from pytest_abbench.child.identity import build_identity, write_identity, write_side_record_hash
 from pytest_abbench.child.preload import import_in_cell, kept_out_only
-from pytest_abbench.child import standin_draws
+from pytest_abbench.child import kernelprofile, standin_draws
 from pytest_abbench.child.ircapture import enter_compile_only, fingerprints_stages, install_capture, merge_ir
 from pytest_abbench.child.layout_shift import hold_pads, pad_sizes
 from pytest_abbench.child.compilecount import CompileCounter
@@ -271,6 +271,10 @@ def measure_shapes(config: CellConfig, op: Op, shapes: Sequence[Shape], results:
                                     read_edges=not config.edges_unread)
                 phases["timing_s"] += time.perf_counter() - started
                 record_timing(results, base, timing)
+            if device == "cuda" and os.environ.get(envnames.ABBENCH_KERNEL_SPLIT) == "1":
+                started = time.perf_counter()  # after the windows: the profiler never runs inside one
+                kernelprofile.record_shape(results.parent, shape.id, case.run, log)
+                phases["check_s"] += time.perf_counter() - started
         except CapturePoisoned as exc:
             append_result(results, dataclasses.replace(base, status="poisoned", timer="cudagraph", error=exc.reason,
                                                        regime=regime))

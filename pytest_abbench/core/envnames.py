@@ -20,6 +20,9 @@ ABBENCH_SERVER_DIR = "ABBENCH_SERVER_DIR"
 XDG_RUNTIME_DIR = "XDG_RUNTIME_DIR"
 # Set by the user; core/cores.py reads it: compile processes at once, instead of cores over workers.
 ABBENCH_COMPILE_JOBS = "ABBENCH_COMPILE_JOBS"
+# Set by the user; child/measure.py reads it: "1" profiles each shape's calls after its timed windows on a GPU
+# (child/kernelprofile.py): the kernels one call launches, matched across the sides in the report.
+ABBENCH_KERNEL_SPLIT = "ABBENCH_KERNEL_SPLIT"
 # Set by spawn/runner.py; child/measure.py reads it: when the parent started the child (its start-up cost).
 ABBENCH_SPAWN_TIME = "ABBENCH_SPAWN_TIME"
 # Set by spawn/runner.py and campaign/probe.py; core/standin_driver.py reads it: the IR target a process without a

@@ -46,6 +46,7 @@ REFERENCE_DIR = "reference"  # --ab-reference: each op's reference process: what
 RUN_LOG = "run.log"
 MARKERS_LOG = "markers.log"  # the marker lines the plugin's own code wrote, apart from what a campaign prints
 RESULTS_FILE = "results.jsonl"
+KERNELS_FILE = "kernels.jsonl"  # ABBENCH_KERNEL_SPLIT: each shape's kernels per call (child/kernelprofile.py)
 IDENTITY_FILE = "run_identity.json"
 TIMING_FILE = "cell_timing.json"
 IR_DIR = "ir"

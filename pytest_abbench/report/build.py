@@ -24,7 +24,7 @@ from pytest_abbench.core.settings import DEFAULT_MARGIN_PCT, GATE_GEOMEAN, GATE_
 from pytest_abbench.report import cost, peak, reference
 from pytest_abbench.report import gpustate
 from pytest_abbench.report.model import SCHEMA_VERSION, OpReport, Report, ShapeReport
-from pytest_abbench.report import flags
+from pytest_abbench.report import flags, kernelsplit
 from pytest_abbench.report import sequential
 from pytest_abbench.report.flags import Finding, ShapeSeries
 from pytest_abbench.report.stats import (ALPHA, aa_bias, bh_adjust, bh_adjust_beyond, cv_pct, interval, judge,
@@ -482,6 +482,11 @@ def build_op(op: str, cells: list[CellOutcome], gate: irgate.GateDecision | None
     for shape_rep in rep.shapes:
         rep.verdicts[shape_rep.verdict] = rep.verdicts.get(shape_rep.verdict, 0) + 1
     rep.sign_flips = sum(1 for shape_rep in rep.shapes if shape_rep.sign_flip)
+    if look is None:  # the profiling passes matter to the report, not to a look
+        rep.kernel_splits, notes = kernelsplit.op_splits(
+            [c.cell_dir for c in cells if c.key.role == SIDES[0]], [c.cell_dir for c in cells if c.key.role == SIDES[1]],
+            {s.shape: (s.a_ms, s.b_ms) for s in rep.shapes})
+        rep.findings += notes
     return rep
 
 

@@ -152,6 +152,8 @@ class OpReport:
     unreadable: dict[str, list[str]] = field(default_factory=dict)
     # each shape that failed in a cell, in one line: where, and each distinct error once (report/build.py failed_line)
     failed_shapes: list[str] = field(default_factory=list)
+    # ABBENCH_KERNEL_SPLIT: shape -> its kernels per call matched across the sides (report/kernelsplit.py Split)
+    kernel_splits: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

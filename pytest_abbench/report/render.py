@@ -9,7 +9,7 @@ from __future__ import annotations
 from pytest_abbench.core.outcome import NO_IR_DIFF
 from pytest_abbench.report import cost
 from pytest_abbench.core import regimes
-from pytest_abbench.report import gpustate, peak
+from pytest_abbench.report import gpustate, kernelsplit, peak
 from pytest_abbench.report.flags import WITHHOLDING, holds_under
 from pytest_abbench.report.model import OpReport, Report, ShapeReport
 from pytest_abbench.report.sequential import look_alpha
@@ -371,6 +371,7 @@ def op_notes(o: OpReport, header_said: bool = False) -> list[str]:
                          "Benjamini-Hochberg across the op's shapes): directions no larger than it are withheld"
                          if biased else "no shape shows a bias"))
     lines += o.findings
+    lines += kernelsplit.report_lines(o.kernel_splits)
     lines += _unreadable_lines(o)
     lines += _failed_lines(o)
     withheld = [name for name in WITHHOLDING if o.flags.get(name)]  # the GPU's flags are on the GPU line
