@@ -36,9 +36,9 @@ if [ "${TESTS:-1}" = 1 ]; then
 fi
 for run in ${RUNS:-}; do
   case $run in
-    layer-norm) step layer-norm 05-layer-norm.py --ab-providers torch,triton ${ARGS:-};;
+    layer-norm) ABBENCH_KERNEL_SPLIT=1 step layer-norm 05-layer-norm.py --ab-providers torch,triton ${ARGS:-};;
     vector-add) step vector-add 01-vector-add.py --ab-providers torch,triton ${ARGS:-}; own vector-add 01-vector-add.py;;
-    matmul-mma) DISABLE=1 step matmul-mma 03-matrix-multiplication.py --ab-provider triton --ab-switch-env DISABLE_MMA_V3=1 ${ARGS:-};;
+    matmul-mma) ABBENCH_KERNEL_SPLIT=1 step matmul-mma 03-matrix-multiplication.py --ab-provider triton --ab-switch-env DISABLE_MMA_V3=1 ${ARGS:-};;
     softmax) step softmax 02-fused-softmax.py --ab-providers torch,triton ${ARGS:-}; own softmax 02-fused-softmax.py;;
     attention) step attention 06-fused-attention.py --ab-provider triton-fp16 --ab-switch-env DISABLE_MMA_V3=1 ${ARGS:-};;
     einsum)  # a public pytest-benchmark file (under-Peter/OMEinsum-Benchmarks), its device index 4 made 0
