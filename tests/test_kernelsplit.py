@@ -124,3 +124,6 @@ def test_the_report_shows_each_shapes_kernels_from_the_cells_profiling_passes(tm
     assert "kernel sum A 950.0 us, B 1150.0 us; against the cells' time per call: side A -5.0%, side B -4.2%" in out
     split = json.loads((tmp_path / "report.json").read_text())["ops"][0]["kernel_splits"]["n=4096"]
     assert [row["status"] for row in split["rows"]] == ["matched", "matched"]
+    # The markdown summary names the kernel that moved most.
+    assert main(["comment", str(tmp_path)]) == 0
+    assert "| op | n=4096 | `_layer_norm_bwd_dx` | +28.6% |" in capsys.readouterr().out

@@ -214,3 +214,17 @@ def _grid(value: Any) -> tuple[int, ...] | None:
 def report_lines(splits: dict[str, Any]) -> list[str]:
     """An op's kernel splits as report lines (``render``), shape by shape."""
     return [line for shape, data in splits.items() for line in render(split_from_json(data), shape)]
+
+
+def movers(splits: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """Per shape, the kernel that moved most: (shape, kernel, its delta or ``added``/``missing``); a kernel on one
+    side only counts as the largest move."""
+    out = []
+    for shape, data in splits.items():
+        rows = split_from_json(data).rows
+        if not rows:
+            continue
+        one_sided = [r for r in rows if r.delta_pct is None]
+        row = one_sided[0] if one_sided else max(rows, key=lambda r: abs(r.delta_pct or 0.0))
+        out.append((shape, row.label, f"{row.delta_pct:+.1f}%" if row.delta_pct is not None else row.status))
+    return out

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pytest_abbench.core import envnames
 from pytest_abbench.core.layout import RootLayout
-from pytest_abbench.report import render
+from pytest_abbench.report import kernelsplit, render
 from pytest_abbench.report.model import Report
 
 # Shapes listed under the op table at most: the table holds every op's verdicts, report.md every shape.
@@ -68,6 +68,12 @@ def render_markdown(report: Report) -> str:
                        render.interval_text(s.ci_pct)) for o, s in worth[:MAX_SHAPE_ROWS]]
         if len(worth) > MAX_SHAPE_ROWS:
             lines.append(f"\n... and {len(worth) - MAX_SHAPE_ROWS} more in report.md")
+    moved = [(o, *m) for o in report.ops for m in kernelsplit.movers(o.kernel_splits)]
+    if moved:
+        lines += ["", "The kernel that moved most, per shape (ABBENCH_KERNEL_SPLIT):", "",
+                  _row("op", "shape", "kernel", "its delta"), "| --- | --- | --- | ---: |"]
+        lines += [_row(render.op_title(o, report), shape, f"`{kernel}`", delta)
+                  for o, shape, kernel, delta in moved[:MAX_SHAPE_ROWS]]
     lines += ["", f"Every shape: `{RootLayout(Path(report.root)).report_md}`"]
     return "\n".join(lines) + "\n"
 
