@@ -81,12 +81,6 @@ def read_json(path: Path) -> Any:
         raise CorruptFileError(f"{path}: not valid JSON ({exc})") from None
 
 
-def iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
-    """Records of a JSON-lines file; a torn or corrupt line raises naming file and line."""
-    for _, record in numbered_jsonl(path):
-        yield record
-
-
 def numbered_jsonl(path: Path, on_bad: Callable[[CorruptFileError], None] | None = None
                    ) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, record) of a JSON-lines file; a torn or corrupt line raises naming file and line, or, with
