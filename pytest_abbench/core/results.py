@@ -285,10 +285,6 @@ class ShapeResult:
     work: dict[str, Any] = field(default_factory=dict)  # per call, as the campaign declares it: flops, bytes, dtype
     energy_span: EnergySpan | None = None  # steady, a queueing timer and the energy counter: around the windows
 
-    def window_states(self) -> list[GpuState | None]:
-        """The GPU state of each timed window; an older record's one state (None: it recorded none)."""
-        return [w.gpu_state for w in self.windows] if self.windows else [self.gpu_state]
-
     @property
     def ok(self) -> bool:
         return self.status == OK
