@@ -222,6 +222,14 @@ def test_a_bad_gpu_state_field_is_named(tmp_path: Path) -> None:
         list(read_results(path))
 
 
+def test_a_record_with_a_field_results_jsonl_does_not_hold_is_refused_naming_it(tmp_path: Path) -> None:
+    # The record-level gpu_state of records from before windows is no field of this format any more.
+    path = tmp_path / "results.jsonl"
+    path.write_text(json.dumps({"schema": 1, "shape": "s", "status": "ok", "gpu_state": {"reasons": []}}) + "\n")
+    with pytest.raises(FormatError, match=r"results.jsonl:1: field 'gpu_state': not a field of ShapeResult$"):
+        list(read_results(path))
+
+
 # -- the report ---------------------------------------------------------------------
 def _w(state: GpuState | None, condition: str | None = None) -> Window:
     """A timed window as the report reads it: its regime condition (None: a record from before regimes), state."""

@@ -187,12 +187,6 @@ class Fields:
         value: int | None = self._get(name, lambda v: v is None or _is_whole(v), "a whole number or null", None)
         return value
 
-    def wholes_or_none(self, name: str) -> list[int] | None:
-        value: list[int] | None = self._get(
-            name, lambda v: v is None or (isinstance(v, list) and all(_is_whole(x) for x in v)),
-            "a list of whole numbers or null", None)
-        return value
-
     def number(self, name: str, default: Any = _REQUIRED) -> Any:
         value = self._get(name, _is_number, "a number", default)
         return float(value) if _is_number(value) else value
@@ -276,6 +270,9 @@ class Fields:
         if origin in (Union, UnionType):
             if value is None and NoneType in args:
                 return None
+            arms = [a for a in args if a is not NoneType]
+            if len(arms) == 1 and dataclasses.is_dataclass(arms[0]) and isinstance(value, dict):
+                return self._conform(arms[0], value, name)  # its own error names the field inside it
             for one in (a for a in args if a is not NoneType):
                 try:
                     return self._conform(one, value, name)

@@ -70,9 +70,7 @@ class GpuReading:
 
     @classmethod
     def from_json(cls, data: Fields) -> "GpuReading":
-        numbers = {name: data.number_or_none(name) for name in cls.NUMBERS}
-        return cls(**numbers, reasons_mask=data.whole_or_none("reasons_mask"), reasons=data.texts("reasons", []),
-                   errors=data.text_map("errors", {}))
+        return data.dataclass(cls)
 
 
 @dataclass
@@ -99,13 +97,6 @@ class GpuState:
                 out[name] = reading.to_json()
         return out
 
-    @classmethod
-    def from_json(cls, data: Fields) -> "GpuState":
-        return cls(data.or_none("before", lambda n: GpuReading.from_json(data.nested(n))),
-                   data.or_none("after", lambda n: GpuReading.from_json(data.nested(n))),
-                   data.number_or_none("window_s"), data.number_or_none("energy_mj"), data.texts("reasons", []),
-                   data.text_or_none("not_recorded"))
-
 
 @dataclass
 class TimedWindow:
@@ -125,11 +116,6 @@ class TimedWindow:
         if self.detail:
             out["detail"] = self.detail
         return out
-
-    @classmethod
-    def from_json(cls, data: Fields) -> "TimedWindow":
-        return cls(data.text("condition"), data.number("waited_s"), data.whole("calls"), data.whole("samples"),
-                   GpuState.from_json(data.nested("gpu_state")), data.text("detail", ""))
 
 
 # NVML's energy counter moves in steps the driver updates every few tens of milliseconds: over the ten 4 ms windows
@@ -161,10 +147,6 @@ class EnergySpan:
 
     def to_json(self) -> dict[str, Any]:
         return {"energy_mj": self.energy_mj, "seconds": self.seconds, "edge_error_s": self.edge_error_s}
-
-    @classmethod
-    def from_json(cls, data: Fields) -> "EnergySpan":
-        return cls(data.number("energy_mj"), data.number("seconds"), data.number("edge_error_s"))
 
 
 @dataclass(frozen=True)
@@ -302,13 +284,9 @@ class ShapeResult:
 
     @classmethod
     def from_json(cls, data: Fields) -> "ShapeResult":
+        """A record, each field checked against its declared type (``Fields.dataclass``), nested ones included."""
         data.version(RESULTS_SCHEMA)
-        return cls(data.text("shape"), data.text("status"), data.mapping("params", {}), data.whole_or_none("index"),
-                   data.wholes_or_none("layout_pad_bytes"), data.text_or_none("timer"), data.numbers("samples_ms", []),
-                   data.number_or_none("median_ms"), data.whole_or_none("n"), data.text_or_none("marker"),
-                   data.text_or_none("error"), data.text_or_none("regime"), [TimedWindow.from_json(w) for w in data.objects("windows", [])],
-                   data.mapping("work", {}),
-                   data.or_none("energy_span", lambda name: EnergySpan.from_json(data.nested(name))))
+        return Fields(data.where, {k: v for k, v in data.data.items() if k != SCHEMA_FIELD}, data.prefix).dataclass(cls)
 
 
 def append_result(path: Path, result: ShapeResult) -> None:
