@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Concatenate, ParamSpec, TypeVar
 
@@ -121,8 +121,7 @@ class SourceTree:
     depth: int | None = None  # commits reachable from it: orders commits of one second along a branch
 
     def to_json(self) -> dict[str, Any]:
-        return {"role": self.role, "path": self.path, "commit": self.commit, "commit_time": self.commit_time,
-                "subject": self.subject, "dirty": self.dirty, "depth": self.depth}
+        return asdict(self)
 
 
 @dataclass
