@@ -97,7 +97,7 @@ def test_schema_is_versioned_and_a_newer_file_is_refused_by_name(tmp_path: Path)
     path = tmp_path / "history.sqlite"
     with History(path) as history:
         assert history.version == SCHEMA_VERSION
-    with History(path) as history:  # opened again: no migration runs twice
+    with History(path) as history:  # opened again: the schema is created once
         assert history.db.execute("SELECT version FROM schema_info").fetchone() == (SCHEMA_VERSION,)
     db = sqlite3.connect(path)
     db.execute("UPDATE schema_info SET version = ?", (SCHEMA_VERSION + 1,))
