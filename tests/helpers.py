@@ -22,7 +22,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Callable, Iterator
 
-from pytest_abbench.core.results import GpuReading, GpuState
+from pytest_abbench.core.regimes import NOT_CHECKED
+from pytest_abbench.core.results import GpuReading, GpuState, TimedWindow
 from pytest_abbench.core.status import StatusRow, append_status_row
 
 # A campaign of pure-torch ops: each op's build misbehaves in one documented
@@ -248,13 +249,17 @@ def parse_self_contained(text: str) -> Node:
     return doc
 
 
-def with_gpu_state(root: Path, state: Callable[[int, str, str], GpuState]) -> None:
-    """Give every record of a synthetic root the GPU state ``state(round, side, shape)``."""
+def with_gpu_state(root: Path, state: Callable[[int, str, str], GpuState | None]) -> None:
+    """Give every record of a synthetic root one timed window with the GPU state ``state(round, side, shape)``
+    (None: the record keeps no window)."""
     for results in root.glob("r*_*/*/results.jsonl"):
         rnd, side = int(results.parts[-3].split("_")[0][1:]), results.parts[-3].split("_")[1]
         records = [json.loads(line) for line in results.read_text().splitlines()]
         for record in records:
-            record["gpu_state"] = state(rnd, side, record["shape"]).to_json()
+            found = state(rnd, side, record["shape"])
+            if found is not None:
+                record["windows"] = [TimedWindow(NOT_CHECKED, 0.0, 0, len(record.get("samples_ms", [])),
+                                                 found).to_json()]
         results.write_text("".join(json.dumps(r) + "\n" for r in records))
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_abbench.child.autotune_pin import (AutotunePin, AutotuneRecordError, kernel_name, kernel_source,
-                                              prescreened, time_one_launch)
+from pytest_abbench.child.autotune_candidates import kernel_name, kernel_source, prescreened, time_one_launch
+from pytest_abbench.child.autotune_pin import AutotunePin, AutotuneRecordError
 from pytest_abbench.core.autotunerecord import AutotuneRecord, read_record, write_record
 
 BLOCK_16 = {"kwargs": {"BLOCK": 16}, "num_warps": 4, "num_stages": 3, "num_ctas": 1, "maxnreg": None}
@@ -226,7 +226,7 @@ def test_a_candidate_lock_is_held_in_a_private_folder_and_skipped_in_anyone_else
     import os
     import tempfile
 
-    from pytest_abbench.child.autotune_pin import candidate_lock
+    from pytest_abbench.child.autotune_candidates import candidate_lock
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
@@ -302,7 +302,7 @@ if sys.argv[3] in ("once", "short"):
     # under 1.5x the fastest launch, 64 at 1.5x, 128 over.  "short": the fastest launch is under 0.5 ms, too
     # short to rank by, and every candidate is screened.
     import triton.testing
-    from pytest_abbench.child import autotune_pin
+    from pytest_abbench.child import autotune_candidates
     ONCE = {16: 1.0, 32: 1.49, 64: 1.5, 128: 2.1}
     scale = 0.1 if sys.argv[3] == "short" else 1.0
     def one_launch(fn, quantiles=None):
@@ -310,7 +310,7 @@ if sys.argv[3] in ("once", "short"):
         calls.append(["once", current["BLOCK"]])
         return [ONCE[current["BLOCK"]] * scale] * 3
     triton.testing.do_bench = gpu_timer
-    autotune_pin.time_one_launch = one_launch
+    autotune_candidates.time_one_launch = one_launch
 heard = []  # Triton's autotuning listener (3.9 on): told of a key the pin tuned as of one Triton tuned.  Only
 # screened: Triton's own pass, unscreened, fails in the interpreter to find the JITFunction it tells the listener of.
 if getattr(triton.knobs.autotuning, "listener", "absent") is None and int(sys.argv[2]):

@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-from helpers import simple_campaign, synthetic_root
+from helpers import simple_campaign, synthetic_root, with_gpu_state
 
 from pytest_abbench.child.gpustate import GpuSampler, decode_reasons, open_sampler
 from pytest_abbench.core.fileio import FormatError
 from pytest_abbench.core.identity import GPU_SETTING_AXES
 from pytest_abbench.core.results import (ENERGY_COUNTER_UPDATE_S, ENERGY_MIN_S, REASON_BITS, GpuReading, GpuState,
-                                         ShapeResult, append_result, read_results)
+                                         ShapeResult, TimedWindow, append_result, read_results)
 from pytest_abbench.report import build_report, render_text, write_report
 from pytest_abbench.report.flags import CLOCKS_DIFFER, FLAGS, HW_SLOWDOWN, POWER_CAPPED, THERMAL
 from pytest_abbench.report.gpustate import Window, shape_flags, side_summary
@@ -198,26 +198,35 @@ def _state(sm: float, power: float, reasons: list[str], energy: float | None = 5
     return GpuState(before, after, 0.5, energy, reasons)
 
 
-def test_gpu_state_round_trips_and_older_records_read_without_it(tmp_path: Path) -> None:
+def test_gpu_state_round_trips_per_window(tmp_path: Path) -> None:
     path = tmp_path / "results.jsonl"
-    timed = ShapeResult("n=4", "ok", {"n": 4}, 0, None, "cudagraph", [1.0], 1.0, 1, None,
-                        gpu_state=_state(1395.0, 693.0, ["gpu_idle", "sw_power_cap"]))
-    absent = ShapeResult("n=8", "ok", {"n": 8}, 1, None, "wall", [1.0], 1.0, 1, None,
-                         gpu_state=GpuState(not_recorded="backend interpreter: the kernels run on no GPU"))
+    timed = ShapeResult("n=4", "ok", {"n": 4}, 0, None, "cudagraph", [1.0], 1.0, 1, None, regime="burst",
+                        windows=[TimedWindow("met", 0.1, 5, 1, _state(1395.0, 693.0, ["gpu_idle", "sw_power_cap"]))])
+    absent = ShapeResult("n=8", "ok", {"n": 8}, 1, None, "wall", [1.0], 1.0, 1, None, regime="burst",
+                         windows=[TimedWindow("met", 0.1, 5, 1, GpuState(
+                             not_recorded="backend interpreter: the kernels run on no GPU"))])
     append_result(path, timed)
     append_result(path, absent)
-    path.write_text(path.read_text() + json.dumps({"shape": "n=16", "status": "ok", "median_ms": 1}) + "\n")
-    assert list(read_results(path))[:2] == [timed, absent]
-    assert list(read_results(path))[2].gpu_state is None
+    assert list(read_results(path)) == [timed, absent]
     lines = [json.loads(line) for line in path.read_text().splitlines()]
-    assert lines[0]["schema"] == 1 and lines[0]["gpu_state"]["after"]["sm_clock_mhz"] == 1395.0
-    assert lines[1]["gpu_state"] == {"not_recorded": "backend interpreter: the kernels run on no GPU"}
+    assert lines[0]["schema"] == 1 and lines[0]["windows"][0]["gpu_state"]["after"]["sm_clock_mhz"] == 1395.0
+    assert lines[1]["windows"][0]["gpu_state"] == {"not_recorded": "backend interpreter: the kernels run on no GPU"}
 
 
 def test_a_bad_gpu_state_field_is_named(tmp_path: Path) -> None:
     path = tmp_path / "results.jsonl"
-    path.write_text(json.dumps({"shape": "s", "status": "ok", "gpu_state": {"after": {"power_w": "hot"}}}) + "\n")
-    with pytest.raises(FormatError, match=r"results.jsonl:1: field 'gpu_state.after.power_w': expected a number"):
+    window = {"condition": "met", "waited_s": 0.1, "calls": 5, "samples": 1, "gpu_state": {"after": {"power_w": "hot"}}}
+    path.write_text(json.dumps({"shape": "s", "status": "ok", "windows": [window]}) + "\n")
+    with pytest.raises(FormatError,
+                       match=r"results.jsonl:1: field 'windows\[0\]\.gpu_state.after.power_w': expected a number"):
+        list(read_results(path))
+
+
+def test_a_record_with_a_field_results_jsonl_does_not_hold_is_refused_naming_it(tmp_path: Path) -> None:
+    # The record-level gpu_state of records from before windows is no field of this format any more.
+    path = tmp_path / "results.jsonl"
+    path.write_text(json.dumps({"schema": 1, "shape": "s", "status": "ok", "gpu_state": {"reasons": []}}) + "\n")
+    with pytest.raises(FormatError, match=r"results.jsonl:1: field 'gpu_state': not a field of ShapeResult$"):
         list(read_results(path))
 
 
@@ -227,23 +236,9 @@ def _w(state: GpuState | None, condition: str | None = None) -> Window:
     return condition, state
 
 
-def _with_gpu(root: Path, state: Callable[[int, str, str], GpuState | None]) -> None:
-    """Give every record of a synthetic root the GPU state ``state(round, side, shape)``."""
-    for results in root.glob("r*_*/*/results.jsonl"):
-        rnd, side = int(results.parts[-3].split("_")[0][1:]), results.parts[-3].split("_")[1]
-        records = []
-        for line in results.read_text().splitlines():
-            record = json.loads(line)
-            found = state(rnd, side, record["shape"])
-            if found is not None:
-                record["gpu_state"] = found.to_json()
-            records.append(json.dumps(record))
-        results.write_text("\n".join(records) + "\n")
-
-
 def test_boost_clocks_on_both_sides_give_the_op_line_and_no_flag(tmp_path: Path) -> None:
     synthetic_root(tmp_path, {"s": [0.02, 0.03, 0.025], "t": [0.0, 0.01, -0.01]})
-    _with_gpu(tmp_path, lambda rnd, side, shape: _state(1980.0, 148.0 if side == "A" else 150.0, ["gpu_idle"]))
+    with_gpu_state(tmp_path, lambda rnd, side, shape: _state(1980.0, 148.0 if side == "A" else 150.0, ["gpu_idle"]))
     report = build_report(tmp_path)
     op = report.ops[0]
     # Six 0.5 s windows, each with edges of its own: too short for the energy counter's steps, so the line gives
@@ -254,7 +249,7 @@ def test_boost_clocks_on_both_sides_give_the_op_line_and_no_flag(tmp_path: Path)
                                  f"against the energy counter's ~{ENERGY_COUNTER_UPDATE_S * 1e3:.0f} ms updates (a "
                                  f"figure needs {ENERGY_MIN_S:g} s a stretch)",
                                  "temperature_first_c": 40.0, "temperature_last_c": 50.0,
-                                 "reason_share": {"gpu_idle": 1.0}}
+                                 "reason_share": {"gpu_idle": 1.0}, "conditions": {"not_checked": 6}}
     assert [s.flags for s in op.shapes] == [[], []]
     assert ("   GPU: A 1980 MHz 148 W (NVML avg), B 1980 MHz 150 W (NVML avg); power cap in 0% / 0% of windows; "
             "temperature first/last window A 40/50 C, B 40/50 C\n" in render_text(report))
@@ -270,7 +265,7 @@ def test_a_power_capped_side_at_lower_clocks_flags_its_shape(tmp_path: Path) -> 
         capped = side == "B" or rnd == 1
         return _state(1508.0 if side == "A" else 1395.0, 690.0, ["sw_power_cap"] if capped else [])
 
-    _with_gpu(tmp_path, state)
+    with_gpu_state(tmp_path, state)
     report = build_report(tmp_path)
     op = report.ops[0]
     mm, sum_ = op.shapes
@@ -330,14 +325,14 @@ def test_windows_not_recorded_are_counted_and_named() -> None:
     assert empty["recorded"] == 0 and empty["sm_clock_mhz"] is None and empty["energy_power_w"] is None
 
 
-def test_a_root_written_before_gpu_state_says_it_was_not_recorded(tmp_path: Path) -> None:
+def test_a_root_without_timed_windows_says_it_was_not_recorded(tmp_path: Path) -> None:
     synthetic_root(tmp_path, {"s": [0.02, 0.03, 0.025]})
     report = build_report(tmp_path)
     assert report.ops[0].shapes[0].flags == []
     lines = render_text(report).splitlines()
     # Said once, in the header; the op's block does not repeat it.
     assert [line for line in lines if "GPU state" in line] == [
-        "GPU state: not recorded (results.jsonl has no gpu_state (written before pytest-abbench recorded it))"]
+        "GPU state: not recorded (no timed window)"]
 
 
 def test_a_real_interpreter_cell_records_why_it_has_no_gpu_state(campaign_dir: pytest.Pytester,

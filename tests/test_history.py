@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -20,7 +21,7 @@ from pytest_abbench.core.outcome import SETTLED
 from pytest_abbench.core.plan import CampaignManifest, CampaignPlan, write_manifest
 from pytest_abbench.core.status import StatusRow, append_status_row
 from pytest_abbench.history import view
-from pytest_abbench.history.store import MIGRATIONS, SCHEMA_VERSION, History, HistoryError
+from pytest_abbench.history.store import SCHEMA_VERSION, History, HistoryError
 from pytest_abbench.report import build_report, write_report
 
 FAST = ("--ab-ir-target", "none", "--ab-samples", "1", "-p", "no:cacheprovider")
@@ -96,7 +97,7 @@ def test_schema_is_versioned_and_a_newer_file_is_refused_by_name(tmp_path: Path)
     path = tmp_path / "history.sqlite"
     with History(path) as history:
         assert history.version == SCHEMA_VERSION
-    with History(path) as history:  # opened again: no migration runs twice
+    with History(path) as history:  # opened again: the schema is created once
         assert history.db.execute("SELECT version FROM schema_info").fetchone() == (SCHEMA_VERSION,)
     db = sqlite3.connect(path)
     db.execute("UPDATE schema_info SET version = ?", (SCHEMA_VERSION + 1,))
@@ -156,44 +157,26 @@ def test_a_record_keeps_each_regime_every_flag_and_the_rounds_each_op_ran(tmp_pa
         f"s ({o['regime']})": [o["shapes"][0]["delta_pct"]] for o in report["ops"] if o["op"] == "settles"}
 
 
-def test_a_file_of_the_first_schema_version_migrates_and_keeps_its_runs(tmp_path: Path) -> None:
+def test_a_file_of_an_older_schema_is_refused_by_name_for_reading_and_writing(tmp_path: Path) -> None:
     path = tmp_path / "history.sqlite"
     old = sqlite3.connect(path, isolation_level=None)
-    for statement in MIGRATIONS[0]:  # a file as the first release wrote it
-        assert isinstance(statement, str)
-        old.execute(statement)
-    old.execute("UPDATE schema_info SET version = 1")
-    # Run 1 from before regimes were recorded, run 2 timed in steady state (its identity says so).
-    for root, identity in (("old", {"device": "H200"}), ("steady", {"device": "H200", "regime": "steady"})):
-        old.execute("INSERT INTO runs (recorded_at, root, exit_code, complete, rounds, margin_pct, switch, "
-                    "campaign_hash, campaign, sources, identity) VALUES (5.0, ?, 0, 1, 3, 2.0, 'X=1', 'h', '{}', "
-                    "'[]', ?)", (root, json.dumps(identity)))
-    for run_id in (1, 2):
-        old.execute("INSERT INTO ops VALUES (?, 'mm', 'verdict', 4.5, 4.0, 5.0)", (run_id,))
-        old.execute("INSERT INTO shapes VALUES (?, 'mm', 'n=8', 3, 1.0, 1.045, 4.5, 4.0, 5.0, 'slower', 0, "
-                    "'[\"drift\"]')", (run_id,))
+    old.execute("CREATE TABLE schema_info (version INTEGER NOT NULL)")
+    old.execute("INSERT INTO schema_info (version) VALUES (1)")
+    old.execute("CREATE TABLE runs (id INTEGER PRIMARY KEY)")
     old.close()
-    with pytest.raises(HistoryError, match="history schema version 1, older than"):
-        History(path, create=False)  # reading alone does not migrate
-    with History(path) as history:  # a session's end does
-        assert history.version == SCHEMA_VERSION
-        run, steady = history.runs()
-    assert (run.root, run.rounds, run.identity, run.auto_rounds) == ("old", 3, {"device": "H200"}, {})
-    (op,) = run.ops
-    assert (op.op, op.state, op.geomean_pct, op.geomean_ci_pct, op.regime, op.rounds_completed, op.stopped) == (
-        "mm", "verdict", 4.5, (4.0, 5.0), "", None, "")
-    (shape,) = run.shapes
-    assert (shape.shape, shape.delta_pct, shape.ci_pct, shape.verdict, shape.flags, shape.regime) == (
-        "n=8", 4.5, (4.0, 5.0), "slower", ["drift"], "")
-    # A run whose identity names its regime keeps it: its series goes on with the runs recorded after the upgrade.
-    assert [(o.regime, s.regime) for o, s in zip(steady.ops, steady.shapes)] == [("steady", "steady")]
-    # The migrated file takes a run of both regimes beside the old ones.
+    for create in (False, True):  # abbench history reads; a session's end writes
+        with pytest.raises(HistoryError, match=f"^{re.escape(str(path))}: history schema version 1, older than "
+                                               f"{SCHEMA_VERSION}, which this pytest-abbench no longer reads"):
+            History(path, create=create)
     root = tmp_path / "root"
     regimes_auto_gpu_root(root, tmp_path / "steady")
-    record_root(path, root, 0)
-    with History(path, create=False) as history:
-        runs = history.runs()
-    assert [r.root for r in runs] == ["old", "steady", "root"] and len(runs[2].ops) == 4
+    with pytest.raises(HistoryError, match="history schema version 1"):
+        record_root(path, root, 0)
+    old = sqlite3.connect(path)
+    assert old.execute("SELECT version FROM schema_info").fetchone() == (1,)  # left as it was
+    assert [r[0] for r in old.execute("SELECT name FROM sqlite_master WHERE type = 'table'")] == [
+        "schema_info", "runs"]
+    old.close()
 
 
 def test_a_session_records_its_root_by_default_and_not_with_off(campaign_dir: pytest.Pytester,

@@ -133,7 +133,7 @@ def test_config_text_is_parsed_or_named(ref: ModuleType) -> None:
 def test_a_roots_autotune_record_gives_the_config_its_cells_ran(ref: ModuleType, tmp_path: Path) -> None:
     import json
 
-    from pytest_abbench.child.autotune_pin import config_to_dict
+    from pytest_abbench.child.autotune_candidates import config_to_dict
 
     class Config:  # the fields of triton.Config that the record keeps
         kwargs, num_warps, num_stages, num_ctas, maxnreg = {"BM": 128, "BN": 256, "BK": 64}, 8, 3, 1, None

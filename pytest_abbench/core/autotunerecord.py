@@ -29,8 +29,8 @@ class AutotuneRecord:
     recorded_by: str = ""  # the cell that wrote it, ``r1-B``; "" in records of earlier releases
     carried_from: str = ""  # the earlier root's record round 1 side A took configs from (--ab-autotune-from)
     carried: int = 0  # how many of the entries it took from there instead of tuning
-    # Each entry's kernel code as it was when tuned (``child.autotune_pin.kernel_source``): a later session carries
-    # an entry only to the same code.  Missing in records of earlier releases.
+    # Each entry's kernel code as it was when tuned (``child.autotune_candidates.kernel_source``): a later session
+    # carries an entry only to the same code.  Missing in records of earlier releases.
     sources: dict[Ident, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:

@@ -4,7 +4,8 @@ A cell's child is killed (its whole process group) at ``child_s``; an op's
 round 1 first runs a parallel compile, killed at ``precompile_s``; the
 pytest-timeout guard around the parent's side of the cell (``guard_s``) sits
 above both plus the parent's own bookkeeping, so it fires only when the parent
-itself hangs.  The budget in force is written into the root (``budget.json``).
+itself hangs.  The budget in force is written into the root (``budget.json``) for
+people and tools; nothing in a session reads it back.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_abbench.core.fileio import CorruptFileError, read_json, write_json_atomic
+from pytest_abbench.core.fileio import write_json_atomic
 
 BUDGET_FILE = "budget.json"
 SCHEMA = 1
@@ -45,22 +46,3 @@ class CellBudget:
 def write_budget(root: Path, budget: CellBudget) -> None:
     """Record the budget this session runs under (a resumed root records the resuming session's)."""
     write_json_atomic(root / BUDGET_FILE, budget.to_json())
-
-
-def read_budget(root: Path) -> CellBudget | None:
-    """The budget recorded in ``root``; None where none was (a root of an earlier release)."""
-    path = root / BUDGET_FILE
-    if not path.exists():
-        return None
-    data = read_json(path)
-    if not isinstance(data, dict):
-        raise CorruptFileError(f"{path}: expected a JSON object, found {type(data).__name__}")
-    if data.get("schema", SCHEMA) != SCHEMA:  # without one: version 1, as every format of the root
-        raise CorruptFileError(f"{path}: field 'schema': expected {SCHEMA}, found {data.get('schema')!r}")
-    seconds: dict[str, float] = {}
-    for name in ("child_s", "precompile_s", "bookkeeping_s"):
-        value = data.get(name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise CorruptFileError(f"{path}: field {name!r}: expected seconds as a number, found {value!r}")
-        seconds[name] = float(value)
-    return CellBudget(**seconds)

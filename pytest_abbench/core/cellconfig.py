@@ -39,7 +39,8 @@ DEFAULT_DIRECT_REP_MS = 50
 DEFAULT_DIRECT_WARMUP_MS = 25
 DEFAULT_TUNER_CACHE = "per-cell"
 # A cell that tunes times each autotune candidate for this many ms of repeats first, then the ones near the
-# fastest for Triton's own 25 + 100 ms (child/autotune_pin.py ``screened_tuning``; --ab-autotune-screen, 0: off).
+# fastest for Triton's own 25 + 100 ms (child/autotune_candidates.py ``screened_tuning``; --ab-autotune-screen,
+# 0: off).
 DEFAULT_AUTOTUNE_SCREEN_MS = 20
 AUTOTUNE_FINALIST_TOL = 0.05  # a candidate this much slower than the fastest over the screen is not timed in full
 TRITON_BENCH_REP_MS = 100  # triton.testing.do_bench's repeats: a screen as long saves nothing (the ceiling)

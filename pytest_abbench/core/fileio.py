@@ -81,12 +81,6 @@ def read_json(path: Path) -> Any:
         raise CorruptFileError(f"{path}: not valid JSON ({exc})") from None
 
 
-def iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
-    """Records of a JSON-lines file; a torn or corrupt line raises naming file and line."""
-    for _, record in numbered_jsonl(path):
-        yield record
-
-
 def numbered_jsonl(path: Path, on_bad: Callable[[CorruptFileError], None] | None = None
                    ) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, record) of a JSON-lines file; a torn or corrupt line raises naming file and line, or, with
@@ -193,12 +187,6 @@ class Fields:
         value: int | None = self._get(name, lambda v: v is None or _is_whole(v), "a whole number or null", None)
         return value
 
-    def wholes_or_none(self, name: str) -> list[int] | None:
-        value: list[int] | None = self._get(
-            name, lambda v: v is None or (isinstance(v, list) and all(_is_whole(x) for x in v)),
-            "a list of whole numbers or null", None)
-        return value
-
     def number(self, name: str, default: Any = _REQUIRED) -> Any:
         value = self._get(name, _is_number, "a number", default)
         return float(value) if _is_number(value) else value
@@ -264,25 +252,37 @@ class Fields:
         does not hold its type, a missing required field or an unknown one raises naming it
         (``ops[0].shapes[1].ci_pct``)."""
         hints, known = _declared(cls)  # type: ignore[arg-type]  # a class is hashable
-        unknown = sorted(set(self.data) - set(known))
+        unknown = self.data.keys() - known.keys()
         if unknown:
-            raise FormatError(f"{self.where}: field {self.prefix + unknown[0]!r}: not a field of {cls.__name__}")
+            raise FormatError(f"{self.where}: field {self.prefix + min(unknown)!r}: not a field of {cls.__name__}")
         values: dict[str, Any] = {}
-        for name, f in known.items():
-            if name not in self.data:
-                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                    raise self.error(name, _type_words(hints[name]))
-                continue
-            values[name] = self._conform(hints[name], self.data[name], name)
+        for name, value in self.data.items():
+            values[name] = self._conform(hints[name], value, name)
+        for name in _required(cls):  # type: ignore[arg-type]  # a class is hashable
+            if name not in values:
+                raise self.error(name, _type_words(hints[name]))
         return cls(**values)
 
     def _conform(self, hint: Any, value: Any, name: str) -> Any:
         """``value`` as the type ``hint`` names (tuples and dataclasses built from JSON lists and objects)."""
-        origin, args = get_origin(hint), get_args(hint)
+        kind = _KINDS.get(hint)
+        if kind is not None:  # first: most values are numbers and text (a results record's samples)
+            if kind[0](value):
+                return float(value) if hint is float else value
+            raise self.error(name, kind[1], value)
+        origin, args, arms = _hint_parts(hint)
         if origin in (Union, UnionType):
             if value is None and NoneType in args:
                 return None
-            for one in (a for a in args if a is not NoneType):
+            if len(arms) == 1:
+                kind = _KINDS.get(arms[0])
+                if kind is not None:  # a number or null, text or null: checked here, the commonest field
+                    if kind[0](value):
+                        return float(value) if arms[0] is float else value
+                    raise self.error(name, _type_words(hint), value)
+                if dataclasses.is_dataclass(arms[0]) and isinstance(value, dict):
+                    return self._conform(arms[0], value, name)  # a nested record's error names the field inside
+            for one in arms:
                 try:
                     return self._conform(one, value, name)
                 except FormatError:
@@ -293,19 +293,35 @@ class Fields:
         elif dataclasses.is_dataclass(hint):  # Fields refuses a value that is not an object, naming the field
             return Fields(self.where, value, f"{self.prefix}{name}.").dataclass(hint)  # type: ignore[arg-type]
         elif origin is list and isinstance(value, list):
+            item_kind = _KINDS.get(args[0])
+            if item_kind is not None and all(map(item_kind[0], value)):  # a list of samples, read in one pass
+                return [float(item) for item in value] if args[0] is float else list(value)
             return [self._conform(args[0], item, f"{name}[{i}]") for i, item in enumerate(value)]
         elif origin is dict and isinstance(value, dict):
             return {k: self._conform(args[1], v, f"{name}.{k}") for k, v in value.items()}
         elif origin is tuple and isinstance(value, list) and len(value) == len(args):
             return tuple(self._conform(a, v, f"{name}[{i}]") for i, (a, v) in enumerate(zip(args, value)))
-        elif hint in _KINDS and _KINDS[hint][0](value):
-            return float(value) if hint is float else value
         raise self.error(name, _type_words(hint), value)
 
     def nested(self, name: str) -> "Fields":
         """A field that is itself an object, read the same way (its fields named ``<name>.<field>``)."""
         return Fields(self.where, self._get(name, lambda v: isinstance(v, dict), "an object", _REQUIRED),
                       f"{self.prefix}{name}.")
+
+
+@functools.lru_cache(maxsize=None)
+def _required(cls: type) -> tuple[str, ...]:
+    """A dataclass's fields without a default, in declared order: a record must hold them."""
+    return tuple(f.name for f in dataclasses.fields(cls)
+                 if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+
+
+@functools.lru_cache(maxsize=None)
+def _hint_parts(hint: Any) -> tuple[Any, tuple[Any, ...], tuple[Any, ...]]:
+    """A type's origin, its arguments and those that are not None, worked out once per type (a results.jsonl of
+    thousands of records asks for the same few)."""
+    args = get_args(hint)
+    return get_origin(hint), args, tuple(a for a in args if a is not NoneType)
 
 
 @functools.lru_cache(maxsize=None)

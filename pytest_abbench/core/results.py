@@ -3,16 +3,12 @@
 The cell process writes it (``child/measure.py``); the parent counts it
 (``spawn/runner.count_shapes``) and the report reads it (``report/build.py``).
 Each record carries the format version; a record without one is the layout
-from before versions (version 1, the same fields).  ``gpu_state`` (NVML
-around the shape's timed window, ``child/gpustate.py``) is optional within
-version 1: a record without it, such as every record written before it
-existed, reads as a shape whose GPU state was not recorded, and a reader
-that does not know the field reads the rest of the record unchanged.
-``regime``, ``windows`` (each timed window: its condition, its calls, its
-GPU state; ``core/regimes.py``) and ``work`` (the FLOPs and bytes a call of
-the shape does, where its campaign declares them) are optional the same way:
-a record with ``windows`` keeps its GPU state there, per window, instead of
-in ``gpu_state``.
+from before versions (version 1, the same fields).  A timed shape keeps its
+GPU state per timed window (``windows``: each window's condition, calls and
+NVML state, ``core/regimes.py``, ``child/gpustate.py``); ``regime``,
+``windows``, ``work`` (the FLOPs and bytes a call of the shape does, where
+its campaign declares them) and ``energy_span`` are left out where a shape
+has none (a failed one).
 """
 
 from __future__ import annotations
@@ -74,9 +70,7 @@ class GpuReading:
 
     @classmethod
     def from_json(cls, data: Fields) -> "GpuReading":
-        numbers = {name: data.number_or_none(name) for name in cls.NUMBERS}
-        return cls(**numbers, reasons_mask=data.whole_or_none("reasons_mask"), reasons=data.texts("reasons", []),
-                   errors=data.text_map("errors", {}))
+        return data.dataclass(cls)
 
 
 @dataclass
@@ -103,13 +97,6 @@ class GpuState:
                 out[name] = reading.to_json()
         return out
 
-    @classmethod
-    def from_json(cls, data: Fields) -> "GpuState":
-        return cls(data.or_none("before", lambda n: GpuReading.from_json(data.nested(n))),
-                   data.or_none("after", lambda n: GpuReading.from_json(data.nested(n))),
-                   data.number_or_none("window_s"), data.number_or_none("energy_mj"), data.texts("reasons", []),
-                   data.text_or_none("not_recorded"))
-
 
 @dataclass
 class TimedWindow:
@@ -129,11 +116,6 @@ class TimedWindow:
         if self.detail:
             out["detail"] = self.detail
         return out
-
-    @classmethod
-    def from_json(cls, data: Fields) -> "TimedWindow":
-        return cls(data.text("condition"), data.number("waited_s"), data.whole("calls"), data.whole("samples"),
-                   GpuState.from_json(data.nested("gpu_state")), data.text("detail", ""))
 
 
 # NVML's energy counter moves in steps the driver updates every few tens of milliseconds: over the ten 4 ms windows
@@ -165,10 +147,6 @@ class EnergySpan:
 
     def to_json(self) -> dict[str, Any]:
         return {"energy_mj": self.energy_mj, "seconds": self.seconds, "edge_error_s": self.edge_error_s}
-
-    @classmethod
-    def from_json(cls, data: Fields) -> "EnergySpan":
-        return cls(data.number("energy_mj"), data.number("seconds"), data.number("edge_error_s"))
 
 
 @dataclass(frozen=True)
@@ -279,15 +257,10 @@ class ShapeResult:
     n: int | None = None
     marker: str | None = None  # a timer's fallback marker (core/markers.py)
     error: str | None = None
-    gpu_state: GpuState | None = None  # NVML around the timed window; None: a record written without it
     regime: str | None = None  # core/regimes.py: the regime its windows ran under; None: written before regimes
     windows: list[TimedWindow] = field(default_factory=list)  # each timed window (records with a regime)
     work: dict[str, Any] = field(default_factory=dict)  # per call, as the campaign declares it: flops, bytes, dtype
     energy_span: EnergySpan | None = None  # steady, a queueing timer and the energy counter: around the windows
-
-    def window_states(self) -> list[GpuState | None]:
-        """The GPU state of each timed window; an older record's one state (None: it recorded none)."""
-        return [w.gpu_state for w in self.windows] if self.windows else [self.gpu_state]
 
     @property
     def ok(self) -> bool:
@@ -301,8 +274,6 @@ class ShapeResult:
                 out[name] = getattr(self, name)
         if self.ok:
             out.update(samples_ms=self.samples_ms, median_ms=self.median_ms, n=self.n, marker=self.marker)
-        if self.gpu_state is not None:
-            out["gpu_state"] = self.gpu_state.to_json()
         if self.windows:
             out["windows"] = [w.to_json() for w in self.windows]
         if self.work:
@@ -313,15 +284,9 @@ class ShapeResult:
 
     @classmethod
     def from_json(cls, data: Fields) -> "ShapeResult":
+        """A record, each field checked against its declared type (``Fields.dataclass``), nested ones included."""
         data.version(RESULTS_SCHEMA)
-        return cls(data.text("shape"), data.text("status"), data.mapping("params", {}), data.whole_or_none("index"),
-                   data.wholes_or_none("layout_pad_bytes"), data.text_or_none("timer"), data.numbers("samples_ms", []),
-                   data.number_or_none("median_ms"), data.whole_or_none("n"), data.text_or_none("marker"),
-                   data.text_or_none("error"),
-                   data.or_none("gpu_state", lambda name: GpuState.from_json(data.nested(name))),
-                   data.text_or_none("regime"), [TimedWindow.from_json(w) for w in data.objects("windows", [])],
-                   data.mapping("work", {}),
-                   data.or_none("energy_span", lambda name: EnergySpan.from_json(data.nested(name))))
+        return Fields(data.where, {k: v for k, v in data.data.items() if k != SCHEMA_FIELD}, data.prefix).dataclass(cls)
 
 
 def append_result(path: Path, result: ShapeResult) -> None:

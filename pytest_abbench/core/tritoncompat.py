@@ -25,8 +25,6 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Callable, Sequence
 
-STAGES_HOOK_SINCE = (3, 6)  # first release with knobs.runtime.add_stages_inspection_hook
-CACHE_KEY_CALL_SINCE = (3, 7)  # first release that calls that hook with no arguments for its cache key
 BACKENDS_WITH_PASSES = ("nvidia", "amd")  # triton._C.libtriton.<backend>.passes
 
 
@@ -35,12 +33,6 @@ def triton_version() -> str:
     import triton
 
     return str(getattr(triton, "__version__", "unknown"))
-
-
-def version_tuple(version: str | None = None) -> tuple[int, int]:
-    """``(major, minor)`` of ``version`` (default: the running Triton); (0, 0) when it does not parse."""
-    match = re.match(r"(\d+)\.(\d+)", triton_version() if version is None else version)
-    return (int(match.group(1)), int(match.group(2))) if match else (0, 0)
 
 
 def runtime_knobs_with_stages_hook(who: str) -> Any:

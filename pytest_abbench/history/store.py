@@ -1,10 +1,9 @@
 """``history.sqlite``: every finished root, by commit, in one SQLite file (the standard library's sqlite3).
 
-The schema's version is kept in the table ``schema_info``; ``MIGRATIONS[i]``
-takes a file from version ``i`` to ``i + 1``, so a file written by an older
-release is brought up to date when it is opened for writing, and a file of a
-newer release is refused by name.  Every failure (locked, corrupt, not a
-history file, a newer schema) is a ``HistoryError`` whose message names the file.
+The schema's version is kept in the table ``schema_info``.  One schema is
+read and written; a file of another version is refused by name.  Every
+failure (locked, corrupt, not a history file, another schema) is a
+``HistoryError`` whose message names the file.
 """
 
 from __future__ import annotations
@@ -12,119 +11,66 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Concatenate, ParamSpec, TypeVar
 
 from pytest_abbench.core.layout import HISTORY_FILE as HISTORY_FILE  # the file's default name, with its format
-from pytest_abbench.core.regimes import REGIMES
 
 BUSY_TIMEOUT_S = 2.0  # a session's end waits this long for another writer, then says the file is locked
-
-
-
-def _regime_from_identity(db: sqlite3.Connection) -> None:
-    """Version 2's rows copied from version 1 take their run's regime from its identity: a version-1 file holds
-    runs of one regime each (a run of both could not be recorded), and a burst series must not split at the
-    upgrade.  In Python, not SQL: json_extract is missing from some SQLite builds."""
-    for run_id, identity in db.execute("SELECT id, identity FROM runs").fetchall():
-        regime = json.loads(identity).get("regime")
-        if regime in REGIMES:  # not 'both': such a run never reached a version-1 file
-            for table in ("ops", "shapes"):
-                db.execute(f"UPDATE {table} SET regime = ? WHERE run_id = ?", (regime, run_id))
-
-
-# MIGRATIONS[i] takes the schema from version i to i + 1 (0: an empty file): its steps (SQL statements, or
-# functions of the connection) run in one transaction.
-MIGRATIONS: list[tuple[str | Callable[[sqlite3.Connection], None], ...]] = [
-    (
-        "CREATE TABLE schema_info (version INTEGER NOT NULL)",
-        "INSERT INTO schema_info (version) VALUES (0)",
-        """CREATE TABLE runs (
-            id INTEGER PRIMARY KEY AUTOINCREMENT,
-            recorded_at REAL NOT NULL,        -- unix time the record was written
-            root TEXT NOT NULL,               -- relative to the history file's folder where possible
-            label TEXT NOT NULL DEFAULT '',   -- e.g. a bisection's step
-            exit_code INTEGER,
-            complete INTEGER NOT NULL,
-            rounds INTEGER NOT NULL,
-            margin_pct REAL NOT NULL,
-            switch TEXT NOT NULL,
-            commit_sha TEXT,                  -- the code under test: side B's tree, else the campaign's repository
-            commit_time INTEGER,              -- its committer time (unix), which orders abbench history
-            commit_depth INTEGER,             -- its ancestors' count: the order of commits made in one second
-            commit_subject TEXT,
-            dirty INTEGER,                    -- 1: uncommitted changes to tracked files of that tree
-            campaign_hash TEXT NOT NULL,      -- a hash of the campaign files and their content hashes
-            campaign TEXT NOT NULL,           -- JSON: campaign file -> content hash
-            sources TEXT NOT NULL,            -- JSON: every tree looked at (campaign, A, B) with its git state
-            identity TEXT NOT NULL            -- JSON: device, driver, triton, torch, timer, backend, level
-        )""",
-        """CREATE TABLE ops (
-            run_id INTEGER NOT NULL REFERENCES runs(id),
-            op TEXT NOT NULL,
-            state TEXT NOT NULL,
-            geomean_pct REAL, geomean_lo REAL, geomean_hi REAL,
-            PRIMARY KEY (run_id, op)
-        )""",
-        """CREATE TABLE shapes (
-            run_id INTEGER NOT NULL REFERENCES runs(id),
-            op TEXT NOT NULL,
-            shape TEXT NOT NULL,
-            rounds INTEGER NOT NULL,
-            a_ms REAL NOT NULL, b_ms REAL NOT NULL,
-            delta_pct REAL NOT NULL, ci_lo REAL, ci_hi REAL,
-            verdict TEXT NOT NULL,
-            within_margin INTEGER NOT NULL,
-            flags TEXT NOT NULL,              -- JSON list of report/flags.py names
-            PRIMARY KEY (run_id, op, shape)
-        )""",
-        "CREATE INDEX shapes_by_op ON shapes (op, shape)",
-    ),
-    # 2: an op reported under both timing regimes (--ab-regime both) is two rows, told apart by its regime; each op
-    # keeps the rounds it ran and why they stopped (--ab-rounds auto), each run report.json's auto_rounds.  SQLite
-    # cannot change a primary key in place, so ops and shapes are rebuilt and their rows copied: older rows get
-    # their run's regime where its identity names one (else '', not recorded) and no rounds for their ops.
-    (
-        "ALTER TABLE runs ADD COLUMN auto_rounds TEXT NOT NULL DEFAULT '{}'",  # JSON: report.json's auto_rounds
-        """CREATE TABLE ops_2 (
-            run_id INTEGER NOT NULL REFERENCES runs(id),
-            op TEXT NOT NULL,
-            regime TEXT NOT NULL DEFAULT '',  -- burst | steady; '' before regimes were recorded
-            state TEXT NOT NULL,
-            geomean_pct REAL, geomean_lo REAL, geomean_hi REAL,
-            rounds_completed INTEGER,         -- the rounds it ran (--ab-rounds auto: up to rounds_expected)
-            rounds_expected INTEGER,
-            stopped TEXT NOT NULL DEFAULT '', -- --ab-rounds auto: settled | cap | budget
-            PRIMARY KEY (run_id, op, regime)
-        )""",
-        "INSERT INTO ops_2 (run_id, op, state, geomean_pct, geomean_lo, geomean_hi) "
-        "SELECT run_id, op, state, geomean_pct, geomean_lo, geomean_hi FROM ops",
-        "DROP TABLE ops",
-        "ALTER TABLE ops_2 RENAME TO ops",
-        """CREATE TABLE shapes_2 (
-            run_id INTEGER NOT NULL REFERENCES runs(id),
-            op TEXT NOT NULL,
-            regime TEXT NOT NULL DEFAULT '',
-            shape TEXT NOT NULL,
-            rounds INTEGER NOT NULL,
-            a_ms REAL NOT NULL, b_ms REAL NOT NULL,
-            delta_pct REAL NOT NULL, ci_lo REAL, ci_hi REAL,
-            verdict TEXT NOT NULL,
-            within_margin INTEGER NOT NULL,
-            flags TEXT NOT NULL,              -- JSON list of report/flags.py names (GPU flags included)
-            PRIMARY KEY (run_id, op, regime, shape)
-        )""",
-        "INSERT INTO shapes_2 (run_id, op, shape, rounds, a_ms, b_ms, delta_pct, ci_lo, ci_hi, verdict, "
-        "within_margin, flags) SELECT run_id, op, shape, rounds, a_ms, b_ms, delta_pct, ci_lo, ci_hi, verdict, "
-        "within_margin, flags FROM shapes",
-        "DROP TABLE shapes",  # drops shapes_by_op with it
-        "ALTER TABLE shapes_2 RENAME TO shapes",
-        "CREATE INDEX shapes_by_op ON shapes (op, shape)",
-        _regime_from_identity,
-    ),
-]
-SCHEMA_VERSION = len(MIGRATIONS)
+SCHEMA_VERSION = 2  # the one schema this package reads and writes; a file of another version is refused by name
+# The tables of an empty file, created in one transaction.  ops and shapes are keyed by regime: an op reported
+# under both timing regimes (--ab-regime both) is two rows.
+SCHEMA: tuple[str, ...] = (
+    "CREATE TABLE schema_info (version INTEGER NOT NULL)",
+    f"INSERT INTO schema_info (version) VALUES ({SCHEMA_VERSION})",
+    """CREATE TABLE runs (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        recorded_at REAL NOT NULL,        -- unix time the record was written
+        root TEXT NOT NULL,               -- relative to the history file's folder where possible
+        label TEXT NOT NULL DEFAULT '',   -- e.g. a bisection's step
+        exit_code INTEGER,
+        complete INTEGER NOT NULL,
+        rounds INTEGER NOT NULL,
+        margin_pct REAL NOT NULL,
+        switch TEXT NOT NULL,
+        commit_sha TEXT,                  -- the code under test: side B's tree, else the campaign's repository
+        commit_time INTEGER,              -- its committer time (unix), which orders abbench history
+        commit_depth INTEGER,             -- its ancestors' count: the order of commits made in one second
+        commit_subject TEXT,
+        dirty INTEGER,                    -- 1: uncommitted changes to tracked files of that tree
+        campaign_hash TEXT NOT NULL,      -- a hash of the campaign files and their content hashes
+        campaign TEXT NOT NULL,           -- JSON: campaign file -> content hash
+        sources TEXT NOT NULL,            -- JSON: every tree looked at (campaign, A, B) with its git state
+        identity TEXT NOT NULL,           -- JSON: device, driver, triton, torch, timer, backend, level
+        auto_rounds TEXT NOT NULL DEFAULT '{}'  -- JSON: report.json's auto_rounds
+    )""",
+    """CREATE TABLE ops (
+        run_id INTEGER NOT NULL REFERENCES runs(id),
+        op TEXT NOT NULL,
+        regime TEXT NOT NULL DEFAULT '',  -- burst | steady
+        state TEXT NOT NULL,
+        geomean_pct REAL, geomean_lo REAL, geomean_hi REAL,
+        rounds_completed INTEGER NOT NULL,  -- the rounds it ran (--ab-rounds auto: up to rounds_expected)
+        rounds_expected INTEGER NOT NULL,
+        stopped TEXT NOT NULL DEFAULT '', -- --ab-rounds auto: settled | cap | budget
+        PRIMARY KEY (run_id, op, regime)
+    )""",
+    """CREATE TABLE shapes (
+        run_id INTEGER NOT NULL REFERENCES runs(id),
+        op TEXT NOT NULL,
+        regime TEXT NOT NULL DEFAULT '',
+        shape TEXT NOT NULL,
+        rounds INTEGER NOT NULL,
+        a_ms REAL NOT NULL, b_ms REAL NOT NULL,
+        delta_pct REAL NOT NULL, ci_lo REAL, ci_hi REAL,
+        verdict TEXT NOT NULL,
+        within_margin INTEGER NOT NULL,
+        flags TEXT NOT NULL,              -- JSON list of report/flags.py names (GPU flags included)
+        PRIMARY KEY (run_id, op, regime, shape)
+    )""",
+    "CREATE INDEX shapes_by_op ON shapes (op, shape)",
+)
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -147,7 +93,7 @@ class ShapeRecord:
     verdict: str
     within_margin: bool = False
     flags: list[str] = field(default_factory=list)  # report/flags.py names, the GPU's included
-    regime: str = ""  # the timing regime it was timed under; "" when not recorded
+    regime: str = ""  # the timing regime it was timed under
 
 
 @dataclass
@@ -157,8 +103,8 @@ class OpRecord:
     geomean_pct: float | None = None
     geomean_ci_pct: tuple[float, float] | None = None
     regime: str = ""
-    rounds_completed: int | None = None  # None: recorded before the history kept it
-    rounds_expected: int | None = None
+    rounds_completed: int = 0  # the rounds it ran (--ab-rounds auto: up to rounds_expected)
+    rounds_expected: int = 0
     stopped: str = ""  # --ab-rounds auto: settled | cap | budget
 
 
@@ -175,8 +121,7 @@ class SourceTree:
     depth: int | None = None  # commits reachable from it: orders commits of one second along a branch
 
     def to_json(self) -> dict[str, Any]:
-        return {"role": self.role, "path": self.path, "commit": self.commit, "commit_time": self.commit_time,
-                "subject": self.subject, "dirty": self.dirty, "depth": self.depth}
+        return asdict(self)
 
 
 @dataclass
@@ -249,7 +194,7 @@ class History:
         except (OSError, sqlite3.Error) as exc:
             raise HistoryError(f"{path}: cannot open the history file ({exc})") from None
         try:
-            self.version = self._migrate() if create else self._check_version()
+            self.version = self._open(create)
         except HistoryError:
             self.db.close()
             raise
@@ -273,39 +218,35 @@ class History:
             raise HistoryError(f"{self.path}: corrupt history file (schema_info holds no version)")
         return int(row[0])
 
-    def _check_version(self) -> int:
-        version = self._read_version()
+    def _check_version(self, version: int) -> int:
         if version > SCHEMA_VERSION:
             raise HistoryError(f"{self.path}: history schema version {version} is newer than this pytest-abbench's "
-                               f"{SCHEMA_VERSION}: upgrade pytest-abbench to read it")
+                               f"{SCHEMA_VERSION}: upgrade pytest-abbench, or record into another file "
+                               "(--ab-history PATH)")
         if version < SCHEMA_VERSION:
-            raise HistoryError(f"{self.path}: history schema version {version}, older than {SCHEMA_VERSION}: a "
-                               "session's end brings it up to date (or record one run with --ab-history)")
+            raise HistoryError(f"{self.path}: history schema version {version}, older than {SCHEMA_VERSION}, which "
+                               "this pytest-abbench no longer reads: record into another file (--ab-history PATH)")
         return version
 
     @_named_errors
-    def _migrate(self) -> int:
-        """Apply the migrations the file lacks, each in one transaction (BEGIN IMMEDIATE: one writer)."""
+    def _open(self, create: bool) -> int:
+        """The file's schema version, checked; an empty file given ``create`` gets the schema (BEGIN IMMEDIATE:
+        one writer)."""
+        if not create:
+            return self._check_version(self._read_version())
         self.db.execute("BEGIN IMMEDIATE")
         try:
             version = self._read_version()
-            if version > SCHEMA_VERSION:
-                raise HistoryError(f"{self.path}: history schema version {version} is newer than this "
-                                   f"pytest-abbench's {SCHEMA_VERSION}: upgrade pytest-abbench, or record into "
-                                   "another file (--ab-history PATH)")
-            for step in range(version, SCHEMA_VERSION):
-                for statement in MIGRATIONS[step]:
-                    if isinstance(statement, str):
-                        self.db.execute(statement)
-                    else:
-                        statement(self.db)
-                self.db.execute("UPDATE schema_info SET version = ?", (step + 1,))
+            if version == 0:
+                for statement in SCHEMA:
+                    self.db.execute(statement)
+                version = SCHEMA_VERSION
             self.db.execute("COMMIT")
         except BaseException:
             if self.db.in_transaction:
                 self.db.execute("ROLLBACK")
             raise
-        return SCHEMA_VERSION
+        return self._check_version(version)
 
     @_named_errors
     def add_run(self, record: RunRecord) -> int:

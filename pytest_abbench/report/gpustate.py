@@ -4,7 +4,7 @@ shape, the conditions its windows showed (GPU flags of ``flags.FLAGS``) and its 
 does more work per joule.
 
 Each cell reads NVML before and after each timed window of a shape (``child/gpustate.py``; results.jsonl's
-``windows``, or ``gpu_state`` in records from before windows). A window's clocks, power and temperature are those
+``windows``). A window's clocks, power and temperature are those
 read right after it, the way the power-regime probe of docs read them; its reasons are those NVML named at either
 edge. Each side's thermal state is named by the temperature at its first window's opening edge and its last window's
 closing edge, per cell and shape (medians over them). A flag keeps the shape's numbers and verdict: it says under
@@ -38,7 +38,6 @@ FLAG_REASONS: dict[str, tuple[str, ...]] = {
     HW_SLOWDOWN: ("hw_slowdown", "hw_power_brake"),
 }
 READINGS = ("sm_clock_mhz", "mem_clock_mhz", "power_w", "temperature_c")  # medians of the after-window readings
-NOT_IN_RESULTS = "results.jsonl has no gpu_state (written before pytest-abbench recorded it)"
 # gpu_idle: a card idles at a window's edge where the timer waits between windows (the direct timer; a burst window's
 # wait); sw_power_cap: always shown
 LINE_SKIPS = ("gpu_idle", "sw_power_cap")
@@ -59,10 +58,8 @@ class ShapeGpu:
 
 
 def record_windows(rec: ShapeResult) -> list[Window]:
-    """A record's windows as the report reads them; a record from before windows has its one state (or none)."""
-    if rec.windows:
-        return [(w.condition, w.gpu_state) for w in rec.windows]
-    return [(None, rec.gpu_state)]
+    """A record's windows as the report reads them."""
+    return [(w.condition, w.gpu_state) for w in rec.windows]
 
 
 def _recorded(windows: Sequence[Window]) -> list[GpuState]:
@@ -134,8 +131,7 @@ def side_summary(windows: Sequence[Window], groups: Sequence[Sequence[Window]] |
     conditions = Counter(condition for condition, _ in windows if condition is not None)
     if conditions:
         out["conditions"] = {name: conditions[name] for name in (MET, NOT_MET, NOT_CHECKED) if conditions[name]}
-    missing = Counter(NOT_IN_RESULTS if s is None else s.not_recorded for _, s in windows
-                      if s is None or s.not_recorded is not None)
+    missing = Counter(s.not_recorded for _, s in windows if s is not None and s.not_recorded is not None)
     if missing:
         out["not_recorded"] = missing.most_common(1)[0][0]
     return out

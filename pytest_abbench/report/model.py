@@ -20,28 +20,7 @@ from pytest_abbench.core.exitcodes import EXIT_CELL_FAILED, exit_reason, session
 from pytest_abbench.core.settings import DEFAULT_MARGIN_PCT, GATE_SHAPES
 
 SCHEMA_FIELD = "schema_version"  # report.json's own name for its format version (the other files say "schema")
-SCHEMA_VERSION = 9  # 3: OpReport.caliber_mismatch; 4: Report.complete and failed_cells; 5: the BH/sign-test rule;
-# 6: Report.time_spent; 7: ShapeReport.flags and OpReport.findings (report/flags.py), the spread floor, the per-shape
-# gate (Report.gate_scope, gate_held), ShapeReport.faster_rounds, ShapeReport.aa_p_adjusted (the A/A bias after BH)
-# 7 also: OpReport.gpu_state and ShapeReport.gpu_flags (report/gpustate.py), OpReport.switch, optional with defaults;
-# OpReport.alpha, stopped and unsettled, Report.auto_rounds (--ab-rounds auto, report/sequential.py), optional
-# with defaults
-# 8: the GPU flags join ShapeReport.flags (one registry, report/flags.py; gpu_flags is gone); OpReport.regime and
-# regimes_note (core/regimes.py); energy per call (ShapeReport.energy_*, OpReport.energy_geomean_*); ShapeReport.work
-# and throughput, OpReport.peak (report/peak.py); ShapeReport.gpu (the shape's own clocks and power per side),
-# optional with a default
-# 9: Report.allow_caliber_mismatch (abbench gate judges a report by the session's rule, the session's option included)
-# 9 also: ShapeReport.energy_withheld and OpReport.energy_withheld, optional with defaults; gpu_state's and
-# ShapeReport.gpu's energy_power_w (the energy counter's power; window_power_w, a median of per-window figures, is
-# gone), optional: a report without it gives NVML's averaged figure, labelled so
-# 9 also: ShapeReport.reference_* and OpReport.reference (--ab-reference, report/reference.py), optional with defaults
-# 9 also: OpReport.energy_basis (what its energy per call was read over) and ShapeReport.reference_clocks_mhz,
-# optional with defaults
-# 9 also: ShapeReport.reference_settled_alone, optional with a default
-# 9 also: OpReport.unreadable (its cells' results records that could not be read), optional with a default
-# 9 also: ShapeReport.reference_ms (each side's time per call in the pairs), optional with a default
-# 9 also: Report.fail_if_slower_pct (abbench summary keeps the session's gate, as it keeps its margin), optional
-# with a default
+SCHEMA_VERSION = 9  # the one version read and written: a report.json of another is refused by name (read_report)
 
 
 @dataclass

@@ -30,7 +30,6 @@ from functools import lru_cache
 
 ALPHA = 0.05  # the level of every test of the rule: t-test (after BH), sign test, TOST
 DIRECTION_LEVEL = 0.95  # the interval printed next to a direction (two-sided test at ALPHA)
-SAME_LEVEL = 0.90  # the interval of the equivalence test: two one-sided tests at ALPHA
 
 
 # The largest percent change the report states: B/A = 10,001.  A 2-round interval of wall-clock noise (its t
