@@ -25,7 +25,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.modules.setdefault("peft", None)  # type: ignore[arg-type]  # as the campaign's UNUSED_IMPORTS: never read here
 
-from pytest_abbench.child import autotune_pin  # noqa: E402
+from pytest_abbench.child import autotune_candidates, autotune_pin  # noqa: E402
 from pytest_abbench.core.cellconfig import DEFAULT_AUTOTUNE_SCREEN_MS  # noqa: E402
 
 WAYS = ("one-launch", "screen", "triton")
@@ -51,13 +51,13 @@ def tune(autotuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any], way: str
             timings = {config: autotuner._bench(*args, config=config, **kwargs) for config in pruned}
             chosen = min(timings, key=timings.__getitem__)
         else:
-            launched_once = autotune_pin.launched_once
+            launched_once = autotune_candidates.launched_once
             if way == "screen":
-                autotune_pin.launched_once = lambda *_: {}
+                autotune_candidates.launched_once = lambda *_: {}
             try:
-                screened = autotune_pin.screened_tuning(autotuner, args, kwargs, pruned, DEFAULT_AUTOTUNE_SCREEN_MS)
+                screened = autotune_candidates.screened_tuning(autotuner, args, kwargs, pruned, DEFAULT_AUTOTUNE_SCREEN_MS)
             finally:
-                autotune_pin.launched_once = launched_once
+                autotune_candidates.launched_once = launched_once
             assert screened is not None, "the screen declined this kernel"
             chosen, line = screened
         seconds = time.perf_counter() - started
