@@ -6,7 +6,7 @@
     abbench comment ROOT
     abbench summary --ab ROOT_A ROOT_B
     abbench summary --ab CELL_A CELL_B
-    abbench history [--history FILE] [--op OP [--shape S] [--plot PNG]] [--html FILE]
+    abbench history [--history FILE] [--op OP [--shape S]] [--html FILE]
     abbench bisect GOOD BAD [--repo PATH] [--build CMD] [--rounds N] [--max-rounds N] [--share F] -- PYTEST_ARGS
     abbench kernels export ROOT --side A|B -o FILE [--campaign NAME]
 
@@ -316,17 +316,13 @@ def history(args: argparse.Namespace) -> int:
         print(f"abbench history: the history is off ({envnames.ABBENCH_HISTORY}={HISTORY_OFF}); give --history FILE",
               file=sys.stderr)
         return EXIT_USAGE
-    if (args.shape or args.plot) and not args.op:
-        print("abbench history: --shape and --plot need --op", file=sys.stderr)
+    if args.shape and not args.op:
+        print("abbench history: --shape needs --op", file=sys.stderr)
         return EXIT_USAGE
-    plot = Path(args.plot) if args.plot else None
-    if plot is not None and not plot.suffix:
-        plot = plot.with_suffix(".png")  # what matplotlib writes for a name without one: the line below names it
-    for option, target in (("--plot", plot), ("--html", Path(args.html) if args.html else None)):
-        problem = output_file_problem(target) if target else None
-        if problem:
-            print(f"abbench history: {option} {problem}", file=sys.stderr)
-            return EXIT_USAGE
+    problem = output_file_problem(Path(args.html)) if args.html else None
+    if problem:
+        print(f"abbench history: --html {problem}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         with History(path, create=False) as store:
             runs = store.runs()
@@ -344,11 +340,6 @@ def history(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     else:
         print("\n".join(view.series_lines(args.op, found)))
-    if plot:
-        if view.plot_series(args.op, found, plot):
-            print(f"plot: {plot}")
-        else:
-            print("plot: not written: matplotlib is not installed (pip install pytest-abbench[plot])")
     if args.html:
         from pytest_abbench.history.html import render_history_html
 
@@ -498,7 +489,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"the history file (default ${envnames.ABBENCH_HISTORY}, else ./{ABBENCH_DIR}/{HISTORY_FILE})")
     h.add_argument("--op", default=None, help="show this op's delta and interval per run, ordered by commit time")
     h.add_argument("--shape", default=None, help="with --op: this shape only")
-    h.add_argument("--plot", default=None, metavar="PNG", help="with --op: write the series as a PNG (matplotlib)")
     h.add_argument("--html", default=None, metavar="FILE",
                    help="also write the runs (and with --op the series, plotted) as one self-contained HTML page")
     h.set_defaults(func=history)

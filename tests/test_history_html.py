@@ -199,17 +199,14 @@ def test_series_plot_places_points_in_order_each_dot_on_its_bar_and_marks_betwee
         "-5%", "0", "+5%", "+10%", "c1"]
 
 
-def test_a_page_or_plot_into_a_missing_folder_or_onto_a_folder_is_refused_and_no_folder_is_made(
+def test_a_page_into_a_missing_folder_or_onto_a_folder_is_refused_and_no_folder_is_made(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Before, --plot made the missing folder (and so let --html in there succeed), and a --plot name without a
-    suffix was printed as written while matplotlib wrote NAME.png: that is the file now checked and named."""
     history_file, _ = history_over_commits(tmp_path, [SAME, SLOWER], order=[0, 1])
     missing = tmp_path / "nodir"
-    for option, name in (("--html", "x.html"), ("--plot", "x.png")):
-        assert main(["history", "--history", str(history_file), "--op", "op", option, str(missing / name)]) == 2
-        assert (f"abbench history: {option} {str(missing / name)!r}: its folder {str(missing)!r} does not exist"
-                in capsys.readouterr().err)
+    assert main(["history", "--history", str(history_file), "--op", "op", "--html", str(missing / "x.html")]) == 2
+    assert (f"abbench history: --html {str(missing / 'x.html')!r}: its folder {str(missing)!r} does not exist"
+            in capsys.readouterr().err)
     assert not missing.exists()
-    (tmp_path / "plots.png").mkdir()
-    assert main(["history", "--history", str(history_file), "--op", "op", "--plot", str(tmp_path / "plots")]) == 2
-    assert f"abbench history: --plot {str(tmp_path / 'plots.png')!r} is a folder" in capsys.readouterr().err
+    (tmp_path / "page.html").mkdir()
+    assert main(["history", "--history", str(history_file), "--op", "op", "--html", str(tmp_path / "page.html")]) == 2
+    assert f"abbench history: --html {str(tmp_path / 'page.html')!r} is a folder" in capsys.readouterr().err

@@ -39,8 +39,7 @@ SWITCH = Switch(env_b={"ABBENCH_TEST_SWITCH": "1"})
 
 
 def summary(pytester: pytest.Pytester, root: Path) -> pytest.RunResult:
-    """``abbench summary ROOT`` in its own process: it draws plots, and matplotlib must not be imported
-    into a pytester test (pytester drops modules imported during a test, and numpy cannot be imported twice)."""
+    """``abbench summary ROOT`` in its own process, as a user runs it."""
     return pytester.run(sys.executable, "-m", "pytest_abbench.cli", "summary", str(root))
 
 

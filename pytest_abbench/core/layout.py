@@ -31,7 +31,6 @@ OUTPUTS_DIR = "outputs"  # each side's checked outputs per op (child/outputcheck
 TUNER_RECORD_DIR = "tuner"
 GATE_DIR = "irgate"
 TRITON_CACHE_DIR = "cache"
-PLOTS_DIR = "plots"
 REPORT_MD = "report.md"
 REPORT_JSON = "report.json"
 REPORT_HTML = "report.html"  # the report as one self-contained page
@@ -113,10 +112,6 @@ class RootLayout:
     @property
     def attempts(self) -> Path:
         return self.root / ATTEMPTS_DIR
-
-    @property
-    def plots(self) -> Path:
-        return self.root / PLOTS_DIR
 
     @property
     def report_md(self) -> Path:

@@ -1,13 +1,11 @@
-"""``abbench history``'s table and plot: the runs, and an op's delta with its interval across commits."""
+"""``abbench history``'s tables: the runs, and an op's delta with its interval across commits."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from pytest_abbench.history.store import RunRecord, ShapeRecord
-from pytest_abbench.report.plots import matplotlib_available
 
 
 @dataclass
@@ -112,37 +110,3 @@ def series_lines(op: str, found: dict[str, list[Point]]) -> list[str]:
                          f"{_ci(s.ci_pct):22}  {s.verdict:13}  {(p.run.label or p.run.switch)[:48]}{mark}")
             previous = p
     return lines
-
-
-def plot_series(op: str, found: dict[str, list[Point]], path: Path) -> bool:
-    """A PNG of each shape's delta and 95% interval across commits; False (nothing written) without matplotlib."""
-    if not matplotlib_available():
-        return False
-    from matplotlib.figure import Figure  # the object API, as report/plots.py: no pyplot state
-
-    # One x position per run, in the series' order, so shapes measured in different runs stay aligned.
-    ordered = sorted({p.run.id: p for points in found.values() for p in points}.values(),
-                     key=Point.order)
-    position = {p.run.id: x for x, p in enumerate(ordered)}
-    fig = Figure(figsize=(max(6.0, 0.5 * len(ordered) + 2), 4.5))
-    ax = fig.subplots()
-    for shape, points in found.items():
-        xs = [position[p.run.id] for p in points]
-        ys = [p.shape.delta_pct for p in points]
-        low = [p.shape.delta_pct - p.shape.ci_pct[0] if p.shape.ci_pct else 0.0 for p in points]
-        high = [p.shape.ci_pct[1] - p.shape.delta_pct if p.shape.ci_pct else 0.0 for p in points]
-        ax.errorbar(xs, ys, yerr=[low, high], marker="o", markersize=4, capsize=3, label=shape[:30])
-        for before, after in zip(points, points[1:]):
-            if verdict_change(before, after):
-                ax.annotate(after.shape.verdict, (position[after.run.id], after.shape.delta_pct),
-                            textcoords="offset points", xytext=(0, 8), ha="center", fontsize=7, color="tab:red")
-    labels = [p.commit for p in ordered]
-    ax.axhline(0.0, color="0.4", linewidth=0.8)
-    ax.set_xticks(range(len(labels)))
-    ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=7)
-    ax.set_ylabel("B/A - 1 (%), 95% CI")
-    ax.set_title(f"{op}: delta across commits (red: verdict changed)", fontsize=9)
-    ax.legend(fontsize=7, loc="best")
-    fig.subplots_adjust(left=0.12, right=0.98, top=0.92, bottom=0.3)
-    fig.savefig(path, dpi=110)
-    return True

@@ -7,7 +7,7 @@ Caliber is checked for every round before a latency is read.  The same code
 serves the pytest session and ``abbench summary``.
 
 ``build`` reads a root into a ``Report`` (``model``), judged with ``stats``;
-``render`` turns it into text and writes report.md, report.json and ``plots``.
+``render`` turns it into text; ``files`` writes report.md, report.json and report.html.
 """
 
 from __future__ import annotations

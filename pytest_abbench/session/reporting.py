@@ -21,7 +21,6 @@ from pytest_abbench.core.layout import CellKey, cell_key, run_log
 from pytest_abbench.core.outcome import NO_IR_DIFF, NOT_NEEDED, OUTCOME_PROPERTY, CellOutcome
 from pytest_abbench.core.fileio import CorruptFileError
 from pytest_abbench.core.plan import CampaignPlan, read_plan
-from pytest_abbench.core.wording import count
 from pytest_abbench.report import cost
 from pytest_abbench.session.campaign_session import SHIPPED_KEY, AbbenchSession
 from pytest_abbench.session.cells import CALIBER_PROPERTY, GATE_PROPERTY, NOTICE_PROPERTY
@@ -44,7 +43,6 @@ class ReportHooks:
         self.workers_seen: set[str] = set()  # xdist workers that reported a cell (the controller's idle time)
         self.stopped_ops: set[str] = set()  # ops --ab-rounds auto stopped: their later rounds cost nothing
         self.final: Report | None = None
-        self.plots: list[Path] = []
         self.history_line: str | None = None  # what recording the run into the history file gave
         self.summary_line: str | None = None  # where --ab-summary-md's markdown went, or why it did not
 
@@ -187,7 +185,7 @@ class ReportHooks:
             # is swallowed: a finaliser, an at-fork callback): the run was still interrupted, and says so.
             status = int(pytest.ExitCode.INTERRUPTED)
         session.exitstatus = self.final.decide_exit(status, settings.allow_caliber_mismatch)
-        self.plots = report.write_report(self.session.root.path, self.final)
+        report.write_report(self.session.root.path, self.final)
         # In a GitHub Actions step the summary goes where the reviewer looks without being asked for.
         step_summary = os.environ.get(envnames.GITHUB_STEP_SUMMARY, "")
         target = settings.summary_md or (Path(step_summary) if step_summary else None)
@@ -254,8 +252,6 @@ class ReportHooks:
                                         "cells not yet run are missing from this report")
         for line in terminal_lines(self.final, config.get_verbosity()):
             terminalreporter.write_line(line)
-        if self.plots:
-            terminalreporter.write_line(f"plots: {layout.plots} ({count(len(self.plots), 'op')})")
         terminalreporter.write_line(f"report: {layout.report_md}, {layout.report_json}, {layout.report_html}")
         terminalreporter.write_line(f"abbench root: {self.session.root.path}")
         if self.summary_line is not None:
