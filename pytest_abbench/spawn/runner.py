@@ -84,7 +84,7 @@ class CellRunner:
         self.layout = layout
         self.gpu = gpu
         self.check = check  # called while a child runs: stops the session when it must not go on
-        self.spawn: CellSpawn = (ForkSpawn(layout.servers, settings.keep_servers_s) if settings.spawn == "fork"
+        self.spawn: CellSpawn = (ForkSpawn(layout.servers) if settings.spawn == "fork"
                                  else ExecSpawn())
         self.kernel_caches = KernelCaches(settings.kernel_cache, layout, settings.backend, gpu,
                                           settings.kernel_imports)
@@ -105,10 +105,9 @@ class CellRunner:
         self._campaigns: dict[Path, Campaign] = {}
         self._target: str | None | bool = False  # the GPU's Triton target, looked up once (False: not yet)
 
-    def close(self) -> list[str]:
-        """End the session's fork servers (they would also die with this process), or keep them
-        (``--ab-keep-servers``); lines for the terminal on what was kept."""
-        return self.spawn.close()
+    def close(self) -> None:
+        """End the session's fork servers (they would also die with this process)."""
+        self.spawn.close()
 
     def plan_servers(self, cells: Iterable[tuple[Campaign, CellKey]]) -> None:
         """The fork servers to start ahead, once the first cell's own are ready (``_start_planned_servers``).
@@ -567,8 +566,7 @@ class CellRunner:
         elif child.rc == 0 and not success:
             status = NO_SHAPES
         kept = records_tuning and status == OK and self.keep_tuning(campaign, key, cell_dir)
-        add_parent_timing(cell_dir, spent if precompile_s else None, ended, child.elapsed_s, tuning_kept=kept,
-                          taken_import_s=self.spawn.taken_import_s())
+        add_parent_timing(cell_dir, spent if precompile_s else None, ended, child.elapsed_s, tuning_kept=kept)
         outcome = CellOutcome(key, cell_dir, status, campaign.switch.describe(), str(campaign.path), child.rc,
                               child.elapsed_s, success, failed, markers, undecodable)
         # The plugin's own cost of this cell: everything here except the child (benchmarks/plugin_scale.py).
@@ -585,7 +583,7 @@ class CellRunner:
 
 
 def add_parent_timing(cell_dir: Path, precompile: PrecompileSpent | None, ended: float, elapsed_s: float,
-                      tuning_kept: bool = False, taken_import_s: float = 0.0) -> None:
+                      tuning_kept: bool = False) -> None:
     """Add the parts only the parent sees to the cell's cell_timing.json, if the child wrote one.
 
     ``precompile``: the parallel compile before the op's round 1 (None for other cells).  ``exit_s``: from the
@@ -593,8 +591,6 @@ def add_parent_timing(cell_dir: Path, precompile: PrecompileSpent | None, ended:
     and CUDA teardown, the cell supervisor's reaping and the wait's latency; never more than the cell's
     ``elapsed_s`` (the wall clock, unlike the parent's monotonic one, can step).  ``tuning_kept``: side A's kernel
     cache kept the cell's autotune record (``keep_tuning``), so the time line's warm re-run figure counts its tuning.
-    ``taken_import_s``: the imports that the fork servers this cell took from an earlier session had paid
-    (``--ab-keep-servers``), which this session did not.
     """
     path = cell_dir / TIMING_FILE
     try:
@@ -610,8 +606,6 @@ def add_parent_timing(cell_dir: Path, precompile: PrecompileSpent | None, ended:
         added["exit_s"] = round(exit_s, 3)
     if tuning_kept:
         added["tuning_kept"] = True
-    if taken_import_s > 0:
-        added["servers_kept_import_s"] = round(taken_import_s, 3)
     if added:
         write_timing(path, {**timing, **added})
 

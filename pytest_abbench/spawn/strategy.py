@@ -59,11 +59,8 @@ class CellSpawn(Protocol):
     def said(self) -> list[str]:
         """Lines for the terminal since the last call (a server that refused a SERVER_IMPORTS module)."""
 
-    def taken_import_s(self) -> float:
-        """Seconds of imports that fork servers kept from an earlier session had paid, taken since the last call."""
-
-    def close(self) -> list[str]:
-        """End whatever this spawn keeps running, or keep it for the next session; lines for the terminal."""
+    def close(self) -> None:
+        """End whatever this spawn keeps running."""
 
 
 class ExecSpawn:
@@ -98,18 +95,15 @@ class ExecSpawn:
     def said(self) -> list[str]:
         return []
 
-    def taken_import_s(self) -> float:
-        return 0.0
-
-    def close(self) -> list[str]:
-        return []
+    def close(self) -> None:
+        return None
 
 
 class ForkSpawn:
     """``--ab-spawn fork``: cells are forked from a per-side server that imported torch and Triton once."""
 
-    def __init__(self, servers_dir: Path, keep_s: float = 0.0) -> None:
-        self.servers = ForkServers(servers_dir, keep_s)
+    def __init__(self, servers_dir: Path) -> None:
+        self.servers = ForkServers(servers_dir)
 
     def run(self, argv: list[str], env: dict[str, str], label: str, imports: Imports, log_path: Path,
             timeout_s: float, check: Check, warm_others: Callable[[], None]) -> ChildResult:
@@ -156,9 +150,5 @@ class ForkSpawn:
         said, self.servers.said = self.servers.said, []
         return said
 
-    def taken_import_s(self) -> float:
-        taken, self.servers.taken_import_s = self.servers.taken_import_s, 0.0
-        return taken
-
-    def close(self) -> list[str]:
-        return self.servers.close()
+    def close(self) -> None:
+        self.servers.close()
