@@ -68,6 +68,13 @@ def kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:
         pass
 
 
+def start_process(argv: Sequence[str], env: Mapping[str, str], log: BinaryIO) -> subprocess.Popen[bytes]:
+    """Execute ``argv`` in a session of its own, output to ``log``, ended with its parent (``_die_with_parent``):
+    a cell, or a precompile job."""
+    return subprocess.Popen(list(argv), env=dict(env), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True, preexec_fn=_die_with_parent)
+
+
 def run_child(
     argv: Sequence[str],
     env: Mapping[str, str],
@@ -106,15 +113,7 @@ def run_child(
             if server is not None:
                 proc = server.spawn(argv, env, log_path)
             else:
-                proc = subprocess.Popen(
-                    list(argv),
-                    env=dict(env),
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    preexec_fn=_die_with_parent,
-                )
+                proc = start_process(argv, env, log)
         except BaseException:
             signal.pthread_sigmask(signal.SIG_SETMASK, held)
             raise
