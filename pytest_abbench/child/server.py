@@ -43,10 +43,11 @@ from typing import IO, Any, Sequence
 
 from pytest_abbench.campaign.model import kept_out_name
 from pytest_abbench.child import bytecode
-from pytest_abbench.child.forking import fork_and_run, parent_death_signal
+from pytest_abbench.child.forking import fork_and_run
 from pytest_abbench.child.preload import ImportRefused, import_in_server
 from pytest_abbench.core import envnames
 from pytest_abbench.core.cores import worker_share
+from pytest_abbench.core.prctl import parent_death_signal
 
 
 

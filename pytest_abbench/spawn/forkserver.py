@@ -10,7 +10,6 @@ Imports neither torch nor triton.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import select
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from pytest_abbench.core import envnames
+from pytest_abbench.core.prctl import parent_death_signal
 from pytest_abbench.campaign.model import kept_out_name
 
 # Variables that differ from cell to cell of one side.  A server is shared by
@@ -38,7 +38,6 @@ PER_CELL_ENV = (envnames.ABBENCH_SPAWN_TIME, envnames.FLAGGEMS_CACHE_DIR, envnam
 _START_TIMEOUT_S = 300.0  # importing torch cold on a loaded machine
 _EXIT_WAIT_S = 5.0  # a server leaves once input has ended and its cells have (os._exit, no interpreter shutdown):
 # milliseconds when it is retired, since its last cell ended first
-_PR_SET_PDEATHSIG = 1
 SERVER_MODULE = "pytest_abbench.child.server"
 
 
@@ -100,13 +99,6 @@ class _Lines:
         return line
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child before exec
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
-
-
 class ForkServer:
     """One running server this session started: forks cells on request."""
 
@@ -125,7 +117,7 @@ class ForkServer:
                 env={k: v for k, v in env.items() if k not in PER_CELL_ENV},
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                 start_new_session=True,  # a Ctrl-C at the terminal is the session's to handle, not the server's
-                preexec_fn=_die_with_parent,
+                preexec_fn=lambda: parent_death_signal(signal.SIGKILL),
             )
         assert self.proc.stdout is not None and self.proc.stdin is not None
         self.pid = self.proc.pid
