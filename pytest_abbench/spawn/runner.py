@@ -20,6 +20,7 @@ from pytest_abbench.spawn.precompile import Job as CompileJob
 
 from pytest_abbench.core import tunercache
 from pytest_abbench.campaign.model import Campaign, source_hash
+from pytest_abbench.campaign.probe import campaign_env
 from pytest_abbench.spawn.kernelcache import KernelCaches
 from pytest_abbench.core import autotunerecord, envnames, kernelcache
 from pytest_abbench.core.cores import worker_share
@@ -39,7 +40,6 @@ from pytest_abbench.core.markers import count_markers, count_undecodable
 from pytest_abbench.core.settings import Settings
 from pytest_abbench.core.outcome import ALL_FAILED, FAILED_SHAPES, IR_ONLY, NO_SHAPES, OK, CellOutcome
 
-PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])  # the folder holding pytest_abbench/, for cells of another Python
 
 
 @dataclass
@@ -234,13 +234,8 @@ class CellRunner:
         tuner_cache = self.tuner_cache(campaign, key.side)
         shared = tuner_cache.removeprefix("shared:") if tuner_cache.startswith("shared:") else None
         env[envnames.FLAGGEMS_CACHE_DIR] = shared or str(cell_dir / tunercache.CELL_CACHE_DIR)
-        if self.settings.backend == "interpreter" and not self.settings.ir_only:
-            env[envnames.TRITON_INTERPRET] = "1"
-        else:
-            env.pop(envnames.TRITON_INTERPRET, None)
-        if self.settings.ir_target:  # what Triton's driver answers without a GPU (core/standin_driver.py)
-            env[envnames.ABBENCH_IR_TARGET] = self.settings.ir_target
-        env[envnames.PYTHONPATH] = os.pathsep.join(p for p in (PACKAGE_PARENT, env.get(envnames.PYTHONPATH, "")) if p)
+        env = campaign_env(env, self.settings.backend == "interpreter" and not self.settings.ir_only,
+                           self.settings.ir_target)
         env[envnames.PYTHONUNBUFFERED] = "1"
         if self.gpu is not None:
             env[envnames.CUDA_VISIBLE_DEVICES] = self.gpu
