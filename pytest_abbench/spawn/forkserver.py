@@ -109,7 +109,6 @@ class ForkServer:
         self.log_path = log_path
         self.imports = tuple(imports)
         self.skipped: list[tuple[str, str]] = []  # (module, why) among ``imports`` that failed to import
-        self.started = time.monotonic()
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab", buffering=0) as log:
             self.proc = subprocess.Popen(
@@ -306,7 +305,7 @@ class ForkServers:
         self.notices.append(line)
         self.said.append(line)
 
-    def kept_imports(self, python: str, env: Mapping[str, str], name: str, imports: Sequence[str]) -> tuple[str, ...]:
+    def held_imports(self, python: str, env: Mapping[str, str], name: str, imports: Sequence[str]) -> tuple[str, ...]:
         """``imports`` but those a server of this side refused this session."""
         base = server_key(python, env, name)
         return tuple(m for m in imports if (base, m) not in self.refused)
@@ -318,7 +317,7 @@ class ForkServers:
         Starting the other side's server while this side's first cell runs
         overlaps its imports with useful work (they use a CPU, never the GPU).
         """
-        imports = self.kept_imports(python, env, name, imports)
+        imports = self.held_imports(python, env, name, imports)
         key = server_key(python, env, name, imports)
         server = self.servers.get(key)
         if server is not None and not server.alive and not server.ready:
@@ -346,7 +345,7 @@ class ForkServers:
         be gone; False if there is none.  A server leaves at end of input once its cells have ended, and a retired
         server's last cell has, so the wait is milliseconds and no retired server is alive when the next cell
         starts.  A cell that needs it after all starts a new one."""
-        key = server_key(python, env, name, self.kept_imports(python, env, name, imports))
+        key = server_key(python, env, name, self.held_imports(python, env, name, imports))
         server = self.servers.pop(key, None)
         if server is None:
             return False

@@ -202,7 +202,7 @@ class CellRunner:
         return self.python(campaign, key), self.env(campaign, key, self.layout.cell(key)), f"side-{side}"
 
     def _server_key(self, python: str, env: dict[str, str], label: str, imports: tuple[str, ...]) -> ServerKey:
-        held = imports if self.servers is None else self.servers.kept_imports(python, env, label, imports)
+        held = imports if self.servers is None else self.servers.held_imports(python, env, label, imports)
         return server_key(python, env, label, held)
 
     def server_of(self, campaign: Campaign, side: str) -> ServerKey:
