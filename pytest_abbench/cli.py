@@ -427,31 +427,6 @@ def kernels_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def servers(args: argparse.Namespace) -> int:
-    """``abbench servers [--stop]``: the fork servers kept waiting for a next session (``--ab-keep-servers``)."""
-    from pytest_abbench.core import keptservers
-
-    try:
-        folder = keptservers.kept_dir()
-    except keptservers.KeptFolderError as exc:
-        print(f"abbench servers: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    waiting, problems = keptservers.read_kept(folder)
-    for problem in problems:
-        print(f"abbench servers: {problem}", file=sys.stderr)
-    if not waiting:
-        print(f"abbench servers: none waiting in {folder}")
-        return 0
-    for server in waiting:
-        if args.stop:
-            print(f"{'ended' if keptservers.stop(server) else 'gone already'}: {server.describe()}")
-        else:
-            print(server.describe())
-    if not args.stop:
-        print(f"abbench servers: {len(waiting)} waiting in {folder} (--stop ends them)")
-    return 0
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="abbench", description=__doc__.splitlines()[0] if __doc__ else None)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -530,10 +505,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a root of several campaigns: the campaign file (path, name or stem) whose cache is written")
     e.set_defaults(func=kernels_export)
 
-    v = sub.add_parser("servers", help="the fork servers kept waiting for a next session (--ab-keep-servers): "
-                                       "what each holds, how long it waits on")
-    v.add_argument("--stop", action="store_true", help="end them now")
-    v.set_defaults(func=servers)
     return parser
 
 

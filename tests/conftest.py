@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import signal
-import tempfile
-import time
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -38,37 +33,3 @@ def kernel_cache_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pyt
 def campaign_dir(pytester: pytest.Pytester) -> pytest.Pytester:
     pytester.makeini("[pytest]\n")
     return pytester
-
-
-@pytest.fixture(autouse=True)
-def kept_servers_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """Every test's sessions keep fork servers (``--ab-keep-servers``) in a folder of the test's own, short enough
-    for a socket path, and never take one the user's sessions kept; those still waiting at the end are ended."""
-    from pytest_abbench.core import keptservers
-
-    folder = Path(tempfile.mkdtemp(prefix="abks-"))
-    monkeypatch.setenv("ABBENCH_SERVER_DIR", str(folder))
-    yield folder
-    keptservers.trim(folder, 0)
-    # A server still held (a session killed by the test, a cell left hanging) is not listed as waiting: every
-    # fork server process (a server, or a cell forked from one) started with this folder in its environment goes,
-    # until a pass finds none.
-    marker = f"ABBENCH_SERVER_DIR={folder}".encode()
-    for _ in range(5):
-        found = []
-        for proc in Path("/proc").iterdir():
-            try:
-                if proc.name.isdigit() and keptservers.SERVER_MODULE.encode() in (proc / "cmdline").read_bytes() \
-                        and marker in (proc / "environ").read_bytes().split(b"\0"):
-                    found.append(int(proc.name))
-            except OSError:
-                pass
-        if not found:
-            break
-        for pid in found:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        time.sleep(0.1)
-    shutil.rmtree(folder, ignore_errors=True)

@@ -10,13 +10,16 @@ cache is measured on the H200 (docs/explanation/benchmarks.md).
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import textwrap
 import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from helpers import process_alive
 from pytest_abbench.spawn import precompile
 from pytest_abbench.core import envnames
 from pytest_abbench.core.cores import worker_share
@@ -243,3 +246,29 @@ def test_the_ops_pooled_ahead_are_this_process_round_1_ops_not_finished_before(t
         runner.cell_ended(campaign, CellKey(1, "c", side))
     assert runner.ops_ahead(campaign, "a") == ["d"]
     runner.close()
+
+
+def test_an_exec_compile_job_dies_with_the_session_that_started_it(tmp_path: Path) -> None:
+    """A session killed mid-precompile (SIGKILL: nothing of its own runs) leaves no compile job behind."""
+    pid_file = tmp_path / "job.pid"
+    session = textwrap.dedent(f'''
+        import os, sys, time
+        from pathlib import Path
+        from pytest_abbench.spawn import precompile
+        job = precompile.Job("A-1of1", [sys.executable, "-c", "import os, time; open({str(pid_file)!r}, 'w')"
+                                        ".write(str(os.getpid())); time.sleep(60)"],
+                             dict(os.environ), Path({str(tmp_path / "job" / "compile.log")!r}))
+        job.start()
+        while not os.path.exists({str(pid_file)!r}) or not open({str(pid_file)!r}).read():
+            time.sleep(0.02)
+        os.kill(os.getpid(), 9)
+    ''')
+    subprocess.run([sys.executable, "-c", session], timeout=60)
+    job = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while process_alive(job) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    alive = process_alive(job)
+    if alive:
+        os.kill(job, 9)
+    assert not alive, "the compile job outlived the session that started it"

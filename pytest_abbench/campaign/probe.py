@@ -12,12 +12,28 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from pytest_abbench.campaign.model import CampaignError
 from pytest_abbench.core import envnames
 
 PROBE_SECONDS = 120.0  # starting Python and importing torch and Triton, on top of the file's own --ab-import-timeout
+PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])  # the folder holding pytest_abbench/, for another Python
+
+
+def campaign_env(base: Mapping[str, str], interpreter: bool, ir_target: str | None) -> dict[str, str]:
+    """``base`` as a process that imports a campaign needs it, a cell's or a probe's: Triton's interpreter on
+    or off, the IR target the stand-in driver answers for (``core/standin_driver.py``), and this copy of the
+    package first on the path (a side's interpreter may have another installed)."""
+    env = dict(base)
+    if interpreter:
+        env[envnames.TRITON_INTERPRET] = "1"
+    else:
+        env.pop(envnames.TRITON_INTERPRET, None)
+    if ir_target:
+        env[envnames.ABBENCH_IR_TARGET] = ir_target
+    env[envnames.PYTHONPATH] = os.pathsep.join(p for p in (PACKAGE_PARENT, env.get(envnames.PYTHONPATH, "")) if p)
+    return env
 
 
 def run_probe(path: Path, argv_for: Callable[[Path], list[str]], what: str, import_timeout_s: float,
@@ -25,15 +41,7 @@ def run_probe(path: Path, argv_for: Callable[[Path], list[str]], what: str, impo
     """Run ``sys.executable`` with ``argv_for(answer_file)`` and return the answer; ``what`` names the probe's work in
     errors ("reading its perf_report functions").  ``interpreter``: under Triton's interpreter (no GPU here), whose
     driver queries answer for ``ir_target`` (``core/standin_driver.py``)."""
-    env = dict(os.environ)
-    if interpreter:
-        env[envnames.TRITON_INTERPRET] = "1"
-    else:
-        env.pop(envnames.TRITON_INTERPRET, None)
-    if ir_target:
-        env[envnames.ABBENCH_IR_TARGET] = ir_target
-    package_parent = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH", "")) if p)
+    env = campaign_env(os.environ, interpreter, ir_target)
     limit = import_timeout_s + PROBE_SECONDS
     with tempfile.TemporaryDirectory(prefix="abbench-probe-") as folder:
         out = Path(folder) / "answer.json"

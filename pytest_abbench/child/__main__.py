@@ -10,7 +10,6 @@ reparented to the supervisor, so none escapes the search.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import sys
@@ -20,24 +19,13 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 from pytest_abbench.child.forking import leave
 from pytest_abbench.core.cellconfig import CellConfig
+from pytest_abbench.core.prctl import become_subreaper
 from pytest_abbench.core.procstat import PPID, stat_fields
 
 if TYPE_CHECKING:  # measure imports the campaign machinery: the supervisor loads it in the measuring process only
     from pytest_abbench.child.measure import CampaignLoad
 
-_PR_SET_CHILD_SUBREAPER = 36
 _REAP_DEADLINE_S = 5.0
-
-
-def become_subreaper() -> bool:
-    """Orphaned descendants are reparented to this process instead of init (Linux 3.4+); False elsewhere."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return int(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
-    except (OSError, AttributeError):
-        return False
 
 
 def descendants(pid: int) -> list[int]:

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from pytest_abbench.child.forking import parent_death_signal
+from pytest_abbench.core.prctl import parent_death_signal
 from pytest_abbench.core import envnames
 from pytest_abbench.core.usercache import user_cache
 from pytest_abbench.core.private import open_no_follow, private_folder

@@ -8,23 +8,11 @@ shares of a compile-only cell (IR triage, precompile).
 from __future__ import annotations
 
 import atexit
-import ctypes
 import os
 import sys
 import threading
 import traceback
 from typing import Callable, NoReturn
-
-
-_PR_SET_PDEATHSIG = 1
-
-
-def parent_death_signal(sig: int) -> None:
-    """Have the kernel send ``sig`` to this process when its parent dies (Linux; elsewhere nothing)."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
 
 
 def fork_and_run(run: Callable[[], int]) -> int:

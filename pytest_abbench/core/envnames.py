@@ -14,10 +14,6 @@ SWITCH_ALLOW_NO_IR_DIFF = "SWITCH_ALLOW_NO_IR_DIFF"
 ABBENCH_HISTORY = "ABBENCH_HISTORY"
 # Set by GitHub Actions for each step; report/markdown.py appends the markdown summary to the file it names.
 GITHUB_STEP_SUMMARY = "GITHUB_STEP_SUMMARY"
-# Set by the user; core/keptservers.py reads it: the folder kept fork servers wait in (--ab-keep-servers).
-ABBENCH_SERVER_DIR = "ABBENCH_SERVER_DIR"
-# Set by the login session (XDG); core/keptservers.py reads it: kept fork servers wait in a folder under it.
-XDG_RUNTIME_DIR = "XDG_RUNTIME_DIR"
 # Set by the user; core/cores.py reads it: compile processes at once, instead of cores over workers.
 ABBENCH_COMPILE_JOBS = "ABBENCH_COMPILE_JOBS"
 # Set by the user; child/measure.py reads it: "1" profiles each shape's calls after its timed windows on a GPU
@@ -63,11 +59,5 @@ PYTHONUNBUFFERED = "PYTHONUNBUFFERED"
 PYTEST_XDIST_WORKER = "PYTEST_XDIST_WORKER"
 # Set by xdist on a worker; spawn/precompile.py reads it: the host's cores are shared over this many workers.
 PYTEST_XDIST_WORKER_COUNT = "PYTEST_XDIST_WORKER_COUNT"
-# Set by xdist on a worker, a new value each run; spawn/forkserver.py keeps it out of a kept server's name.
-PYTEST_XDIST_TESTRUNUID = "PYTEST_XDIST_TESTRUNUID"
-# Set by the login, the shell or the terminal, different from one login or window to the next; read by nothing
-# a fork server imports, so spawn/forkserver.py keeps them out of a kept server's name (--ab-keep-servers).
-LOGIN_SESSION = ("SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY", "XDG_SESSION_ID", "TERM_SESSION_ID", "WINDOWID",
-                 "OLDPWD", "SHLVL", "_")
 # Set by pytest (the running test, i.e. the cell); spawn/forkserver.py keeps it out of a server's key.
 PYTEST_CURRENT_TEST = "PYTEST_CURRENT_TEST"

@@ -46,25 +46,6 @@ def positive_seconds(text: str) -> float:
     return value
 
 
-# --ab-keep-servers auto: how long a session's fork servers wait for the next session on a GPU host, where
-# their imports take 6 to 12 s (torch, Triton, a library's ops); elsewhere they end with the session.
-KEEP_SERVERS_GPU_S = 600.0
-KEEP_SERVERS_MAX_S = 86400.0  # a day: longer is a server nobody remembers, holding memory
-
-
-def keep_servers_option(text: str) -> float | None:
-    """argparse type for --ab-keep-servers: ``auto`` (None) or seconds >= 0 (0: keep none), the bad value named."""
-    if text == "auto":
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected auto or a number of seconds, got {text!r}") from None
-    if not 0 <= value <= KEEP_SERVERS_MAX_S:
-        raise argparse.ArgumentTypeError(f"must be 0 to {KEEP_SERVERS_MAX_S:g} seconds (0: keep none), got {text!r}")
-    return value
-
-
 def _whole_number(text: str, minimum: int) -> int:
     try:
         value = int(text)
@@ -295,7 +276,6 @@ class Settings:
     gate: str = GATE_SHAPES  # --ab-gate: what --ab-fail-if-slower judges
     layout_shift: bool = True
     spawn: str = "exec"
-    keep_servers_s: float = 0.0  # --ab-keep-servers: seconds the fork servers wait for the next session (0: none)
     precompile: bool = True
     # Decide the IR gate from the precompile's IR, before round 1 is timed: an op whose switch changed no code
     # is skipped without timing round 1 (``--ab-gate-first``; on by default on a GPU, where the precompile runs).

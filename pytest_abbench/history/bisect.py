@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from pytest_abbench.child.forking import parent_death_signal
+from pytest_abbench.core.prctl import parent_death_signal
 from pytest_abbench.core.exitcodes import EXIT_SLOWER
 from pytest_abbench.core.fileio import CorruptFileError
 from pytest_abbench.core.layout import ABBENCH_DIR, BISECT_DIR, RootLayout

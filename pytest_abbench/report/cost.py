@@ -88,7 +88,6 @@ def time_spent(cells: Iterable[CellOutcome], wall_s: float | None = None, worker
     spent = {key: 0.0 for key, _, _ in PARTS}
     cells_s, counted, without = 0.0, 0, 0
     kept_tuning_s = 0.0  # the tuning side A's kernel cache kept: a warm re-run carries it
-    kept_imports_s = 0.0  # what the fork servers taken from an earlier session had paid to import
     kernels: dict[str, KernelCounts] = {}  # by side: loaded from Triton's cache, compiled
     for cell in cells:
         gated_first = cell.status == NO_IR_DIFF and cell.elapsed_s > 0  # its op's precompile decided the gate
@@ -107,13 +106,10 @@ def time_spent(cells: Iterable[CellOutcome], wall_s: float | None = None, worker
         cells_s += sum(parts.values())
         if timing.get("tuning_kept"):  # round 1 side A's choices, which its kernel cache kept (runner.keep_tuning)
             kept_tuning_s += parts.get("autotune_s", 0.0)
-        kept_imports_s += float(timing.get("servers_kept_import_s") or 0.0)
     out: dict[str, Any] = {key: round(value, 6) for key, value in spent.items()}  # a timed microsecond is not 0
     out.update(cells=counted, cells_without_timing=without, cells_s=round(cells_s, 6))
     if kept_tuning_s > 0:
         out["kept_tuning_s"] = round(kept_tuning_s, 6)
-    if kept_imports_s > 0:
-        out["servers_kept_import_s"] = round(kept_imports_s, 3)
     if any(n["loaded"] or n["compiled"] for n in kernels.values()):  # a campaign without Triton kernels: none
         out["kernels"] = {side: dict(kernels[side]) for side in sorted(kernels)}
     if wall_s is not None:
@@ -166,9 +162,6 @@ def describe(spent: dict[str, Any], kernels_cached: bool = True) -> str:
         line += (warm_rerun(spent) if kernels_cached else
                  " (compiled for the IR gate; a re-run loads them only with ABBENCH_PASS_DUMP=0: the per-pass dump "
                  "the interpreter's IR capture takes by default keeps them out of the kernel cache)")
-    if spent.get("servers_kept_import_s"):
-        line += (f"; fork servers kept from an earlier session (--ab-keep-servers): their imports, "
-                 f"{float(spent['servers_kept_import_s']):.1f} s when they started, not paid")
     if "wall_s" in spent:
         capacity = float(spent["wall_s"]) * int(spent["workers"])
         idle = 100 * float(spent["idle_s"]) / capacity if capacity > 0 else 0.0

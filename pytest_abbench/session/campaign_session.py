@@ -318,18 +318,15 @@ class AbbenchSession:
         if reporter is not None:
             reporter.write_line(line)
 
-    def end_servers(self) -> list[str]:
-        """End the session's fork servers, or keep them (``--ab-keep-servers``), once; lines for the terminal on
-        what was kept.  An xdist worker calls it at its session's finish, to hand the lines to the controller."""
+    def end_servers(self) -> None:
+        """End the session's fork servers, once.  An xdist worker calls it at its session's finish."""
         if self._runner is None or self._servers_ended:
-            return []
+            return
         self._servers_ended = True
-        return self._runner.close()
+        self._runner.close()
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         """End what the session started: its fork servers and its GPU claim."""
-        # The fork servers; an in-process session (pytester) must not leave them running unless kept.
-        for line in self.end_servers():
-            self.write_line(f"abbench: {line}")
+        self.end_servers()  # an in-process session (pytester) must not leave them running
         if self._gpu is not None:
             self._gpu.release()  # an in-process session (pytester) must not keep the GPU after it ends

@@ -24,11 +24,11 @@ from pytest_abbench.core.layout import ABBENCH_DIR, AUTOTUNE_DIR, HISTORY_FILE, 
 from pytest_abbench.core.regimes import BOTH, BURST, DEFAULT_REGIME, REGIME_CHOICES, STEADY
 from pytest_abbench.core.settings import (AUTO_FIRST, AUTO_LAST, CUDA_SAMPLES, DEFAULT_CELL_TIMEOUT_S,
                                           DEFAULT_ENERGY_TARGET_PCT, DEFAULT_IMPORT_TIMEOUT_S, DEFAULT_ROUNDS,
-                                          HISTORY_OFF, KEEP_SERVERS_GPU_S, MAX_ROUNDS, Settings, add_report_options,
+                                          HISTORY_OFF, MAX_ROUNDS, Settings, add_report_options,
                                           autotune_screen_ms,
                                           choice, default_level, default_rounds, detect_backend, env_assignment,
                                           existing_root, gpu_list, history_file, history_path,
-                                          keep_servers_option, markdown_file,
+                                          markdown_file,
                                           output_file_problem, percent, positive_int, positive_seconds, provider_name,
                                           provider_pair, rounds_plan, tuner_cache_mode)
 from pytest_abbench.core.status import StatusFormatError, read_status
@@ -110,12 +110,6 @@ def register(parser: pytest.Parser) -> None:
     add("--ab-spawn", type=choice(("auto", *cellconfig.SPAWN_METHODS)), default="auto",
         help="fork: each cell is forked from a per-side server that imported torch and Triton once (under 1 s "
              "instead of seconds per cell); exec: a fresh interpreter per cell; auto: fork on Linux (identity axis)")
-    add("--ab-keep-servers", type=keep_servers_option, default=None, metavar="auto|SECONDS",
-        help="at the session's end, keep its fork servers (with torch, Triton and the campaign's SERVER_IMPORTS "
-             "imported) waiting this many seconds for the next session of the same interpreter, folder and "
-             f"environments, which then imports nothing; 0: they end with the session; auto (default): "
-             f"{KEEP_SERVERS_GPU_S:g} s with a GPU and --ab-spawn fork, else 0.  A server whose imported files "
-             "changed since is not used.  `abbench servers` lists them, `abbench servers --stop` ends them")
     add("--ab-regime", type=choice(REGIME_CHOICES), default=DEFAULT_REGIME,
         help=f"timing regime (identity axis, default {DEFAULT_REGIME}): {BURST} (short windows after idle gaps, "
              f"both sides at boost clocks), {STEADY} (timed once clocks and power settled under load, or the clock "
@@ -293,8 +287,6 @@ def resolve(config: pytest.Config) -> Settings:
         gate=opt.ab_gate,
         layout_shift=opt.ab_layout_shift == "on",
         spawn=spawn,
-        keep_servers_s=(opt.ab_keep_servers if opt.ab_keep_servers is not None
-                        else KEEP_SERVERS_GPU_S if cuda and spawn == "fork" else 0.0),
         regime=opt.ab_regime,
         gpu_state=opt.ab_gpu_state == "on",
         precompile=opt.ab_precompile == "on",

@@ -29,8 +29,6 @@ from pytest_abbench.session.transport import (SHIPPED_ATTR, CampaignLocator, Shi
                                               scratch_base)
 
 WORKER_GPU = "abbench_gpu"  # a worker's workeroutput key: the GPU it pinned its cells to
-# A worker's workeroutput key: its lines on the fork servers it kept (a worker's own terminal output is not shown).
-WORKER_SERVER_LINES = "abbench_server_lines"
 # The plugin's options whose value is a path on the controller's host.
 PATH_OPTIONS = ("--ab-root", "--ab-resume", "--ab-costs-from", "--ab-worker-scratch")
 
@@ -365,16 +363,13 @@ class XdistHooks:
         output = getattr(node, "workeroutput", None) or {}
         if WORKER_GPU in output:
             self.gpus[str(node.gateway.id)] = output[WORKER_GPU]
-        for line in output.get(WORKER_SERVER_LINES) or ():
-            self.say(f"abbench: {node.gateway.id}: {line}")
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         """Keep each worker's busy time in ``<root>/workers.json`` (before the session releases the root)."""
         workeroutput = getattr(self.session.config, "workeroutput", None)
         if workeroutput is not None:
             workeroutput[WORKER_GPU] = self.session.claimed_gpu  # the controller reads it when this worker goes down
-            # Sent with this hook's end (xdist's wrapper), before pytest_unconfigure, where a serial session says them.
-            workeroutput[WORKER_SERVER_LINES] = self.session.end_servers()
+            self.session.end_servers()  # before pytest_unconfigure: the worker's servers go with its session
             return
         if not self.loads:
             return

@@ -7,7 +7,6 @@ that prints hundreds of MB costs the parent nothing.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import subprocess
@@ -18,6 +17,7 @@ from typing import TYPE_CHECKING, BinaryIO, Callable, Mapping, Protocol, Sequenc
 
 from pytest_abbench.spawn import interrupts
 from pytest_abbench.core.exitcodes import TIMEOUT, shell_rc
+from pytest_abbench.core.prctl import parent_death_signal
 
 if TYPE_CHECKING:
     from pytest_abbench.spawn.forkserver import ForkServer
@@ -26,7 +26,6 @@ if TYPE_CHECKING:
 _TERM_GRACE_S = 2.0
 # How often ``run_child`` asks its ``check`` whether the cell may go on.
 _CHECK_EVERY_S = 0.2
-_PR_SET_PDEATHSIG = 1
 
 
 @dataclass
@@ -54,11 +53,7 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
     process group kill on timeout holds.
     """
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked by run_child for the spawn only
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
+    parent_death_signal(signal.SIGTERM)
 
 
 def kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:
@@ -66,6 +61,13 @@ def kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def start_process(argv: Sequence[str], env: Mapping[str, str], log: BinaryIO) -> subprocess.Popen[bytes]:
+    """Execute ``argv`` in a session of its own, output to ``log``, ended with its parent (``_die_with_parent``):
+    a cell, or a precompile job."""
+    return subprocess.Popen(list(argv), env=dict(env), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True, preexec_fn=_die_with_parent)
 
 
 def run_child(
@@ -106,15 +108,7 @@ def run_child(
             if server is not None:
                 proc = server.spawn(argv, env, log_path)
             else:
-                proc = subprocess.Popen(
-                    list(argv),
-                    env=dict(env),
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    preexec_fn=_die_with_parent,
-                )
+                proc = start_process(argv, env, log)
         except BaseException:
             signal.pthread_sigmask(signal.SIG_SETMASK, held)
             raise

@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from pytest_abbench.spawn.cellrun import StartedCell, kill_group
+from pytest_abbench.spawn.cellrun import StartedCell, kill_group, start_process
 from pytest_abbench.core import envnames
+from pytest_abbench.core.cellconfig import CellConfig
 from pytest_abbench.core.cellfiles import KernelCounts, add_counts, kernel_counts_in, read_shares
 from pytest_abbench.core.fileio import CorruptFileError
 from pytest_abbench.spawn.forkserver import ForkServer, ForkServerError
@@ -68,8 +69,14 @@ class Job:
         if self.server is not None:
             return self.server.spawn(self.argv, self.env, self.log)
         with open(self.log, "wb") as log:
-            return subprocess.Popen(self.argv, env=self.env, stdin=subprocess.DEVNULL, stdout=log,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+            return start_process(self.argv, self.env, log)
+
+
+def exec_job(name: str, python: str, config: CellConfig, env_at: Callable[[Path], dict[str, str]],
+             processes: int = 1) -> Job:
+    """A compile-only job in a fresh interpreter, writing to ``config.out`` with its environment for that folder."""
+    return Job(name, [python, "-m", *config.module_argv()], env_for(env_at(config.out)),
+               config.out / "compile.log", processes=processes)
 
 
 @dataclass

@@ -20,14 +20,15 @@ from pytest_abbench.spawn.precompile import Job as CompileJob
 
 from pytest_abbench.core import tunercache
 from pytest_abbench.campaign.model import Campaign, source_hash
+from pytest_abbench.campaign.probe import campaign_env
 from pytest_abbench.spawn.kernelcache import KernelCaches
 from pytest_abbench.core import autotunerecord, envnames, kernelcache
 from pytest_abbench.core.cores import worker_share
 from pytest_abbench.core.cellconfig import CellConfig, autotune_mode_for, side_record_mode_for, skip_shapes_arg
 from pytest_abbench.spawn.cellrun import ChildResult, log_tail
 from pytest_abbench.core.exitcodes import describe, status_word
-from pytest_abbench.spawn.forkserver import ForkServerError, ServerKey, server_key
-from pytest_abbench.spawn.strategy import CellSpawn, ExecSpawn, ForkSpawn
+from pytest_abbench.spawn import strategy
+from pytest_abbench.spawn.forkserver import ForkServerError, ForkServers, ServerKey, server_key
 from pytest_abbench.core.fileio import CorruptFileError
 from pytest_abbench.core.cellfiles import (KERNEL_COUNTS_FILE, CellTiming, KernelCounts, add_counts, read_timing,
                                            write_timing)
@@ -39,7 +40,6 @@ from pytest_abbench.core.markers import count_markers, count_undecodable
 from pytest_abbench.core.settings import Settings
 from pytest_abbench.core.outcome import ALL_FAILED, FAILED_SHAPES, IR_ONLY, NO_SHAPES, OK, CellOutcome
 
-PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])  # the folder holding pytest_abbench/, for cells of another Python
 
 
 @dataclass
@@ -84,8 +84,7 @@ class CellRunner:
         self.layout = layout
         self.gpu = gpu
         self.check = check  # called while a child runs: stops the session when it must not go on
-        self.spawn: CellSpawn = (ForkSpawn(layout.servers, settings.keep_servers_s) if settings.spawn == "fork"
-                                 else ExecSpawn())
+        self.servers = ForkServers(layout.servers) if settings.spawn == "fork" else None  # None: exec
         self.kernel_caches = KernelCaches(settings.kernel_cache, layout, settings.backend, gpu,
                                           settings.kernel_imports)
         self._sources: dict[Path, str] = {}  # campaign file -> source hash, read once per session
@@ -105,10 +104,10 @@ class CellRunner:
         self._campaigns: dict[Path, Campaign] = {}
         self._target: str | None | bool = False  # the GPU's Triton target, looked up once (False: not yet)
 
-    def close(self) -> list[str]:
-        """End the session's fork servers (they would also die with this process), or keep them
-        (``--ab-keep-servers``); lines for the terminal on what was kept."""
-        return self.spawn.close()
+    def close(self) -> None:
+        """End the session's fork servers (they would also die with this process)."""
+        if self.servers is not None:
+            self.servers.close()
 
     def plan_servers(self, cells: Iterable[tuple[Campaign, CellKey]]) -> None:
         """The fork servers to start ahead, once the first cell's own are ready (``_start_planned_servers``).
@@ -128,17 +127,17 @@ class CellRunner:
         """Start the planned servers in the background, as many as the spawn has room for."""
         planned, self.planned_servers = self.planned_servers, []
         for campaign, key in planned:
-            if self.spawn.room() == 0:
+            if strategy.room(self.servers) == 0:
                 return
             self._start_server(campaign, key, self.layout.cell(key))
 
     def _start_server(self, campaign: Campaign, key: CellKey, cell_dir: Path) -> None:
-        """Start the server of ``key``'s side (a cell in ``cell_dir``) if the spawn keeps one and a cell of this
+        """Start the server of ``key``'s side (a cell in ``cell_dir``) under fork spawn if a cell of this
         process still needs it; does not wait for it."""
-        if self.cells_left and not self.cells_left[(campaign.path, key.side)]:
-            return  # its cells have ended (or were deselected): it would only hold memory
-        self.spawn.warm(self.python(campaign, key), self.env(campaign, key, cell_dir), f"side-{key.side}",
-                        campaign.server_imports)
+        if self.servers is None or (self.cells_left and not self.cells_left[(campaign.path, key.side)]):
+            return  # exec spawn, or its cells have ended (or were deselected): it would only hold memory
+        self.servers.start(self.python(campaign, key), self.env(campaign, key, cell_dir), f"side-{key.side}",
+                           campaign.server_imports)
 
     def warm_op(self, campaign: Campaign, op: str) -> None:
         """Start the servers of both sides of ``op`` (the next op of this process) in the background."""
@@ -194,7 +193,8 @@ class CellRunner:
         if any(self.server_of(self._campaigns[other], other_side) == server
                for (other, other_side), left in self.cells_left.items() if left):
             return
-        self.spawn.retire(python, env, label, campaign.server_imports)
+        if self.servers is not None:
+            self.servers.retire(python, env, label, campaign.server_imports)
 
     def _server_args(self, campaign: Campaign, side: str) -> tuple[str, dict[str, str], str]:
         """The interpreter, environment and label a side's fork server is keyed by (``forkserver.server_key``)."""
@@ -202,7 +202,8 @@ class CellRunner:
         return self.python(campaign, key), self.env(campaign, key, self.layout.cell(key)), f"side-{side}"
 
     def _server_key(self, python: str, env: dict[str, str], label: str, imports: tuple[str, ...]) -> ServerKey:
-        return server_key(python, env, label, self.spawn.held_imports(python, env, label, imports))
+        held = imports if self.servers is None else self.servers.held_imports(python, env, label, imports)
+        return server_key(python, env, label, held)
 
     def server_of(self, campaign: Campaign, side: str) -> ServerKey:
         """The fork server a side's cells are forked from (``forkserver.server_key``)."""
@@ -233,13 +234,8 @@ class CellRunner:
         tuner_cache = self.tuner_cache(campaign, key.side)
         shared = tuner_cache.removeprefix("shared:") if tuner_cache.startswith("shared:") else None
         env[envnames.FLAGGEMS_CACHE_DIR] = shared or str(cell_dir / tunercache.CELL_CACHE_DIR)
-        if self.settings.backend == "interpreter" and not self.settings.ir_only:
-            env[envnames.TRITON_INTERPRET] = "1"
-        else:
-            env.pop(envnames.TRITON_INTERPRET, None)
-        if self.settings.ir_target:  # what Triton's driver answers without a GPU (core/standin_driver.py)
-            env[envnames.ABBENCH_IR_TARGET] = self.settings.ir_target
-        env[envnames.PYTHONPATH] = os.pathsep.join(p for p in (PACKAGE_PARENT, env.get(envnames.PYTHONPATH, "")) if p)
+        env = campaign_env(env, self.settings.backend == "interpreter" and not self.settings.ir_only,
+                           self.settings.ir_target)
         env[envnames.PYTHONUNBUFFERED] = "1"
         if self.gpu is not None:
             env[envnames.CUDA_VISIBLE_DEVICES] = self.gpu
@@ -378,9 +374,9 @@ class CellRunner:
                     self._start_server(campaign, CellKey(key.round, key.op, side), cell_dir)
             self._start_planned_servers()
 
-        return self.spawn.run(self.argv(campaign, key, cell_dir), self.env(campaign, key, cell_dir),
-                              f"side-{key.side}", campaign.server_imports, log_path, self.settings.budget.child_s,
-                              self.check, warm_others)
+        return strategy.run_cell(self.servers, self.argv(campaign, key, cell_dir), self.env(campaign, key, cell_dir),
+                                 f"side-{key.side}", campaign.server_imports, log_path,
+                                 self.settings.budget.child_s, self.check, warm_others)
 
     def precompile(self, campaign: Campaign, key: CellKey, log_path: Path) -> None:
         """Before an op's first round-1 cell on a GPU (or, with ``--ab-gate-first`` without one, for the IR
@@ -490,15 +486,18 @@ class CellRunner:
                                   autotune_mode="compile-all", autotune_side_mode=None,
                                   candidate_procs=max(1, min(MAX_CANDIDATE_PROCS, parallel // (len(SIDES) * n))))
             if self.settings.backend != "cuda":  # the cells run in the interpreter; this compiles without it, for the gate
-                out = self.layout.precompile(op) / side
-                env = precompile.env_for(self.env(campaign, side_key, out))
-                env.pop(envnames.TRITON_INTERPRET, None)
-                argv = [self.python(campaign, side_key), "-m", *replace(compile_all, out=out, shares=n).module_argv()]
-                jobs.append(precompile.Job(side, argv, env, out / "compile.log", processes=n))
+                def compiled_env(out: Path, side_key: CellKey = side_key) -> dict[str, str]:
+                    env = self.env(campaign, side_key, out)
+                    env.pop(envnames.TRITON_INTERPRET, None)
+                    return env
+
+                jobs.append(precompile.exec_job(side, self.python(campaign, side_key),
+                                                replace(compile_all, out=self.layout.precompile(op) / side, shares=n),
+                                                compiled_env, processes=n))
                 continue
-            jobs += self.spawn.precompile_jobs(side, compile_all, self.python(campaign, side_key),
-                                               partial(self.env, campaign, side_key),
-                                               self.layout.precompile(op), n, campaign.server_imports)
+            jobs += strategy.precompile_jobs(self.servers, side, compile_all, self.python(campaign, side_key),
+                                             partial(self.env, campaign, side_key),
+                                             self.layout.precompile(op), n, campaign.server_imports)
         return jobs
 
     def write_notices(self, campaign: Campaign, key: CellKey, cell_dir: Path, log_path: Path) -> Path:
@@ -544,7 +543,10 @@ class CellRunner:
         ended = time.time()
         # No campaign name: a server may have been started ahead for another campaign's cells, or be shared by
         # several; the line names the side and the module, which is what it is about.
-        notices = [f"abbench: {line}" for line in self.spawn.said()]
+        said: list[str] = []
+        if self.servers is not None:
+            said, self.servers.said = self.servers.said, []
+        notices = [f"abbench: {line}" for line in said]
         if precompile_s:
             child = ChildResult(child.rc, child.elapsed_s + precompile_s)
         if per_cell_tuner and records_tuning:
@@ -567,8 +569,7 @@ class CellRunner:
         elif child.rc == 0 and not success:
             status = NO_SHAPES
         kept = records_tuning and status == OK and self.keep_tuning(campaign, key, cell_dir)
-        add_parent_timing(cell_dir, spent if precompile_s else None, ended, child.elapsed_s, tuning_kept=kept,
-                          taken_import_s=self.spawn.taken_import_s())
+        add_parent_timing(cell_dir, spent if precompile_s else None, ended, child.elapsed_s, tuning_kept=kept)
         outcome = CellOutcome(key, cell_dir, status, campaign.switch.describe(), str(campaign.path), child.rc,
                               child.elapsed_s, success, failed, markers, undecodable)
         # The plugin's own cost of this cell: everything here except the child (benchmarks/plugin_scale.py).
@@ -585,7 +586,7 @@ class CellRunner:
 
 
 def add_parent_timing(cell_dir: Path, precompile: PrecompileSpent | None, ended: float, elapsed_s: float,
-                      tuning_kept: bool = False, taken_import_s: float = 0.0) -> None:
+                      tuning_kept: bool = False) -> None:
     """Add the parts only the parent sees to the cell's cell_timing.json, if the child wrote one.
 
     ``precompile``: the parallel compile before the op's round 1 (None for other cells).  ``exit_s``: from the
@@ -593,8 +594,6 @@ def add_parent_timing(cell_dir: Path, precompile: PrecompileSpent | None, ended:
     and CUDA teardown, the cell supervisor's reaping and the wait's latency; never more than the cell's
     ``elapsed_s`` (the wall clock, unlike the parent's monotonic one, can step).  ``tuning_kept``: side A's kernel
     cache kept the cell's autotune record (``keep_tuning``), so the time line's warm re-run figure counts its tuning.
-    ``taken_import_s``: the imports that the fork servers this cell took from an earlier session had paid
-    (``--ab-keep-servers``), which this session did not.
     """
     path = cell_dir / TIMING_FILE
     try:
@@ -610,8 +609,6 @@ def add_parent_timing(cell_dir: Path, precompile: PrecompileSpent | None, ended:
         added["exit_s"] = round(exit_s, 3)
     if tuning_kept:
         added["tuning_kept"] = True
-    if taken_import_s > 0:
-        added["servers_kept_import_s"] = round(taken_import_s, 3)
     if added:
         write_timing(path, {**timing, **added})
 
