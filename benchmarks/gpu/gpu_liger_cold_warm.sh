@@ -5,10 +5,7 @@
 # benchmarks/figures/time_to_verdict.py prints each pair's wall times, the cells' shares, the ratios (against 491.6 s, the
 # cold run before these changes, with --before) and whether both runs reached the same IR-gate decisions and
 # verdicts.  Under $OUT: liger_cold_warm.txt and each run's log, report.md and cell timing.  RUNS="cold warm"
-# leaves the third out.  Each run takes the fork servers the run before it kept (--ab-keep-servers auto: 600 s on
-# a GPU), as a user's re-run does; a run named warm-fresh stops them first (abbench servers --stop), so its servers
-# import torch, Triton and liger_kernel.ops as every session did before they were kept:
-#   RUNS="cold warm warm-fresh" LIMIT=240 bash benchmarks/gpu/gpu_liger_cold_warm.sh
+# leaves the third out:
 #   LIMIT=240 bash benchmarks/gpu/gpu_liger_cold_warm.sh
 set -uo pipefail
 source "$(dirname "$0")/gpu_env.sh"
@@ -21,7 +18,6 @@ for run in ${RUNS:-cold warm carry}; do
   start=$(date +%s.%N)
   carry=""
   [ "$run" = carry ] && carry="--ab-autotune-from /tmp/liger-cw/cold"
-  [ "$run" = warm-fresh ] && python3 -m pytest_abbench.cli servers --stop | tee -a "$log"
   timeout "${LIMIT:-240}" python3 -m pytest -p pytest_abbench.plugin campaigns/liger.py --ab-root "/tmp/liger-cw/$run" \
     --cell-timeout 300 -p no:cacheprovider -rs $carry ${EXTRA:-} > "$OUT/liger_$run.log" 2>&1
   rc=$?
@@ -34,12 +30,6 @@ for run in ${RUNS:-cold warm carry}; do
 done
 python3 benchmarks/figures/time_to_verdict.py /tmp/liger-cw/cold "${wall[cold]}" /tmp/liger-cw/warm "${wall[warm]}" \
   --before 491.6 | tee -a "$log"
-if [ -n "${wall[warm-fresh]:-}" ]; then
-  echo "=== warm-fresh (servers import) against warm (servers kept by the run before)" | tee -a "$log"
-  python3 benchmarks/figures/time_to_verdict.py /tmp/liger-cw/warm-fresh "${wall[warm-fresh]}" /tmp/liger-cw/warm \
-    "${wall[warm]}" | tee -a "$log"
-fi
-python3 -m pytest_abbench.cli servers --stop | tee -a "$log"
 if [ -n "${wall[carry]:-}" ]; then
   echo "=== cold against warm with --ab-autotune-from the cold root" | tee -a "$log"
   python3 benchmarks/figures/time_to_verdict.py /tmp/liger-cw/cold "${wall[cold]}" /tmp/liger-cw/carry "${wall[carry]}" \
