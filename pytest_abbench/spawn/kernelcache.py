@@ -17,7 +17,7 @@ import subprocess
 from pathlib import Path
 from typing import AbstractSet, Mapping, Sequence
 
-from pytest_abbench.core import envnames, kernelarchive, kernelcache
+from pytest_abbench.core import envnames, gpuinfo, kernelarchive, kernelcache
 from pytest_abbench.core.kernelarchive import KernelArchive, KernelArchiveError
 from pytest_abbench.core.kernelcache import KernelCacheKey
 from pytest_abbench.core.layout import RootLayout
@@ -67,16 +67,10 @@ def probe_triton(python: str, env: Mapping[str, str]) -> dict[str, str]:
 
 
 def gpu_device(gpu: str | None) -> str:
-    """``<name> cuda:<major><minor>`` of the GPU cells run on, from nvidia-smi; ``cuda:unknown`` when it cannot say."""
-    index = gpu if gpu is not None and gpu.isdigit() else "0"
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name,compute_cap", "--format=csv,noheader", "-i", index],
-                             capture_output=True, text=True, timeout=20, check=True).stdout.strip()
-        name, cap = (part.strip() for part in out.splitlines()[0].rsplit(",", 1))
-        major, minor = cap.split(".")
-        return f"{name} cuda:{int(major)}{int(minor)}"
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-        return "cuda:unknown"
+    """``<name> cuda:<major><minor>`` of the GPU cells run on (an index or a UUID); ``cuda:unknown`` when NVML
+    cannot say."""
+    found = gpuinfo.name_and_capability(gpu)
+    return f"{found[0]} cuda:{found[1]}{found[2]}" if found else "cuda:unknown"
 
 
 class KernelCaches:
