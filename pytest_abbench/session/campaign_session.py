@@ -150,7 +150,7 @@ class AbbenchSession:
         return self.campaigns[path]
 
     def is_campaign_file(self, path: Path) -> bool:
-        """A campaign file, or a file this session reads as one (a perf_report script under --ab-perf-report, a
+        """A campaign file, or a file this session reads as one (a perf_report script under --ab-providers, a
         test file that mentions ``benchmark`` under --ab-pytest-benchmark)."""
         return self.campaign_kind(path) is not None
 

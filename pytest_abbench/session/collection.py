@@ -124,13 +124,12 @@ class NamedModule(pytest.Module):
 
 
 class PerfReportScript(pytest.File):
-    """A perf_report script named on the command line without ``--ab-perf-report``: not imported (its
+    """A perf_report script named on the command line without ``--ab-providers``: not imported (its
     ``benchmark.run(...)`` would time and plot every provider in pytest's process); the error says how to run it."""
 
     def collect(self) -> Iterable[pytest.Item | pytest.Collector]:
         raise self.CollectError(f"{self.path} holds triton.testing.perf_report benchmarks: run it as a campaign with "
-                                "--ab-perf-report and --ab-provider NAME (side B under --ab-switch-env) or "
-                                "--ab-providers A,B (one provider per side)")
+                                "--ab-providers NAME (side B under --ab-switch-env) or A,B (one provider per side)")
 
 
 class CollectionHooks:
