@@ -25,7 +25,6 @@ import math
 import os
 import re
 import shutil
-import subprocess
 import sys
 import threading
 import traceback
@@ -38,6 +37,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence, Union
 
 from pytest_abbench.core.cellconfig import LEVELS as LEVELS  # the shape sets an op declares
 from pytest_abbench.core.layout import SIDES as SIDES  # campaign files and the report name the sides through here
+from pytest_abbench.core.sideprobe import SideProbeError, probe_side
 
 SIDE_OPTIONS = ("timer", "level", "direct_rep", "direct_warmup", "samples", "tuner_cache")
 # Op and shape names become folder names under the root: nothing that can
@@ -717,23 +717,13 @@ def shape_set_hash(shapes: Sequence[Shape]) -> str:
     return digest([[s.id, dict(s.params)] for s in shapes])
 
 
-CELL_PACKAGES = ("torch", "triton")  # what every cell child imports
-
-
 @functools.lru_cache(maxsize=None)
 def _interpreter_problem(python: str, env: tuple[tuple[str, str], ...]) -> str | None:
     """Why ``python`` (with its side's ``env``) cannot run a cell; None when it finds torch and triton."""
-    code = ("import importlib.util as u; "
-            f"print(' '.join(p for p in {CELL_PACKAGES!r} if u.find_spec(p) is None))")
     try:
-        done = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60,
-                              env={**os.environ, **dict(env)})
-    except (OSError, subprocess.SubprocessError) as exc:
-        return f"cannot be started ({exc})"
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return f"exits {done.returncode} when asked for {', '.join(CELL_PACKAGES)} ({last})"
-    missing = done.stdout.split()
+        missing = probe_side(python, {**os.environ, **dict(env)})["missing"]
+    except SideProbeError as exc:
+        return str(exc)
     return f"cannot import {', '.join(missing)} (not installed for that interpreter)" if missing else None
 
 
