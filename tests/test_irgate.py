@@ -130,7 +130,7 @@ def test_override_runs_every_round(pytester: pytest.Pytester, tmp_path: Path,
                                    monkeypatch: pytest.MonkeyPatch) -> None:
     pytester.makeini("[pytest]\n")
     pytester.makepyfile(ircamp=IR_CAMPAIGN)
-    monkeypatch.setenv("SWITCH_ALLOW_NO_IR_DIFF", "1")
+    monkeypatch.setenv("PYTEST_ADDOPTS", "--ab-allow-no-ir-diff")  # what an environment variable of its own said
     result = pytester.runpytest_subprocess("ircamp.py", "-k", "add", "--ab-rounds", "2",
                                            "--ab-root", str(tmp_path / "root"), *FAST)
     result.assert_outcomes(passed=4)

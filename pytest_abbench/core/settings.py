@@ -287,7 +287,6 @@ class Settings:
     # Decide the IR gate from the precompile's IR, before round 1 is timed: an op whose switch changed no code
     # is skipped without timing round 1 (``--ab-precompile``: auto on a GPU, on without one).
     gate_first: bool = False
-    worker_scratch: Path | None = None
     costs_from: Path | None = None  # --ab-costs-from: an earlier root whose cell times order the ops
     autotune_from: Path | None = None  # --ab-autotune-from: an earlier root whose records round 1 side A carries
     retune: bool = False  # --ab-retune: round 1 side A tunes, not carrying what side A's kernel cache kept

@@ -99,7 +99,7 @@ class AbbenchSession:
         self.seed = dict(workerinput.get(SEED_INPUT) or {}) if workerinput is not None else {}
         if workerinput is not None:
             # A worker measures into a private root of its own host; the controller alone writes the campaign root.
-            path, scratch_note = scratch_root(settings.worker_scratch, self.worker)
+            path, scratch_note = scratch_root(self.worker)
         else:
             path, scratch_note = (settings.root.resolve() if settings.root is not None
                                   else default_root(config.rootpath)), None

@@ -135,7 +135,7 @@ def abbench_ir_gate(abbench_cell: Cell, request: pytest.FixtureRequest) -> Itera
     """IR gate: skip (SWITCH_NO_IR_DIFF) a cell whose op's round-1 TTGIR was identical on both sides.
 
     After round 1 it fingerprints both sides' TTGIR and saves the decision.
-    ``--ab-allow-no-ir-diff`` (or SWITCH_ALLOW_NO_IR_DIFF=1) runs every round anyway.
+    ``--ab-allow-no-ir-diff`` runs every round anyway.
     """
     from pytest_abbench.checks import irgate
 
@@ -143,7 +143,7 @@ def abbench_ir_gate(abbench_cell: Cell, request: pytest.FixtureRequest) -> Itera
     session = cell.session
     key = cell.key
     reason = (f"{NO_IR_DIFF}: round 1 TTGIR of {key.op} is identical on both sides "
-              "(SWITCH_ALLOW_NO_IR_DIFF=1 or --ab-allow-no-ir-diff runs it anyway)")
+              "(--ab-allow-no-ir-diff runs it anyway)")
     finished = session.root.finished(key)
     if finished is not None and finished.status == NO_IR_DIFF:
         cell.record(finished)

@@ -74,9 +74,6 @@ def register(parser: pytest.Parser) -> None:
     add("--ab-gpus", type=gpu_list, default=None, metavar="auto|0,1,...",
         help="auto (default): each worker (or a serial run) claims a free GPU of its own host among the visible "
              "ones, through a lock file under /tmp, for the session; 0,1,...: claim among these, on every host")
-    add("--ab-worker-scratch", default=None, metavar="DIR",
-        help="xdist workers measure into a private root under DIR on their own host (default: the host's temporary "
-             "folder); full run.log and TTGIR stay there, everything the report needs travels to the controller")
     add("--ab-resume", type=existing_root, default=None, metavar="ROOT",
         help="continue the campaign in ROOT: cells with a finished row are read from disk, not run again")
     add("--ab-costs-from", type=existing_root, default=None, metavar="ROOT",
@@ -137,7 +134,7 @@ def register(parser: pytest.Parser) -> None:
         help="where library tuners (FlagGems' LibTuner) keep their choices: per-cell (pinned from round 1, the "
              "default) or one shared folder, which makes absolute latencies unquotable (caliber warning)")
     add("--ab-allow-no-ir-diff", action="store_true", default=False,
-        help=f"run every round even when round 1 shows the switch changed no TTGIR (env {envnames.SWITCH_ALLOW_NO_IR_DIFF}=1)")
+        help="run every round even when round 1 shows the switch changed no TTGIR")
     add("--ab-ir-only", action="store_true", default=False,
         help="IR triage: compile every op's kernels for both sides for --ab-ir-target, time nothing, and report "
              "which ops the switch changes (no GPU needed)")
@@ -242,7 +239,7 @@ def resolve(config: pytest.Config) -> Settings:
         # pytest-benchmark skips every test that does not request its fixture: every cell.
         raise pytest.UsageError("--ab-pytest-benchmark with --benchmark-only would skip every cell (cells do not "
                                 "request the benchmark fixture): drop --benchmark-only (from addopts too)")
-    allow_no_ir = bool(opt.ab_allow_no_ir_diff) or os.environ.get(envnames.SWITCH_ALLOW_NO_IR_DIFF, "") == "1"
+    allow_no_ir = bool(opt.ab_allow_no_ir_diff)
     cuda = backend == "cuda"
     spawn = resolve_spawn(opt.ab_spawn)
     given_level = opt.ab_level if opt.ab_level != "auto" else None
@@ -283,7 +280,6 @@ def resolve(config: pytest.Config) -> Settings:
         regime=opt.ab_regime,
         precompile=opt.ab_precompile != "off",
         gate_first=opt.ab_precompile == "on" or (opt.ab_precompile == "auto" and cuda),
-        worker_scratch=Path(opt.ab_worker_scratch) if opt.ab_worker_scratch else None,
         import_timeout_s=opt.ab_import_timeout,
         auto_min=auto_min,
         rounds_budget_s=opt.ab_rounds_budget,

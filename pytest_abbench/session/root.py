@@ -15,7 +15,6 @@ from typing import Callable, Mapping
 import pytest
 
 from pytest_abbench.campaign.model import Campaign, CampaignError, CampaignSkipped, looks_like_campaign
-from pytest_abbench.core import envnames
 from pytest_abbench.core.exitcodes import EXIT_ROOT
 from pytest_abbench.core.fileio import CorruptFileError, write_bytes_atomic
 from pytest_abbench.core.identity import file_hash
@@ -365,4 +364,4 @@ def _resume_with(option: str, value: str) -> str:
     """How to give ``option`` its kept ``value`` again: ``with --ab-regime=steady``; the flag, or its absence."""
     if option != ALLOW_NO_IR_DIFF:
         return f"with {option}={value}"
-    return f"with {option}" if value == "on" else f"without {option} (and {envnames.SWITCH_ALLOW_NO_IR_DIFF} unset)"
+    return f"with {option}" if value == "on" else f"without {option}"
