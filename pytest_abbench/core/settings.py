@@ -280,7 +280,7 @@ class Settings:
     margin_pct: float | None
     fail_if_slower_pct: float | None
     gate: str = GATE_SHAPES  # --ab-gate: what --ab-fail-if-slower judges
-    layout_shift: bool = True
+    layout_shift: bool = True  # pads per cell and shape turn a buffer-layout effect into noise (docs/verdicts.md)
     spawn: str = "exec"
     keep_servers_s: float = 0.0  # --ab-keep-servers: seconds the fork servers wait for the next session (0: none)
     precompile: bool = True
@@ -320,8 +320,7 @@ class Settings:
         its new cells would not compare with the old ones (the caliber check's exit 4, for good).
         """
         return {"--ab-backend": self.backend, "--ab-timer": self.timer, "--ab-level": self.level,
-                "--ab-direct-rep": str(self.direct_rep_ms),
-                "--ab-tuner-cache": self.tuner_cache, "--ab-layout-shift": "on" if self.layout_shift else "off",
+                "--ab-direct-rep": str(self.direct_rep_ms), "--ab-tuner-cache": self.tuner_cache,
                 "--ab-spawn": self.spawn, "--ab-regime": self.regime}
 
     def kept_options(self) -> dict[str, str]:

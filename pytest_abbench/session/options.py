@@ -98,9 +98,6 @@ def register(parser: pytest.Parser) -> None:
         help=f"the history file the session's end records its root into (default <rootdir>/{ABBENCH_DIR}/"
              f"{HISTORY_FILE}; env {envnames.ABBENCH_HISTORY}); {HISTORY_OFF}: record nothing")
     add("--ab-history-label", default="", metavar="TEXT", help="a label kept with this run in the history")
-    add("--ab-layout-shift", type=choice(("on", "off")), default="on",
-        help="on: each cell pads its allocations before every shape (sizes from op, round, side and shape), so a "
-             "buffer-layout effect varies between rounds instead of repeating in all of them (identity axis)")
     add("--ab-spawn", type=choice(("auto", *cellconfig.SPAWN_METHODS)), default="auto",
         help="fork: each cell is forked from a per-side server that imported torch and Triton once (under 1 s "
              "instead of seconds per cell); exec: a fresh interpreter per cell; auto: fork on Linux (identity axis)")
@@ -273,7 +270,6 @@ def resolve(config: pytest.Config) -> Settings:
         margin_pct=opt.ab_margin,
         fail_if_slower_pct=opt.ab_fail_if_slower,
         gate=opt.ab_gate,
-        layout_shift=opt.ab_layout_shift == "on",
         spawn=spawn,
         keep_servers_s=(opt.ab_keep_servers if opt.ab_keep_servers is not None
                         else KEEP_SERVERS_GPU_S if cuda and spawn == "fork" else 0.0),
