@@ -27,8 +27,9 @@ from typing import Any, Callable, Iterator, Sequence
 
 from pytest_abbench.campaign.probe import run_probe
 from pytest_abbench.core import envnames, standin_driver
-from pytest_abbench.campaign.model import (TEST_MODULE_PREFIXES, Campaign, CampaignError, Case, Op, Shape, Switch, Work, check_shapes,
-                                           digest, import_campaign_file, module_name_for, validate_name)
+from pytest_abbench.campaign.loader import TEST_MODULE_PREFIXES, import_campaign_file, module_name_for
+from pytest_abbench.campaign.model import (Campaign, CampaignError, Case, Op, Shape, Switch, Work, check_shapes, digest,
+                                           validate_name)
 
 KIND = "perf-report"  # the adapter's name in a cell's --adapter spec
 SMOKE_POINTS = 2  # the smoke level (the interpreter's) takes the first points of x_vals

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Callable, Iterable
 
 import pytest
 
-from pytest_abbench.campaign.model import Campaign, load_campaign, looks_like_campaign
+from pytest_abbench.campaign.loader import load_campaign, looks_like_campaign
+from pytest_abbench.campaign.model import Campaign
 from pytest_abbench.campaign.benchmark_tests import KIND as PYTEST_BENCHMARK, looks_like_benchmark_tests
 from pytest_abbench.campaign.perf_report import KIND as PERF_REPORT, looks_like_perf_report
 from pytest_abbench.core.budget import write_budget

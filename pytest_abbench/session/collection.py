@@ -14,7 +14,8 @@ from typing import Any, Generator, Iterable
 import pytest
 
 from pytest_abbench.campaign.benchmark_tests import KIND as PYTEST_BENCHMARK, NoBenchmarkTests
-from pytest_abbench.campaign.model import Campaign, CampaignError, CampaignSkipped, why_not_campaign
+from pytest_abbench.campaign.loader import why_not_campaign
+from pytest_abbench.campaign.model import Campaign, CampaignError, CampaignSkipped
 from pytest_abbench.campaign.perf_report import looks_like_perf_report
 from pytest_abbench.core.layout import run_log
 from pytest_abbench.core.regimes import STEADY

@@ -14,7 +14,8 @@ from typing import Callable, Mapping
 
 import pytest
 
-from pytest_abbench.campaign.model import Campaign, CampaignError, CampaignSkipped, looks_like_campaign
+from pytest_abbench.campaign.loader import looks_like_campaign
+from pytest_abbench.campaign.model import Campaign, CampaignError, CampaignSkipped
 from pytest_abbench.core.exitcodes import EXIT_ROOT
 from pytest_abbench.core.fileio import CorruptFileError, write_bytes_atomic
 from pytest_abbench.core.identity import file_hash

@@ -15,7 +15,8 @@ from typing import Any, Iterable, Mapping
 import pytest
 
 from pytest_abbench.session.balance import OpTimes, op_costs, op_work, root_times
-from pytest_abbench.campaign.model import CampaignError, CampaignSkipped, looks_like_campaign
+from pytest_abbench.campaign.loader import looks_like_campaign
+from pytest_abbench.campaign.model import CampaignError, CampaignSkipped
 from pytest_abbench.core.cellfiles import Workers, write_workers
 from pytest_abbench.core.layout import cell_key
 from pytest_abbench.core.exitcodes import shell_rc
