@@ -2,7 +2,6 @@
 
     abbench summary ROOT
     abbench gate ROOT
-    abbench summary ROOT --md PATH
     abbench comment ROOT
     abbench summary --ab ROOT_A ROOT_B
     abbench summary --ab CELL_A CELL_B
@@ -47,7 +46,7 @@ from pytest_abbench.core.layout import (ABBENCH_DIR, BISECT_DIR, HISTORY_FILE, R
                                         RootLayout, results_file)
 from pytest_abbench.core.outcome import NO_IR_DIFF, OK, CellOutcome
 from pytest_abbench.core.settings import (GATE_SHAPES, HISTORY_OFF, add_report_options, history_file, history_path,
-                                          markdown_file, output_file_problem, rounds_count)
+                                          output_file_problem, rounds_count)
 from pytest_abbench.history.bisect import DEFAULT_MAX_ROUNDS, DEFAULT_SHARE
 from pytest_abbench.history.bisect import DEFAULT_ROUNDS as DEFAULT_BISECT_ROUNDS
 from pytest_abbench.core.plan import CampaignPlan
@@ -125,10 +124,6 @@ def summary(args: argparse.Namespace) -> int:
               "judges it against the plan in ROOT/campaign.json (--ab-rounds N sets the rounds a pytest session "
               "runs); drop it", file=sys.stderr)
         return EXIT_USAGE
-    problem = output_file_problem(args.md) if args.md is not None else None
-    if problem:
-        print(f"abbench summary: --md {problem}", file=sys.stderr)
-        return EXIT_USAGE
     if args.ab:
         dir_a, dir_b = (Path(p) for p in args.ab)
         for d in (dir_a, dir_b):
@@ -187,14 +182,6 @@ def summary(args: argparse.Namespace) -> int:
     if not args.ab:
         report.write_report(root, built)  # the files the live session writes, from the same code
     print(report.render_text(built))
-    if args.md is not None:
-        from pytest_abbench.report.markdown import write_markdown
-
-        try:
-            print(f"summary: {', '.join(write_markdown(built, args.md))}")
-        except OSError as exc:  # as in the session: a line, never another exit code
-            print(f"abbench summary: --md {exc.filename or args.md}: not written ({exc.strerror or exc})",
-                  file=sys.stderr)
     print(built.exit_line())
     return code
 
@@ -440,9 +427,6 @@ def build_parser() -> argparse.ArgumentParser:
                         "of B, reported as <op>@<side>) or two cell folders <root>/r<k>_<side>/<op> (one pair); "
                         "each side keeps its own run's autotune record, and the two records must hold the same "
                         "choices")
-    s.add_argument("--md", type=markdown_file, default=None, metavar="PATH",
-                   help=f"also write the short markdown summary to PATH (and append it to "
-                        f"${envnames.GITHUB_STEP_SUMMARY} when that is set)")
     add_report_options(s.add_argument)
     s.add_argument("--ab-no-fail-if-slower", action="store_true", default=False,
                    help="rebuild without the regression gate of the session that wrote ROOT's report (kept otherwise)")

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_abbench.campaign.model import CampaignError, load_campaign, module_name_for
+from pytest_abbench.campaign.loader import load_campaign, module_name_for
+from pytest_abbench.campaign.model import CampaignError
 
 CAMPAIGN = "from pytest_abbench import Op\n\nOPS = [Op('one', build=lambda shape, device: (lambda: None), shapes={'smoke': [{}]})]\n"
 

@@ -66,7 +66,7 @@ SCRIPT = textwrap.dedent('''
 def test_points_after_a_failed_capture_run_and_are_timed_directly(pytester: pytest.Pytester) -> None:
     pytester.makeini("[pytest]\n")
     pytester.makepyfile(syncs=SCRIPT)
-    result = pytester.runpytest_subprocess("syncs.py", "--ab-perf-report", "--ab-provider", "torch",
+    result = pytester.runpytest_subprocess("syncs.py", "--ab-providers", "torch",
                                            "--ab-switch-env", "ABBENCH_TEST_SWITCH=1", "--ab-allow-no-ir-diff",
                                            "--ab-rounds", "2", "--ab-regime", "burst", "--ab-root", "root",
                                            "-p", "no:cacheprovider")

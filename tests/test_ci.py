@@ -5,8 +5,8 @@
   that root, which reads the run's own report.json: 2 (no report), 4 (caliber), 7 (gate tripped), 0 (clean).
 - The recipe is run as written in the README (bash -e, as a CI runner runs it), with only its pytest line
   replaced by the test's small campaign.
-- ``--ab-summary-md``, ``abbench summary --md`` and ``abbench comment`` give one short markdown summary: a line
-  per op, then the shapes slower or flagged; appended to ``$GITHUB_STEP_SUMMARY`` when that is set.
+- One short markdown summary, a line per op, then the shapes slower or flagged: a session appends it to
+  ``$GITHUB_STEP_SUMMARY`` when that is set, and ``abbench comment ROOT`` prints it.
 - A big campaign's terminal report is compact (at most 150 lines for 100 ops), as is any under ``-q``; ``-v``
   and the report files keep every shape.
 """
@@ -63,13 +63,13 @@ def gate_line(done: subprocess.CompletedProcess[str]) -> str:
 
 @pytest.fixture(scope="module")
 def clean_run(tmp_path_factory: pytest.TempPathFactory) -> Recipe:
-    """One finished clean campaign (one op, one round), run through the README's recipe with ``--ab-summary-md``
-    in a GitHub step whose summary file already holds an earlier step's text; later tests reuse its root."""
+    """One finished clean campaign (one op, one round), run through the README's recipe in a GitHub step whose
+    summary file already holds an earlier step's text; later tests reuse its root."""
     folder = tmp_path_factory.mktemp("clean")
     (folder / "c.py").write_text(simple_campaign('"one"'))
     (folder / "pytest.ini").write_text("[pytest]\n")
     (folder / "step.md").write_text("earlier step\n")
-    return run_recipe(folder, f"{sys.executable} -m pytest c.py {FAST} --ab-summary-md summary.md",
+    return run_recipe(folder, f"{sys.executable} -m pytest c.py {FAST}",
                       {"XDG_CACHE_HOME": str(tmp_path_factory.mktemp("xdg")),
                        "GITHUB_STEP_SUMMARY": str(folder / "step.md")})
 
@@ -80,16 +80,20 @@ def test_the_recipe_passes_a_clean_run(clean_run: Recipe) -> None:
     assert gate_line(done) == f"abbench gate: exit 0: clean: every planned cell finished ({root}/report.json)"
 
 
-def test_the_session_writes_the_markdown_summary_and_appends_it_to_the_step_summary(clean_run: Recipe) -> None:
+def step_text(root: Path) -> str:
+    """The markdown summary the clean run's session appended to the step summary, after the earlier step's text."""
+    return (root.parent.parent / "step.md").read_text().removeprefix("earlier step\n")[:-1]
+
+
+def test_the_session_appends_the_markdown_summary_to_the_step_summary(clean_run: Recipe) -> None:
     done, root = clean_run
-    folder = root.parent.parent
-    step = folder / "step.md"
-    assert f"summary: summary.md, $GITHUB_STEP_SUMMARY ({step})" in done.stdout
-    text = (folder / "summary.md").read_text()
+    step = root.parent.parent / "step.md"
+    assert f"summary: $GITHUB_STEP_SUMMARY ({step})" in done.stdout
+    text = step_text(root)
     assert text.splitlines()[0] == "### abbench: exit 0: clean: every planned cell finished"
     assert "| one | inconclusive 2 | " in text and text.count("\n| one |") == 1
     assert "> NOT GPU TIMINGS" in text and f"Every shape: `{root}/report.md`" in text
-    assert step.read_text() == "earlier step\n" + text + "\n"  # appended: the job's earlier steps stay
+    assert step.read_text().startswith("earlier step\n###")  # appended: the job's earlier steps stay
 
 
 def test_comment_prints_the_same_body_and_refuses_a_root_without_a_report(clean_run: Recipe,
@@ -97,7 +101,7 @@ def test_comment_prints_the_same_body_and_refuses_a_root_without_a_report(clean_
     _, root = clean_run
     printed = campaign_dir.run(sys.executable, "-m", "pytest_abbench.cli", "comment", str(root))
     assert printed.ret == 0
-    assert "\n".join(printed.outlines) + "\n" == (root.parent.parent / "summary.md").read_text()
+    assert "\n".join(printed.outlines) + "\n" == step_text(root)
     empty = campaign_dir.mkdir("empty")
     refused = campaign_dir.run(sys.executable, "-m", "pytest_abbench.cli", "comment", str(empty))
     assert refused.ret == 2 and not refused.outlines
@@ -270,18 +274,17 @@ def test_gate_and_comment_name_an_ill_typed_report_field_and_never_read_it_as_an
     assert capsys.readouterr().err == f"abbench comment: {report}: {named}\n"
 
 
-def test_summary_md_names_every_op_then_the_slower_and_flagged_shapes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_markdown_summary_names_every_op_then_the_slower_and_flagged_shapes(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # Eight rounds: +5% throughout, +3% rising by a point a round (a drift, test_report.py), and nothing.
     steady, rising = [0.05, 0.051, 0.049, 0.05] * 2, [0.03 + 0.01 * k for k in range(8)]
     quiet = [0.001, -0.001, 0.0005, -0.0005, -0.001, 0.001, -0.0005, 0.0005]
     synthetic_root(tmp_path, {"M=1|N=2": steady, "drifts": rising}, op="mm")
     synthetic_root(tmp_path, {"s": quiet}, op="fine")
-    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / "step.md"))
-    assert main(["summary", str(tmp_path), "--ab-fail-if-slower", "2", "--md", str(tmp_path / "s.md")]) == 7
-    assert f"summary: {tmp_path / 's.md'}, $GITHUB_STEP_SUMMARY ({tmp_path / 'step.md'})" in capsys.readouterr().out
-    text = (tmp_path / "s.md").read_text()
-    assert (tmp_path / "step.md").read_text() == text + "\n"
+    assert main(["summary", str(tmp_path), "--ab-fail-if-slower", "2"]) == 7
+    capsys.readouterr()
+    assert main(["comment", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
     lines = text.splitlines()
     assert lines[0] == "### abbench: exit 7: slower beyond --ab-fail-if-slower: mm[geomean, M=1|N=2]"
     assert "**REGRESSION GATE: slower beyond the threshold: mm[geomean, M=1|N=2]**" in lines
@@ -296,7 +299,7 @@ def test_summary_md_names_every_op_then_the_slower_and_flagged_shapes(tmp_path: 
     assert shapes[2] == "" and "| fine | s |" not in text
 
 
-def test_summary_md_lists_at_most_twenty_shapes_and_says_how_many_more(tmp_path: Path) -> None:
+def test_the_markdown_summary_lists_at_most_twenty_shapes_and_says_how_many_more(tmp_path: Path) -> None:
     from pytest_abbench.report import build_report
     from pytest_abbench.report.markdown import render_markdown
 
@@ -304,16 +307,6 @@ def test_summary_md_lists_at_most_twenty_shapes_and_says_how_many_more(tmp_path:
     text = render_markdown(build_report(tmp_path))
     assert "Shapes slower or flagged (25):" in text and "... and 5 more in report.md" in text
     assert sum(1 for line in text.splitlines() if line.startswith("| op | n=")) == 20
-
-
-def test_summary_md_refuses_a_path_in_a_missing_folder_before_any_cell(campaign_dir: pytest.Pytester,
-                                                                       tmp_path: Path) -> None:
-    campaign_dir.makepyfile(c=simple_campaign('"one"'))
-    missing = tmp_path / "nowhere" / "s.md"
-    result = campaign_dir.runpytest_subprocess("c.py", *FAST.split(), "--ab-summary-md", str(missing))
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines([f"*--ab-summary-md: '{missing}': its folder '{missing.parent}' does not exist"])
-    assert main(["summary", str(tmp_path), "--md", str(tmp_path)]) == 2
 
 
 def hundred_op_root(root: Path) -> None:
@@ -367,7 +360,7 @@ def test_a_small_campaign_keeps_the_full_report_unless_q(clean_run: Recipe) -> N
 def test_a_q_session_prints_the_compact_report(campaign_dir: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     campaign_dir.makepyfile(c=simple_campaign('"one", "two"'))
     step = campaign_dir.path / "step.md"
-    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step))  # without --ab-summary-md: a GitHub step gets it anyway
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step))  # a GitHub step gets it unasked
     result = campaign_dir.runpytest_subprocess("c.py", *FAST.split(), "-q")
     assert result.ret == 0
     assert step.read_text().startswith("### abbench: exit 0: clean") and "\n| two | inconclusive 2 | " in step.read_text()
@@ -399,20 +392,16 @@ def test_the_gate_refuses_a_report_edited_to_hide_failed_cells(tmp_path: Path,
     assert main(["comment", str(tmp_path / "failed")]) == 2
 
 
-@pytest.mark.parametrize("option", [False, True], ids=["variable-only", "with-summary-md"])
 def test_a_step_summary_that_cannot_be_written_is_blamed_on_the_variable(campaign_dir: pytest.Pytester,
-                                                                         tmp_path: Path, option: bool,
+                                                                         tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     campaign_dir.makepyfile(c=simple_campaign('"one"'))
     folder = tmp_path / "a-folder"
     folder.mkdir()
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(folder))
-    given = ["--ab-summary-md", str(tmp_path / "s.md")] if option else []
-    result = campaign_dir.runpytest_subprocess("c.py", *FAST.split(), *given)
+    result = campaign_dir.runpytest_subprocess("c.py", *FAST.split())
     assert result.ret == 0, result.stdout.str()
-    # Before: "abbench: --ab-summary-md: ..." although the option was not given.
     result.stdout.fnmatch_lines([f"abbench: $GITHUB_STEP_SUMMARY: {folder}: not written (Is a directory)"])
-    assert "--ab-summary-md:" not in result.stdout.str()
 
 
 def test_the_gate_takes_a_report_that_already_says_it_is_not_clean_and_a_cell_folder_without_a_row(

@@ -176,6 +176,6 @@ def test_pytest_help_lists_every_abbench_option(pytester: pytest.Pytester) -> No
     result = pytester.runpytest_subprocess("--help", "-p", "no:cacheprovider")
     assert result.ret == 0, result.stderr.str()[-2000:]
     out = result.stdout.str()
-    for option in ("--ab-rounds", "--ab-gate-first", "--ab-reference", "--ab-kernel-import", "--ab-precompile"):
+    for option in ("--ab-rounds", "--ab-providers", "--ab-reference", "--ab-kernel-import", "--ab-precompile"):
         assert option in out
     assert "5% level" in out

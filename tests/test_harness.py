@@ -296,7 +296,7 @@ def test_a_recording_cell_continued_after_a_poisoned_context_keeps_its_first_pro
 @pytest.mark.slow
 @pytest.mark.parametrize("campaign", ["topk", "router_gemm", "mm", "replication_pad3d"])
 def test_every_campaign_smoke_level_is_correct_in_the_interpreter(campaign: str, tmp_path: Path) -> None:
-    from pytest_abbench.campaign.model import load_campaign
+    from pytest_abbench.campaign.loader import load_campaign
 
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO), "TRITON_CACHE_DIR": str(tmp_path / "c")}
     for op in load_campaign(REPO / "campaigns" / f"{campaign}.py").ops:

@@ -9,6 +9,7 @@ Real pytest processes, real signals.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -29,13 +30,14 @@ def _workers_in_own_folders(tmp_path: Path, campaign: Path) -> list[str]:
     """xdist's remote recipe on one machine: each worker in a folder of its own, the campaign sent by rsync.
 
     Path options take the ``--opt=PATH`` form (docs/hosts.md): a worker whose pytest sees PATH as a separate,
-    existing argument takes it as a rootdir candidate, so a worker started after another created the scratch
+    existing argument takes it as a rootdir candidate, so a worker started after another created that
     folder named its cells ``w2/camp/c.py`` instead of ``camp/c.py`` (xdist: different tests collected).
     """
-    args = ["--dist", "load", "--rsyncdir", str(campaign), f"--ab-worker-scratch={tmp_path / 'scratch'}"]
+    (tmp_path / "scratch").mkdir(exist_ok=True)  # each worker's TMPDIR: where it measures
+    args = ["--dist", "load", "--rsyncdir", str(campaign)]
     for name in ("w1", "w2"):
         (tmp_path / name).mkdir()
-        args += ["--tx", f"popen//chdir={tmp_path / name}"]
+        args += ["--tx", f"popen//chdir={tmp_path / name}//env:TMPDIR={tmp_path / 'scratch'}"]
     return args
 
 
@@ -60,7 +62,6 @@ def test_workers_in_folders_of_their_own_ship_every_cell_to_the_controllers_root
     serial, parallel = tmp_path / "serial", tmp_path / "parallel"
     campaign_dir.runpytest_subprocess(str(campaign), "--ab-rounds", "1", "--ab-root", str(serial), "-p", "no:xdist",
                                       *FAST).assert_outcomes(passed=4)
-    (tmp_path / "scratch").mkdir()  # as a worker that starts first makes it: the other must name the same cells
     result = campaign_dir.runpytest_subprocess(str(campaign), "--ab-rounds", "1", f"--ab-root={parallel}",
                                                *_workers_in_own_folders(tmp_path, campaign), *FAST)
     out = result.stdout.str()
@@ -161,7 +162,7 @@ def test_a_killed_worker_fails_its_ops_remaining_cells_and_resume_runs_exactly_t
     source = KILL_CAMPAIGN.replace("OPS = [", header + "OPS = [")
     campaign_dir.makepyfile(c=source + 'OPS.append(Op("victim", build=victim, shapes={"smoke": [{"n": 8}]}))\n')
     root = tmp_path / "root"
-    args = ("--ab-rounds", "2", "--ab-root", str(root), "-n", "2", "--ab-worker-scratch", str(tmp_path / "s"), *FAST)
+    args = ("--ab-rounds", "2", "--ab-root", str(root), "-n", "2", *FAST)
     first = campaign_dir.runpytest_subprocess("c.py", *args)
     out = first.stdout.str()
     first.assert_outcomes(passed=6, failed=2)
@@ -193,13 +194,13 @@ def test_a_path_option_as_an_argument_of_its_own_is_a_usage_error_with_workers_i
     (campaign / "c.py").write_text(simple_campaign())
     scratch = tmp_path / "elsewhere"
     scratch.mkdir()
-    args = [a for a in _workers_in_own_folders(tmp_path, campaign) if not a.startswith("--ab-worker-scratch")]
-    result = campaign_dir.runpytest_subprocess(str(campaign), "--ab-rounds", "1", "--ab-worker-scratch", str(scratch),
+    args = _workers_in_own_folders(tmp_path, campaign)
+    result = campaign_dir.runpytest_subprocess(str(campaign), "--ab-rounds", "1", "--ab-root", str(scratch),
                                                *args, *FAST)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
-    result.stderr.fnmatch_lines([f"*--ab-worker-scratch {scratch}: with --tx, xdist rewrites*"
-                                 f"write it as one argument: --ab-worker-scratch={scratch}*"])
+    result.stderr.fnmatch_lines([f"*--ab-root {scratch}: with --tx, xdist rewrites*"
+                                 f"write it as one argument: --ab-root={scratch}*"])
 
 
 @pytest.mark.parametrize("tx, moves", [("popen", False), ("2*popen", False), ("popen//python=/opt/py", False),
@@ -217,7 +218,7 @@ def test_only_a_path_option_written_as_two_arguments_whose_path_exists_is_named(
 
     (tmp_path / "camp" / "runs").mkdir(parents=True)
     monkeypatch.chdir(tmp_path)
-    args = ["camp", "--ab-root", "camp/runs", f"--ab-worker-scratch={tmp_path}", "--ab-resume", "missing",
+    args = ["camp", "--ab-root", "camp/runs", f"--ab-resume={tmp_path}", "--ab-resume", "missing",
             "-k", "camp", "--ab-costs-from", str(tmp_path / "camp")]
     # A relative path inside the rsync'd folder is refused too: xdist compares the path as written.
     assert separate_path_arguments(args) == [("--ab-root", "camp/runs"), ("--ab-costs-from", str(tmp_path / "camp"))]
@@ -239,12 +240,14 @@ def test_more_workers_than_gpus_is_refused_before_any_cell(campaign_dir: pytest.
     assert local_workers(["popen", "ssh=gpu-host"]) is None
 
 
-def test_a_worker_scratch_that_cannot_be_written_is_refused_before_any_worker(campaign_dir: pytest.Pytester,
-                                                                              tmp_path: Path) -> None:
+def test_a_worker_scratch_that_cannot_be_used_moves_each_worker_to_a_private_folder_it_names(
+        campaign_dir: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each worker used to die at its first cell ("worker died: lost") without the OS error ever printed."""
     campaign_dir.makepyfile(c=simple_campaign('"one"'))
-    blocker = tmp_path / "a-file"
+    blocker = tmp_path / f"abbench-scratch-{os.getuid()}"
     blocker.write_text("not a folder")
-    result = campaign_dir.runpytest_subprocess("c.py", "-n", "2", f"--ab-worker-scratch={blocker}", *FAST)
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines([f"*--ab-worker-scratch: cannot write {blocker}/abbench-scratch: Not a directory*"])
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    result = campaign_dir.runpytest_subprocess("c.py", "-n", "2", *FAST)
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines([f"*abbench: worker scratch {blocker}: not a folder: refused; this worker's root is "
+                                 f"in {blocker}-* instead*"])

@@ -130,7 +130,7 @@ def test_override_runs_every_round(pytester: pytest.Pytester, tmp_path: Path,
                                    monkeypatch: pytest.MonkeyPatch) -> None:
     pytester.makeini("[pytest]\n")
     pytester.makepyfile(ircamp=IR_CAMPAIGN)
-    monkeypatch.setenv("SWITCH_ALLOW_NO_IR_DIFF", "1")
+    monkeypatch.setenv("PYTEST_ADDOPTS", "--ab-allow-no-ir-diff")  # what an environment variable of its own said
     result = pytester.runpytest_subprocess("ircamp.py", "-k", "add", "--ab-rounds", "2",
                                            "--ab-root", str(tmp_path / "root"), *FAST)
     result.assert_outcomes(passed=4)
@@ -198,13 +198,13 @@ def test_each_stage_keeps_its_code_and_drops_only_what_names_the_source() -> Non
 
 def test_gate_first_skips_an_unchanged_op_before_round_1_and_leaves_the_others_to_round_1(
         pytester: pytest.Pytester, tmp_path: Path) -> None:
-    """--ab-gate-first: the precompile compiles both sides for the IR target before round 1; the op whose code the
+    """--ab-precompile on: the precompile compiles both sides for the IR target before round 1; the op whose code the
     switch does not change is skipped without timing any round, and the same decisions as round 1's are reached."""
     pytester.makeini("[pytest]\n")
     pytester.makepyfile(ircamp=IR_CAMPAIGN)
     root = tmp_path / "root"
     result = pytester.runpytest_subprocess("ircamp.py", "--ab-rounds", "2", "--ab-root", str(root), "-rs",
-                                           "--ab-gate-first", "on", *FAST)
+                                           "--ab-precompile", "on", *FAST)
     result.assert_outcomes(passed=8, skipped=4)
     result.stdout.fnmatch_lines(["NO_IR_DIFF [[]4[]] *SWITCH_NO_IR_DIFF: the precompile's TTGIR (before round 1) "
                                  "of add is identical*"])
@@ -243,7 +243,7 @@ def test_a_cell_the_gate_first_skipped_keeps_its_precompiles_seconds_and_kernel_
     pytester.makepyfile(ircamp=IR_CAMPAIGN)
     root = tmp_path / "root"
     result = pytester.runpytest_subprocess("ircamp.py", "-k", "add", "--ab-rounds", "1", "--ab-root", str(root),
-                                           "--ab-gate-first", "on", *FAST)
+                                           "--ab-precompile", "on", *FAST)
     result.assert_outcomes(skipped=2)
     timing = json.loads((root / "r1_A" / "add" / "cell_timing.json").read_text())
     assert timing["precompile_s"] > 0.5 and set(timing["precompile_kernels"]) == {"A", "B"}, timing

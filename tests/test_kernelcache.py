@@ -123,7 +123,7 @@ def test_keys_follow_side_switch_environment_source_and_device(tmp_path: Path) -
     (helpers / "__init__.py").write_text("x = 1\n")  # a helper beside the campaign is part of its source
     assert folder() != before
     on_gpu = KernelCaches(str(tmp_path / "kc"), RootLayout(tmp_path / "root"), "cuda", None)
-    on_gpu._device = "NVIDIA H200 cuda:90"  # nvidia-smi is not on a machine without a GPU
+    on_gpu._device = "NVIDIA H200 cuda:90"  # NVML cannot answer on a machine without a GPU
     assert folder(into=on_gpu) != folder()
     off = KernelCaches("off", RootLayout(tmp_path / "root"), "interpreter", None)
     assert folder(into=off) == tmp_path / "root" / "cache" / "triton_A"
@@ -342,3 +342,49 @@ def test_a_huge_pax_header_is_refused_before_tarfile_reads_it(tmp_path: Path) ->
     with pytest.raises(KernelArchiveError, match=r"a tar header asks to read \d+ bytes at once, over the \d+ a "
                                                  r"member may be: refused, nothing unpacked"):
         read_archive(bomb)
+
+
+class _TwoGpuNvml:
+    """Stands for pynvml on a host with two different GPUs (this machine has none): index 0 an H100 (9.0),
+    index 1, UUID GPU-a100, an A100 (8.0)."""
+
+    GPUS = [("GPU-h100", "NVIDIA H100 80GB HBM3", (9, 0)), ("GPU-a100", "NVIDIA A100-SXM4-80GB", (8, 0))]
+
+    def nvmlInit(self) -> None:
+        pass
+
+    def nvmlShutdown(self) -> None:
+        pass
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
+        return index
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> int:
+        return [g[0] for g in self.GPUS].index(uuid)
+
+    def nvmlDeviceGetName(self, handle: int) -> str:
+        return self.GPUS[handle][1]
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle: int) -> tuple[int, int]:
+        return self.GPUS[handle][2]
+
+
+def test_a_gpu_named_by_uuid_keys_and_targets_that_gpu_not_gpu_0(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """--ab-gpus GPU-<uuid> on a host with mixed GPUs: the kernel-cache key and the precompile's target are the
+    named GPU's (an A100 behind an H100 compiles for cuda:80), never GPU 0's."""
+    import sys
+
+    from pytest_abbench.spawn.kernelcache import gpu_device
+    from pytest_abbench.spawn.precompile import gpu_target
+
+    monkeypatch.setitem(sys.modules, "pynvml", _TwoGpuNvml())
+    # nvidia-smi on the same host, answering by index only: what a query for GPU 0 would read.
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text("#!/bin/sh\necho 'NVIDIA H100 80GB HBM3, 9.0'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{smi.parent}{os.pathsep}{os.environ['PATH']}")
+    assert gpu_device("GPU-a100") == "NVIDIA A100-SXM4-80GB cuda:80"
+    assert gpu_target("GPU-a100") == "cuda:80"
+    assert (gpu_device("1"), gpu_target("0")) == ("NVIDIA A100-SXM4-80GB cuda:80", "cuda:90")

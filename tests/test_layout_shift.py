@@ -25,17 +25,13 @@ def _pads(root: Path, cell: str) -> list[list[int]]:
     return [json.loads(line).get("layout_pad_bytes") for line in lines]
 
 
-@pytest.mark.parametrize("mode", ["on", "off"])
-def test_cells_record_their_pads_and_the_mode(campaign_dir: pytest.Pytester, tmp_path: Path, mode: str) -> None:
+def test_cells_record_their_pads_and_the_mode(campaign_dir: pytest.Pytester, tmp_path: Path) -> None:
     campaign_dir.makepyfile(c=simple_campaign(ops='"one"'))
     root = tmp_path / "root"
     result = campaign_dir.runpytest_subprocess("c.py", "--ab-rounds", "1", "--ab-root", str(root), "--ab-ir-target",
-                                               "none", "--ab-layout-shift", mode, "-p", "no:cacheprovider")
+                                               "none", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=2)
     for cell in ("r1_A", "r1_B"):
-        assert json.loads((root / cell / "one" / "run_identity.json").read_text())["layout_shift"] == mode
-    if mode == "on":
-        a, b = _pads(root, "r1_A"), _pads(root, "r1_B")
-        assert all(p is not None for p in a + b) and a != b and a[0] != a[1]
-    else:
-        assert _pads(root, "r1_A") == [None, None]
+        assert json.loads((root / cell / "one" / "run_identity.json").read_text())["layout_shift"] == "on"
+    a, b = _pads(root, "r1_A"), _pads(root, "r1_B")
+    assert all(p is not None for p in a + b) and a != b and a[0] != a[1]

@@ -1,4 +1,4 @@
-"""``--ab-perf-report``: a ``triton.testing.perf_report`` script runs as a campaign without a rewrite.
+"""``--ab-providers``: a ``triton.testing.perf_report`` script runs as a campaign without a rewrite.
 
 Real pytest sessions on Triton's interpreter, real cells, the real ``triton.testing``: the script below is the
 vector-add tutorial's benchmark at sizes the interpreter runs in milliseconds.
@@ -113,12 +113,12 @@ def header_of(stdout: str, op: str) -> str:
 
 def test_two_providers_as_the_sides_run_like_a_handwritten_campaign(campaign_dir: pytest.Pytester) -> None:
     campaign_dir.makepyfile(vector_add=VECTOR_ADD, handwritten=HANDWRITTEN)
-    result = campaign_dir.runpytest_subprocess("vector_add.py", "handwritten.py", "--ab-perf-report",
-                                               "--ab-providers", "torch,triton", "--ab-root", "root", *FAST)
+    result = campaign_dir.runpytest_subprocess("vector_add.py", "handwritten.py", "--ab-providers", "torch,triton",
+                                               "--ab-root", "root", *FAST)
     assert result.ret == 0, result.stdout.str()
     result.assert_outcomes(passed=8)  # 2 ops x 2 rounds x 2 sides
     result.stdout.fnmatch_lines([
-        "abbench: vector_add.py: vector_add.py:* calls benchmark.run(...) at import: skipped under --ab-perf-report*",
+        "abbench: vector_add.py: vector_add.py:* calls benchmark.run(...) at import: skipped under --ab-providers*",
         "abbench: 8 cells, 2 ops, 2 rounds, backend interpreter*",
         "switch (side B) of vector-add: provider=torch -> provider=triton",
         "switch (side B) of vector-add-by-hand: PROVIDER=triton A:PROVIDER=torch",
@@ -148,7 +148,7 @@ def test_one_provider_under_a_switch_never_takes_the_scripts_own_timing(campaign
     called = campaign_dir.path / "wrong-do-bench-called"
     monkeypatch.setenv("PYTHONPATH", str(site))
     monkeypatch.setenv("WRONG_DO_BENCH_CALLED", str(called))
-    result = campaign_dir.runpytest_subprocess("vector_add.py", "--ab-perf-report", "--ab-provider", "triton",
+    result = campaign_dir.runpytest_subprocess("vector_add.py", "--ab-providers", "triton",
                                                "--ab-switch-env", "ABBENCH_TEST_SWITCH=1", "--ab-root", "root", *FAST)
     assert result.ret == 0, result.stdout.str()
     result.assert_outcomes(passed=4)
@@ -189,7 +189,7 @@ def modes(n, provider):
 
 def test_a_function_that_times_twice_or_never_fails_its_shape_by_name(campaign_dir: pytest.Pytester) -> None:
     campaign_dir.makepyfile(refused=REFUSED)
-    result = campaign_dir.runpytest_subprocess("refused.py", "--ab-perf-report", "--ab-provider", "a",
+    result = campaign_dir.runpytest_subprocess("refused.py", "--ab-providers", "a",
                                                "--ab-switch-env", "ABBENCH_TEST_SWITCH=1",
                                                "--ab-root", "root", "--ab-rounds", "1", "--ab-ir-target", "none",
                                                "-p", "no:cacheprovider")
@@ -253,7 +253,7 @@ def test_two_benchmarks_of_one_op_name_are_told_apart_and_the_fix_fits_the_cause
     """Distinct plot names that clean to one op name were told to be made distinct; two Benchmarks of one list were
     both named by their function's line."""
     campaign_dir.makepyfile(two_names=TWO_NAMES_ONE_OP, one_list=ONE_NAME_IN_A_LIST)
-    result = campaign_dir.runpytest_subprocess("two_names.py", "one_list.py", "--ab-perf-report", "--ab-provider",
+    result = campaign_dir.runpytest_subprocess("two_names.py", "one_list.py", "--ab-providers",
                                                "a", "--ab-switch-env", "ABBENCH_TEST_SWITCH=1", "-p", "no:cacheprovider")
     assert result.ret == 2
     result.stdout.fnmatch_lines_random([
@@ -277,7 +277,7 @@ def fused(n, fused):
 def test_the_switch_line_names_the_argument_the_providers_are_passed_as(campaign_dir: pytest.Pytester) -> None:
     """line_arg 'fused' with line_vals [False, True]: the switch read 'provider=False -> provider=True'."""
     campaign_dir.makepyfile(fused=FUSED_FLAG)
-    result = campaign_dir.runpytest_subprocess("fused.py", "--ab-perf-report", "--ab-providers", "False,True",
+    result = campaign_dir.runpytest_subprocess("fused.py", "--ab-providers", "False,True",
                                                "--ab-root", "root", "--ab-rounds", "1", "--ab-ir-target", "none",
                                                "-p", "no:cacheprovider")
     assert result.ret == 0, result.stdout.str()[-2000:]
@@ -291,7 +291,7 @@ def test_scripts_the_adapter_cannot_read_are_collection_errors_naming_what(campa
                             exits="import sys\nimport triton  # perf_report\nif True:\n    sys.exit(3)\n")
     result = campaign_dir.runpytest_subprocess("bad_x_vals.py", "no_provider.py", "no_function.py", "broken.py",
                                                "exits.py",
-                                               "--ab-perf-report", "--ab-provider", "a", "--ab-switch-env",
+                                               "--ab-providers", "a", "--ab-switch-env",
                                                "ABBENCH_TEST_SWITCH=1", "-p", "no:cacheprovider")
     assert result.ret == 2
     result.stdout.fnmatch_lines_random([
@@ -306,16 +306,12 @@ def test_scripts_the_adapter_cannot_read_are_collection_errors_naming_what(campa
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--ab-provider", "triton"], "--ab-provider names what runs of a perf_report script: add --ab-perf-report"),
-    (["--ab-perf-report"], "--ab-perf-report needs --ab-provider NAME*"),
-    (["--ab-perf-report", "--ab-provider", "a", "--ab-providers", "a,b"],
-     "--ab-provider a and --ab-providers a,b: give one*"),
-    (["--ab-perf-report", "--ab-providers", "triton"], "*expected two line_vals entries A,B*got 'triton'*"),
-    (["--ab-perf-report", "--ab-providers", "a,a"], "*'a,a' names one provider twice*"),
-    (["--ab-perf-report", "--ab-provider", "a,b"], "*expected one line_vals entry*--ab-providers A,B*"),
+    (["--ab-providers", "a,b,c"], "*expected one line_vals entry NAME (both sides) or two A,B*got 'a,b,c'*"),
+    (["--ab-providers", "a, b"], "*expected one line_vals entry NAME*got 'a, b'*"),
+    (["--ab-providers", "a,a"], "*'a,a' names one provider twice*--ab-providers a --ab-switch-env KEY=VALUE*"),
     # Before, this ran both sides on the same code, the IR gate skipped every op, and the session said "clean".
-    (["--ab-perf-report", "--ab-provider", "triton"], "*--ab-provider without --ab-switch-env: both sides would run "
-                                                      "the same code*--ab-allow-no-ir-diff to time an A/A*"),
+    (["--ab-providers", "triton"], "*--ab-providers triton without --ab-switch-env: both sides would run "
+                                   "the same code*--ab-allow-no-ir-diff to time an A/A*"),
     (["--ab-pytest-benchmark"], "*--ab-pytest-benchmark without --ab-switch-env: both sides would run the same*"),
 ])
 def test_provider_options_are_checked_before_anything_runs(campaign_dir: pytest.Pytester, args: list[str],
@@ -331,7 +327,7 @@ def test_a_script_named_without_the_option_is_not_imported_and_says_how(campaign
     result = campaign_dir.runpytest("vector_add.py")
     assert result.ret == pytest.ExitCode.INTERRUPTED
     result.stdout.fnmatch_lines(["*vector_add.py holds triton.testing.perf_report benchmarks: run it as a campaign "
-                                 "with --ab-perf-report and --ab-provider NAME*"])
+                                 "with --ab-providers NAME*"])
     assert not (campaign_dir.path / "ran").exists()
 
 
@@ -355,7 +351,7 @@ def test_the_probe_keeps_pytests_process_free_of_torch_and_triton(campaign_dir: 
         def pytest_collection_finish(session):
             print("heavy modules:", sorted(m for m in ("torch", "triton") if m in sys.modules))
     '''))
-    result = campaign_dir.runpytest_subprocess("vector_add.py", "--ab-perf-report", "--ab-provider", "triton",
+    result = campaign_dir.runpytest_subprocess("vector_add.py", "--ab-providers", "triton",
                                                "--collect-only", "-s", "-p", "no:cacheprovider")
     assert result.ret == 0, result.stdout.str()
     result.stdout.fnmatch_lines(["*<Function vector-add[[]r1-A[]]>*", "heavy modules: []"])
@@ -411,14 +407,14 @@ def bench(size, provider, dtype):
 
 def test_a_script_that_asks_the_driver_at_import_runs_without_a_gpu(campaign_dir: pytest.Pytester) -> None:
     campaign_dir.makepyfile(bench=DRIVER_AT_IMPORT)
-    timed = campaign_dir.runpytest_subprocess("bench.py", "--ab-perf-report", "--ab-providers", "torch,triton",
+    timed = campaign_dir.runpytest_subprocess("bench.py", "--ab-providers", "torch,triton",
                                               "--ab-root", "timed", *FAST)
     assert timed.ret == 0, timed.stdout.str()
     timed.stdout.fnmatch_lines(["abbench: bench.py: op add-f16 (bench.py:*) has no 'torch' among its line_vals "
                                 "[[]'triton'[]]: left out", "== add-f32: rounds 2/2, *"])
     # IR triage compiles in processes that launch nothing: the kernel the script launched at import is the one
     # its shapes use, and it is captured (Triton's in-memory cache had hidden it from a capture put in later).
-    triage = campaign_dir.runpytest_subprocess("bench.py", "--ab-perf-report", "--ab-provider", "triton",
+    triage = campaign_dir.runpytest_subprocess("bench.py", "--ab-providers", "triton",
                                                "--ab-switch-env", "DISABLE_MMA_V3=1", "--ab-ir-only",
                                                "--ab-root", "triage", "-p", "no:cacheprovider")
     assert triage.ret == 0, triage.stdout.str()
@@ -444,7 +440,7 @@ def backward(n, provider):
 
 def test_grad_to_none_is_cleared_before_every_call(campaign_dir: pytest.Pytester) -> None:
     campaign_dir.makepyfile(backward=BACKWARD)
-    result = campaign_dir.runpytest_subprocess("backward.py", "--ab-perf-report", "--ab-provider", "a",
+    result = campaign_dir.runpytest_subprocess("backward.py", "--ab-providers", "a",
                                                "--ab-switch-env", "ABBENCH_TEST_SWITCH=1", "--ab-root", "root",
                                                "--ab-rounds", "1", "--ab-ir-target", "none", "-p", "no:cacheprovider")
     rows = read_status(campaign_dir.path / "root")
@@ -469,7 +465,7 @@ def sweep(n, provider):
 def test_the_core_level_takes_a_spread_subset_of_a_long_sweep(campaign_dir: pytest.Pytester, level: str,
                                                                shapes: int) -> None:
     campaign_dir.makepyfile(sweep=SWEEP)
-    result = campaign_dir.runpytest_subprocess("sweep.py", "--ab-perf-report", "--ab-provider", "a",
+    result = campaign_dir.runpytest_subprocess("sweep.py", "--ab-providers", "a",
                                                "--ab-switch-env", "ABBENCH_TEST_SWITCH=1", "--ab-level", level,
                                                "--ab-rounds", "1", "--collect-only", "-q", "-p", "no:cacheprovider")
     assert result.ret == 0, result.stdout.str()
@@ -525,7 +521,7 @@ def bench(rows, provider):
 def test_ir_triage_reads_a_tutorial_form_script_without_a_gpu(campaign_dir: pytest.Pytester, script: str,
                                                               op: str) -> None:
     campaign_dir.makepyfile(bench=script)
-    result = campaign_dir.runpytest_subprocess("bench.py", "--ab-perf-report", "--ab-provider", "triton",
+    result = campaign_dir.runpytest_subprocess("bench.py", "--ab-providers", "triton",
                                                "--ab-switch-env", "DISABLE_MMA_V3=1", "--ab-ir-only",
                                                "-p", "no:cacheprovider")
     assert result.ret == 0, result.stdout.str()

@@ -228,7 +228,7 @@ def test_the_ops_pooled_ahead_are_this_process_round_1_ops_not_finished_before(t
     not one a resumed root finished, not one whose round 1 ended, not one precompiled already."""
     from test_ir_triage import settings
 
-    from pytest_abbench.campaign.model import load_campaign
+    from pytest_abbench.campaign.loader import load_campaign
     from pytest_abbench.core.layout import CellKey, RootLayout
     from pytest_abbench.spawn.runner import CellRunner
 

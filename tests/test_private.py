@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -42,20 +43,28 @@ def test_a_foreign_bytecode_folder_gets_nothing_written(tmp_path: Path) -> None:
     assert list(planted.iterdir()) == []
 
 
-def test_a_foreign_scratch_base_gets_no_worker_root(tmp_path: Path) -> None:
-    planted = foreign_folder(tmp_path / "base" / "abbench-scratch")
-    root, note = scratch_root(tmp_path / "base", "gw0")
-    assert not str(root).startswith(str(planted)) and note is not None
+def test_a_foreign_scratch_base_gets_no_worker_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    scratch = f"abbench-scratch-{os.getuid()}"
+
+    def in_temp_folder(folder: Path) -> tuple[Path, str | None]:
+        """The worker's root with ``folder`` as the temporary folder (TMPDIR)."""
+        folder.mkdir(exist_ok=True)
+        monkeypatch.setattr(tempfile, "tempdir", str(folder))
+        return scratch_root("gw0")
+
+    planted = foreign_folder(tmp_path / "base" / scratch)
+    root, note = in_temp_folder(tmp_path / "base")
+    assert not root.is_relative_to(planted) and note is not None
     assert note.startswith(f"abbench: worker scratch {planted}: ") and "refused; this worker's root is in" in note
     assert os.stat(root.parent).st_mode & 0o077 == 0  # the fallback is private
     # A link planted at the base is refused as well, not followed.
-    (tmp_path / "other" / "abbench-scratch").parent.mkdir()
-    (tmp_path / "other" / "abbench-scratch").symlink_to(tmp_path)
-    _, note = scratch_root(tmp_path / "other", "gw0")
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / scratch).symlink_to(tmp_path)
+    _, note = in_temp_folder(tmp_path / "other")
     assert note is not None and "a symbolic link: refused" in note
     # A base of this user's own, made fresh, is used.
-    root, note = scratch_root(tmp_path / "mine", "gw0")
-    assert note is None and root.parent == tmp_path / "mine" / "abbench-scratch"
+    root, note = in_temp_folder(tmp_path / "mine")
+    assert note is None and root.parent == tmp_path / "mine" / scratch
 
 
 def test_a_planted_link_at_a_gpu_lock_is_not_followed(tmp_path: Path) -> None:

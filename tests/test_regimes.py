@@ -207,7 +207,7 @@ def test_a_steady_span_around_the_windows_gives_their_power_and_energy_per_call_
     assert pooled is not None and not pooled.withheld()
     assert pooled.per_call_j() == pytest.approx(640.0 * 0.0554e-3, rel=0.01)
     # A counter that never moves after the windows gives no span (no figure rather than a wrong one); nor do
-    # unread window edges (--ab-gpu-state off), nor a timer that runs its calls itself (the direct timer).
+    # unread window edges, nor a timer that runs its calls itself (the direct timer).
     clock = FakeClock()
     began: list[float] = []
 
@@ -607,7 +607,7 @@ WINDOW_S = ENERGY_MIN_S / 2  # three back-to-back windows of it: long enough for
 def _windows(root: Path, regime: str, condition: Any, watts: Any, edges_read: bool = True) -> None:
     """Give every record of a synthetic root ``regime`` and three windows back to back, ``condition(round, side,
     shape)`` and ``watts(side, shape)`` each (NVML's energy counter over a window of ``WINDOW_S`` and 100 calls;
-    None: no energy figure); with ``edges_read`` false the windows carry no state, as under --ab-gpu-state off."""
+    None: no energy figure); with ``edges_read`` false the windows carry no state."""
     for results in root.glob("r*_*/*/results.jsonl"):
         rnd, side = int(results.parts[-3].split("_")[0][1:]), results.parts[-3].split("_")[1]
         identity = results.parent / "run_identity.json"
@@ -784,18 +784,3 @@ def test_a_look_of_auto_rounds_settles_an_op_only_when_every_regime_settled(tmp_
         look = settled_after(burst, "op", discover(RootLayout(burst), []), plan, 2.0, 4)
         assert [r.regime for r in look.reports] == ["burst", "steady"] and look.judged
         assert look.unsettled == (["burst: s"] if name == "swing" else []) and look.settled == (name == "calm")
-
-
-def test_gpu_state_off_leaves_the_window_edges_unread_and_the_header_says_so(campaign_dir: pytest.Pytester,
-                                                                           tmp_path: Path) -> None:
-    campaign_dir.makepyfile(c=CAMPAIGN)
-    bad = campaign_dir.runpytest_subprocess("c.py", "--ab-gpu-state", "maybe", *FAST)
-    assert bad.ret == 4
-    bad.stderr.fnmatch_lines(["*--ab-gpu-state: 'maybe' is not one of on, off*"])
-    root = tmp_path / "root"
-    result = campaign_dir.runpytest_subprocess("c.py", "--ab-rounds", "2", "--ab-root", str(root), "--ab-gpu-state",
-                                               "off", *FAST)
-    result.assert_outcomes(passed=4)
-    records = [json.loads(line) for line in (root / "r2_B" / "axpb" / "results.jsonl").read_text().splitlines()]
-    assert [w["gpu_state"] for r in records for w in r["windows"]] == [{"not_recorded": EDGES_OFF}] * 6
-    assert f"GPU state: not recorded ({EDGES_OFF})" in (root / "report.md").read_text()

@@ -109,7 +109,7 @@ def test_a_root_with_cells_is_used_again_only_with_resume(campaign_dir: pytest.P
 
 def test_resuming_with_another_caliber_option_is_refused_before_any_cell(campaign_dir: pytest.Pytester,
                                                                           tmp_path: Path) -> None:
-    """--ab-layout-shift or --ab-spawn changed on resume: refused up front, naming the option and both values
+    """--ab-spawn changed on resume: refused up front, naming the option and both values
     (it used to run the new cells, then exit 4, and the root stayed at exit 4 for good)."""
     root = tmp_path / "root"
     campaign_dir.makepyfile(c=two_ops(8))
@@ -117,10 +117,10 @@ def test_resuming_with_another_caliber_option_is_refused_before_any_cell(campaig
                                       "--ab-spawn", "exec", *FAST, "--deselect", "c.py::one[r2-A]")
     status = (root / "status.tsv").read_text()
     other = campaign_dir.runpytest_subprocess("c.py", "-k", "one", "--ab-rounds", "2", "--ab-resume", str(root),
-                                              "--ab-layout-shift", "off", *FAST)
+                                              "--ab-spawn", "fork", *FAST)
     assert other.ret == 6
-    other.stdout.fnmatch_lines([f"*cannot resume {root}: --ab-layout-shift: the root has on, this session off; *"
-                                "resume with --ab-layout-shift=on*"])
+    other.stdout.fnmatch_lines([f"*cannot resume {root}: --ab-spawn: the root has exec, this session fork; *"
+                                "resume with --ab-spawn=exec*"])
     other.assert_outcomes()
     assert (root / "status.tsv").read_text() == status
     same = campaign_dir.runpytest_subprocess("c.py", "-k", "one", "--ab-rounds", "2", "--ab-resume", str(root),

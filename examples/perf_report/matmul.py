@@ -1,7 +1,7 @@
 """Matrix multiplication, in the form of Triton's tutorial (03-matrix-multiplication.py): an autotuned fp16
 kernel against cuBLAS, in TFLOPS.  Its tl.dot is a Hopper warpgroup MMA unless DISABLE_MMA_V3=1:
 
-    pytest examples/perf_report/matmul.py --ab-perf-report --ab-provider triton --ab-switch-env DISABLE_MMA_V3=1
+    pytest examples/perf_report/matmul.py --ab-providers triton --ab-switch-env DISABLE_MMA_V3=1
 """
 
 import torch

@@ -2,8 +2,8 @@
 Benchmark's args, `from triton.testing import do_bench` with return_mode, GB/s, and two perf_report functions
 (the plain norm and the one fused with a residual add), each an op of its own.
 
-    pytest examples/perf_report/rms_norm.py --ab-perf-report --ab-providers torch,triton
-    pytest examples/perf_report/rms_norm.py --ab-perf-report --ab-providers triton,triton-two-pass
+    pytest examples/perf_report/rms_norm.py --ab-providers torch,triton
+    pytest examples/perf_report/rms_norm.py --ab-providers triton,triton-two-pass
 """
 
 import torch

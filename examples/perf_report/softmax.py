@@ -1,6 +1,6 @@
 """Fused softmax, in the form of Triton's tutorial (02-fused-softmax.py): a row-wise kernel against torch.
 
-    pytest examples/perf_report/softmax.py --ab-perf-report --ab-providers torch,triton
+    pytest examples/perf_report/softmax.py --ab-providers torch,triton
 """
 
 import torch

@@ -2,8 +2,8 @@
 
 As a campaign (the README's "Bring your perf_report script"):
 
-    pytest examples/perf_report/vector_add.py --ab-perf-report --ab-providers torch,triton
-    pytest examples/perf_report/vector_add.py --ab-perf-report --ab-provider triton --ab-switch-env DISABLE_MMA_V3=1
+    pytest examples/perf_report/vector_add.py --ab-providers torch,triton
+    pytest examples/perf_report/vector_add.py --ab-providers triton --ab-switch-env DISABLE_MMA_V3=1
 """
 
 import torch

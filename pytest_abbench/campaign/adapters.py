@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Callable
 
 from pytest_abbench.campaign import perf_report
-from pytest_abbench.campaign.model import Campaign, CampaignError, load_campaign, module_name_for
+from pytest_abbench.campaign.loader import load_campaign, module_name_for
+from pytest_abbench.campaign.model import Campaign, CampaignError
 from pytest_abbench.core.cellconfig import PYTEST_BENCHMARK_ADAPTER, PYTEST_BENCHMARK_CELL_MODULE
 
 

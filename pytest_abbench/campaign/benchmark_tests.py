@@ -22,8 +22,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from pytest_abbench.campaign.model import Campaign, CampaignError, Case, Op, Shape, Switch, check_shapes, \
-    module_name_for, validate_name
+from pytest_abbench.campaign.loader import module_name_for
+from pytest_abbench.campaign.model import Campaign, CampaignError, Case, Op, Shape, Switch, check_shapes, validate_name
 from pytest_abbench.campaign.probe import run_probe
 from pytest_abbench.core.cellconfig import LEVELS, PYTEST_BENCHMARK_ADAPTER
 

@@ -1,8 +1,8 @@
-"""``triton.testing.perf_report`` scripts as campaigns (``--ab-perf-report``), without rewriting them.
+"""``triton.testing.perf_report`` scripts as campaigns (``--ab-providers``), without rewriting them.
 
 Each ``@perf_report`` function is an op (one per Benchmark when it declares several), each point of the
 Benchmark's ``x_vals`` a shape, and one ``line_vals`` entry what runs: the same provider on both sides
-(``--ab-provider triton``, side B under the switch) or one provider per side (``--ab-providers torch,triton``, a
+(``--ab-providers triton``, side B under the switch) or one provider per side (``--ab-providers torch,triton``, a
 kernel variant).  In a cell, ``build`` calls the function with a stand-in for ``triton.testing.do_bench`` (and
 ``do_bench_cudagraph``) that keeps the callable it is handed and returns a placeholder: the script's own timing
 never runs, the cell's timers time that callable.  What the function returns (ms, GB/s, TFLOPS) is read from the
@@ -27,8 +27,9 @@ from typing import Any, Callable, Iterator, Sequence
 
 from pytest_abbench.campaign.probe import run_probe
 from pytest_abbench.core import envnames, standin_driver
-from pytest_abbench.campaign.model import (TEST_MODULE_PREFIXES, Campaign, CampaignError, Case, Op, Shape, Switch, Work, check_shapes,
-                                           digest, import_campaign_file, module_name_for, validate_name)
+from pytest_abbench.campaign.loader import TEST_MODULE_PREFIXES, import_campaign_file, module_name_for
+from pytest_abbench.campaign.model import (Campaign, CampaignError, Case, Op, Shape, Switch, Work, check_shapes, digest,
+                                           validate_name)
 
 KIND = "perf-report"  # the adapter's name in a cell's --adapter spec
 SMOKE_POINTS = 2  # the smoke level (the interpreter's) takes the first points of x_vals
@@ -41,7 +42,7 @@ _TEXT = re.compile(r"\bperf_report\b")
 
 @dataclass(frozen=True)
 class Providers:
-    """The ``line_vals`` entry each side runs: ``--ab-provider X`` (both) or ``--ab-providers A,B``."""
+    """The ``line_vals`` entry each side runs: ``--ab-providers X`` (both) or ``--ab-providers A,B``."""
 
     a: str
     b: str
@@ -92,8 +93,8 @@ class BenchmarkOp:
     x_names: list[str]
     points: list[dict[str, Any]]  # each point of x_vals as {x_name: value}
     line_arg: str
-    line_vals: list[str]  # as text: what --ab-provider names
-    line_names: list[str]  # their labels, which --ab-provider may name too
+    line_vals: list[str]  # as text: what --ab-providers names
+    line_names: list[str]  # their labels, which --ab-providers may name too
     ylabel: str
     source_digest: str
     list_index: int | None = None  # which of its function's Benchmarks, where it declares a list of several
@@ -146,7 +147,7 @@ def benchmark_ops(module: Any, path: Path) -> list[BenchmarkOp]:
                 source_digest=digest([source, index, repr(bench.args)]),
                 list_index=index if len(benches) > 1 else None, fn=fn, bench=bench))
     if not found:
-        raise CampaignError(f"{path}: no @triton.testing.perf_report function at its top level (--ab-perf-report "
+        raise CampaignError(f"{path}: no @triton.testing.perf_report function at its top level (--ab-providers "
                             "collects those; a function defined under `if __name__ == '__main__':` is not seen)")
     seen: dict[str, BenchmarkOp] = {}
     for op in found:
@@ -516,7 +517,7 @@ def describe_script(path: Path, rootdir: Path | None, providers: Providers, impo
                        cwd=path.parent, ir_target=ir_target)
     ops = [BenchmarkOp(**fields) for fields in answer["ops"]]
     campaign, left = _campaign(path, module_name, ops, providers, _not_in_this_process)
-    notices = [f"abbench: {path.name}: {where} calls benchmark.run(...) at import: skipped under --ab-perf-report "
+    notices = [f"abbench: {path.name}: {where} calls benchmark.run(...) at import: skipped under --ab-providers "
                "(the cells time the benchmarks)" for where in answer["skipped_runs"]]
     notices += [f"abbench: {path.name}: op {why}: left out" for why in left]
     notices += [f"abbench: {path.name}: op {op.name}: the core level times {CORE_POINTS} of its {len(op.points)} "

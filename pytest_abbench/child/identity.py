@@ -9,12 +9,11 @@ import os
 import platform
 import re
 import socket
-import subprocess
 import sys
 from pathlib import Path
 
 from pytest_abbench.child.gpustate import GpuSampler, open_sampler
-from pytest_abbench.core import envnames, tunercache
+from pytest_abbench.core import envnames, gpuinfo, tunercache
 from pytest_abbench.core.cellconfig import CellConfig
 from pytest_abbench.core.fileio import write_json_atomic
 from pytest_abbench.core.identity import IDENTITY_FILE, IDENTITY_SCHEMA, RunIdentity, file_hash
@@ -25,7 +24,7 @@ _DRIVER_VERSION = re.compile(r"\s(\d+\.\d+(?:\.\d+)?)\s")
 
 
 def driver_version(version_file: Path = DRIVER_VERSION_FILE) -> str | None:
-    """The NVIDIA kernel driver's version, read from /proc (microseconds); nvidia-smi (tens of ms) where it is absent.
+    """The NVIDIA kernel driver's version, read from /proc (microseconds); NVML (milliseconds) where it is absent.
 
     The file's first line reads ``NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  <date>``
     (the open modules: ``... Open Kernel Module for x86_64  580.159.04  Release Build ...``).
@@ -33,21 +32,9 @@ def driver_version(version_file: Path = DRIVER_VERSION_FILE) -> str | None:
     try:
         first = version_file.read_text(errors="replace").splitlines()[0]
     except (OSError, IndexError):
-        return _nvidia_smi_driver()
+        return gpuinfo.driver_version()
     found = _DRIVER_VERSION.search(first)
-    return found.group(1) if found else _nvidia_smi_driver()
-
-
-def _nvidia_smi_driver() -> str | None:
-    """The driver version as nvidia-smi reports it for GPU 0; None where nvidia-smi is missing or fails."""
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader", "-i", "0"],
-            capture_output=True, text=True, timeout=20, check=True,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip().splitlines()[0] if out.stdout.strip() else None
+    return found.group(1) if found else gpuinfo.driver_version()
 
 
 def device_facts(backend: str) -> RunIdentity:

@@ -218,7 +218,7 @@ def measure_shapes(config: CellConfig, op: Op, shapes: Sequence[Shape], results:
             log(f"[abbench] output check: {exc}; this cell computes every shape's reference")
     matched = 0  # shapes whose output matched the side's kept fingerprint: no reference computed
     gpu = gpu or open_sampler(config.backend)  # NVML at each timed window's edges (child/regime.py)
-    log(f"[abbench] GPU state: {gpu.describe()}" + ("; the timed windows' edges are not read (--ab-gpu-state off)"
+    log(f"[abbench] GPU state: {gpu.describe()}" + ("; the timed windows' edges are not read"
                                                      if config.edges_unread else ""))
     skipped = config.skipped()
     if skipped:

@@ -436,7 +436,7 @@ def still_settled(settling: Settling, state: GpuState) -> bool:
     return abs(after.sm_clock_mhz - clock) <= max(regimes.STEADY_CLOCK_STEP_MHZ, regimes.STEADY_CLOCK_TOL * clock)
 
 
-EDGES_OFF = "window edges not read (--ab-gpu-state off)"
+EDGES_OFF = "window edges not read"
 
 
 def run_regime(regime: str, timer: Windows, sampler: GpuSampler, count: int, cpu: bool,

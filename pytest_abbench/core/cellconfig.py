@@ -36,7 +36,7 @@ SPAWN_METHODS = ("fork", "exec")
 # shape's settling, and on the H200 100 ms windows made topk's warm 6-round re-run 133 s against 97 s with no
 # change in its verdict (docs/explanation/cost.md); A/A under steady stayed clean (docs/explanation/regimes.md).
 DEFAULT_DIRECT_REP_MS = 50
-DEFAULT_DIRECT_WARMUP_MS = 25
+DEFAULT_DIRECT_WARMUP_MS = DEFAULT_DIRECT_REP_MS // 2  # --ab-direct-rep sets both
 DEFAULT_TUNER_CACHE = "per-cell"
 # A cell that tunes times each autotune candidate for this many ms of repeats first, then the ones near the
 # fastest for Triton's own 25 + 100 ms (child/autotune_candidates.py ``screened_tuning``; --ab-autotune-screen,
@@ -169,7 +169,7 @@ class CellConfig:
     regime: str = field(default=DEFAULT_REGIME, metadata=_flag(
         "--regime", choices=REGIME_CHOICES, help="the timing regime (core/regimes.py; identity axis regime)"))
     edges_unread: bool = field(default=False, metadata=_flag(
-        "--edges-unread", bool, help="read no GPU state at the timed windows' edges (--ab-gpu-state off)"))
+        "--edges-unread", bool, help="read no GPU state at the timed windows' edges"))
     campaign_module: str | None = field(default=None, metadata=_flag(
         "--campaign-module", help="the campaign's module name as the session loaded it (from its path relative to "
                                   "the rootdir): autotune records key kernels by it"))

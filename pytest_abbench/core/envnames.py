@@ -8,11 +8,9 @@ from __future__ import annotations
 
 # Set by the user; session/options.py reads it: seconds before a cell's process group is killed.
 CELL_TIMEOUT = "CELL_TIMEOUT"
-# Set by the user; session/options.py reads it: "1" runs every round even when round 1 shows no TTGIR change.
-SWITCH_ALLOW_NO_IR_DIFF = "SWITCH_ALLOW_NO_IR_DIFF"
 # Set by the user; session/options.py and `abbench history` read it: the history file, or "off" (--ab-history).
 ABBENCH_HISTORY = "ABBENCH_HISTORY"
-# Set by GitHub Actions for each step; report/markdown.py appends the markdown summary to the file it names.
+# Set by GitHub Actions for each step; session/reporting.py appends the markdown summary to the file it names.
 GITHUB_STEP_SUMMARY = "GITHUB_STEP_SUMMARY"
 # Set by the user; core/cores.py reads it: compile processes at once, instead of cores over workers.
 ABBENCH_COMPILE_JOBS = "ABBENCH_COMPILE_JOBS"

@@ -31,7 +31,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Iterable, Iterator, Mapping
 
 from pytest_abbench.core.cellfiles import read_origin
-from pytest_abbench.core.fileio import CorruptFileError, Fields, atomic_file, read_object
+from pytest_abbench.core.fileio import CorruptFileError, Fields, atomic_file
 from pytest_abbench.core.kernelcache import KEY_FILE, KEY_SCHEMA
 from pytest_abbench.core.layout import SIDES, RootLayout, origin_file
 
@@ -373,13 +373,13 @@ def unpack(archive: KernelArchive, folder: Path) -> int:
 
 
 def key_of_folder(folder: Path) -> dict[str, Any]:
-    """The key a key folder's ``abbench-key.json`` holds; KernelArchiveError where it has none or a bad one."""
+    """The key a key folder's ``abbench-key.json`` holds, read as an imported file's; KernelArchiveError where it
+    has none or a bad one."""
     record = folder / KEY_FILE
     if not record.is_file():
         raise KernelArchiveError(f"{folder} holds no {KEY_FILE}: it is not a kernel cache key folder")
     try:
-        fields = read_object(record)
-        fields.version(KEY_SCHEMA)
-    except CorruptFileError as exc:
-        raise KernelArchiveError(str(exc)) from None
-    return {name: fields.data.get(name) for name in KEY_FIELDS}
+        data = record.read_bytes()
+    except OSError as exc:
+        raise KernelArchiveError(f"{record}: cannot read it ({exc.strerror or exc})") from None
+    return _parse_key(folder, data)

@@ -37,7 +37,7 @@ REPORT_HTML = "report.html"  # the report as one self-contained page
 WORKERS_FILE = "workers.json"  # an xdist session's per-worker busy time and GPU
 PRECOMPILE_DIR = "precompile"  # --ab-precompile: each op's compile-only processes (logs, TTGIR)
 SERVERS_DIR = "servers"  # --ab-spawn fork: each fork server's log (its imports' warnings, its death)
-SCRATCH_DIR = "abbench-scratch"  # under --ab-worker-scratch: each xdist worker's own root on its host
+SCRATCH_DIR = "abbench-scratch"  # in the temporary folder: each xdist worker's own root on its host
 REFERENCE_FILE = "reference.jsonl"  # --ab-reference: each shape's in-process A/B pairs, each process's end
 REFERENCE_DIR = "reference"  # --ab-reference: each op's reference process: what it was told, its log
 

@@ -137,23 +137,17 @@ def env_assignment(text: str) -> tuple[str, str]:
     return key, value
 
 
-def provider_name(text: str) -> str:
-    """``--ab-provider``: one ``line_vals`` entry of a perf_report benchmark (a name, no comma)."""
-    if not text or "," in text or text != text.strip():
-        raise argparse.ArgumentTypeError(f"expected one line_vals entry (e.g. triton), got {text!r}"
-                                         + ("; two providers as the sides: --ab-providers A,B" if "," in text else ""))
-    return text
-
-
-def provider_pair(text: str) -> tuple[str, str]:
-    """``--ab-providers A,B``: side A runs line_vals entry A, side B entry B."""
+def providers_option(text: str) -> tuple[str, str]:
+    """``--ab-providers``: NAME (both sides run that ``line_vals`` entry, B under the switch) or A,B (side A runs
+    entry A, side B entry B)."""
     names = text.split(",")
-    if len(names) != 2 or not all(n and n == n.strip() for n in names):
-        raise argparse.ArgumentTypeError(f"expected two line_vals entries A,B (side A's, then side B's), got {text!r}")
-    if names[0] == names[1]:
+    if len(names) > 2 or not all(n and n == n.strip() for n in names):
+        raise argparse.ArgumentTypeError(f"expected one line_vals entry NAME (both sides) or two A,B (side A's, "
+                                         f"then side B's), got {text!r}")
+    if len(names) == 2 and names[0] == names[1]:
         raise argparse.ArgumentTypeError(f"{text!r} names one provider twice; both sides on one provider, B under a "
-                                         "switch: --ab-provider NAME --ab-switch-env KEY=VALUE")
-    return names[0], names[1]
+                                         f"switch: --ab-providers {names[0]} --ab-switch-env KEY=VALUE")
+    return names[0], names[-1]
 
 
 def tuner_cache_mode(text: str) -> str:
@@ -186,15 +180,8 @@ def existing_root(text: str) -> Path:
     return Path(text).resolve()
 
 
-def markdown_file(text: str) -> Path:
-    """--ab-summary-md / ``abbench summary --md``: the file the markdown summary is written to."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError("expected a file path, got an empty value")
-    return Path(text)
-
-
 def output_file_problem(path: Path) -> str | None:
-    """Why a file asked for (the markdown summary, a history plot or page) cannot be written to ``path``, checked
+    """Why a file asked for (a history plot or page) cannot be written to ``path``, checked
     before the work that makes it; None when it can.  A missing folder is an error, never made."""
     if path.is_dir():
         return f"{str(path)!r} is a folder; give a file path such as {str(path / 'abbench.md')!r}"
@@ -274,13 +261,12 @@ class Settings:
     margin_pct: float | None
     fail_if_slower_pct: float | None
     gate: str = GATE_SHAPES  # --ab-gate: what --ab-fail-if-slower judges
-    layout_shift: bool = True
+    layout_shift: bool = True  # pads per cell and shape turn a buffer-layout effect into noise (docs/verdicts.md)
     spawn: str = "exec"
     precompile: bool = True
     # Decide the IR gate from the precompile's IR, before round 1 is timed: an op whose switch changed no code
-    # is skipped without timing round 1 (``--ab-gate-first``; on by default on a GPU, where the precompile runs).
+    # is skipped without timing round 1 (``--ab-precompile``: auto on a GPU, on without one).
     gate_first: bool = False
-    worker_scratch: Path | None = None
     costs_from: Path | None = None  # --ab-costs-from: an earlier root whose cell times order the ops
     autotune_from: Path | None = None  # --ab-autotune-from: an earlier root whose records round 1 side A carries
     retune: bool = False  # --ab-retune: round 1 side A tunes, not carrying what side A's kernel cache kept
@@ -291,15 +277,14 @@ class Settings:
     rounds_budget_s: float | None = None  # --ab-rounds-budget: device seconds after which no op adds a round
     energy_target_pct: float = DEFAULT_ENERGY_TARGET_PCT  # --ab-energy-target: wider energy intervals add rounds
     regime: str = DEFAULT_REGIME  # --ab-regime: burst | steady | both (core/regimes.py)
-    gpu_state: bool = True  # --ab-gpu-state: read NVML at each timed window's edges
+    gpu_state: bool = True  # read NVML at each timed window's edges (its cost, at most 0.06%, is measured)
     switch_env_a: dict[str, str] | None = None  # --ab-switch-env-a: side A's environment replacing the campaign's
     history: Path | None = None  # --ab-history: the history file the session's end records into (None: off)
     history_label: str = ""  # --ab-history-label: a word kept with the run (a bisection's step)
-    summary_md: Path | None = None  # --ab-summary-md: where the markdown summary goes (report/markdown.py)
     kernel_cache: str = "auto"  # --ab-kernel-cache: auto (the user's cache folder), off (the root's), or a folder
     kernel_imports: tuple[Path, ...] = ()  # --ab-kernel-import: kernel files seeding the folders of their keys
-    # --ab-perf-report: perf_report scripts are campaigns, side A running the first line_vals entry, B the second
-    # (the same one for --ab-provider); None: only campaign files are
+    # --ab-providers: perf_report scripts are campaigns, side A running the first line_vals entry, B the second
+    # (the same one for --ab-providers NAME); None: only campaign files are
     perf_report: tuple[str, str] | None = None
     # --ab-pytest-benchmark: test files whose tests request pytest-benchmark's benchmark fixture are campaigns
     pytest_benchmark: bool = False
@@ -315,8 +300,7 @@ class Settings:
         its new cells would not compare with the old ones (the caliber check's exit 4, for good).
         """
         return {"--ab-backend": self.backend, "--ab-timer": self.timer, "--ab-level": self.level,
-                "--ab-direct-rep": str(self.direct_rep_ms), "--ab-direct-warmup": str(self.direct_warmup_ms),
-                "--ab-tuner-cache": self.tuner_cache, "--ab-layout-shift": "on" if self.layout_shift else "off",
+                "--ab-direct-rep": str(self.direct_rep_ms), "--ab-tuner-cache": self.tuner_cache,
                 "--ab-spawn": self.spawn, "--ab-regime": self.regime}
 
     def kept_options(self) -> dict[str, str]:
@@ -358,8 +342,8 @@ class Settings:
         return self.ir_target if self.ir_only or (self.backend != "cuda" and round_no == 1) else None
 
     def gate_first_target(self, gpu_target: str | None) -> str | None:
-        """The target an op's precompile compiles for when it runs before round 1 (``--ab-precompile`` on a GPU,
-        or ``--ab-gate-first`` with an IR target without one); None where no precompile runs."""
+        """The target an op's precompile compiles for when it runs before round 1 (``--ab-precompile`` auto or on
+        with a GPU, on with an IR target without one); None where no precompile runs."""
         if self.ir_only or not self.precompile:
             return None
         if self.backend == "cuda":

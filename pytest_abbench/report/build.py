@@ -187,7 +187,7 @@ def _check_caliber(op: str, cells: list[CellOutcome], by_round: _CellsByRound,
 def _cells_skipped_by_gate(gate: irgate.GateDecision | None, cells: list[CellOutcome],
                            by_round: _CellsByRound) -> int:
     """Cells the IR gate skipped because round 1 finished and changed no code, or because the precompile's IR
-    showed no changed code before round 1 (``--ab-gate-first``: round 1 skipped too); 0: the rounds are to be
+    showed no changed code before round 1 (``--ab-precompile``: round 1 skipped too); 0: the rounds are to be
     read."""
     round1 = by_round.get(1, {})
     round1_ok = all(round1[s].status == OK for s in SIDES if s in round1)

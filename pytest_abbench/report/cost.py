@@ -45,7 +45,7 @@ def cell_parts(timing: Mapping[str, Any], elapsed_s: float, status: str) -> dict
     """
     if not timing:
         # IR-only: compiles its shapes and times nothing, so it writes no timing file.  A round-1 cell skipped by
-        # a gate decided before round 1 (--ab-gate-first) carries its op's precompile, which decided it.
+        # a gate decided before round 1 (--ab-precompile) carries its op's precompile, which decided it.
         if status in (IR_ONLY, NO_IR_DIFF):
             return {**dict.fromkeys((key for key, _, _ in PARTS), 0.0), "compile_s": elapsed_s}
         return None

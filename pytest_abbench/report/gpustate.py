@@ -248,7 +248,7 @@ def recorded_anywhere(ops: Sequence[OpReport]) -> bool:
 
 
 def conditions_checked(ops: Sequence[OpReport]) -> bool:
-    """Whether any op's regime condition was checked through NVML (met or not): with ``--ab-gpu-state off`` the
+    """Whether any op's regime condition was checked through NVML (met or not): with the window edges unread the
     windows carry no state, yet the regime still waited and settled on NVML's readings."""
     return any(side.get("conditions", {}).keys() & {MET, NOT_MET} for o in ops for side in o.gpu_state.values())
 

@@ -1,16 +1,14 @@
 """The short markdown summary: where a reviewer looks (a CI job summary, a pull-request comment).
 
 One line per op (its verdicts, geomean delta and interval, flags, rounds), then the shapes that are slower or
-flagged; report.md, report.json and report.html keep everything.  ``--ab-summary-md PATH`` and ``abbench summary
---md PATH`` write it and append it to ``$GITHUB_STEP_SUMMARY`` when that is set; ``abbench comment`` prints it.
+flagged; report.md, report.json and report.html keep everything.  A session appends it to ``$GITHUB_STEP_SUMMARY``
+when that is set; ``abbench comment ROOT`` prints it (``> FILE`` for a file).
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from pytest_abbench.core import envnames
 from pytest_abbench.core.layout import RootLayout
 from pytest_abbench.report import kernelsplit, render
 from pytest_abbench.report.model import Report
@@ -78,18 +76,8 @@ def render_markdown(report: Report) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_markdown(report: Report, path: Path) -> list[str]:
-    """Write the summary to ``path`` and append it to ``$GITHUB_STEP_SUMMARY`` when that is set (once, when
-    ``path`` is that file); the places it went, for the line that says so.  Raises OSError naming the file."""
-    text = render_markdown(report)
-    step_summary = os.environ.get(envnames.GITHUB_STEP_SUMMARY, "")
-    written: list[str] = []
-    if not step_summary or Path(step_summary).resolve() != path.resolve():
-        path.write_text(text, encoding="utf-8")
-        written.append(str(path))
-    if step_summary:
-        # The job's other steps write there too: append, never replace.
-        with open(step_summary, "a", encoding="utf-8") as f:
-            f.write(text + "\n")
-        written.append(f"${envnames.GITHUB_STEP_SUMMARY} ({step_summary})")
-    return written
+def append_step_summary(report: Report, step_summary: Path) -> None:
+    """Append the summary to ``$GITHUB_STEP_SUMMARY``'s file: the job's other steps write there too, so never
+    replace it.  Raises OSError naming the file."""
+    with open(step_summary, "a", encoding="utf-8") as f:
+        f.write(render_markdown(report) + "\n")

@@ -11,7 +11,8 @@ import sys
 from typing import Callable, Sequence
 
 from pytest_abbench.campaign import benchmark_tests
-from pytest_abbench.campaign.model import Campaign, CampaignError, module_name_for
+from pytest_abbench.campaign.loader import module_name_for
+from pytest_abbench.campaign.model import Campaign, CampaignError
 from pytest_abbench.child.__main__ import main as cell_main
 from pytest_abbench.core.cellconfig import CellConfig
 

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Callable, Iterable
 
 import pytest
 
-from pytest_abbench.campaign.model import Campaign, load_campaign, looks_like_campaign
+from pytest_abbench.campaign.loader import load_campaign, looks_like_campaign
+from pytest_abbench.campaign.model import Campaign
 from pytest_abbench.campaign.benchmark_tests import KIND as PYTEST_BENCHMARK, looks_like_benchmark_tests
 from pytest_abbench.campaign.perf_report import KIND as PERF_REPORT, looks_like_perf_report
 from pytest_abbench.core.budget import write_budget
@@ -99,7 +100,7 @@ class AbbenchSession:
         self.seed = dict(workerinput.get(SEED_INPUT) or {}) if workerinput is not None else {}
         if workerinput is not None:
             # A worker measures into a private root of its own host; the controller alone writes the campaign root.
-            path, scratch_note = scratch_root(settings.worker_scratch, self.worker)
+            path, scratch_note = scratch_root(self.worker)
         else:
             path, scratch_note = (settings.root.resolve() if settings.root is not None
                                   else default_root(config.rootpath)), None
@@ -150,7 +151,7 @@ class AbbenchSession:
         return self.campaigns[path]
 
     def is_campaign_file(self, path: Path) -> bool:
-        """A campaign file, or a file this session reads as one (a perf_report script under --ab-perf-report, a
+        """A campaign file, or a file this session reads as one (a perf_report script under --ab-providers, a
         test file that mentions ``benchmark`` under --ab-pytest-benchmark)."""
         return self.campaign_kind(path) is not None
 

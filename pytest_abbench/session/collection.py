@@ -14,7 +14,8 @@ from typing import Any, Generator, Iterable
 import pytest
 
 from pytest_abbench.campaign.benchmark_tests import KIND as PYTEST_BENCHMARK, NoBenchmarkTests
-from pytest_abbench.campaign.model import Campaign, CampaignError, CampaignSkipped, why_not_campaign
+from pytest_abbench.campaign.loader import why_not_campaign
+from pytest_abbench.campaign.model import Campaign, CampaignError, CampaignSkipped
 from pytest_abbench.campaign.perf_report import looks_like_perf_report
 from pytest_abbench.core.layout import run_log
 from pytest_abbench.core.regimes import STEADY
@@ -124,13 +125,12 @@ class NamedModule(pytest.Module):
 
 
 class PerfReportScript(pytest.File):
-    """A perf_report script named on the command line without ``--ab-perf-report``: not imported (its
+    """A perf_report script named on the command line without ``--ab-providers``: not imported (its
     ``benchmark.run(...)`` would time and plot every provider in pytest's process); the error says how to run it."""
 
     def collect(self) -> Iterable[pytest.Item | pytest.Collector]:
         raise self.CollectError(f"{self.path} holds triton.testing.perf_report benchmarks: run it as a campaign with "
-                                "--ab-perf-report and --ab-provider NAME (side B under --ab-switch-env) or "
-                                "--ab-providers A,B (one provider per side)")
+                                "--ab-providers NAME (side B under --ab-switch-env) or A,B (one provider per side)")
 
 
 class CollectionHooks:

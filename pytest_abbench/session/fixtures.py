@@ -6,7 +6,7 @@ conftest fixture of the same name:
 
 - ``abbench_cell``: the cell (its key, campaign, folder and settings); ``run()`` runs its child;
 - ``abbench_ir_gate``: skips a cell whose op's round-1 TTGIR was identical on both sides,
-  and decides that after round 1 (or before it, from the precompile's IR, with ``--ab-gate-first``);
+  and decides that after round 1 (or before it, from the precompile's IR, with ``--ab-precompile``);
 - ``abbench_caliber``: compares the cell's identity with the other side's (its round and
   round 1) once it ran; a mismatch makes the session exit 4.
 
@@ -135,7 +135,7 @@ def abbench_ir_gate(abbench_cell: Cell, request: pytest.FixtureRequest) -> Itera
     """IR gate: skip (SWITCH_NO_IR_DIFF) a cell whose op's round-1 TTGIR was identical on both sides.
 
     After round 1 it fingerprints both sides' TTGIR and saves the decision.
-    ``--ab-allow-no-ir-diff`` (or SWITCH_ALLOW_NO_IR_DIFF=1) runs every round anyway.
+    ``--ab-allow-no-ir-diff`` runs every round anyway.
     """
     from pytest_abbench.checks import irgate
 
@@ -143,7 +143,7 @@ def abbench_ir_gate(abbench_cell: Cell, request: pytest.FixtureRequest) -> Itera
     session = cell.session
     key = cell.key
     reason = (f"{NO_IR_DIFF}: round 1 TTGIR of {key.op} is identical on both sides "
-              "(SWITCH_ALLOW_NO_IR_DIFF=1 or --ab-allow-no-ir-diff runs it anyway)")
+              "(--ab-allow-no-ir-diff runs it anyway)")
     finished = session.root.finished(key)
     if finished is not None and finished.status == NO_IR_DIFF:
         cell.record(finished)
@@ -174,8 +174,8 @@ def abbench_ir_gate(abbench_cell: Cell, request: pytest.FixtureRequest) -> Itera
 
 
 def _decide_before_round_1(cell: Cell, request: pytest.FixtureRequest) -> float:
-    """``--ab-gate-first``: before the op's first round-1 cell, run its precompile and decide the gate from the IR
-    it compiled for both sides.  Only "no code changed" is decided here: the precompile compiles every autotune
+    """``--ab-precompile`` (auto on a GPU, or on): before the op's first round-1 cell, run its precompile and decide
+    the gate from the IR it compiled for both sides.  Only "no code changed" is decided here: the precompile compiles every autotune
     candidate, so a difference may lie in candidates no cell runs; round 1 then decides as it always did.  Not
     when a round-1 cell of the op already finished (a resumed root): round 1 decides.  Returns the precompile's
     seconds where it decided "no code changed" (the cell it skips carries them), else 0: the op's first timed

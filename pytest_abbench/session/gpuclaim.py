@@ -9,13 +9,13 @@ life: a worker that dies, even by SIGKILL, frees its GPU.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from pytest_abbench.core.lockfile import lock_with_note
 from pytest_abbench.core.private import open_no_follow
 
 LOCK_DIR = Path("/tmp")  # host-local on every machine the plugin runs on; never a shared mount
@@ -62,20 +62,11 @@ def claim_gpu(gpus: Sequence[str], who: str, lock_dir: Path = LOCK_DIR) -> GpuCl
         except OSError as exc:
             taken.append(f"{gpu} ({path}: {exc.strerror or exc})")
             continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 200, 0).decode(errors="replace").strip()
+        holder = lock_with_note(fd, who)
+        if holder is not None:
             os.close(fd)
             taken.append(f"{gpu} (held by {holder or 'a process still starting'})")
             continue
-        note = who.encode()
-        try:
-            if os.fstat(fd).st_uid == os.geteuid():  # another user's file keeps its content: only the lock is ours
-                os.pwrite(fd, note, 0)
-                os.ftruncate(fd, len(note))
-        except OSError:
-            pass  # read-only: the lock holds, only the holder's name is not written
         return GpuClaim(gpu, None, fd)
     listed = ", ".join(gpus) if gpus else "none"
     return GpuClaim(None, f"no free GPU on host {socket.gethostname()} among {listed}: "

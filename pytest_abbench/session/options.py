@@ -28,9 +28,8 @@ from pytest_abbench.core.settings import (AUTO_FIRST, AUTO_LAST, CUDA_SAMPLES, D
                                           autotune_screen_ms,
                                           choice, default_level, default_rounds, detect_backend, env_assignment,
                                           existing_root, gpu_list, history_file, history_path,
-                                          markdown_file,
-                                          output_file_problem, percent, positive_int, positive_seconds, provider_name,
-                                          provider_pair, rounds_plan, tuner_cache_mode)
+                                          percent, positive_int, positive_seconds,
+                                          providers_option, rounds_plan, tuner_cache_mode)
 from pytest_abbench.core.status import StatusFormatError, read_status
 
 TIMERS = ("auto", *cellconfig.TIMERS)
@@ -69,14 +68,12 @@ def register(parser: pytest.Parser) -> None:
     add("--ab-timer", type=choice(TIMERS), default="auto", help="cudagraph|direct (CUDA) or wall (interpreter); auto picks cudagraph / wall")
     add("--ab-backend", type=choice(BACKENDS), default="auto", help="cuda|interpreter (auto: cuda when a GPU device node exists)")
     add("--ab-samples", type=positive_int, default=None, metavar="N", help=f"timed samples per shape (default {CUDA_SAMPLES} on CUDA, 3 in the interpreter)")
-    add("--ab-direct-rep", type=positive_int, default=cellconfig.DEFAULT_DIRECT_REP_MS, metavar="MS", help="a steady window's length, and the direct timer's do_bench rep, in ms (identity axis direct_repeat)")
-    add("--ab-direct-warmup", type=positive_int, default=cellconfig.DEFAULT_DIRECT_WARMUP_MS, metavar="MS", help="direct timer: do_bench warmup in ms (identity axis direct_repeat)")
+    add("--ab-direct-rep", type=positive_int, default=cellconfig.DEFAULT_DIRECT_REP_MS, metavar="MS",
+        help="a steady window's length, and the direct timer's do_bench rep, in ms; its warmup is half of it "
+             "(identity axis direct_repeat)")
     add("--ab-gpus", type=gpu_list, default=None, metavar="auto|0,1,...",
         help="auto (default): each worker (or a serial run) claims a free GPU of its own host among the visible "
              "ones, through a lock file under /tmp, for the session; 0,1,...: claim among these, on every host")
-    add("--ab-worker-scratch", default=None, metavar="DIR",
-        help="xdist workers measure into a private root under DIR on their own host (default: the host's temporary "
-             "folder); full run.log and TTGIR stay there, everything the report needs travels to the controller")
     add("--ab-resume", type=existing_root, default=None, metavar="ROOT",
         help="continue the campaign in ROOT: cells with a finished row are read from disk, not run again")
     add("--ab-costs-from", type=existing_root, default=None, metavar="ROOT",
@@ -101,12 +98,6 @@ def register(parser: pytest.Parser) -> None:
         help=f"the history file the session's end records its root into (default <rootdir>/{ABBENCH_DIR}/"
              f"{HISTORY_FILE}; env {envnames.ABBENCH_HISTORY}); {HISTORY_OFF}: record nothing")
     add("--ab-history-label", default="", metavar="TEXT", help="a label kept with this run in the history")
-    add("--ab-summary-md", type=markdown_file, default=None, metavar="PATH",
-        help=f"also write a short markdown summary (a line per op, then the shapes slower or flagged) to PATH, and "
-             f"append it to ${envnames.GITHUB_STEP_SUMMARY} when that is set")
-    add("--ab-layout-shift", type=choice(("on", "off")), default="on",
-        help="on: each cell pads its allocations before every shape (sizes from op, round, side and shape), so a "
-             "buffer-layout effect varies between rounds instead of repeating in all of them (identity axis)")
     add("--ab-spawn", type=choice(("auto", *cellconfig.SPAWN_METHODS)), default="auto",
         help="fork: each cell is forked from a per-side server that imported torch and Triton once (under 1 s "
              "instead of seconds per cell); exec: a fresh interpreter per cell; auto: fork on Linux (identity axis)")
@@ -115,17 +106,12 @@ def register(parser: pytest.Parser) -> None:
              f"both sides at boost clocks), {STEADY} (timed once clocks and power settled under load, or the clock "
              f"held boost with no holding reason) or {BOTH} "
              "(each shape under both, reported side by side); the report names it")
-    add("--ab-gpu-state", type=choice(("on", "off")), default="on",
-        help="on: read clocks, power, throttle reasons and energy through NVML at each timed window's edges (while "
-             "the GPU runs); off: record none there, to see what the reads cost (the regime still reads NVML)")
-    add("--ab-precompile", type=choice(("on", "off")), default="on",
-        help="on: before an op's round 1 on a GPU, compile its kernels for both sides in parallel compile-only "
-             "processes (one share of the shapes each, every autotune candidate) into each side's Triton cache")
-    add("--ab-gate-first", type=choice(("auto", "on", "off")), default="auto",
-        help="decide the IR gate from the precompile's IR before round 1 is timed, so an op whose switch changed no "
-             "code is skipped without timing it; where that IR shows a difference, round 1 decides as before. "
-             "auto: on with a GPU (where the precompile runs), off without; on without a GPU: precompile for "
-             "--ab-ir-target first")
+    add("--ab-precompile", type=choice(("auto", "on", "off")), default="auto",
+        help="before an op's round 1, compile its kernels for both sides in parallel compile-only processes (one "
+             "share of the shapes each, every autotune candidate) into each side's Triton cache, and decide the IR "
+             "gate from that IR, so an op whose switch changed no code is skipped without timing it (where the IR "
+             "differs, round 1 decides as before). auto: on with a GPU; on: without a GPU too, compiling for "
+             "--ab-ir-target; off: neither (round 1 compiles in its timed cells and decides the gate)")
     add("--ab-kernel-cache", type=kernel_cache_option, default=None, metavar="auto|off|DIR",
         help=KERNEL_CACHE_HELP)
     add("--ab-kernel-import", type=kernel_file_option, action="append", default=[], metavar="FILE",
@@ -139,7 +125,7 @@ def register(parser: pytest.Parser) -> None:
         help="where library tuners (FlagGems' LibTuner) keep their choices: per-cell (pinned from round 1, the "
              "default) or one shared folder, which makes absolute latencies unquotable (caliber warning)")
     add("--ab-allow-no-ir-diff", action="store_true", default=False,
-        help=f"run every round even when round 1 shows the switch changed no TTGIR (env {envnames.SWITCH_ALLOW_NO_IR_DIFF}=1)")
+        help="run every round even when round 1 shows the switch changed no TTGIR")
     add("--ab-ir-only", action="store_true", default=False,
         help="IR triage: compile every op's kernels for both sides for --ab-ir-target, time nothing, and report "
              "which ops the switch changes (no GPU needed)")
@@ -148,13 +134,11 @@ def register(parser: pytest.Parser) -> None:
     add("--ab-import-timeout", type=positive_seconds, default=DEFAULT_IMPORT_TIMEOUT_S, metavar="SECONDS",
         help=f"how long importing a campaign file at collection may take before it is a collection error naming "
              f"where the import waits (default {DEFAULT_IMPORT_TIMEOUT_S:g})")
-    add("--ab-perf-report", action="store_true", default=False,
+    add("--ab-providers", type=providers_option, default=None, metavar="NAME|A,B",
         help="collect triton.testing.perf_report scripts as campaigns: each function (Benchmark) an op, each point "
-             "of x_vals a shape; with --ab-provider or --ab-providers (docs/guide/existing-benchmarks.md)")
-    add("--ab-provider", type=provider_name, default=None, metavar="NAME",
-        help="--ab-perf-report: both sides run this line_vals entry, side B under the switch (--ab-switch-env)")
-    add("--ab-providers", type=provider_pair, default=None, metavar="A,B",
-        help="--ab-perf-report: side A runs line_vals entry A, side B entry B (a kernel-variant switch)")
+             "of x_vals a shape; NAME: both sides run this line_vals entry, side B under the switch "
+             "(--ab-switch-env); A,B: side A runs entry A, side B entry B (a kernel-variant switch) "
+             "(docs/guide/existing-benchmarks.md)")
     add("--ab-pytest-benchmark", action="store_true", default=False,
         help="run tests that request pytest-benchmark's benchmark fixture as campaigns: each test an op, each "
              "parametrization a shape, the callable handed to benchmark(...) timed by the cells; both sides run "
@@ -235,10 +219,6 @@ def resolve(config: pytest.Config) -> Settings:
         check_autotune_records(opt.ab_autotune_from)
     if opt.ab_resume and opt.ab_root and Path(opt.ab_root).resolve() != opt.ab_resume:
         raise pytest.UsageError(f"--ab-root {opt.ab_root} and --ab-resume {opt.ab_resume} name different roots")
-    if opt.ab_summary_md is not None and not hasattr(config, "workerinput"):
-        problem = output_file_problem(opt.ab_summary_md)
-        if problem:
-            raise pytest.UsageError(f"--ab-summary-md: {problem}")
     if opt.ab_ir_only and opt.ab_ir_target in ("", "none"):
         raise pytest.UsageError("--ab-ir-only needs an --ab-ir-target to compile for (e.g. cuda:90), not 'none'")
     if opt.ab_ir_only and opt.ab_reference:
@@ -246,12 +226,11 @@ def resolve(config: pytest.Config) -> Settings:
                                 "times nothing: give one of them")
     if opt.ab_ir_only:
         rounds, auto_min, rounds_src = 1, None, "--ab-ir-only compiles round 1 only"
-    perf_report = perf_report_providers(opt.ab_perf_report, opt.ab_provider, opt.ab_providers)
     if opt.ab_pytest_benchmark and config.getoption("benchmark_only", False):
         # pytest-benchmark skips every test that does not request its fixture: every cell.
         raise pytest.UsageError("--ab-pytest-benchmark with --benchmark-only would skip every cell (cells do not "
                                 "request the benchmark fixture): drop --benchmark-only (from addopts too)")
-    allow_no_ir = bool(opt.ab_allow_no_ir_diff) or os.environ.get(envnames.SWITCH_ALLOW_NO_IR_DIFF, "") == "1"
+    allow_no_ir = bool(opt.ab_allow_no_ir_diff)
     cuda = backend == "cuda"
     spawn = resolve_spawn(opt.ab_spawn)
     given_level = opt.ab_level if opt.ab_level != "auto" else None
@@ -266,7 +245,7 @@ def resolve(config: pytest.Config) -> Settings:
         timer=opt.ab_timer if opt.ab_timer != "auto" else ("cudagraph" if cuda else "wall"),
         samples=opt.ab_samples or (CUDA_SAMPLES if cuda else 3),
         direct_rep_ms=opt.ab_direct_rep,
-        direct_warmup_ms=opt.ab_direct_warmup,
+        direct_warmup_ms=opt.ab_direct_rep // 2,
         tuner_cache=opt.ab_tuner_cache,
         gpus=opt.ab_gpus,
         resume=opt.ab_resume,
@@ -285,28 +264,24 @@ def resolve(config: pytest.Config) -> Settings:
         margin_pct=opt.ab_margin,
         fail_if_slower_pct=opt.ab_fail_if_slower,
         gate=opt.ab_gate,
-        layout_shift=opt.ab_layout_shift == "on",
         spawn=spawn,
         regime=opt.ab_regime,
-        gpu_state=opt.ab_gpu_state == "on",
-        precompile=opt.ab_precompile == "on",
-        gate_first=opt.ab_gate_first == "on" or (opt.ab_gate_first == "auto" and backend == "cuda"),
-        worker_scratch=Path(opt.ab_worker_scratch) if opt.ab_worker_scratch else None,
+        precompile=opt.ab_precompile != "off",
+        gate_first=opt.ab_precompile == "on" or (opt.ab_precompile == "auto" and cuda),
         import_timeout_s=opt.ab_import_timeout,
         auto_min=auto_min,
         rounds_budget_s=opt.ab_rounds_budget,
         energy_target_pct=DEFAULT_ENERGY_TARGET_PCT if opt.ab_energy_target is None else opt.ab_energy_target,
         kernel_cache=kernel_cache,
         kernel_imports=kernel_imports(config, kernel_cache, kernel_cache_src),
-        perf_report=perf_report,
-        summary_md=opt.ab_summary_md,
+        perf_report=opt.ab_providers,
         pytest_benchmark=bool(opt.ab_pytest_benchmark),
         reference=bool(opt.ab_reference),
         sources={"cell_timeout": timeout_src, "rounds": rounds_src, "kernel_cache": kernel_cache_src},
     )
     same_code = ""  # the option by which both sides run one callable, side B only under the switch
     if settings.perf_report is not None and settings.perf_report[0] == settings.perf_report[1]:
-        same_code = "--ab-provider"
+        same_code = f"--ab-providers {settings.perf_report[0]}"
     elif settings.pytest_benchmark:
         same_code = "--ab-pytest-benchmark"
     if (same_code and settings.switch_env is None and settings.switch_env_a is None and not settings.allow_no_ir_diff
@@ -328,22 +303,6 @@ def resolve(config: pytest.Config) -> Settings:
             f"--ab-fail-if-slower gates on GPU timings; this run times backend {settings.backend} with the "
             f"{settings.timer} timer, which says nothing about GPU speed (run it on a GPU, or drop the gate)")
     return settings
-
-
-def perf_report_providers(on: bool, provider: str | None, providers: tuple[str, str] | None) -> tuple[str, str] | None:
-    """What side A and side B run of a perf_report script; None without --ab-perf-report."""
-    if not on:
-        given = "--ab-provider" if provider is not None else "--ab-providers" if providers is not None else None
-        if given:
-            raise pytest.UsageError(f"{given} names what runs of a perf_report script: add --ab-perf-report")
-        return None
-    if provider is not None and providers is not None:
-        raise pytest.UsageError(f"--ab-provider {provider} and --ab-providers {','.join(providers)}: give one "
-                                "(one provider under a switch, or two providers as the sides)")
-    if provider is None and providers is None:
-        raise pytest.UsageError("--ab-perf-report needs --ab-provider NAME (both sides run it, B under "
-                                "--ab-switch-env) or --ab-providers A,B (one provider per side)")
-    return (provider, provider) if provider is not None else providers
 
 
 def resolve_history(config: pytest.Config) -> Path | None:

@@ -44,7 +44,7 @@ class ReportHooks:
         self.stopped_ops: set[str] = set()  # ops --ab-rounds auto stopped: their later rounds cost nothing
         self.final: Report | None = None
         self.history_line: str | None = None  # what recording the run into the history file gave
-        self.summary_line: str | None = None  # where --ab-summary-md's markdown went, or why it did not
+        self.summary_line: str | None = None  # where the markdown summary went ($GITHUB_STEP_SUMMARY), or why it did not
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item,
@@ -188,9 +188,8 @@ class ReportHooks:
         report.write_report(self.session.root.path, self.final)
         # In a GitHub Actions step the summary goes where the reviewer looks without being asked for.
         step_summary = os.environ.get(envnames.GITHUB_STEP_SUMMARY, "")
-        target = settings.summary_md or (Path(step_summary) if step_summary else None)
-        if target is not None:
-            self.summary_line = summary_md_line(self.final, target, given=settings.summary_md is not None)
+        if step_summary:
+            self.summary_line = step_summary_line(self.final, Path(step_summary))
         self.session.root.release()
         if settings.history is not None:
             self.history_line = self.record_history(settings.history, int(session.exitstatus))
@@ -261,17 +260,14 @@ class ReportHooks:
         terminalreporter.write_line(self.final.exit_line())
 
 
-def summary_md_line(final: Report, path: Path, given: bool = True) -> str:
-    """Write the markdown summary to ``path`` (``given``: by --ab-summary-md; else it is $GITHUB_STEP_SUMMARY's
-    file); the line that says where it went.  A file that cannot be written is that line, naming what asked for it
-    (the option, or the variable), never another exit code: the report files and the exit code are the run's own."""
-    from pytest_abbench.report.markdown import write_markdown
+def step_summary_line(final: Report, path: Path) -> str:
+    """Append the markdown summary to ``$GITHUB_STEP_SUMMARY``'s file ``path``; the line that says where it went.  A
+    file that cannot be written is that line, never another exit code: the report files and the exit code are the
+    run's own."""
+    from pytest_abbench.report.markdown import append_step_summary
 
     try:
-        return f"summary: {', '.join(write_markdown(final, path))}"
+        append_step_summary(final, path)
     except OSError as exc:
-        failed = Path(exc.filename) if exc.filename else path
-        step_summary = os.environ.get(envnames.GITHUB_STEP_SUMMARY, "")
-        source = (f"${envnames.GITHUB_STEP_SUMMARY}" if step_summary and failed == Path(step_summary)
-                  else "--ab-summary-md" if given else f"${envnames.GITHUB_STEP_SUMMARY}")
-        return f"abbench: {source}: {failed}: not written ({exc.strerror or exc})"
+        return f"abbench: ${envnames.GITHUB_STEP_SUMMARY}: {path}: not written ({exc.strerror or exc})"
+    return f"summary: ${envnames.GITHUB_STEP_SUMMARY} ({path})"

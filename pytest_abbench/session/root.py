@@ -7,7 +7,6 @@ into the root the controller claimed.
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import os
 import time
 from pathlib import Path
@@ -15,12 +14,13 @@ from typing import Callable, Mapping
 
 import pytest
 
-from pytest_abbench.campaign.model import Campaign, CampaignError, CampaignSkipped, looks_like_campaign
-from pytest_abbench.core import envnames
+from pytest_abbench.campaign.loader import looks_like_campaign
+from pytest_abbench.campaign.model import Campaign, CampaignError, CampaignSkipped
 from pytest_abbench.core.exitcodes import EXIT_ROOT
 from pytest_abbench.core.fileio import CorruptFileError, write_bytes_atomic
 from pytest_abbench.core.identity import file_hash
 from pytest_abbench.core.layout import ABBENCH_DIR, SIDES, CellKey, RootLayout, results_file
+from pytest_abbench.core.lockfile import lock_with_note
 from pytest_abbench.core.outcome import CellOutcome
 from pytest_abbench.core.settings import ALLOW_NO_IR_DIFF
 from pytest_abbench.core.plan import CampaignManifest, CampaignPlan, read_manifest, write_manifest
@@ -103,19 +103,12 @@ class CampaignRoot:
                            "give --ab-root a folder")
         except OSError as exc:
             raise RootStop(f"cannot write the root {self.path}: {exc.strerror}")
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            # Empty only between the holder's lock and its write below: it is starting.
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
+        holder = lock_with_note(fd, str(os.getpid()))
+        if holder is not None:
             os.close(fd)
             who = f"pid {holder}" if holder else "a session still starting"
             raise RootStop(f"root {self.path} is in use by another pytest session ({who}); "
                            "use another --ab-root")
-        # Write, then cut: a reader never sees an empty file where a previous holder's pid was.
-        pid = str(os.getpid()).encode()
-        os.pwrite(fd, pid, 0)
-        os.ftruncate(fd, len(pid))
         self._lock_fd = fd
         self.claimed = True
         problem = self.write_manifest(campaign_files, switch_env, plan, fingerprints or {}, caliber_options)
@@ -372,4 +365,4 @@ def _resume_with(option: str, value: str) -> str:
     """How to give ``option`` its kept ``value`` again: ``with --ab-regime=steady``; the flag, or its absence."""
     if option != ALLOW_NO_IR_DIFF:
         return f"with {option}={value}"
-    return f"with {option}" if value == "on" else f"without {option} (and {envnames.SWITCH_ALLOW_NO_IR_DIFF} unset)"
+    return f"with {option}" if value == "on" else f"without {option}"

@@ -248,16 +248,16 @@ def land(shipped: ShippedCell, root: "CampaignRoot", campaign: str | None = None
 
 
 # -- the worker's own root ------------------------------------------------------
-def scratch_root(base: Path | None, worker: str) -> tuple[Path, str | None]:
-    """A worker's private root on its host, ``<base>/abbench-scratch/<time>-<worker>-<pid>``, new per session, and
-    a line where the base could not be used.
+def scratch_root(worker: str) -> tuple[Path, str | None]:
+    """A worker's private root on its host, ``<tmp>/abbench-scratch-<uid>/<time>-<worker>-<pid>``, new per session,
+    and a line where that folder could not be used.
 
-    ``base`` is --ab-worker-scratch; by default the host's temporary folder.  The scratch folder must be this
-    user's alone (``core.private``): one another user made or can write (a pre-created 0777 folder, a link) would
-    let them swap the root under the session.  Then the root goes into a new private folder of the temporary
-    folder, and the line says why.
+    ``<tmp>`` is the host's temporary folder (``TMPDIR``; ``--tx ...//env:TMPDIR=DIR`` for a remote worker).  The
+    scratch folder must be this user's alone (``core.private``): one another user made or can write (a pre-created
+    0777 folder, a link) would let them swap the root under the session.  Then the root goes into a new private
+    folder of the temporary folder, and the line says why.
     """
-    folder = scratch_base(base)
+    folder = scratch_base()
     note = None
     try:
         private_folder(folder)
@@ -267,12 +267,9 @@ def scratch_root(base: Path | None, worker: str) -> tuple[Path, str | None]:
     return folder / f"{time.strftime('%Y%m%d-%H%M%S')}-{worker}-{os.getpid()}", note
 
 
-def scratch_base(base: Path | None) -> Path:
-    """The folder workers' roots go into: ``--ab-worker-scratch``'s ``abbench-scratch``, else the temporary
-    folder's ``abbench-scratch-<uid>``."""
-    if base is None:
-        return Path(tempfile.gettempdir()).resolve() / f"{SCRATCH_DIR}-{os.getuid()}"
-    return base.resolve() / SCRATCH_DIR
+def scratch_base() -> Path:
+    """The folder workers' roots go into: the temporary folder's ``abbench-scratch-<uid>``."""
+    return Path(tempfile.gettempdir()).resolve() / f"{SCRATCH_DIR}-{os.getuid()}"
 
 
 def resume_seed(layout: RootLayout, cell_files: bool = False) -> dict[str, Blob]:

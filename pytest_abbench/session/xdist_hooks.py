@@ -15,7 +15,8 @@ from typing import Any, Iterable, Mapping
 import pytest
 
 from pytest_abbench.session.balance import OpTimes, op_costs, op_work, root_times
-from pytest_abbench.campaign.model import CampaignError, CampaignSkipped, looks_like_campaign
+from pytest_abbench.campaign.loader import looks_like_campaign
+from pytest_abbench.campaign.model import CampaignError, CampaignSkipped
 from pytest_abbench.core.cellfiles import Workers, write_workers
 from pytest_abbench.core.layout import cell_key
 from pytest_abbench.core.exitcodes import shell_rc
@@ -30,7 +31,7 @@ from pytest_abbench.session.transport import (SHIPPED_ATTR, CampaignLocator, Shi
 
 WORKER_GPU = "abbench_gpu"  # a worker's workeroutput key: the GPU it pinned its cells to
 # The plugin's options whose value is a path on the controller's host.
-PATH_OPTIONS = ("--ab-root", "--ab-resume", "--ab-costs-from", "--ab-worker-scratch")
+PATH_OPTIONS = ("--ab-root", "--ab-resume", "--ab-costs-from")
 
 
 def parse_tx(tx: str) -> tuple[int, Any]:
@@ -105,10 +106,10 @@ class XdistHooks:
                 self.refuse_unwritable_scratch()
 
     def refuse_unwritable_scratch(self) -> None:
-        """This host's workers measure into --ab-worker-scratch (default: the temporary folder): one they cannot
-        write is a usage error naming it, before any worker starts (each worker would die at its first cell,
+        """This host's workers measure into the temporary folder (``TMPDIR``): one they cannot write is a usage
+        error naming it, before any worker starts (each worker would die at its first cell,
         seen here only as "worker died: lost")."""
-        base = scratch_base(self.session.settings.worker_scratch)
+        base = scratch_base()
         try:
             private_folder(base)
         except NotPrivate:
@@ -120,8 +121,8 @@ class XdistHooks:
             with tempfile.TemporaryFile(dir=base):
                 pass
         except OSError as exc:
-            raise pytest.UsageError(f"--ab-worker-scratch: cannot write {base}: {exc.strerror or exc}; xdist workers "
-                                    "measure there (give a folder they can write)") from None
+            raise pytest.UsageError(f"worker scratch: cannot write {base}: {exc.strerror or exc}; xdist workers "
+                                    "measure there (set TMPDIR to a folder they can write)") from None
 
     def refuse_more_workers_than_gpus(self, specs: Iterable[str]) -> None:
         """On CUDA, this host's workers each claim a GPU of their own: more workers than GPUs is a usage error.

@@ -13,39 +13,15 @@ known; a file whose key is neither side's refuses the campaign's cells.
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import AbstractSet, Mapping, Sequence
 
-from pytest_abbench.core import envnames, kernelarchive, kernelcache
+from pytest_abbench.core import envnames, gpuinfo, kernelarchive, kernelcache
 from pytest_abbench.core.kernelarchive import KernelArchive, KernelArchiveError
 from pytest_abbench.core.kernelcache import KernelCacheKey
 from pytest_abbench.core.layout import RootLayout
 from pytest_abbench.core.private import private_folder
-
-# Run with the side's interpreter: where its Triton is, which version, and its library's size and time (a
-# rebuilt Triton of the same version is another build).  Finding a package does not import it.
-_PROBE = r"""
-import importlib.util, json, os, sys
-out = {"python": sys.executable, "version": "", "location": "", "build": ""}
-spec = importlib.util.find_spec("triton")
-if spec is not None and spec.submodule_search_locations:
-    where = list(spec.submodule_search_locations)[0]
-    out["location"] = os.path.realpath(where)
-    try:
-        import importlib.metadata as md
-        out["version"] = md.version("triton")
-    except Exception:
-        pass
-    lib = os.path.join(where, "_C")
-    names = sorted(n for n in os.listdir(lib) if n.startswith("libtriton")) if os.path.isdir(lib) else []
-    for name in names[:1]:
-        st = os.stat(os.path.join(lib, name))
-        out["build"] = f"{name} {st.st_size} {st.st_mtime_ns}"
-print(json.dumps(out))
-"""
-_PROBE_TIMEOUT_S = 60.0
-
+from pytest_abbench.core.sideprobe import SideProbeError, probe_side
 
 class KernelCacheError(RuntimeError):
     """The side's Triton could not be probed for its key: names the interpreter and why."""
@@ -54,29 +30,17 @@ class KernelCacheError(RuntimeError):
 def probe_triton(python: str, env: Mapping[str, str]) -> dict[str, str]:
     """The side's Triton as its key names it: interpreter, version, location, build; empty fields when absent."""
     try:
-        done = subprocess.run([python, "-c", _PROBE], env=dict(env), capture_output=True, text=True,
-                              timeout=_PROBE_TIMEOUT_S, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise KernelCacheError(f"kernel cache: cannot ask {python} where its Triton is: {exc}") from None
-    try:
-        found = json.loads(done.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        raise KernelCacheError(f"kernel cache: {python} did not say where its Triton is (rc {done.returncode}): "
-                               f"{done.stderr.strip()[-500:]}") from None
-    return {str(k): str(v) for k, v in found.items()}
+        found = probe_side(python, env)
+    except SideProbeError as exc:
+        raise KernelCacheError(f"kernel cache: {python} did not say where its Triton is: {exc}") from None
+    return {name: str(found.get(name, "")) for name in ("python", "version", "location", "build")}
 
 
 def gpu_device(gpu: str | None) -> str:
-    """``<name> cuda:<major><minor>`` of the GPU cells run on, from nvidia-smi; ``cuda:unknown`` when it cannot say."""
-    index = gpu if gpu is not None and gpu.isdigit() else "0"
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name,compute_cap", "--format=csv,noheader", "-i", index],
-                             capture_output=True, text=True, timeout=20, check=True).stdout.strip()
-        name, cap = (part.strip() for part in out.splitlines()[0].rsplit(",", 1))
-        major, minor = cap.split(".")
-        return f"{name} cuda:{int(major)}{int(minor)}"
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-        return "cuda:unknown"
+    """``<name> cuda:<major><minor>`` of the GPU cells run on (an index or a UUID); ``cuda:unknown`` when NVML
+    cannot say."""
+    found = gpuinfo.name_and_capability(gpu)
+    return f"{found[0]} cuda:{found[1]}{found[2]}" if found else "cuda:unknown"
 
 
 class KernelCaches:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from pytest_abbench.spawn.cellrun import StartedCell, kill_group, start_process
-from pytest_abbench.core import envnames
+from pytest_abbench.core import envnames, gpuinfo
 from pytest_abbench.core.cellconfig import CellConfig
 from pytest_abbench.core.cellfiles import KernelCounts, add_counts, kernel_counts_in, read_shares
 from pytest_abbench.core.fileio import CorruptFileError
@@ -42,15 +42,9 @@ _KILLED_WAIT_S = 10.0  # how long a killed compile job's exit status is waited f
 
 
 def gpu_target(gpu: str | None) -> str | None:
-    """The Triton target of the GPU cells time on (``cuda:90`` for an H200), from nvidia-smi; None if unknown."""
-    index = gpu if gpu is not None and gpu.isdigit() else "0"
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader", "-i", index],
-                             capture_output=True, text=True, timeout=20, check=True).stdout.strip()
-        major, minor = out.splitlines()[0].strip().split(".")
-        return f"cuda:{int(major)}{int(minor)}"
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-        return None
+    """The Triton target of the GPU cells time on (an index or a UUID; ``cuda:90`` for an H200); None if unknown."""
+    found = gpuinfo.name_and_capability(gpu)
+    return f"cuda:{found[1]}{found[2]}" if found else None
 
 
 @dataclass
