@@ -532,7 +532,7 @@ def test_a_kernel_compiled_by_warmup_is_timed_in_the_interpreter(campaign_dir: p
     # Under the interpreter, warmup compiles for the IR target (registers and shared memory as on that GPU) and the
     # compiled kernel's launch runs interpreted; a compile after an interpreted launch sees the language unpatched.
     campaign_dir.makepyfile(bench=COMPILED_AT_IMPORT)
-    result = campaign_dir.runpytest_subprocess("bench.py", "--ab-perf-report", "--ab-provider", "triton",
+    result = campaign_dir.runpytest_subprocess("bench.py", "--ab-providers", "triton",
                                                "--ab-switch-env", "ABBENCH_TEST_SWITCH=1", "--ab-rounds", "1",
                                                "-p", "no:cacheprovider")
     assert result.ret == 0, result.stdout.str()

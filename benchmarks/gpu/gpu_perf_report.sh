@@ -14,16 +14,16 @@ torch.cuda.get_device_name())" | tee "$OUT/pr_env.txt"
 step() {  # step NAME SCRIPT ARGS...: one session, its output and report appended under $OUT
   local name=$1 script=$2; shift 2
   local start; start=$(date +%s)
-  echo "=== $name: pytest $script --ab-perf-report $*" >>"$OUT/pr_runs.txt"
-  timeout "${LIMIT:-240}" python3 -m pytest -p pytest_abbench.plugin "examples/perf_report/$script" --ab-perf-report "$@" \
+  echo "=== $name: pytest $script $*" >>"$OUT/pr_runs.txt"
+  timeout "${LIMIT:-240}" python3 -m pytest -p pytest_abbench.plugin "examples/perf_report/$script" "$@" \
     --ab-root "/tmp/pr/$name" -p no:cacheprovider -rs >>"$OUT/pr_runs.txt" 2>&1
   echo "$name: rc $? in $(( $(date +%s) - start )) s" | tee -a "$OUT/pr_env.txt"
   { echo "## $name"; cat "/tmp/pr/$name/report.md" 2>/dev/null; echo; } >>"$OUT/pr_reports.md"
 }
 step vector_add-providers vector_add.py --ab-providers torch,triton
-step vector_add-mma-v3 vector_add.py --ab-provider triton --ab-switch-env DISABLE_MMA_V3=1
+step vector_add-mma-v3 vector_add.py --ab-providers triton --ab-switch-env DISABLE_MMA_V3=1
 step softmax-providers softmax.py --ab-providers torch,triton
-step softmax-mma-v3 softmax.py --ab-provider triton --ab-switch-env DISABLE_MMA_V3=1
-step matmul-mma-v3 matmul.py --ab-provider triton --ab-switch-env DISABLE_MMA_V3=1
+step softmax-mma-v3 softmax.py --ab-providers triton --ab-switch-env DISABLE_MMA_V3=1
+step matmul-mma-v3 matmul.py --ab-providers triton --ab-switch-env DISABLE_MMA_V3=1
 step rms_norm-providers rms_norm.py --ab-providers torch,triton
 tar czf "$OUT/pr.tgz" --exclude=cache --exclude=ir --exclude=code_cache -C /tmp pr

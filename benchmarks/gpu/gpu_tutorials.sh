@@ -22,7 +22,7 @@ step() {  # step NAME TUTORIAL ARGS...: one session on a copy of the tutorial, i
   local name=$1 file=$2; shift 2
   mkdir -p "/tmp/tut/$name" && cp "$T/$file" "/tmp/tut/$name/"
   timed "$name" python3 -m pytest -p pytest_abbench.plugin "/tmp/tut/$name/$file" --rootdir "/tmp/tut/$name" \
-    --ab-perf-report "$@" --ab-root "/tmp/tut/$name/root" -p no:cacheprovider
+    "$@" --ab-root "/tmp/tut/$name/root" -p no:cacheprovider
   { echo "## $name"; cat "/tmp/tut/$name/root/report.md" 2>/dev/null; echo; } >>"$OUT/tut_reports.md"
 }
 own() {  # own NAME TUTORIAL: the tutorial's own run of the same file (its sweep, plots written to a scratch folder)
@@ -38,9 +38,9 @@ for run in ${RUNS:-}; do
   case $run in
     layer-norm) ABBENCH_KERNEL_SPLIT=1 step layer-norm 05-layer-norm.py --ab-providers torch,triton ${ARGS:-};;
     vector-add) step vector-add 01-vector-add.py --ab-providers torch,triton ${ARGS:-}; own vector-add 01-vector-add.py;;
-    matmul-mma) ABBENCH_KERNEL_SPLIT=1 step matmul-mma 03-matrix-multiplication.py --ab-provider triton --ab-switch-env DISABLE_MMA_V3=1 ${ARGS:-};;
+    matmul-mma) ABBENCH_KERNEL_SPLIT=1 step matmul-mma 03-matrix-multiplication.py --ab-providers triton --ab-switch-env DISABLE_MMA_V3=1 ${ARGS:-};;
     softmax) step softmax 02-fused-softmax.py --ab-providers torch,triton ${ARGS:-}; own softmax 02-fused-softmax.py;;
-    attention) step attention 06-fused-attention.py --ab-provider triton-fp16 --ab-switch-env DISABLE_MMA_V3=1 ${ARGS:-};;
+    attention) step attention 06-fused-attention.py --ab-providers triton-fp16 --ab-switch-env DISABLE_MMA_V3=1 ${ARGS:-};;
     einsum)  # a public pytest-benchmark file (under-Peter/OMEinsum-Benchmarks), its device index 4 made 0
       P=.thirdparty/pytest-benchmark/under-Peter__OMEinsum-Benchmarks; mkdir -p /tmp/pb/einsum
       sed -e 's/cuda(4)/cuda(0)/g' -e '/^raise NameError/d' "$P/torchgpubenchmark.py" >/tmp/pb/einsum/torchgpubenchmark.py

@@ -103,7 +103,7 @@ def main() -> int:
         print(json.dumps(measure_op(args.campaign, args.one, args.level, args.device, args.first_call,
                                     args.stand_in)))
         return 0
-    from pytest_abbench.campaign.model import load_campaign
+    from pytest_abbench.campaign.loader import load_campaign
 
     names = args.op or [op.name for op in load_campaign(args.campaign).ops]
     rows: list[dict[str, Any]] = []

@@ -21,7 +21,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from pytest_abbench.campaign.model import Case, load_campaign  # noqa: E402
+from pytest_abbench.campaign.loader import load_campaign  # noqa: E402
+from pytest_abbench.campaign.model import Case  # noqa: E402
 from pytest_abbench.child.layout_shift import hold_pads, pad_sizes  # noqa: E402
 from pytest_abbench.report.stats import interval, pct  # noqa: E402
 

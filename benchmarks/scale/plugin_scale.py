@@ -256,7 +256,7 @@ def shipped_vs_local(tmp: Path) -> None:
     ops, shapes = 4, 5
     folder = campaign_folder(tmp, "ship", ops, shapes)
     runs = {"local": probe_session(folder, tmp, "local", "-p", "no:xdist"),
-            "shipped": probe_session(folder, tmp, "shipped", "-n", "2", "--ab-worker-scratch", str(tmp / "scratch"))}
+            "shipped": probe_session(folder, tmp, "shipped", "-n", "2")}
     for label, (main, pack_s) in runs.items():
         cells = main["counts"]["cells"]
         assert cells == 2 * ops, f"{label}: {cells} cells landed, expected {2 * ops}"

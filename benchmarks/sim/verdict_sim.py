@@ -28,7 +28,7 @@ variance shared by all shapes of the cell); 2% of processes are bad (an extra
 3% offset); each op's first cell runs 1% slow; and each shape has a
 layout bias of 0.2%: with the layout fixed (every process lays buffers out the
 same way) it is the same in every round and only side B, whose code differs,
-carries it; with the layout shifted (``--ab-layout-shift``) each cell draws it
+carries it; with the layout shifted (as every cell does) each cell draws it
 anew, so the rounds see it as noise.  numpy is the only dependency beyond the
 package.
 """

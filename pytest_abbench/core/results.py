@@ -250,7 +250,7 @@ class ShapeResult:
     status: str
     params: dict[str, Any] = field(default_factory=dict)
     index: int | None = None  # its place in the op's shape list
-    layout_pad_bytes: list[int] | None = None  # --ab-layout-shift: the pads held while it ran
+    layout_pad_bytes: list[int] | None = None  # the layout shift: the pads held while it ran
     timer: str | None = None
     samples_ms: list[float] = field(default_factory=list)
     median_ms: float | None = None

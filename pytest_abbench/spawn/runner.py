@@ -379,7 +379,7 @@ class CellRunner:
                                  self.settings.budget.child_s, self.check, warm_others)
 
     def precompile(self, campaign: Campaign, key: CellKey, log_path: Path) -> None:
-        """Before an op's first round-1 cell on a GPU (or, with ``--ab-gate-first`` without one, for the IR
+        """Before an op's first round-1 cell on a GPU (or, with ``--ab-precompile on`` without one, for the IR
         target): compile its kernels for both sides in parallel, pooled with the ops of its campaign whose round 1
         this process starts later (``ops_ahead``), so the host's cores are used and one wait compiles them all.
 
