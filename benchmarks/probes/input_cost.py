@@ -50,7 +50,8 @@ def measure_op(campaign: Path, op_name: str, level: str, device: str, first_call
     import torch
     import triton  # noqa: F401  (a cell's fork server has both before the cell starts)
 
-    from pytest_abbench.campaign.model import Case, load_campaign
+    from pytest_abbench.campaign.loader import load_campaign
+    from pytest_abbench.campaign.model import Case
     from pytest_abbench.child.standin_draws import stood_in
 
     imports_s = time.perf_counter() - started
