@@ -62,7 +62,8 @@ def test_a_launch_record_names_its_bad_field() -> None:
     assert Launch.from_json(Launch("k", (2, 1), 1.5).to_json(), "x") == Launch("k", (2, 1), 1.5)
 
 
-def trace_of(calls: list[list[tuple[str, list[int], float]]], lag_us: float = 0.0) -> list[dict[str, object]]:
+def trace_of(calls: list[list[tuple[str, list[int], float]]], lag_us: float = 0.0,
+             launched_by: str = "cuda_runtime") -> list[dict[str, object]]:
     """A chrome trace as torch.profiler writes it: each call a record_function range holding its CPU launches, each
     kernel on the GPU timeline ``lag_us`` later (the GPU behind the CPU), tied to its launch by correlation id."""
     events: list[dict[str, object]] = []
@@ -71,7 +72,7 @@ def trace_of(calls: list[list[tuple[str, list[int], float]]], lag_us: float = 0.
         start = ts
         for name, grid, dur in kernels:
             correlation += 1
-            events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": ts + 1, "dur": 2,
+            events.append({"ph": "X", "cat": launched_by, "name": "cudaLaunchKernel", "ts": ts + 1, "dur": 2,
                            "args": {"correlation": correlation}})
             events.append({"ph": "X", "cat": "kernel", "name": name, "ts": ts + 1 + lag_us, "dur": dur,
                            "args": {"correlation": correlation, "grid": grid}})
@@ -96,6 +97,9 @@ def test_the_profiled_calls_are_told_apart_by_their_launches_and_averaged() -> N
     launches, note = per_call(trace_of([one, one + [("copy", [1], 5.0)], one]), 3)
     assert [k.name for k in launches] == ["_fwd", "_fwd", "reduce"]
     assert note == "1 of 3 profiled calls launched other kernels; averaged over the 2 that launched the most common sequence"
+    # A Triton kernel is launched through the driver API (cuLaunchKernelEx): its kernels count as well.
+    launches, _ = per_call(trace_of([one, one], launched_by="cuda_driver"), 2)
+    assert [k.name for k in launches] == ["_fwd", "_fwd", "reduce"]
 
 
 def test_the_report_shows_each_shapes_kernels_from_the_cells_profiling_passes(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
@@ -127,3 +131,13 @@ def test_the_report_shows_each_shapes_kernels_from_the_cells_profiling_passes(tm
     # The markdown summary names the kernel that moved most.
     assert main(["comment", str(tmp_path)]) == 0
     assert "| op | n=4096 | `_layer_norm_bwd_dx` | +28.6% |" in capsys.readouterr().out
+
+
+def test_a_demangled_name_is_shown_without_its_return_type_namespace_noise_and_arguments() -> None:
+    from pytest_abbench.report.kernelsplit import short_name
+
+    aten = ("void at::native::(anonymous namespace)::layer_norm_grad_input_kernel_vectorized<c10::Half, float, false>"
+            "(c10::Half const*, c10::Half const*, float const*, int)")
+    assert short_name(aten) == "at::native::layer_norm_grad_input_kernel_vectorized<c10::Half, float, false>"
+    assert short_name("_layer_norm_bwd_dx_fused") == "_layer_norm_bwd_dx_fused"
+    assert short_name("k" * 100, width=10) == "kkkkkkk..."

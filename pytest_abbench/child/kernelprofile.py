@@ -24,6 +24,9 @@ CALLS = 5  # calls profiled per shape: enough to average out one slow launch, fe
 _CALL = "abbench_call_"  # the record_function names of the profiled calls
 
 
+LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")  # the trace's categories of a CPU-side launch
+
+
 class Launch(NamedTuple):
     """One kernel launch of one call (``report/kernelsplit.Launch`` reads the record back)."""
 
@@ -64,7 +67,8 @@ def per_call(events: list[dict[str, Any]], calls: int) -> tuple[list[Launch], st
                     and e.get("cat") != "gpu_user_annotation")
     launches: dict[int, int] = {}  # correlation id -> call
     for e in events:
-        if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {}):
+        # ATen launches through the runtime API (cudaLaunchKernel), Triton through the driver's (cuLaunchKernelEx)
+        if e.get("cat") in LAUNCH_CATEGORIES and "correlation" in e.get("args", {}):
             ts = float(e["ts"])
             call = next((c for start, end, c in ranges if start <= ts <= end), None)
             if call is not None:

@@ -407,6 +407,19 @@ def build_op(op: str, cells: list[CellOutcome], gate: irgate.GateDecision | None
 
     ``look``: judge the op's first ``look`` rounds as a look of an auto plan (``settled_after``).
     """
+    rep = _judged_op(op, cells, gate, plan, margin_pct, result, allow_caliber_mismatch, look, regime)
+    if look is None:  # which kernel moved (ABBENCH_KERNEL_SPLIT): for the report, with or without a verdict
+        rep.kernel_splits, notes = kernelsplit.op_splits(
+            [c.cell_dir for c in cells if c.key.role == SIDES[0]], [c.cell_dir for c in cells if c.key.role == SIDES[1]],
+            {s.shape: (s.a_ms, s.b_ms) for s in rep.shapes})
+        rep.findings += notes
+    return rep
+
+
+def _judged_op(op: str, cells: list[CellOutcome], gate: irgate.GateDecision | None, plan: CampaignPlan,
+               margin_pct: float, result: caliber.CaliberResult, allow_caliber_mismatch: bool,
+               look: int | None, regime: str) -> OpReport:
+    """``build_op``'s verdicts."""
     by_round: _CellsByRound = {}
     for c in cells:
         if look is None or c.key.round <= look:
@@ -482,11 +495,6 @@ def build_op(op: str, cells: list[CellOutcome], gate: irgate.GateDecision | None
     for shape_rep in rep.shapes:
         rep.verdicts[shape_rep.verdict] = rep.verdicts.get(shape_rep.verdict, 0) + 1
     rep.sign_flips = sum(1 for shape_rep in rep.shapes if shape_rep.sign_flip)
-    if look is None:  # the profiling passes matter to the report, not to a look
-        rep.kernel_splits, notes = kernelsplit.op_splits(
-            [c.cell_dir for c in cells if c.key.role == SIDES[0]], [c.cell_dir for c in cells if c.key.role == SIDES[1]],
-            {s.shape: (s.a_ms, s.b_ms) for s in rep.shapes})
-        rep.findings += notes
     return rep
 
 

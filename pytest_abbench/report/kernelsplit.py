@@ -71,8 +71,21 @@ class KernelRow:
     @property
     def label(self) -> str:
         if self.status == RENAMED:
-            return f"{self.name_a} -> {self.name_b}"
-        return str(self.name_a if self.name_a is not None else self.name_b)
+            return f"{short_name(str(self.name_a))} -> {short_name(str(self.name_b))}"
+        return short_name(str(self.name_a if self.name_a is not None else self.name_b))
+
+
+def short_name(name: str, width: int = 90) -> str:
+    """A kernel's name as a person reads it: a demangled C++ name without its return type, ``(anonymous
+    namespace)::`` and argument list, at most ``width`` characters (report.json keeps the whole name)."""
+    text = name.replace("(anonymous namespace)::", "").removeprefix("void ")
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += {"<": 1, ">": -1}.get(ch, 0)
+        if ch == "(" and depth == 0:
+            text = text[:i]
+            break
+    return text if len(text) <= width else text[:width - 3] + "..."
 
 
 @dataclass

@@ -354,7 +354,7 @@ def op_notes(o: OpReport, header_said: bool = False) -> list[str]:
         lines.append(o.autotune)
     if o.state != "verdict":
         return (lines + [o.reason] + _unreadable_lines(o) + _failed_lines(o) + _shapes_left_out(o)
-                + ([o.reference] if o.reference else []))
+                + ([o.reference] if o.reference else []) + kernelsplit.report_lines(o.kernel_splits))
     counts = ", ".join(f"{k} {v}" for k, v in sorted(o.verdicts.items()))
     lines.append(f"geomean delta {_fmt(o.geomean_pct)} [{interval_text(o.geomean_ci_pct)}]; verdicts: {counts}")
     if o.reference:
