@@ -63,10 +63,19 @@ SCRIPT = textwrap.dedent('''
 ''')
 
 
+def plugin_args() -> list[str]:
+    """``-p pytest_abbench.plugin`` where the package runs from its folder (PYTHONPATH, as on a GPU machine) rather
+    than installed: pytest then finds no entry point for it."""
+    from importlib.metadata import entry_points
+
+    installed = any(e.value.startswith("pytest_abbench") for e in entry_points(group="pytest11"))
+    return [] if installed else ["-p", "pytest_abbench.plugin"]
+
+
 def test_points_after_a_failed_capture_run_and_are_timed_directly(pytester: pytest.Pytester) -> None:
     pytester.makeini("[pytest]\n")
     pytester.makepyfile(syncs=SCRIPT)
-    result = pytester.runpytest_subprocess("syncs.py", "--ab-providers", "torch",
+    result = pytester.runpytest_subprocess(*plugin_args(), "syncs.py", "--ab-providers", "torch",
                                            "--ab-switch-env", "ABBENCH_TEST_SWITCH=1", "--ab-allow-no-ir-diff",
                                            "--ab-rounds", "2", "--ab-regime", "burst", "--ab-root", "root",
                                            "-p", "no:cacheprovider")
