@@ -537,3 +537,14 @@ def test_a_kernel_compiled_by_warmup_is_timed_in_the_interpreter(campaign_dir: p
                                                "-p", "no:cacheprovider")
     assert result.ret == 0, result.stdout.str()
     result.stdout.fnmatch_lines(["== row-max: rounds 1/1, *"])
+
+
+def test_two_providers_are_never_gated_as_the_same_code(campaign_dir: pytest.Pytester) -> None:
+    # Both sides launch the script's Triton kernel at import, so both capture the same TTGIR; side A's shapes then
+    # run torch, side B's the kernel.  Identical captures must not skip the rounds of two different code paths.
+    campaign_dir.makepyfile(bench=DRIVER_AT_IMPORT)
+    result = campaign_dir.runpytest_subprocess("bench.py", "--ab-providers", "torch,triton", "--ab-rounds", "2",
+                                               "--ab-level", "core", "-k", "add-f32", "-p", "no:cacheprovider")
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["== add-f32: rounds 2/2, *IR gate diff*",
+                                 "*the sides run different code (provider=torch -> provider=triton)*"])

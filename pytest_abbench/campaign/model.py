@@ -157,6 +157,12 @@ class Switch:
     def env(self, side: str) -> dict[str, str]:
         return dict(self.env_a if side == "A" else self.env_b)
 
+    def variants(self) -> tuple[str, str] | None:
+        """(variant_a, variant_b) where the sides run different code, else None."""
+        if self.variant_a == self.variant_b:
+            return None
+        return str(self.variant_a), str(self.variant_b)
+
     def python(self, side: str) -> str | None:
         return self.python_a if side == "A" else self.python_b
 

@@ -367,16 +367,23 @@ class GateDecision:
                     moved.append(f"{RESOURCE_LABELS.get(meta, meta)} {va} -> {vb}")
             line = f"{k.kernel}: " + (", ".join(moved) if moved else "changed (no watched op count moved)")
             lines.append(f"{line}; {k.first_diff}" if k.first_diff else line)
-        return lines
+        return lines if lines or self.state != "diff" else [self.reason]
 
 
-def decide(op: str, ir_a: Path, ir_b: Path, basis: str = "") -> GateDecision:
+def decide(op: str, ir_a: Path, ir_b: Path, basis: str = "", variants: tuple[str, str] | None = None
+           ) -> GateDecision:
     """Compare round 1's two sides: TTGIR, and the stages after it where captured.
 
-    Never 'no_diff' without TTGIR on both sides.  ``basis`` says what was
-    compiled (shape level and target), for the report's line.
+    Never 'no_diff' without TTGIR on both sides, nor where the sides run different code (``variants``, the
+    switch's ``variant_a`` and ``variant_b`` where they differ: a perf_report script's providers): the Triton
+    kernels both capture (one launched at import by both, say) are then not all each side runs.  ``basis`` says
+    what was compiled (shape level and target), for the report's line.
     """
     decision = _decide(op, ir_a, ir_b)
+    if decision.state == "no_diff" and variants is not None:
+        decision.state = "diff"
+        decision.reason = (f"the sides run different code ({variants[0]} -> {variants[1]}): the Triton kernels both "
+                           f"captured are the same, which says nothing of the rest")
     decision.basis = basis
     return decision
 

@@ -167,7 +167,7 @@ def abbench_ir_gate(abbench_cell: Cell, request: pytest.FixtureRequest) -> Itera
     switch = cell.campaign.switch
     basis = session.settings.ir_basis(cell.campaign.op(key.op).shapes,
                                       {side: switch.options(side).get("level") for side in SIDES})
-    decision = irgate.decide(key.op, ir_dir(folders["A"]), ir_dir(folders["B"]), basis)
+    decision = irgate.decide(key.op, ir_dir(folders["A"]), ir_dir(folders["B"]), basis, switch.variants())
     irgate.save_decision(session.root.path, decision)
     session.gates[key.op] = decision
     request.node.user_properties.append((GATE_PROPERTY, json.dumps(decision.to_json())))
@@ -194,7 +194,8 @@ def _decide_before_round_1(cell: Cell, request: pytest.FixtureRequest) -> float:
     switch = cell.campaign.switch
     basis = session.settings.ir_basis(cell.campaign.op(key.op).shapes,
                                       {side: switch.options(side).get("level") for side in SIDES})
-    decision = irgate.decide(key.op, folders[0], folders[1], f"{basis}, the precompile's IR before round 1")
+    decision = irgate.decide(key.op, folders[0], folders[1], f"{basis}, the precompile's IR before round 1",
+                             switch.variants())
     if decision.state != "no_diff":
         return 0.0
     irgate.save_decision(session.root.path, decision)
