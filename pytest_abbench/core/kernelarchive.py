@@ -295,15 +295,9 @@ def read_archive(path: Path) -> KernelArchive:
                                  "nothing unpacked")
     if key is None:
         raise KernelArchiveError(f"{path}: holds no {KEY_FILE}: not a kernel file `abbench kernels export` wrote")
-    return KernelArchive(path, key, files, len(kernels), _sha256(path), size)
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as handle:
-        while chunk := handle.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+        sha256 = hashlib.file_digest(handle, "sha256").hexdigest()
+    return KernelArchive(path, key, files, len(kernels), sha256, size)
 
 
 def key_differences(file_key: Mapping[str, Any], session_key: Mapping[str, Any]) -> list[str]:
