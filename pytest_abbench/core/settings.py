@@ -261,7 +261,6 @@ class Settings:
     margin_pct: float | None
     fail_if_slower_pct: float | None
     gate: str = GATE_SHAPES  # --ab-gate: what --ab-fail-if-slower judges
-    layout_shift: bool = True  # pads per cell and shape turn a buffer-layout effect into noise (docs/verdicts.md)
     spawn: str = "exec"
     precompile: bool = True
     # Decide the IR gate from the precompile's IR, before round 1 is timed: an op whose switch changed no code
@@ -277,7 +276,6 @@ class Settings:
     rounds_budget_s: float | None = None  # --ab-rounds-budget: device seconds after which no op adds a round
     energy_target_pct: float = DEFAULT_ENERGY_TARGET_PCT  # --ab-energy-target: wider energy intervals add rounds
     regime: str = DEFAULT_REGIME  # --ab-regime: burst | steady | both (core/regimes.py)
-    gpu_state: bool = True  # read NVML at each timed window's edges (its cost, at most 0.06%, is measured)
     switch_env_a: dict[str, str] | None = None  # --ab-switch-env-a: side A's environment replacing the campaign's
     history: Path | None = None  # --ab-history: the history file the session's end records into (None: off)
     history_label: str = ""  # --ab-history-label: a word kept with the run (a bisection's step)

@@ -278,8 +278,7 @@ class CellRunner:
             autotune_side_file=self.layout.autotune_side_record(key.op, key.side) if side_mode else None,
             output_record=self.layout.output_record(key.op, key.side),
             switch=campaign.switch.describe(), tuner_cache=self.tuner_cache(campaign, key.side), ir_target=ir_target,
-            ir_only=s.ir_only, layout_shift=s.layout_shift,
-            ir_level=ir_level, shares=shares, spawn=s.spawn, regime=s.regime, edges_unread=not s.gpu_state,
+            ir_only=s.ir_only, ir_level=ir_level, shares=shares, spawn=s.spawn, regime=s.regime,
             adapter=campaign.adapter, skip_shapes=skip_shapes_arg(self.failed_alike(key)),
         )
 
