@@ -11,7 +11,7 @@ import argparse
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Collection, Mapping
+from typing import Any, Callable, Collection
 
 from pytest_abbench.core.budget import CellBudget
 from pytest_abbench.core.layout import ABBENCH_DIR, HISTORY_FILE
@@ -312,18 +312,17 @@ class Settings:
         """Every deadline of a cell (``core.budget``), from --cell-timeout."""
         return CellBudget.from_cell_timeout(self.cell_timeout_s)
 
-    def ir_level_for(self, op_levels: Collection[str], side_level: str | None = None) -> str:
+    def ir_level_for(self, op_levels: Collection[str]) -> str:
         """The shape set IR capture compiles for an op with shapes at ``op_levels``.
 
-        A level asked for (the side's campaign option, then --ab-level) is used
+        A level asked for (--ab-level) is used
         as given.  Otherwise IR triage (--ab-ir-only) compiles the GPU's default,
         IR_LEVEL, where the op has it: compiling executes nothing, and the smoke
         shapes may not reach the tile sizes where a switch changes code.  A timed
         run, and an op without IR_LEVEL shapes, compiles the level its cells time.
         """
-        asked = side_level or self.given_level
-        if asked:
-            return asked
+        if self.given_level:
+            return self.given_level
         if not self.ir_only:
             # A timed interpreter run's gate compiles what it times: core compiles of some ops take minutes
             # on a laptop (topk's side B), and interpreter timings say nothing about the GPU anyway.
@@ -348,17 +347,10 @@ class Settings:
             return gpu_target
         return self.ir_target if self.gate_first else None
 
-    def ir_basis(self, op_levels: Collection[str], side_levels: Mapping[str, str | None]) -> str:
-        """What round 1's IR capture compiled, as the gate's line says it: ``core for cuda:90``, ``core on the GPU``.
-
-        ``side_levels``: each side's own ``level`` option (None where it has none).
-        """
+    def ir_basis(self, op_levels: Collection[str]) -> str:
+        """What round 1's IR capture compiled, as the gate's line says it: ``core for cuda:90``, ``core on the GPU``."""
         target = self.ir_target_for(1)
-        levels = {side: self.ir_level_for(op_levels, level) if target else level or self.level
-                  for side, level in side_levels.items()}
-        text = (next(iter(levels.values())) if len(set(levels.values())) == 1
-                else ", ".join(f"{level} ({side})" for side, level in levels.items()))
-        return f"{text} for {target}" if target else f"{text} on the GPU"
+        return f"{self.ir_level_for(op_levels)} for {target}" if target else f"{self.level} on the GPU"
 
 
 def default_level(backend: str) -> str:
