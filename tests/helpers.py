@@ -151,6 +151,13 @@ def simple_campaign(ops: str = '"one", "two"', switch: str = 'Switch(env_b={"ABB
     ''')
 
 
+def other_shapes_campaign(ops: str = '"one"', extra: str = "") -> str:
+    """A campaign whose side B measures one shape more (a caliber mismatch, axis shape_mode): side B's environment
+    reaches the campaign's import in its cells, and the shapes read it."""
+    return (simple_campaign(ops, switch='Switch(env_b={"ABBENCH_TEST_WIDE": "1"})', extra=extra)
+            + 'import os\nif os.environ.get("ABBENCH_TEST_WIDE"):\n    OPS[0].shapes["smoke"].append({"n": 32})\n')
+
+
 def synthetic_root(root: Path, deltas: dict[str, list[float]], failed: tuple[int, str] | None = None,
                    control: dict[str, list[float]] | None = None, op: str = "op", switch: str = "X=1") -> None:
     """One op, one shape per entry: per round A = 1.0 ms, B = 1 + delta (and A2 = 1 + control delta).

@@ -69,14 +69,6 @@ def test_op_without_shapes_for_the_level_is_reported_at_collection(campaign_dir:
                                  "run measures (it has: core (2 shapes))*"])
 
 
-def test_side_level_without_shapes_is_reported_at_collection(campaign_dir: pytest.Pytester) -> None:
-    campaign_dir.makepyfile(side=simple_campaign('"only"', switch='Switch(options_b={"level": "core"})'))
-    result = campaign_dir.runpytest("side.py", "--collect-only", "--ab-level", "smoke")
-    assert result.ret == pytest.ExitCode.INTERRUPTED
-    result.stdout.fnmatch_lines(["*side.py: op 'only' has no shapes for level 'core', the level side B measures "
-                                 "(SWITCH.options_b) (it has: smoke (2 shapes))*"])
-
-
 def test_named_file_without_ops_says_why(campaign_dir: pytest.Pytester) -> None:
     campaign_dir.makepyfile(noops="from pytest_abbench import Op\nops = []\n")
     result = campaign_dir.runpytest("noops.py")

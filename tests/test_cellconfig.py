@@ -18,8 +18,8 @@ EVERY_FIELD = CellConfig(
     autotune_seed_file=Path("/earlier/autotune/mm.json"), candidate_procs=4, autotune_screen=0,
     autotune_side_file=Path("/root/autotune/side-B/mm.json"), output_record=Path("/root/outputs/side-B/mm.json"),
     tuner_seed_base="fresh", switch="DISABLE_MMA_V3=1 A:X=2",
-    tuner_cache="shared:/tmp/tuner", ir_target="cuda:90", ir_only=True, layout_shift=True,
-    ir_level="comprehensive", shard="1/3", shares=4, spawn="fork", regime="both", edges_unread=True,
+    tuner_cache="shared:/tmp/tuner", ir_target="cuda:90", ir_only=True,
+    ir_level="comprehensive", shard="1/3", shares=4, spawn="fork", regime="both",
     campaign_module="abbench_campaign__campaigns__mm",
     # A pytest-benchmark spec: JSON with spaces, quotes and a value starting with "-" must survive as one value.
     skip_shapes='["M=512,N=512", "n=1"]',

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import simple_campaign, synthetic_root
+from helpers import other_shapes_campaign, simple_campaign, synthetic_root
 
 from pytest_abbench.cli import main
 
@@ -129,7 +129,7 @@ def test_the_recipe_tells_a_usage_error_from_a_caliber_mismatch(campaign_dir: py
 
 
 def test_the_recipe_names_a_real_caliber_mismatch(campaign_dir: pytest.Pytester) -> None:
-    campaign_dir.makepyfile(c=simple_campaign('"one"', switch='Switch(options_b={"direct_rep": "80"})'))
+    campaign_dir.makepyfile(c=other_shapes_campaign())
     done, root = run_recipe(campaign_dir.path, f"{sys.executable} -m pytest c.py {FAST}")
     assert done.returncode == 1
     assert gate_line(done) == (f"abbench gate: exit 4: caliber mismatch: the two sides' numbers mean different "

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import FAULT_CAMPAIGN, simple_campaign
+from helpers import FAULT_CAMPAIGN, other_shapes_campaign, simple_campaign
 
 FAST = ("--ab-ir-target", "none", "--ab-samples", "1", "-p", "no:cacheprovider")
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -29,8 +29,7 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 
 def test_a_caliber_mismatch_says_so_in_the_exit_line_and_report_json(campaign_dir: pytest.Pytester,
                                                                    tmp_path: Path) -> None:
-    source = simple_campaign('"one"', switch='Switch(options_b={"direct_rep": "80"})')
-    campaign_dir.makepyfile(c=source)
+    campaign_dir.makepyfile(c=other_shapes_campaign())
     root = tmp_path / "root"
     result = campaign_dir.runpytest_subprocess("c.py", "--ab-rounds", "1", "--ab-root", str(root), *FAST)
     assert result.ret == 4

@@ -7,7 +7,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from helpers import IR_CAMPAIGN, simple_campaign
+from helpers import IR_CAMPAIGN, other_shapes_campaign, simple_campaign
 
 from pytest_abbench.core.status import read_status
 
@@ -59,13 +59,13 @@ def test_by_hand(abbench_cell, abbench_ir_gate, abbench_caliber):
 def test_a_hand_written_cell_test_gets_the_same_exit_4(campaign_dir: pytest.Pytester, tmp_path: Path) -> None:
     """The campaign is not collected itself (only the test file is named): the hand-written test runs its cells."""
     camp = campaign_dir.mkdir("camp")
-    (camp / "mixed.py").write_text(simple_campaign('"one"', switch='Switch(options_b={"direct_rep": "80"})'))
+    (camp / "mixed.py").write_text(other_shapes_campaign())
     campaign_dir.makepyfile(test_hand=HAND_WRITTEN.format(campaign="mixed.py", op="one"))
     root = tmp_path / "root"
     result = campaign_dir.runpytest_subprocess("test_hand.py", "--ab-rounds", "2", "--ab-root", str(root), "-v",
                                                *FAST)
     assert result.ret == 4
-    result.stdout.fnmatch_lines(["test_hand.py::test_by_hand[[]r1-A[]]*", "*!!! [[]caliber[]] op=one axis=direct_repeat*",
+    result.stdout.fnmatch_lines(["test_hand.py::test_by_hand[[]r1-A[]]*", "*!!! [[]caliber[]] op=one axis=shape_mode*",
                                  "*no verdict: caliber mismatch*"])
     result.assert_outcomes(passed=4)
     assert json.loads((root / "report.json").read_text())["caliber_mismatch"] is True

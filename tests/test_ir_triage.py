@@ -290,15 +290,13 @@ def settings(**given: Any) -> Settings:
 
 def test_the_gate_basis_names_level_and_target_as_the_cells_compile() -> None:
     levels = ("smoke", "core")
-    no_side_levels = {"A": None, "B": None}
-    assert settings(ir_only=True).ir_basis(levels, no_side_levels) == "core for cuda:90"
-    assert settings(ir_only=True).ir_basis(("smoke",), no_side_levels) == "smoke for cuda:90"
-    assert settings().ir_basis(levels, no_side_levels) == "smoke for cuda:90"  # a timed interpreter run
-    assert settings(ir_only=True, given_level="smoke").ir_basis(levels, no_side_levels) == "smoke for cuda:90"
-    assert settings(ir_only=True).ir_basis(levels, {"A": None, "B": "smoke"}) == "core (A), smoke (B) for cuda:90"
+    assert settings(ir_only=True).ir_basis(levels) == "core for cuda:90"
+    assert settings(ir_only=True).ir_basis(("smoke",)) == "smoke for cuda:90"
+    assert settings().ir_basis(levels) == "smoke for cuda:90"  # a timed interpreter run
+    assert settings(ir_only=True, given_level="smoke").ir_basis(levels) == "smoke for cuda:90"
     # On a GPU the timed process captures what it compiles for its own device, at the level it times.
-    assert settings(backend="cuda", level="core").ir_basis(levels, no_side_levels) == "core on the GPU"
-    assert settings(backend="cuda", level="core", ir_only=True).ir_basis(levels, no_side_levels) == "core for cuda:90"
+    assert settings(backend="cuda", level="core").ir_basis(levels) == "core on the GPU"
+    assert settings(backend="cuda", level="core", ir_only=True).ir_basis(levels) == "core for cuda:90"
 
 
 LAYOUT_CAMPAIGN = ROWSUM_LAYOUT_CAMPAIGN

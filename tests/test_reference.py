@@ -498,7 +498,6 @@ def setup_hook() -> None:
     (Switch(env_a={"IMPL": "a"}, env_b={"IMPL": "b"}, build_only_env=("IMPL",)), None, None),
     (Switch(setup_b=setup_hook), None, "side B's setup setup_hook() changes how Triton compiles"),
     (Switch(python_b="/opt/other/python"), None, "side B runs another Python (/opt/other/python"),
-    (Switch(options_b={"timer": "direct"}), None, "side B is measured with its own options (timer=direct)"),
     (Switch(), "pytest-benchmark:x", "its cells run each test through pytest"),
 ])
 def test_one_function_decides_which_switches_allow_a_reference(switch: Switch, adapter: str | None,

@@ -16,7 +16,7 @@ import pytest
 from helpers import synthetic_root, as_both_regimes
 
 from pytest_abbench.child.gpustate import GpuSampler
-from pytest_abbench.child.regime import (EDGES_OFF, Pace, counter_power_spans, judge, run_regime, settled,
+from pytest_abbench.child.regime import (Pace, counter_power_spans, judge, run_regime, settled,
                                          wait_for_boost)
 from pytest_abbench.child.timers import WallWindows, queue_windows, windows_in_turn
 from pytest_abbench.core import regimes
@@ -206,8 +206,8 @@ def test_a_steady_span_around_the_windows_gives_their_power_and_energy_per_call_
     pooled = shape_energy(ShapeResult.from_json(Fields("t", json.loads(json.dumps(rec.to_json())))))
     assert pooled is not None and not pooled.withheld()
     assert pooled.per_call_j() == pytest.approx(640.0 * 0.0554e-3, rel=0.01)
-    # A counter that never moves after the windows gives no span (no figure rather than a wrong one); nor do
-    # unread window edges, nor a timer that runs its calls itself (the direct timer).
+    # A counter that never moves after the windows gives no span (no figure rather than a wrong one); nor does a
+    # timer that runs its calls itself (the direct timer).
     clock = FakeClock()
     began: list[float] = []
 
@@ -219,11 +219,10 @@ def test_a_steady_span_around_the_windows_gives_their_power_and_energy_per_call_
     stuck = StandInGpu(clock, lambda t: (1980.0, 412.0, [], jittered_counter(640.0)(min([t, *began])), 60.0))
     assert run_regime(regimes.STEADY, Marking(clock, window_s=0.031), stuck, count=10, cpu=False,
                       pace=clock).energy_span is None
-    for kernel_type, edges in ((QueueingKernel, False), (StandInKernel, True)):
-        clock = FakeClock()
-        gpu = StandInGpu(clock, lambda t: (1980.0, 412.0, [], jittered_counter(640.0)(t), 60.0))
-        assert run_regime(regimes.STEADY, kernel_type(clock, window_s=0.031), gpu, count=10, cpu=False, pace=clock,
-                          read_edges=edges).energy_span is None
+    clock = FakeClock()
+    gpu = StandInGpu(clock, lambda t: (1980.0, 412.0, [], jittered_counter(640.0)(t), 60.0))
+    assert run_regime(regimes.STEADY, StandInKernel(clock, window_s=0.031), gpu, count=10, cpu=False,
+                      pace=clock).energy_span is None
 
 
 def test_burst_waits_until_the_card_leaves_its_power_cap_then_times_at_boost() -> None:
@@ -516,7 +515,7 @@ def test_a_capped_window_is_met_while_the_cap_holds_near_the_settled_median() ->
     assert timing.windows[2].detail.endswith("; the window ended at 1980 MHz, off the power cap")
 
 
-def test_back_to_back_windows_share_their_edges_and_edges_off_records_none_but_still_settles() -> None:
+def test_back_to_back_windows_share_their_edges() -> None:
     clock = FakeClock()
     gpu = StandInGpu(clock, lambda t: (1980.0, 300.0, [], 1000.0 * t))  # the counter gains 100 mJ per 0.1 s window
     timing = run_regime(regimes.STEADY, StandInKernel(clock, window_s=0.1), gpu, count=4, cpu=False, pace=clock)
@@ -527,15 +526,6 @@ def test_back_to_back_windows_share_their_edges_and_edges_off_records_none_but_s
     assert all(a.after is b.before for a, b in zip(states, states[1:]))
     assert [s.energy_mj for s in states] == pytest.approx([100.0] * 4) and [s.window_s for s in states] == \
         pytest.approx([0.1] * 4)
-
-    clock = FakeClock()
-    gpu = StandInGpu(clock, lambda t: (1980.0, 300.0, [], 1000.0 * t))
-    off = run_regime(regimes.STEADY, StandInKernel(clock, window_s=0.1), gpu, count=4, cpu=False, pace=clock,
-                     read_edges=False)
-    # The regime still settles on NVML's readings; only the windows' edges go unread.
-    assert off.windows[0].condition == regimes.MET and len(gpu.reads) == settling
-    assert [w.gpu_state for w in off.windows] == [GpuState(not_recorded=EDGES_OFF)] * 4
-    assert off.samples_ms == timing.samples_ms
 
 
 def test_the_graph_timer_queues_every_replay_before_it_reads_the_first_edge() -> None:
@@ -602,12 +592,13 @@ def test_without_gpu_state_burst_waits_plain_gaps_and_steady_warms_up_by_time() 
 
 # -- the report, from windows as cells write them ------------------------------------------
 WINDOW_S = ENERGY_MIN_S / 2  # three back-to-back windows of it: long enough for the energy counter's figure
+EDGES_MISSED = "NVML gave no reading at the window edges"
 
 
 def _windows(root: Path, regime: str, condition: Any, watts: Any, edges_read: bool = True) -> None:
     """Give every record of a synthetic root ``regime`` and three windows back to back, ``condition(round, side,
     shape)`` and ``watts(side, shape)`` each (NVML's energy counter over a window of ``WINDOW_S`` and 100 calls;
-    None: no energy figure); with ``edges_read`` false the windows carry no state."""
+    None: no energy figure); with ``edges_read`` false NVML gave no reading at their edges."""
     for results in root.glob("r*_*/*/results.jsonl"):
         rnd, side = int(results.parts[-3].split("_")[0][1:]), results.parts[-3].split("_")[1]
         identity = results.parent / "run_identity.json"
@@ -620,7 +611,7 @@ def _windows(root: Path, regime: str, condition: Any, watts: Any, edges_read: bo
             drawn = watts(side, shape)
             energy = None if drawn is None else drawn * WINDOW_S * 1e3
             state = GpuState(after, after, WINDOW_S, energy, []) if edges_read else \
-                GpuState(not_recorded=EDGES_OFF)
+                GpuState(not_recorded=EDGES_MISSED)
             record["regime"] = regime
             record["windows"] = [TimedWindow(condition(rnd, side, shape), 0.02, 100, 1, state).to_json()] * 3
             records.append(json.dumps(record))
@@ -673,12 +664,12 @@ def test_the_gpu_line_names_the_temperature_each_side_started_and_ended_its_wind
     assert op.gpu_state["A"]["temperature_c"] == pytest.approx(56.3333, abs=1e-3)
 
 
-def test_with_the_edges_unread_the_report_still_counts_the_conditions_nvml_checked(tmp_path: Path) -> None:
+def test_with_the_edges_missed_the_report_still_counts_the_conditions_nvml_checked(tmp_path: Path) -> None:
     synthetic_root(tmp_path, {"s": [0.10, 0.11, 0.09]})
     _windows(tmp_path, regimes.STEADY, lambda rnd, side, shape: regimes.NOT_MET if rnd == 2 else regimes.MET,
              lambda side, shape: None, edges_read=False)
     text = render_text(build_report(tmp_path))
-    assert f"GPU state: not recorded ({EDGES_OFF})\n" in text  # not "could not be checked": the regime checked
+    assert f"GPU state: not recorded ({EDGES_MISSED})\n" in text  # not "could not be checked": the regime checked
     assert "\n   steady condition met in 6/9 / 6/9 windows\n" in text
 
 

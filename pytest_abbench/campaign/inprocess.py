@@ -40,10 +40,6 @@ def why_not_in_one_process(campaign: Campaign) -> str | None:
         if hook is not None:
             return (f"side {side}'s setup {getattr(hook, '__name__', 'hook')}() changes how Triton compiles in its "
                     f"process: {OWN_PROCESSES}")
-        options = switch.options(side)
-        if options:
-            named = ", ".join(f"{k}={v}" for k, v in sorted(options.items()))
-            return f"side {side} is measured with its own options ({named}): the sides are not timed alike"
     declared = set(switch.build_only_env)
     for side in ("B", "A"):
         for name, value in sorted(switch.env(side).items()):

@@ -19,7 +19,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Callable, Iterator
 
-from pytest_abbench.campaign.model import (KEPT_OUT, SIDE_OPTIONS, SIDES, Campaign, CampaignError, CampaignSkipped, Op,
+from pytest_abbench.campaign.model import (KEPT_OUT, Campaign, CampaignError, CampaignSkipped, Op,
                                            Switch, check_shapes, short_value, validate_name)
 
 _OPS_LINE = re.compile(r"^OPS\s*[:=]", re.M)
@@ -261,11 +261,6 @@ def load_campaign(path: str | Path, rootdir: Path | None = None, module_name: st
     if isinstance(switch.build_only_env, str) or not all(isinstance(n, str) and n for n in switch.build_only_env):
         raise CampaignError(f"{path}: SWITCH.build_only_env is {short_value(switch.build_only_env)}, not a tuple of "
                             "variable names (e.g. build_only_env=(\"IMPL\",))")
-    for side in SIDES:
-        unknown = set(switch.options(side)) - set(SIDE_OPTIONS)
-        if unknown:
-            raise CampaignError(f"{path}: SWITCH.options_{side.lower()}: unknown option(s) {sorted(unknown)} "
-                                f"(use {', '.join(SIDE_OPTIONS)})")
     imports = module_names(getattr(module, "SERVER_IMPORTS", ()), path, "SERVER_IMPORTS", "flag_gems")
     unused = module_names(getattr(module, "UNUSED_IMPORTS", ()), path, "UNUSED_IMPORTS", "peft")
     for name in unused:  # a module kept out takes its submodules with it, and a package its kept-out parent

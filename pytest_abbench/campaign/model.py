@@ -33,7 +33,6 @@ from pytest_abbench.core.cellconfig import LEVELS as LEVELS  # the shape sets an
 from pytest_abbench.core.layout import SIDES as SIDES  # campaign files and the report name the sides through here
 from pytest_abbench.core.sideprobe import SideProbeError, probe_side
 
-SIDE_OPTIONS = ("timer", "level", "direct_rep", "direct_warmup", "samples", "tuner_cache")
 # Op and shape names become folder names under the root: nothing that can
 # climb out of it ("/", "..") or confuse a shell or a pytest id.
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
@@ -136,12 +135,6 @@ class Switch:
     python_b: str | None = None
     setup_a: Callable[[], None] | None = None
     setup_b: Callable[[], None] | None = None
-    # Measurement options overridden for one side (timer, level, direct_rep,
-    # direct_warmup, samples, tuner_cache).  Each is a caliber axis: a campaign that sets
-    # one is refused by the caliber check, which is the point of allowing it
-    # (it reproduces the mixed-caliber trap on purpose).
-    options_a: Mapping[str, str] = field(default_factory=dict)
-    options_b: Mapping[str, str] = field(default_factory=dict)
     # What each side runs when the sides run different code on the same inputs (a kernel variant, e.g. a
     # perf_report script's providers): named in ``describe`` and in the op's fingerprint.
     variant_a: str | None = None
@@ -150,9 +143,6 @@ class Switch:
     # build sees its value when it runs, so both sides can be built in one process (``--ab-reference``,
     # ``campaign/inprocess.py``).  A variable left out may change how Triton compiles: its sides need their own.
     build_only_env: Sequence[str] = ()
-
-    def options(self, side: str) -> dict[str, str]:
-        return dict(self.options_a if side == "A" else self.options_b)
 
     def env(self, side: str) -> dict[str, str]:
         return dict(self.env_a if side == "A" else self.env_b)
@@ -213,19 +203,13 @@ class Campaign:
             raise CampaignSkipped(f"{self.path.name}: {self.skip_timed} (IR triage still runs here: --ab-ir-only)")
 
     def require_level(self, level: str) -> None:
-        """Refuse, at collection, an op to which the run's level (or a side's own) gives nothing to measure."""
-        levels = {level: "the level this run measures"}
-        for side in SIDES:
-            own = self.switch.options(side).get("level")
-            if own is not None:
-                levels.setdefault(own, f"the level side {side} measures (SWITCH.options_{side.lower()})")
+        """Refuse, at collection, an op to which the run's level gives nothing to measure."""
         for op in self.ops:
-            for lvl, which in levels.items():
-                if not op.shapes.get(lvl):
-                    known = ", ".join(f"{k} ({len(v)} shape{'' if len(v) == 1 else 's'})"
-                                      for k, v in op.shapes.items()) or "none"
-                    raise CampaignError(f"{self.path}: op {op.name!r} has no shapes for level {lvl!r}, {which} "
-                                        f"(it has: {known}); add some, or choose a level with --ab-level")
+            if not op.shapes.get(level):
+                known = ", ".join(f"{k} ({len(v)} shape{'' if len(v) == 1 else 's'})"
+                                  for k, v in op.shapes.items()) or "none"
+                raise CampaignError(f"{self.path}: op {op.name!r} has no shapes for level {level!r}, the level this "
+                                    f"run measures (it has: {known}); add some, or choose a level with --ab-level")
 
     def check_interpreters(self) -> None:
         """Refuse, at collection, a ``SWITCH.python_a/b`` that cannot run a cell: missing, not executable, or
@@ -248,21 +232,15 @@ class Campaign:
             if problem:
                 raise CampaignError(f"{what} {problem}")
 
-    def levels(self, level: str) -> list[str]:
-        """The run's level and any level a side measures on its own (``SWITCH.options_a/b``)."""
-        own = (self.switch.options(side).get("level") for side in SIDES)
-        return sorted({level, *(lvl for lvl in own if lvl)})
-
     def fingerprint(self, name: str, level: str) -> dict[str, str]:
         """What an op's finished cells stand for, part by part: its shapes at the levels measured, its
         ``build``, the switch.  ``--ab-resume`` runs an op again when one part differs from the root's."""
         op = self.op(name)
-        return {"shapes": digest([[lvl, shape_set_hash(op.shapes_for(lvl))] for lvl in self.levels(level)]),
+        return {"shapes": digest([[level, shape_set_hash(op.shapes_for(level))]]),
                 "build": source_digest(op.build),
                 "switch": digest({**{f"env_{s.lower()}": self.switch.env(s) for s in SIDES},
                                    **{f"python_{s.lower()}": self.switch.python(s) for s in SIDES},
                                    **{f"setup_{s.lower()}": source_digest(self.switch.setup(s)) for s in SIDES},
-                                   **{f"options_{s.lower()}": self.switch.options(s) for s in SIDES},
                                    **({"variants": [self.switch.variant_a, self.switch.variant_b]}
                                       if self.switch.variant_a or self.switch.variant_b else {})})}
 

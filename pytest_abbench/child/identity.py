@@ -75,7 +75,7 @@ def build_identity(config: CellConfig, shape_mode: str, tuner_dir: Path | None,
         "tuner_cache": config.tuner_cache,
         "direct_repeat": f"rep={config.direct_rep}ms,warmup={config.direct_warmup}ms",
         "autotune_mode": config.autotune_mode,
-        "layout_shift": "on" if config.layout_shift else "off",
+        "layout_shift": "on",  # every cell shifts its buffers' layout (child/layout_shift.py)
         "spawn": config.spawn,
         "regime": config.regime,
         # Relative to the cell's folder: a root that is moved or copied keeps comparing its old cells' identities

@@ -218,8 +218,7 @@ def measure_shapes(config: CellConfig, op: Op, shapes: Sequence[Shape], results:
             log(f"[abbench] output check: {exc}; this cell computes every shape's reference")
     matched = 0  # shapes whose output matched the side's kept fingerprint: no reference computed
     gpu = gpu or open_sampler(config.backend)  # NVML at each timed window's edges (child/regime.py)
-    log(f"[abbench] GPU state: {gpu.describe()}" + ("; the timed windows' edges are not read"
-                                                     if config.edges_unread else ""))
+    log(f"[abbench] GPU state: {gpu.describe()}")
     skipped = config.skipped()
     if skipped:
         log(f"[abbench] not run in this cell: {', '.join(sorted(skipped))}: {SKIPPED_WHY} (the report names the "
@@ -233,13 +232,11 @@ def measure_shapes(config: CellConfig, op: Op, shapes: Sequence[Shape], results:
             append_result(results, dataclasses.replace(base, status=SKIPPED, error=SKIPPED_WHY))
             continue
         pads: list[Any] = []
-        if config.layout_shift:
-            sizes = pad_sizes(config.op, config.round_no, config.role, index)
-            base.layout_pad_bytes = list(sizes)
+        sizes = pad_sizes(config.op, config.round_no, config.role, index)
+        base.layout_pad_bytes = list(sizes)
         regime: str | None = None  # the regime a failure happened in; None: before any was timed
         try:
-            if config.layout_shift:
-                pads = hold_pads(device, sizes)  # held while the shape is built and timed; released below
+            pads = hold_pads(device, sizes)  # held while the shape is built and timed; released below
             t0 = time.perf_counter()
             built = op.build(shape, device)
             case = built if isinstance(built, Case) else Case(run=built)
@@ -267,8 +264,7 @@ def measure_shapes(config: CellConfig, op: Op, shapes: Sequence[Shape], results:
                                                                                     config.direct_rep)
                 timer = prepare_with_fallback(case.run, config.timer, window_ms, config.direct_warmup, config.op,
                                               shape.id, log)
-                timing = run_regime(regime, timer, gpu, config.samples, cpu=device == "cpu",
-                                    read_edges=not config.edges_unread)
+                timing = run_regime(regime, timer, gpu, config.samples, cpu=device == "cpu")
                 phases["timing_s"] += time.perf_counter() - started
                 record_timing(results, base, timing)
             if device == "cuda" and os.environ.get(envnames.ABBENCH_KERNEL_SPLIT) == "1":

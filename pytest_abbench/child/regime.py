@@ -436,26 +436,17 @@ def still_settled(settling: Settling, state: GpuState) -> bool:
     return abs(after.sm_clock_mhz - clock) <= max(regimes.STEADY_CLOCK_STEP_MHZ, regimes.STEADY_CLOCK_TOL * clock)
 
 
-EDGES_OFF = "window edges not read"
-
-
 def run_regime(regime: str, timer: Windows, sampler: GpuSampler, count: int, cpu: bool,
-               pace: Pace | None = None, read_edges: bool = True) -> RegimeTiming:
-    """``count`` timed windows of ``timer`` under ``regime``, each with its GPU state and condition.
-
-    With ``read_edges`` false the windows carry no GPU state (the regime's own waiting and settling still read
-    NVML): a run that shows what the edge reads cost.
-    """
+               pace: Pace | None = None) -> RegimeTiming:
+    """``count`` timed windows of ``timer`` under ``regime``, each with its GPU state and condition."""
     pace = pace or Pace()
     out = RegimeTiming(regime, timer.timer, marker=timer.marker)
 
     def timed(runs: int, warm_s: float) -> list[tuple[list[float], int, GpuState]]:
         """``runs`` windows back to back, each with the state between its two edges."""
         edges: list[Edge] = []
-        windows = timer.windows(runs, (lambda: edges.append(sampler.start())) if read_edges else (lambda: None),
-                                warm_s)
-        states = ([sampler.between(a, b) for a, b in zip(edges, edges[1:])] if read_edges
-                  else [GpuState(not_recorded=EDGES_OFF)] * runs)
+        windows = timer.windows(runs, lambda: edges.append(sampler.start()), warm_s)
+        states = [sampler.between(a, b) for a, b in zip(edges, edges[1:])]
         out.samples_ms.extend(ms for samples, _ in windows for ms in samples)
         return [(samples, calls, state) for (samples, calls), state in zip(windows, states, strict=True)]
 
@@ -469,7 +460,7 @@ def run_regime(regime: str, timer: Windows, sampler: GpuSampler, count: int, cpu
         return out
     settling = settle(timer, sampler, cpu, pace)
     windows_began = pace.clock()
-    spans = bool(settling.counter) and read_edges
+    spans = bool(settling.counter)
     for index, (samples, calls, state) in enumerate(timed(count, 0.0)):
         window = TimedWindow(settling.condition, settling.waited_s if index == 0 else 0.0, calls, len(samples), state,
                              settling.detail)

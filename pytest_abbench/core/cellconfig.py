@@ -153,8 +153,6 @@ class CellConfig:
         "--ir-target", help="without a GPU: compile kernels for this target (e.g. cuda:90) to capture TTGIR"))
     ir_only: bool = field(default=False, metadata=_flag(
         "--ir-only", bool, help="compile every shape's kernels for --ir-target; time nothing"))
-    layout_shift: bool = field(default=False, metadata=_flag(
-        "--layout-shift", bool, help="pad allocations before each shape so buffers land differently in every cell"))
     ir_level: str | None = field(default=None, metadata=_flag(
         "--ir-level", choices=LEVELS, help="the shape set IR capture compiles (default: --level)"))
     shard: str | None = field(default=None, metadata=_flag(
@@ -168,8 +166,6 @@ class CellConfig:
         "--spawn", choices=SPAWN_METHODS, help="how the plugin started this process (identity axis spawn)"))
     regime: str = field(default=DEFAULT_REGIME, metadata=_flag(
         "--regime", choices=REGIME_CHOICES, help="the timing regime (core/regimes.py; identity axis regime)"))
-    edges_unread: bool = field(default=False, metadata=_flag(
-        "--edges-unread", bool, help="read no GPU state at the timed windows' edges"))
     campaign_module: str | None = field(default=None, metadata=_flag(
         "--campaign-module", help="the campaign's module name as the session loaded it (from its path relative to "
                                   "the rootdir): autotune records key kernels by it"))

@@ -11,7 +11,7 @@ import argparse
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Collection, Mapping
+from typing import Any, Callable, Collection
 
 from pytest_abbench.core.budget import CellBudget
 from pytest_abbench.core.layout import ABBENCH_DIR, HISTORY_FILE
@@ -261,7 +261,6 @@ class Settings:
     margin_pct: float | None
     fail_if_slower_pct: float | None
     gate: str = GATE_SHAPES  # --ab-gate: what --ab-fail-if-slower judges
-    layout_shift: bool = True  # pads per cell and shape turn a buffer-layout effect into noise (docs/verdicts.md)
     spawn: str = "exec"
     precompile: bool = True
     # Decide the IR gate from the precompile's IR, before round 1 is timed: an op whose switch changed no code
@@ -277,7 +276,6 @@ class Settings:
     rounds_budget_s: float | None = None  # --ab-rounds-budget: device seconds after which no op adds a round
     energy_target_pct: float = DEFAULT_ENERGY_TARGET_PCT  # --ab-energy-target: wider energy intervals add rounds
     regime: str = DEFAULT_REGIME  # --ab-regime: burst | steady | both (core/regimes.py)
-    gpu_state: bool = True  # read NVML at each timed window's edges (its cost, at most 0.06%, is measured)
     switch_env_a: dict[str, str] | None = None  # --ab-switch-env-a: side A's environment replacing the campaign's
     history: Path | None = None  # --ab-history: the history file the session's end records into (None: off)
     history_label: str = ""  # --ab-history-label: a word kept with the run (a bisection's step)
@@ -314,18 +312,17 @@ class Settings:
         """Every deadline of a cell (``core.budget``), from --cell-timeout."""
         return CellBudget.from_cell_timeout(self.cell_timeout_s)
 
-    def ir_level_for(self, op_levels: Collection[str], side_level: str | None = None) -> str:
+    def ir_level_for(self, op_levels: Collection[str]) -> str:
         """The shape set IR capture compiles for an op with shapes at ``op_levels``.
 
-        A level asked for (the side's campaign option, then --ab-level) is used
+        A level asked for (--ab-level) is used
         as given.  Otherwise IR triage (--ab-ir-only) compiles the GPU's default,
         IR_LEVEL, where the op has it: compiling executes nothing, and the smoke
         shapes may not reach the tile sizes where a switch changes code.  A timed
         run, and an op without IR_LEVEL shapes, compiles the level its cells time.
         """
-        asked = side_level or self.given_level
-        if asked:
-            return asked
+        if self.given_level:
+            return self.given_level
         if not self.ir_only:
             # A timed interpreter run's gate compiles what it times: core compiles of some ops take minutes
             # on a laptop (topk's side B), and interpreter timings say nothing about the GPU anyway.
@@ -350,17 +347,10 @@ class Settings:
             return gpu_target
         return self.ir_target if self.gate_first else None
 
-    def ir_basis(self, op_levels: Collection[str], side_levels: Mapping[str, str | None]) -> str:
-        """What round 1's IR capture compiled, as the gate's line says it: ``core for cuda:90``, ``core on the GPU``.
-
-        ``side_levels``: each side's own ``level`` option (None where it has none).
-        """
+    def ir_basis(self, op_levels: Collection[str]) -> str:
+        """What round 1's IR capture compiled, as the gate's line says it: ``core for cuda:90``, ``core on the GPU``."""
         target = self.ir_target_for(1)
-        levels = {side: self.ir_level_for(op_levels, level) if target else level or self.level
-                  for side, level in side_levels.items()}
-        text = (next(iter(levels.values())) if len(set(levels.values())) == 1
-                else ", ".join(f"{level} ({side})" for side, level in levels.items()))
-        return f"{text} for {target}" if target else f"{text} on the GPU"
+        return f"{self.ir_level_for(op_levels)} for {target}" if target else f"{self.level} on the GPU"
 
 
 def default_level(backend: str) -> str:

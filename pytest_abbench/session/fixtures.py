@@ -164,10 +164,8 @@ def abbench_ir_gate(abbench_cell: Cell, request: pytest.FixtureRequest) -> Itera
     folders = {side: session.root.layout.cell(CellKey(1, key.op, side)) for side in SIDES}
     if key.op in session.gates or not all(run_log(f).exists() for f in folders.values()):
         return  # decided already, or the other side has not run yet (or was deselected)
-    switch = cell.campaign.switch
-    basis = session.settings.ir_basis(cell.campaign.op(key.op).shapes,
-                                      {side: switch.options(side).get("level") for side in SIDES})
-    decision = irgate.decide(key.op, ir_dir(folders["A"]), ir_dir(folders["B"]), basis, switch.variants())
+    basis = session.settings.ir_basis(cell.campaign.op(key.op).shapes)
+    decision = irgate.decide(key.op, ir_dir(folders["A"]), ir_dir(folders["B"]), basis, cell.campaign.switch.variants())
     irgate.save_decision(session.root.path, decision)
     session.gates[key.op] = decision
     request.node.user_properties.append((GATE_PROPERTY, json.dumps(decision.to_json())))
@@ -191,11 +189,9 @@ def _decide_before_round_1(cell: Cell, request: pytest.FixtureRequest) -> float:
     folders = runner.precompile_ir.get(key.op)
     if folders is None:
         return 0.0  # no precompile ran, or a job failed: round 1 decides
-    switch = cell.campaign.switch
-    basis = session.settings.ir_basis(cell.campaign.op(key.op).shapes,
-                                      {side: switch.options(side).get("level") for side in SIDES})
+    basis = session.settings.ir_basis(cell.campaign.op(key.op).shapes)
     decision = irgate.decide(key.op, folders[0], folders[1], f"{basis}, the precompile's IR before round 1",
-                             switch.variants())
+                             cell.campaign.switch.variants())
     if decision.state != "no_diff":
         return 0.0
     irgate.save_decision(session.root.path, decision)

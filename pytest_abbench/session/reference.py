@@ -123,7 +123,7 @@ def reference_env(session: AbbenchSession, campaign: Campaign, op: str) -> dict[
     for name in set(campaign.switch.env_a) | set(campaign.switch.env_b):
         env.pop(name, None)
     tuner = layout.reference_tuner_cache(op)
-    if session.runner().tuner_cache(campaign, "A") == "per-cell":
+    if session.settings.tuner_cache == "per-cell":
         tunercache.seed_from_record(layout.root, op, tuner, side="B")
         env[envnames.FLAGGEMS_CACHE_DIR] = str(tuner)
     return env

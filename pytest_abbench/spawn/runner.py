@@ -209,10 +209,6 @@ class CellRunner:
         """The fork server a side's cells are forked from (``forkserver.server_key``)."""
         return self._server_key(*self._server_args(campaign, side), campaign.server_imports)
 
-    def tuner_cache(self, campaign: Campaign, side: str) -> str:
-        """The side's tuner cache as the identity names it (caliber axis ``tuner_cache``)."""
-        return str(campaign.switch.options(side).get("tuner_cache") or self.settings.tuner_cache)
-
     def env(self, campaign: Campaign, key: CellKey, cell_dir: Path) -> dict[str, str]:
         """The child's environment, as an explicit merge (README "Cell environment").
 
@@ -231,7 +227,7 @@ class CellRunner:
         env.update(switch.env(key.side))
         env.pop(envnames.TRITON_CACHE_DIR, None)  # set below, from everything else
         # Library tuners (FlagGems' LibTuner): a cache of the cell's own, or the one shared folder asked for.
-        tuner_cache = self.tuner_cache(campaign, key.side)
+        tuner_cache = self.settings.tuner_cache
         shared = tuner_cache.removeprefix("shared:") if tuner_cache.startswith("shared:") else None
         env[envnames.FLAGGEMS_CACHE_DIR] = shared or str(cell_dir / tunercache.CELL_CACHE_DIR)
         env = campaign_env(env, self.settings.backend == "interpreter" and not self.settings.ir_only,
@@ -252,34 +248,29 @@ class CellRunner:
                                          campaign.switch.env(side), env)
 
     def config(self, campaign: Campaign, key: CellKey, cell_dir: Path) -> CellConfig:
-        """What the child is told; a side's campaign options (``Switch.options_a/b``) win over the session's."""
+        """What the child is told."""
         s = self.settings
-        side_opts = campaign.switch.options(key.side)
         ir_target = s.ir_target_for(key.round)
-        level = side_opts.get("level") or s.level
         op_shapes = campaign.op(key.op).shapes
-        ir_level = s.ir_level_for(op_shapes, side_opts.get("level")) if ir_target else None
+        ir_level = s.ir_level_for(op_shapes) if ir_target else None
         shares = 1
         side_mode = side_record_mode_for(key.round, key.role)
         if s.ir_only:
             # An IR-only cell compiles its shapes in parallel, one share each: the op's cells run one after
             # another, so one cell may use every core of this worker.  A level the op lacks: the child says so.
-            shares = max(1, min(len(op_shapes.get(ir_level or level) or ()), worker_share()))
+            shares = max(1, min(len(op_shapes.get(ir_level or s.level) or ()), worker_share()))
         return CellConfig(
             campaign=campaign.path, campaign_module=campaign.module.__name__, op=key.op, round_no=key.round, side=key.side, role=key.role, out=cell_dir,
-            backend=s.backend, timer=side_opts.get("timer") or s.timer, level=level,
-            samples=int(side_opts.get("samples") or s.samples),
-            direct_rep=int(side_opts.get("direct_rep") or s.direct_rep_ms),
-            direct_warmup=int(side_opts.get("direct_warmup") or s.direct_warmup_ms),
+            backend=s.backend, timer=s.timer, level=s.level, samples=s.samples, direct_rep=s.direct_rep_ms,
+            direct_warmup=s.direct_warmup_ms,
             autotune_mode=autotune_mode_for(key.round, key.role), autotune_file=self.layout.autotune_record(key.op),
             autotune_seed_file=self.autotune_seed(campaign, key, cell_dir),
             autotune_screen=s.autotune_screen_ms,
             autotune_side_mode=side_mode, tuner_seed_base=self.tuner_seed_base(campaign, key, side_mode),
             autotune_side_file=self.layout.autotune_side_record(key.op, key.side) if side_mode else None,
             output_record=self.layout.output_record(key.op, key.side),
-            switch=campaign.switch.describe(), tuner_cache=self.tuner_cache(campaign, key.side), ir_target=ir_target,
-            ir_only=s.ir_only, layout_shift=s.layout_shift,
-            ir_level=ir_level, shares=shares, spawn=s.spawn, regime=s.regime, edges_unread=not s.gpu_state,
+            switch=campaign.switch.describe(), tuner_cache=self.settings.tuner_cache, ir_target=ir_target,
+            ir_only=s.ir_only, ir_level=ir_level, shares=shares, spawn=s.spawn, regime=s.regime,
             adapter=campaign.adapter, skip_shapes=skip_shapes_arg(self.failed_alike(key)),
         )
 
@@ -289,8 +280,7 @@ class CellRunner:
         failed = self.failed_alike(key)
         if not failed:
             return None
-        level = campaign.switch.options(key.side).get("level") or self.settings.level
-        ids = [shape.id for shape in campaign.op(key.op).shapes_for(level)]
+        ids = [shape.id for shape in campaign.op(key.op).shapes_for(self.settings.level)]
         if not set(ids) <= set(failed):
             return None
         return (f"{ALL_FAILED}: every shape of {key.op} ({', '.join(ids)}) failed alike on both sides in round 1; "
@@ -351,7 +341,7 @@ class CellRunner:
     def tuner_seed_base(self, campaign: Campaign, key: CellKey, side_mode: str | None) -> str | None:
         """For a cell whose library tuner starts from its side's record: the op's record that one grew from
         (content hash, "fresh": none), which side A's cells start from.  None for any other cell."""
-        if side_mode != "replay" or self.tuner_cache(campaign, key.side) != "per-cell":
+        if side_mode != "replay" or self.settings.tuner_cache != "per-cell":
             return None
         root = self.layout.root
         if tunercache.seed_source(root, key.op, key.side) == tunercache.record_dir(root, key.op):
@@ -531,7 +521,7 @@ class CellRunner:
         self.precompile(campaign, key, log_path)
         spent = self.precompile_spent.pop(key.op, None)
         precompile_s = spent.seconds if spent is not None else 0.0
-        per_cell_tuner = self.tuner_cache(campaign, key.side) == "per-cell"
+        per_cell_tuner = self.settings.tuner_cache == "per-cell"
         records_tuning = autotune_mode_for(key.round, key.role) == "record"
         side_mode = side_record_mode_for(key.round, key.role)
         if per_cell_tuner and not records_tuning:
