@@ -56,6 +56,10 @@ def test_added_and_missing_kernels_are_named_not_matched() -> None:
     assert "softmax: A 20.0 us (95%), B 15.0 us (88%), -25.0%" in text
 
 
+def test_a_shape_whose_pass_saw_no_kernel_says_so() -> None:
+    assert render(match([], []), "n=1") == ["kernels of n=1: the profiling pass saw no kernel launch on either side"]
+
+
 def test_a_launch_record_names_its_bad_field() -> None:
     with pytest.raises(ValueError, match="kernels.json shape n=1: a kernel launch needs name, us"):
         Launch.from_json({"name": "k", "grid": [1]}, "kernels.json shape n=1")

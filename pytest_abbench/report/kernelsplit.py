@@ -157,6 +157,8 @@ def _gap(kernel_sum_us: float, call_us: float | None) -> float | None:
 
 def render(split: Split, shape: str) -> list[str]:
     """The split as report lines: one per kernel, then the sums against the cells' time per call."""
+    if not split.rows:
+        return [f"kernels of {shape}: the profiling pass saw no kernel launch on either side"]
     lines = [f"kernels of {shape} (one call, launch order; shares of each side's kernel time):"]
     for row in split.rows:
         a = f"{row.a_us:.1f} us ({row.share_a_pct:.0f}%)" if row.a_us is not None and row.share_a_pct is not None \
