@@ -510,10 +510,9 @@ def _margin_unsettled(s: ShapeReport, margin_pct: float) -> str:
 def _energy_unsettled(rep: OpReport, target_pct: float | None) -> list[str]:
     """The shapes with a settled verdict whose energy per call interval is wider than ``target_pct``
     (``shape (energy per call +-9.9%)``): under --ab-rounds auto they add rounds too."""
-    held = {entry.partition(" (")[0] for entry in rep.unsettled}
     return [f"{s.shape} (energy per call +-{sequential.half_width(s.energy_ci_pct):.1f}% > +-{target_pct:g}%)"
-            for s in rep.shapes if s.shape not in held and s.energy_ci_pct is not None
-            and not sequential.energy_settled(s.energy_ci_pct, target_pct)]
+            for s in rep.shapes if sequential.shape_settled(s.verdict, s.ci90_pct, s.margin_pct)
+            and s.energy_ci_pct is not None and not sequential.energy_settled(s.energy_ci_pct, target_pct)]
 
 
 def carried_source(path: str) -> str:
