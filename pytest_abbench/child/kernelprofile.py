@@ -13,11 +13,11 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections import Counter
 from pathlib import Path
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable
 
 from pytest_abbench.core.fileio import append_jsonl
+from pytest_abbench.core.kernellaunch import Launch, average_common
 from pytest_abbench.core.layout import KERNELS_FILE
 
 CALLS = 5  # calls profiled per shape: enough to average out one slow launch, few enough to cost milliseconds
@@ -25,17 +25,6 @@ _CALL = "abbench_call_"  # the record_function names of the profiled calls
 
 
 LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")  # the trace's categories of a CPU-side launch
-
-
-class Launch(NamedTuple):
-    """One kernel launch of one call (``report/kernelsplit.Launch`` reads the record back)."""
-
-    name: str
-    grid: tuple[int, ...] | None
-    us: float
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "grid": list(self.grid) if self.grid is not None else None, "us": self.us}
 
 
 def profile_calls(run: Callable[[], Any], calls: int = CALLS) -> tuple[list[Launch], str]:
@@ -84,12 +73,9 @@ def per_call(events: list[dict[str, Any]], calls: int) -> tuple[list[Launch], st
         by_call[call].append((float(e["ts"]), Launch(str(e["name"]), tuple(int(g) for g in grid) if grid else None,
                                                      float(e.get("dur", 0.0)))))
     sequences = {c: [launch for _, launch in sorted(found, key=lambda item: item[0])] for c, found in by_call.items()}
-    common, count = Counter(tuple(k.name for k in seq) for seq in sequences.values()).most_common(1)[0]
-    kept = [seq for seq in sequences.values() if tuple(k.name for k in seq) == common]
+    averaged, count = average_common(list(sequences.values()))
     note = "" if count == calls else (f"{calls - count} of {calls} profiled calls launched other kernels; averaged "
                                       f"over the {count} that launched the most common sequence")
-    averaged = [Launch(first.name, first.grid, sum(seq[i].us for seq in kept) / len(kept))
-                for i, first in enumerate(kept[0])]
     return averaged, note
 
 

@@ -16,36 +16,15 @@ outside the kernels (launch gaps, host work under a direct timer) or missed.
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
 from pytest_abbench.core.fileio import CorruptFileError, numbered_jsonl
+from pytest_abbench.core.kernellaunch import Launch, average_common
 from pytest_abbench.core.layout import KERNELS_FILE
 
 MATCHED, RENAMED, ADDED, MISSING = "matched", "renamed", "added", "missing"
-
-
-@dataclass(frozen=True)
-class Launch:
-    """One kernel launch of one call: its name, grid (None where the profiler did not say) and device time."""
-
-    name: str
-    grid: tuple[int, ...] | None
-    us: float
-
-    @staticmethod
-    def from_json(data: Any, where: str) -> "Launch":
-        try:
-            grid = data.get("grid")
-            return Launch(str(data["name"]), tuple(int(g) for g in grid) if grid is not None else None,
-                          float(data["us"]))
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise ValueError(f"{where}: a kernel launch needs name, us and an optional grid: {exc!r}") from None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "grid": list(self.grid) if self.grid is not None else None, "us": self.us}
 
 
 @dataclass
@@ -190,13 +169,7 @@ def _side_launches(cell_dirs: Sequence[Path], notes: list[str]) -> dict[str, lis
                 rounds.setdefault(str(record.get("shape")), []).append(launches)
         except (CorruptFileError, ValueError) as exc:
             notes.append(f"kernel split: {exc}")
-    out: dict[str, list[Launch]] = {}
-    for shape, lists in rounds.items():
-        names = Counter(tuple(k.name for k in launches) for launches in lists).most_common(1)[0][0]
-        kept = [launches for launches in lists if tuple(k.name for k in launches) == names]
-        out[shape] = [Launch(k.name, k.grid, sum(launches[i].us for launches in kept) / len(kept))
-                      for i, k in enumerate(kept[0])]
-    return out
+    return {shape: average_common(lists)[0] for shape, lists in rounds.items()}
 
 
 def op_splits(a_dirs: Sequence[Path], b_dirs: Sequence[Path], call_ms: dict[str, tuple[float, float]]
