@@ -339,16 +339,12 @@ def _compile_on_warmup() -> None:
         return
     _note_pristine_values()
     original = InterpretedFunction.run
-    compilable: dict[Any, Any] = {}
 
     def run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
         if not warmup:
             return original(self, *args, grid=grid, warmup=warmup, **kwargs)
-        jit = compilable.get(self.fn)
-        if jit is None:
-            jit = compilable[self.fn] = JITFunction(self.fn)
         with _compilable_helpers(self.fn):
-            return jit.run(*args, grid=grid, warmup=True, **kwargs)
+            return _compiled_twin(self, JITFunction).run(*args, grid=grid, warmup=True, **kwargs)
 
     setattr(run, "compiles_on_warmup", True)
     setattr(InterpretedFunction, "run", run)
