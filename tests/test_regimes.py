@@ -201,6 +201,11 @@ def test_a_steady_span_around_the_windows_gives_their_power_and_energy_per_call_
     assert 2 * 0.0034 / 2 <= span.edge_error_s <= 2 * 2 * 0.0034 / 2 + 1e-9
     # The kernel ran on from the windows into the span, and the span's queued replays are waited for at its end.
     assert kernel.fed > 0 and not kernel.queued
+    # Where the shape's time went: the settling, ten 31 ms windows, then the wait for the counter's update.
+    spent = timing.spent_s
+    assert set(spent) == {"settle", "windows", "energy_span"}
+    assert spent["settle"] >= regimes.STEADY_MIN_S and spent["windows"] == pytest.approx(10 * 0.031, abs=0.01)
+    assert 0 < spent["energy_span"] <= regimes.ENERGY_SPAN_MIN_S + regimes.ENERGY_SPAN_WAIT_S
     rec = ShapeResult("s", "ok", median_ms=0.0554, windows=timing.windows, energy_span=span)
     assert energy_per_call_j(timing.windows) is None  # the windows alone: withheld
     pooled = shape_energy(ShapeResult.from_json(Fields("t", json.loads(json.dumps(rec.to_json())))))

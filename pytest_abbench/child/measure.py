@@ -254,6 +254,7 @@ def measure_shapes(config: CellConfig, op: Op, shapes: Sequence[Shape], results:
             phases["build_s"] += t1 - t0
             phases["first_call_s"] += t2 - t1
             phases["check_s"] += t3 - t2
+            shared = {"inputs": t1 - t0, "first_call": t2 - t1, "check": t3 - t2}  # in the first regime's record
             if problem is not None:
                 log(f"[abbench] shape {shape.id}: WRONG RESULT: {problem}")
                 append_result(results, dataclasses.replace(base, status="wrong", error=problem))
@@ -264,13 +265,16 @@ def measure_shapes(config: CellConfig, op: Op, shapes: Sequence[Shape], results:
                                                                                     config.direct_rep)
                 timer = prepare_with_fallback(case.run, config.timer, window_ms, config.direct_warmup, config.op,
                                               shape.id, log)
+                prepared = time.perf_counter()
                 timing = run_regime(regime, timer, gpu, config.samples, cpu=device == "cpu")
                 phases["timing_s"] += time.perf_counter() - started
-                record_timing(results, base, timing)
-            if device == "cuda" and os.environ.get(envnames.ABBENCH_KERNEL_SPLIT) == "1":
-                started = time.perf_counter()  # after the windows: the profiler never runs inside one
-                kernelprofile.record_shape(results.parent, shape.id, case.run, log)
-                phases["check_s"] += time.perf_counter() - started
+                if device == "cuda" and os.environ.get(envnames.ABBENCH_KERNEL_SPLIT) == "1" and regime == todo[-1]:
+                    profiled = time.perf_counter()  # after the windows: the profiler never runs inside one
+                    kernelprofile.record_shape(results.parent, shape.id, case.run, log)
+                    timing.spent_s["profile"] = time.perf_counter() - profiled
+                    phases["check_s"] += timing.spent_s["profile"]
+                record_timing(results, base, timing, {**shared, "capture": prepared - started, **timing.spent_s})
+                shared = {}
         except CapturePoisoned as exc:
             append_result(results, dataclasses.replace(base, status="poisoned", timer="cudagraph", error=exc.reason,
                                                        regime=regime))
@@ -300,15 +304,16 @@ def shape_work(op: Op, shape: Shape) -> dict[str, Any]:
     return op.work(shape).to_json()
 
 
-def record_timing(results: Path, base: ShapeResult, timing: RegimeTiming) -> None:
-    """One regime's record of a timed shape, and its run.log line."""
+def record_timing(results: Path, base: ShapeResult, timing: RegimeTiming, spent_s: dict[str, float]) -> None:
+    """One regime's record of a timed shape (``spent_s``: where its time went), and its run.log line."""
     samples = sorted(timing.samples_ms)
     median = samples[len(samples) // 2] if samples else None
     conditions = Counter(w.condition for w in timing.windows)
     append_result(results, dataclasses.replace(base, status="ok", timer=timing.timer, samples_ms=timing.samples_ms,
                                                median_ms=median, n=len(samples), marker=timing.marker,
                                                regime=timing.regime, windows=timing.windows,
-                                               energy_span=timing.energy_span))
+                                               energy_span=timing.energy_span,
+                                               spent_s={k: round(v, 4) for k, v in spent_s.items()}))
     shown = "-" if median is None else f"{median:.4f}"
     log(f"[abbench] shape {base.shape}: {shown} ms ({timing.timer}, {timing.regime}, n={len(samples)}; windows "
         + ", ".join(f"{n} {c}" for c, n in conditions.items()) + ")")

@@ -38,6 +38,7 @@ class RegimeTiming:
     windows: list[TimedWindow] = field(default_factory=list)
     marker: str | None = None
     energy_span: EnergySpan | None = None  # steady with a queueing timer: the counter around the windows
+    spent_s: dict[str, float] = field(default_factory=dict)  # settle, windows, energy_span (core/results.py)
 
 
 @dataclass
@@ -450,18 +451,28 @@ def run_regime(regime: str, timer: Windows, sampler: GpuSampler, count: int, cpu
         out.samples_ms.extend(ms for samples, _ in windows for ms in samples)
         return [(samples, calls, state) for (samples, calls), state in zip(windows, states, strict=True)]
 
+    spent = out.spent_s
     if regime == regimes.BURST:
         max_clock = sampler.max_sm_clock_mhz()
+        spent.update(settle=0.0, windows=0.0)
         for _ in range(count):
+            began = pace.clock()
             condition, waited, detail = wait_for_boost(sampler, max_clock, pace)
+            gap_ended = pace.clock()
             # A GPU's clock ramps up from idle in an untimed run right before the window, not inside it.
             [(samples, calls, state)] = timed(1, 0.0 if cpu else regimes.BURST_WARM_S)
             out.windows.append(TimedWindow(condition, waited, calls, len(samples), state, detail))
+            spent["settle"] += gap_ended - began
+            spent["windows"] += pace.clock() - gap_ended
         return out
+    began = pace.clock()
     settling = settle(timer, sampler, cpu, pace)
     windows_began = pace.clock()
+    spent["settle"] = windows_began - began
     spans = bool(settling.counter)
-    for index, (samples, calls, state) in enumerate(timed(count, 0.0)):
+    timed_windows = timed(count, 0.0)
+    spent["windows"] = pace.clock() - windows_began
+    for index, (samples, calls, state) in enumerate(timed_windows):
         window = TimedWindow(settling.condition, settling.waited_s if index == 0 else 0.0, calls, len(samples), state,
                              settling.detail)
         if settling.condition == regimes.MET and not still_settled(settling, state):
@@ -473,8 +484,10 @@ def run_regime(regime: str, timer: Windows, sampler: GpuSampler, count: int, cpu
                              f"{after.sm_clock_mhz if after is not None else 0:.0f} MHz{left}")
         out.windows.append(window)
     if spans:
+        windows_ended = pace.clock()
         try:
             out.energy_span = energy_span(timer, sampler, pace, settling.counter, windows_began)
         finally:
             timer.drain()  # the next shape's inputs may take the memory the queued replays still read
+            spent["energy_span"] = pace.clock() - windows_ended
     return out

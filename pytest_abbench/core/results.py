@@ -242,6 +242,12 @@ def energy_per_call_j(windows: list[TimedWindow]) -> float | None:
     return None if pooled is None else pooled.per_call_j()
 
 
+# The parts of a cell's time on one shape (``ShapeResult.spent_s``): building its inputs, the first call (compiling
+# and autotuning), checking its output, preparing the timer (a graph capture), the settling or the idle gaps before
+# the windows, the timed windows, the energy counter's wait after them, the kernel split's profiling pass.
+SPENT_PARTS = ("inputs", "first_call", "check", "capture", "settle", "windows", "energy_span", "profile")
+
+
 @dataclass
 class ShapeResult:
     """One shape of one cell: timed (``ok``, with its samples) or failed (``wrong``, ``error``, ``poisoned``)."""
@@ -261,6 +267,9 @@ class ShapeResult:
     windows: list[TimedWindow] = field(default_factory=list)  # each timed window (records with a regime)
     work: dict[str, Any] = field(default_factory=dict)  # per call, as the campaign declares it: flops, bytes, dtype
     energy_span: EnergySpan | None = None  # steady, a queueing timer and the energy counter: around the windows
+    # Where the cell's time on this shape went, in seconds per part (``SPENT_PARTS``); the shape's inputs, first
+    # call and check are in its first regime's record only.
+    spent_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -280,6 +289,8 @@ class ShapeResult:
             out["work"] = self.work
         if self.energy_span is not None:
             out["energy_span"] = self.energy_span.to_json()
+        if self.spent_s:
+            out["spent_s"] = self.spent_s
         return out
 
     @classmethod
