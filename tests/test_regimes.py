@@ -452,24 +452,33 @@ def test_steady_does_not_wait_for_nvmls_power_average_while_the_kernel_runs_at_b
     # topk on the H200: 1980 MHz throughout, no holding reason, while NVML's power figure (an average over up to a
     # second) climbs for over a second and the energy counter already reads the kernel's flat draw.
     climbing = (lambda t: (1980.0, 150.0 + 200.0 * min(t, 1.5), [], counter(450.0, update_s=0.1)(t)))
-    clock = FakeClock()
-    timing = run_regime(regimes.STEADY, StandInKernel(clock, window_s=0.1), StandInGpu(clock, climbing), count=2,
-                        cpu=False, pace=clock)
-    first = timing.windows[0]
-    # Two power spans, from update to update of a counter read every chunk: one update past STEADY_MIN_S at most.
-    assert first.condition == regimes.MET and regimes.STEADY_MIN_S <= first.waited_s <= regimes.STEADY_MIN_S + 0.1
-    assert first.detail == (f"settled at 1980 MHz (at boost, no holding reason) after {first.waited_s:g} s: "
-                            f"450 W (energy counter), 50 C")
-    # At boost is no shortcut past the counter: a draw that still climbs (here with the average) is waited for, with a
-    # holding reason named or not, with the maximum clock known or not.
+    two_spans = 2 * regimes.STEADY_POWER_SPAN_S + 2 * regimes.STEADY_CHUNK_MS / 1e3
+    for limit in (None, 700.0):
+        clock = FakeClock()
+        timing = run_regime(regimes.STEADY, StandInKernel(clock, window_s=0.1),
+                            StandInGpu(clock, climbing, power_limit=limit), count=2, cpu=False, pace=clock)
+        first = timing.windows[0]
+        assert first.condition == regimes.MET, first.detail
+        assert first.detail == (f"settled at 1980 MHz (at boost, no holding reason) after {first.waited_s:g} s: "
+                                f"450 W (energy counter), 50 C")
+        if limit is None:  # the limit unknown: the clock's freedom from the cap is not shown, so two power spans
+            assert two_spans <= first.waited_s <= two_spans + 0.1
+        else:  # below a known limit: the K readings, and the counter over one update period after the first one
+            assert regimes.STEADY_MIN_S <= first.waited_s <= regimes.STEADY_MIN_S + 0.1
+    # A draw that still climbs (here with the average) is not waited for while the clock is free of it (at boost, no
+    # holding reason, below the limit); with a holding reason named, or the maximum clock unknown, it is.
     for reasons, max_clock in (([], 1980.0), (["sw_power_cap"], 1980.0), ([], None)):
         clock = FakeClock()
         gpu = StandInGpu(clock, lambda t: (1980.0, 150.0 + 200.0 * min(t, 1.5), reasons,
                                            1e3 * (150 * min(t, 1.5) + 100 * min(t, 1.5) ** 2 + 450 * max(0, t - 1.5))),
-                         max_clock)
+                         max_clock, power_limit=700.0)
         first = run_regime(regimes.STEADY, StandInKernel(clock, window_s=0.1), gpu, count=1, cpu=False,
                            pace=clock).windows[0]
-        assert first.condition == regimes.MET and first.waited_s >= 1.5, (reasons, max_clock, first.detail)
+        assert first.condition == regimes.MET, (reasons, max_clock, first.detail)
+        if reasons or max_clock is None:
+            assert first.waited_s >= 1.5, (reasons, max_clock, first.detail)
+        else:
+            assert first.waited_s <= regimes.STEADY_MIN_S + 0.1, first.detail
     # Without the counter NVML's average decides, and a clock below boost (a power-capped mm at 1508 MHz, no reason
     # decoded) is no shortcut past it.
     below = [GpuReading(1508.0, None, 300.0 + 50.0 * i, None, None, 0, []) for i in range(regimes.STEADY_LAST_K)]

@@ -74,11 +74,12 @@ def test_the_command_line_replays_a_file_and_names_a_bad_constant(
                           "--set", "STEADY_TEMP_SLOPE_C_S=5"], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert "; STEADY_TEMP_SLOPE_C_S=5" in run.stdout and "-- stand-in: 1 of 1 settled, mean" in run.stdout
-    # A span set for the whole regime carries to the constants derived from it, as core/regimes.py derives them.
-    run = subprocess.run([sys.executable, str(SCRIPT), str(path),
-                          "--set", "STEADY_POWER_SPAN_S=0.5"], capture_output=True, text=True, timeout=120)
+    # A constant set for the whole regime carries to the constants derived from it, as core/regimes.py derives them.
+    run = subprocess.run([sys.executable, str(SCRIPT), str(path), "--set", "STEADY_POWER_SPAN_S=0.5",
+                          "--set", "STEADY_LAST_K=6"], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0 and run.stdout.splitlines()[0].endswith(
-        "; STEADY_CAP_POWER_SPAN_S=0.5, STEADY_MIN_S=1.1, STEADY_POWER_SPAN_S=0.5"), run.stdout + run.stderr
+        "; STEADY_CAP_POWER_SPAN_S=0.5, STEADY_LAST_K=6, STEADY_MIN_S=0.3, STEADY_POWER_SPAN_S=0.5"), \
+        run.stdout + run.stderr
     for bad, said in (("NO_SUCH=1", "NO_SUCH is not a numeric constant"), ("STEADY_MIN_S=x", "'x' is not a number"),
                       ("STEADY_LAST_K=5.7", "STEADY_LAST_K is a whole number")):
         run = subprocess.run([sys.executable, str(SCRIPT), str(path), "--set", bad],

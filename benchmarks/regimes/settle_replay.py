@@ -5,7 +5,8 @@ the energy counter's polls), running on past the rule's answer for ``--hold`` se
 readings, as they arrived, to ``child/regime.py``'s ``judge``, as ``settle`` does (a judgement per reading from
 ``STEADY_MIN_S``), and prints per trace when the rule would have settled, its detail, and how far the settled
 clock lies from the median clock of the recorded second after it (a rule that settles on an unrepresentative
-moment shows there).  ``--set NAME=VALUE`` changes a ``core/regimes.py`` constant for the replay, to try a rule
+moment shows there), and how far the energy counter's power over the half second after it (what the windows
+would draw) lies from its power over the recording's last half second (what the card converged to).  ``--set NAME=VALUE`` changes a ``core/regimes.py`` constant for the replay, to try a rule
 on the card's own readings before running it on the card.
 
     python benchmarks/regimes/settle_replay.py settle.jsonl
@@ -28,6 +29,7 @@ from pytest_abbench.core.fileio import Fields
 from pytest_abbench.core.results import GpuReading
 
 AFTER_S = 1.0  # the recorded stretch after settling whose median clock the settled clock is held against
+WINDOWS_S = 0.5  # the stretch after settling whose counter power is held against the recording's last one
 
 
 @dataclass
@@ -91,6 +93,7 @@ class Replayed:
     settled_s: float | None
     detail: str
     clock_vs_after_pct: float | None
+    power_vs_end_pct: float | None = None
 
 
 def replay(trace: Trace) -> Replayed:
@@ -110,11 +113,23 @@ def replay(trace: Trace) -> Replayed:
             off = (None if seen.clock_mhz is None or not after
                    else 100.0 * (seen.clock_mhz / statistics.median(after) - 1.0))
             how = "at the cap" if seen.at_cap else "below the cap"
-            return Replayed(round(elapsed, 3), f"{seen.clock_mhz or 0:.0f} MHz {how}", off)
+            windows = counter_power(trace, at, at + WINDOWS_S)
+            end = counter_power(trace, trace.times[-1] - WINDOWS_S, trace.times[-1])
+            power = None if windows is None or not end else 100.0 * (windows / end - 1.0)
+            return Replayed(round(elapsed, 3), f"{seen.clock_mhz or 0:.0f} MHz {how}", off, power)
         last_unsettled = "; ".join(seen.unsettled) or "no reading"
         if elapsed >= regimes.STEADY_MAX_S:
             return Replayed(None, f"not settled within STEADY_MAX_S: {last_unsettled}", None)
     return Replayed(None, f"not settled in the recording: {last_unsettled}", None)
+
+
+def counter_power(trace: Trace, after: float, until: float) -> float | None:
+    """The counter's power (W) from its first update after ``after`` to its last before ``until``; None without
+    two."""
+    marks = [m for m in regime.counter_updates(trace.counter) if after <= m.at <= until]
+    if len(marks) < 2:
+        return None
+    return (marks[-1].energy_mj - marks[0].energy_mj) / 1e3 / (marks[-1].at - marks[0].at)
 
 
 def apply_overrides(overrides: Sequence[str]) -> list[str]:
@@ -159,6 +174,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         out = replay(trace)
         by_kernel.setdefault(trace.kernel, []).append(out.settled_s)
         off = "" if out.clock_vs_after_pct is None else f", {out.clock_vs_after_pct:+.1f}% from the next second's clock"
+        if out.power_vs_end_pct is not None:
+            off += f", power over the next {WINDOWS_S:g} s {out.power_vs_end_pct:+.1f}% from the last {WINDOWS_S:g} s"
         when = "-" if out.settled_s is None else f"{out.settled_s:.2f} s"
         print(f"{trace.kernel} #{trace.repeat}: {when}: {out.detail}{off}")
     for kernel, took in by_kernel.items():

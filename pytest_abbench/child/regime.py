@@ -180,6 +180,15 @@ def counter_power_spans(points: Sequence[tuple[float, float, float | None]], spa
             (end.energy_mj - mid.energy_mj) / 1e3 / (end.at - mid.at))
 
 
+def counter_power_since(points: Sequence[tuple[float, float, float | None]], since: float) -> float | None:
+    """The energy counter's power (W) from its first update at or after ``since`` to its last one; None where the
+    two are less than ``STEADY_BOOST_POWER_SPAN_S`` apart (one update period: a figure needs two updates)."""
+    marks = [m for m in counter_updates(points) if m.at >= since]
+    if len(marks) < 2 or marks[-1].at - marks[0].at < regimes.STEADY_BOOST_POWER_SPAN_S - 1e-6:
+        return None
+    return (marks[-1].energy_mj - marks[0].energy_mj) / 1e3 / (marks[-1].at - marks[0].at)
+
+
 def temperature_slope(readings: Sequence[GpuReading | None], times: Sequence[float], span_s: float | None = None
                       ) -> float | None:
     """The least-squares slope (C/s) of the temperatures read over the last ``span_s`` (default
@@ -267,12 +276,20 @@ def judge(readings: Sequence[GpuReading | None], max_clock: float | None = None,
             out.unsettled.append(f"drawing {out.counter_power_w:.0f} W (energy counter) of the {power_limit_w:.0f} W "
                                  "limit at boost: the power controller has not held the clock yet")
     # Power: the counter's where it gives one, else NVML's average (which a kernel at boost need not wait for).
-    if spans is not None:
+    # A kernel whose clock is free of its heat (at boost, no holding reason, below the limit) is not waited for
+    # until its power is flat over two spans: its time cannot follow the power, and what the power still does is
+    # small (on the H200 layer_norm's and softmax's counter power over 0.25-0.8 s lay within 2% of their power
+    # after 8 s, as close as over 0.6-1.2 s, where the two spans had settled them: docs/explanation/regimes.md).
+    if spans is None and (present[-1].energy_mj is not None or counter):
+        out.counter_power_w = counter_power_since(points, times[0])
+        if not clock_free_of_heat(last, max_clock, out.counter_power_w, power_limit_w):
+            out.counter_power_w = None
+            out.unsettled.append("the energy counter's updates do not cover two power spans yet")
+    elif spans is not None:
         before, recent = spans
-        if abs(recent - before) > regimes.STEADY_COUNTER_POWER_TOL * max(recent, before):
+        if abs(recent - before) > regimes.STEADY_COUNTER_POWER_TOL * max(recent, before) and not clock_free_of_heat(
+                last, max_clock, recent, power_limit_w):
             out.unsettled.append(f"power still moving {before:.0f} -> {recent:.0f} W (energy counter)")
-    elif present[-1].energy_mj is not None or counter:
-        out.unsettled.append("the energy counter's updates do not cover two power spans yet")
     elif all(p is not None for p in averaged) and not free_at_boost(last, max_clock):
         values = [float(p or 0.0) for p in averaged]
         if not _spread_ok(values, regimes.STEADY_POWER_TOL):

@@ -123,13 +123,15 @@ STEADY_TEMP_SLOPE_C_S = 0.5
 # second on the H200, so spans shorter than a swing agree only by chance (docs/evidence/h200-settle-trace.txt).
 # The power and temperature spans judged at the cap: the same as below it until a longer pair is chosen on
 # recorded readings (benchmarks/settle_trace.py --record, benchmarks/settle_replay.py --set) and run on the card.
-# STEADY_MIN_S: two power spans from the first update a reading can show (the second reading, two chunks in): what
-# the counter needs to call power flat.  (Before the counter decided, K readings in 0.25 s settled a kernel at boost.)
+# STEADY_MIN_S: the K readings every judgement needs.  A kernel whose clock is free of its heat (at boost, no
+# holding reason, the counter's power below the limit) settles there, its power read over one update period
+# (STEADY_BOOST_POWER_SPAN_S, from the first update after the first reading); any other waits for two power spans.
 # Each is derived from the constants above by this table, here at import and by settle_replay.py after a --set.
+STEADY_BOOST_POWER_SPAN_S = 0.08  # the counter's shortest update period on the H200 was 86-97 ms
 STEADY_DERIVED: dict[str, Callable[[], float]] = {
     "STEADY_CAP_POWER_SPAN_S": lambda: STEADY_POWER_SPAN_S,
     "STEADY_CAP_TEMP_SPAN_S": lambda: STEADY_TEMP_SPAN_S,
-    "STEADY_MIN_S": lambda: 2 * STEADY_POWER_SPAN_S + 2 * STEADY_CHUNK_MS / 1e3,
+    "STEADY_MIN_S": lambda: STEADY_LAST_K * STEADY_CHUNK_MS / 1e3,
 }
 STEADY_CAP_POWER_SPAN_S = STEADY_DERIVED["STEADY_CAP_POWER_SPAN_S"]()
 STEADY_CAP_TEMP_SPAN_S = STEADY_DERIVED["STEADY_CAP_TEMP_SPAN_S"]()
