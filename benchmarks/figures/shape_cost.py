@@ -1,7 +1,9 @@
 """Where a cell's time on each shape goes: per op and shape of a root, the median over its cells of each part of
 ``spent_s`` (inputs, first call, check, the timer's capture, the settling or burst gaps, the windows, the energy
 counter's wait, the profiling pass), then the parts summed over every shape of every cell and their shares.
-Several roots print one after another (two trees' runs of one campaign, side by side by eye).
+Several roots print one after another (two trees' runs of one campaign, side by side by eye).  A record from a tree
+before ``spent_s`` gets what its windows tell: the settling (the first steady window's wait, or the burst gaps)
+and the windows (calls times the median), the other parts blank.
 
     python benchmarks/figures/shape_cost.py ROOT [ROOT ...]
 """
@@ -13,7 +15,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from pytest_abbench.core.results import SPENT_PARTS, read_results
+from pytest_abbench.core import regimes
+from pytest_abbench.core.results import SPENT_PARTS, ShapeResult, read_results
 
 
 def shape_costs(root: Path) -> dict[tuple[str, str, str], list[dict[str, float]]]:
@@ -23,15 +26,24 @@ def shape_costs(root: Path) -> dict[tuple[str, str, str], list[dict[str, float]]
     for results in sorted(root.glob("r*_*/*/results.jsonl")):
         op = results.parts[-2]
         for rec in read_results(results):
-            if rec.spent_s:
-                out[(op, rec.shape, rec.regime or "-")].append(rec.spent_s)
+            spent = rec.spent_s or from_windows(rec)
+            if spent:
+                out[(op, rec.shape, rec.regime or "-")].append(spent)
     return out
+
+
+def from_windows(rec: ShapeResult) -> dict[str, float]:
+    """What an older record's windows say of its time: the waits before them and the calls they timed."""
+    if not rec.ok or not rec.windows or rec.median_ms is None:
+        return {}
+    waited = rec.windows[0].waited_s if rec.regime == regimes.STEADY else sum(w.waited_s for w in rec.windows)
+    return {"settle": waited, "windows": sum(w.calls for w in rec.windows) * rec.median_ms / 1e3}
 
 
 def table(root: Path) -> list[str]:
     costs = shape_costs(root)
     if not costs:
-        return [f"{root}: no record has spent_s (a tree before the per-shape cost record)"]
+        return [f"{root}: no timed record"]
     head = ["op", "shape", "regime", "cells"] + list(SPENT_PARTS) + ["total"]
     rows = [head]
     totals: dict[str, float] = defaultdict(float)
