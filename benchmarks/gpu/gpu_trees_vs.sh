@@ -21,7 +21,7 @@ case $CAMPAIGN in
   *) args=("campaigns/$CAMPAIGN.py") ;;
 esac
 [ -n "${ROUNDS:-}" ] && args+=(--ab-rounds "$ROUNDS")
-S=/tmp/trees-vs-$CAMPAIGN; rm -rf "$S"; mkdir -p "$S"
+S=/tmp/trees-vs-$CAMPAIGN; mkdir -p "$S"  # each run clears only its own folders: two calls can fill one $S
 log=$OUT/trees_vs_$CAMPAIGN.txt
 here=$PWD
 for which in ${RUNS:-base head}; do
@@ -30,6 +30,7 @@ for which in ${RUNS:-base head}; do
     head) ;;
     *) echo "RUNS: base, head or same, got $which" >&2; exit 2 ;;
   esac
+  rm -rf "$S/$which" "$S/$which-kernels" "$S/$which-triton" "$S/$which-tree"
   tree=$here; [ "$which" = base ] && tree=$here/$BASE
   if [ "$which" = same ]; then
     tree=$S/same-tree; mkdir -p "$tree"
