@@ -311,3 +311,49 @@ def test_parameters_that_are_not_json_are_summarized_and_shapes_named_by_their_i
                for r in read_results(root / "r1_A" / "test_objects" / "results.jsonl")]
     assert objects == [("f16", {"dtype": "torch.float16", "x": "Tensor(2x3, float32)",
                                 "fn": "<built-in method neg of type object>"}, "ok")]
+
+
+# Tests that only a GPU runs, as public benchmark files mark them: pytest skips them on a CPU, and so does the
+# campaign, where before each became an op whose cells failed ("was skipped (CUDA not available): nothing to
+# time") and the session exited 1 on a file pytest itself passes.
+SKIP_MARKED = textwrap.dedent('''
+    import pytest
+    import torch
+
+
+    def test_cpu(benchmark):
+        benchmark(torch.neg, torch.ones(4))
+
+
+    @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available")
+    def test_gpu_only(benchmark):
+        benchmark(torch.neg, torch.ones(4, device="cuda"))
+
+
+    @pytest.mark.parametrize("n", [4, pytest.param(1 << 30, marks=pytest.mark.skip(reason="too big"))],
+                             ids=["small", "huge"])
+    def test_sizes(benchmark, n):
+        benchmark(torch.neg, torch.ones(n))
+''')
+
+
+def test_tests_that_skip_marks_skip_here_are_left_out_as_pytest_skips_them(campaign_dir: pytest.Pytester,
+                                                                           tmp_path: Path) -> None:
+    campaign_dir.makepyfile(test_bench=SKIP_MARKED)
+    root = tmp_path / "root"
+    result = campaign_dir.runpytest_subprocess("test_bench.py", "--ab-pytest-benchmark", "--ab-rounds", "1",
+                                               "--ab-root", str(root), *SWITCH, *FAST, "-p", "no:xdist")
+    result.assert_outcomes(passed=4)  # test_cpu and test_sizes, one cell per side each
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["abbench: test_bench.py: 2 test(s) skipped here by their skip marks, as pytest "
+                                 "would skip them, are not run: test_gpu_only (CUDA not available), "
+                                 "test_sizes[[]huge[]] (too big)"])
+    shapes = [r.shape for r in read_results(root / "r1_A" / "test_sizes" / "results.jsonl")]
+    assert shapes == ["small"] and not (root / "r1_A" / "test_gpu_only").exists()
+    # A file whose every benchmark test is skipped here is collected as pytest would: pytest says so itself.
+    campaign_dir.makepyfile(test_gpu=SKIP_MARKED.split("@pytest.mark.parametrize")[0].replace(
+        "def test_cpu(benchmark):\n    benchmark(torch.neg, torch.ones(4))\n", ""))
+    result = campaign_dir.runpytest_subprocess("test_gpu.py", "--ab-pytest-benchmark", *SWITCH, "-p",
+                                               "no:cacheprovider", "-p", "no:xdist", "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["SKIPPED *CUDA not available"])

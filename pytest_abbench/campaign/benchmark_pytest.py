@@ -79,6 +79,7 @@ class CollectedTest:
     where: str  # file:line of its definition
     source_digest: str
     uses_benchmark: bool
+    skipped: str = ""  # why pytest's skip or skipif marks skip it here (``skip_reason``); "" when they do not
 
     def to_json(self) -> dict[str, Any]:
         return dict(vars(self))
@@ -121,7 +122,20 @@ def _describe(item: pytest.Item) -> CollectedTest:
     return CollectedTest(
         nodeid=item.nodeid, function=".".join([*parts, function]), shape=callspec.id if callspec is not None else "",
         params=params, where=f"{Path(path).name}:{(line or 0) + 1}", source_digest=digest([source, parts]),
-        uses_benchmark="benchmark" in getattr(item, "fixturenames", ()))
+        uses_benchmark="benchmark" in getattr(item, "fixturenames", ()), skipped=skip_reason(item))
+
+
+def skip_reason(item: pytest.Item) -> str:
+    """Why pytest would skip ``item`` here by its skip and skipif marks (``@pytest.mark.skipif(not
+    torch.cuda.is_available(), reason="CUDA not available")`` on a CPU), as pytest itself decides it at setup; ""
+    when it would run, or when a condition cannot be evaluated (the test's run then fails as pytest's would)."""
+    from _pytest.skipping import evaluate_skip_marks  # pytest's own rule: string conditions, class marks included
+
+    try:
+        skip = evaluate_skip_marks(item)
+    except (Exception, pytest.fail.Exception):
+        return ""
+    return "" if skip is None else skip.reason or "skipped"
 
 
 class _Collector:

@@ -76,11 +76,15 @@ BuildOf = Callable[[str, "list[CollectedTest]"], Callable[[Shape, str], Case]]
 
 def _tests_to_campaign(path: Path, module_name: str, tests: "Sequence[CollectedTest]", spec_text: str,
                        build_of: BuildOf) -> tuple[Campaign, list[str]]:
-    """The tests that request ``benchmark`` as a Campaign, one op per test function; the notices for the others."""
-    using = [t for t in tests if t.uses_benchmark]
+    """The tests that request ``benchmark`` as a Campaign, one op per test function; the notices for the others and
+    for those pytest's skip marks skip here."""
+    skipped = [t for t in tests if t.uses_benchmark and t.skipped]
+    using = [t for t in tests if t.uses_benchmark and not t.skipped]
     others = [t for t in tests if not t.uses_benchmark]
     if not using:
-        raise NoBenchmarkTests(f"{path}: no test requests the {FIXTURE} fixture")
+        # Every benchmark test is skipped here, or there is none: pytest collects the file and says so itself.
+        raise NoBenchmarkTests(f"{path}: no test requests the {FIXTURE} fixture" if not skipped else
+                               f"{path}: every test that requests the {FIXTURE} fixture is skipped here")
     by_op: dict[str, list[CollectedTest]] = {}
     for test in using:
         by_op.setdefault(test.function, []).append(test)
@@ -93,6 +97,11 @@ def _tests_to_campaign(path: Path, module_name: str, tests: "Sequence[CollectedT
         ops.append(op)
     module = sys.modules.get(module_name) or ModuleType(module_name)
     notices = []
+    if skipped:
+        names = ", ".join(f"{t.nodeid.split('::', 1)[-1]} ({t.skipped})" for t in skipped[:5]) + (
+            ", ..." if len(skipped) > 5 else "")
+        notices.append(f"abbench: {path.name}: {len(skipped)} test(s) skipped here by their skip marks, as pytest "
+                       f"would skip them, are not run: {names}")
     if others:
         names = ", ".join(t.nodeid.split("::", 1)[-1] for t in others[:5]) + (", ..." if len(others) > 5 else "")
         notices.append(f"abbench: {path.name}: {len(others)} test(s) do not request the {FIXTURE} fixture and are "
