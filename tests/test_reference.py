@@ -332,8 +332,8 @@ class CappedCard:
     """Stands for an H200 at its 700 W cap running two kernels of the same work: the controller holds each side
     alone at the clock its draw allows (A 1400 MHz, B 1600 by default) and a mix of both (their last half second
     of running not all one side's) at another (1500).  ``state`` maps A, B and "mix" to (MHz, reasons, counter
-    W).  A window's time is its work over the clock it runs at; NVML's readings show the state of the moment.  No
-    GPU: the clocks are the test's."""
+    W).  A window's time is its work over the clock it runs at; NVML's clock and reasons show the state of the
+    moment, the energy counter what the running side draws.  No GPU: the clocks are the test's."""
 
     CAPPED = ["sw_power_cap"]
 
@@ -357,7 +357,11 @@ class CappedCard:
 
     def run(self, side: str, seconds: float) -> None:
         self.ran.append((self.clock.now, self.clock.now + seconds, side))
-        self.energy_mj += self.now()[2] * seconds * 1e3
+        # The counter adds what the running side draws at the clock it runs at (its own draw at its own clock,
+        # scaled): NVML's clock and reasons lag a change of load by the controller's half second, the energy
+        # counter does not.
+        own_mhz, _, own_w = self.state[side]
+        self.energy_mj += own_w * self.mhz() / own_mhz * seconds * 1e3
         self.clock.advance(seconds)
 
     def timer(self, side: str) -> Any:
