@@ -25,9 +25,9 @@ DEFAULT_REGIME = STEADY
 WHAT_IT_MEASURES: dict[str, str] = {
     BURST: "short timed windows, each after an idle gap long enough that the card left its power cap: both sides "
            "at boost clocks, what a latency-bound call (inference) sees",
-    STEADY: "timed once the kernel has run until its power (by the energy counter), SM clock and, where the power "
-            "controller holds the clock, temperature settled (at the power cap, the clock's median): what a long "
-            "busy stretch (a training step) sees, at the power cap for a compute-bound kernel",
+    STEADY: "timed once the kernel has run until its SM clock settled and, unless that clock is at boost below the "
+            "power limit, its power (by the energy counter) and temperature too (at the power cap, the clock's "
+            "median): what a long busy stretch (a training step) sees, at the power cap for a compute-bound kernel",
 }
 WHY_IT_MATTERS = ("a compute-bound delta depends on the regime: at the power cap the kernel that spends more energy "
                   "per call also runs at lower clocks, so its steady delta can be several times its burst delta, and "
