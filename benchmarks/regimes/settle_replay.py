@@ -6,7 +6,8 @@ readings, as they arrived, to ``child/regime.py``'s ``judge``, as ``settle`` doe
 ``STEADY_MIN_S``), and prints per trace when the rule would have settled, its detail, and how far the settled
 clock lies from the median clock of the recorded second after it (a rule that settles on an unrepresentative
 moment shows there), and how far the energy counter's power over the half second after it (what the windows
-would draw) lies from its power over the recording's last half second (what the card converged to).  ``--set NAME=VALUE`` changes a ``core/regimes.py`` constant for the replay, to try a rule
+would draw) lies from its power over the recording's last half second (what the card converged to).
+``--set NAME=VALUE`` changes a ``core/regimes.py`` constant for the replay, to try a rule
 on the card's own readings before running it on the card.
 
     python benchmarks/regimes/settle_replay.py settle.jsonl
@@ -124,12 +125,9 @@ def replay(trace: Trace) -> Replayed:
 
 
 def counter_power(trace: Trace, after: float, until: float) -> float | None:
-    """The counter's power (W) from its first update after ``after`` to its last before ``until``; None without
-    two."""
-    marks = [m for m in regime.counter_updates(trace.counter) if after <= m.at <= until]
-    if len(marks) < 2:
-        return None
-    return (marks[-1].energy_mj - marks[0].energy_mj) / 1e3 / (marks[-1].at - marks[0].at)
+    """The counter's power (W) over its updates from ``after`` to ``until`` (``regime.counter_power_since`` on the
+    polls returned by then)."""
+    return regime.counter_power_since([point for point in trace.counter if point[1] <= until], after)
 
 
 def apply_overrides(overrides: Sequence[str]) -> list[str]:
